@@ -1,0 +1,36 @@
+/* The fusegen command line: one file per command, sharing these helpers. Conventions:
+ * results on stdout, messages and progress on stderr, exit 0 on success, 1 on failure,
+ * 2 on a usage error. */
+#ifndef FG_CLI_H
+#define FG_CLI_H
+
+#include <stdbool.h>
+
+#include "diag.h"
+#include "ir.h"
+#include "planner.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+int cmd_plan(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+int cmd_build(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* "fusegen: <message>" on stderr. */
+void cli_error(const char *fmt, ...) FG_PRINTF(1, 2);
+/* Prints a usage error and the hint to run --help; returns EXIT_USAGE. */
+int cli_usage_error(const char *command, const char *fmt, ...) FG_PRINTF(2, 3);
+
+/* Loads and plans a spec, printing any error; returns 0 or -1. */
+int cli_load_and_plan(const char *path, fg_layer_ir *ir, fg_plan *plan);
+
+/* Splits "sm_80,sm_90" into at most `cap` entries; checks each looks like sm_NN[a]. */
+int cli_parse_archs(const char *list, char archs[][16], int cap);
+
+/* A positive integer option value, or -1 (after printing why). */
+long cli_parse_positive(const char *command, const char *option, const char *value);
+
+#endif

@@ -1,0 +1,226 @@
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../runtime/kernel_build.h"
+#include "cli.h"
+#include "render.h"
+
+static const char usage[] =
+    "usage: fusegen build [--arch LIST] [--cache DIR] [-j N] SPEC...\n"
+    "\n"
+    "Precompiles the kernels of every SPEC for every architecture into a cache, with no GPU\n"
+    "needed. Kernels already in the cache are not compiled again. Ship DIR with an\n"
+    "application and point FUSEGEN_CACHE_PATH at it.\n"
+    "\n"
+    "options:\n"
+    "  --arch LIST     comma-separated architectures (default sm_80,sm_90)\n"
+    "  --cache DIR     cache to fill (default: the user cache, $FUSEGEN_CACHE_DIR or\n"
+    "                  $XDG_CACHE_HOME/fusegen or ~/.cache/fusegen)\n"
+    "  -j, --jobs N    compile N kernels in parallel (default: the number of CPUs)\n";
+
+#define MAX_ARCHS 8
+#define MAX_SPECS 256
+
+typedef struct work {
+    const fg_layer_ir *ir;
+    const char *source;
+    const char *arch;
+    fg_built built;
+    int failed;
+    char error[4096];
+} work;
+
+typedef struct pool {
+    pthread_mutex_t lock;
+    work *items;
+    int n, next, done;
+    fg_cache *cache;
+    const char *store_dir;
+    int compiled, cached, failed, unstored;
+    double started;
+} pool;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void report(pool *p, work *w)
+{
+    /* called with the lock held: lines never interleave */
+    p->done++;
+    fprintf(stderr, "[%d/%d] %s %s: ", p->done, p->n, w->ir->name, w->arch);
+    if (w->failed) {
+        p->failed++;
+        fprintf(stderr, "FAILED\n%s\n", w->error);
+        return;
+    }
+    const fg_built *b = &w->built;
+    int max_regs = 0, spills = 0;
+    for (int i = 0; i < b->n_kernels; i++) {
+        if (b->kernels[i].registers > max_regs)
+            max_regs = b->kernels[i].registers;
+        spills += b->kernels[i].spill_stores + b->kernels[i].spill_loads;
+    }
+    if (b->from_cache) {
+        p->cached++;
+        fprintf(stderr, "in the cache%s (%d kernels)\n", b->shipped ? " (shipped)" : "", b->n_kernels);
+    } else {
+        p->compiled++;
+        fprintf(stderr, "compiled in %.2f s, %d kernels, up to %d registers, %s", b->compile_seconds, b->n_kernels,
+                max_regs, spills ? "SPILLS" : "no spills");
+        if (b->stored) {
+            fprintf(stderr, "\n");
+        } else {
+            p->unstored++;
+            fprintf(stderr, "; NOT stored: %s\n", b->store_error);
+        }
+    }
+}
+
+static void *worker(void *arg)
+{
+    pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int i = p->next < p->n ? p->next++ : -1;
+        pthread_mutex_unlock(&p->lock);
+        if (i < 0)
+            return NULL;
+        work *w = &p->items[i];
+        fg_error err;
+        if (fg_build_cubin(p->cache, p->store_dir, w->ir, w->source, w->arch, &w->built, &err) != 0) {
+            w->failed = 1;
+            snprintf(w->error, sizeof w->error, "%s", err.msg);
+        }
+        pthread_mutex_lock(&p->lock);
+        report(p, w);
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+int cmd_build(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"help", no_argument, 0, 'h'},
+                                             {"arch", required_argument, 0, 'a'},
+                                             {"cache", required_argument, 0, 'c'},
+                                             {"jobs", required_argument, 0, 'j'},
+                                             {0, 0, 0, 0}};
+    const char *arch_list = "sm_80,sm_90", *cache_dir = NULL;
+    long jobs = sysconf(_SC_NPROCESSORS_ONLN);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "hj:", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            fputs(usage, stdout);
+            return EXIT_OK;
+        case 'a':
+            arch_list = optarg;
+            break;
+        case 'c':
+            cache_dir = optarg;
+            break;
+        case 'j':
+            if ((jobs = cli_parse_positive("build", "-j", optarg)) < 0)
+                return EXIT_USAGE;
+            break;
+        default:
+            return cli_usage_error("build", "unknown option");
+        }
+    }
+    int n_specs = argc - optind;
+    if (n_specs < 1)
+        return cli_usage_error("build", "expects at least one SPEC");
+    if (n_specs > MAX_SPECS)
+        return cli_usage_error("build", "at most %d specs at a time", MAX_SPECS);
+    char archs[MAX_ARCHS][16];
+    int n_archs = cli_parse_archs(arch_list, archs, MAX_ARCHS);
+    if (n_archs < 0)
+        return EXIT_USAGE;
+
+    fg_cache cache;
+    fg_error err;
+    if (fg_cache_init(&cache, cache_dir, NULL, &err) != 0) {
+        cli_error("%s", err.msg);
+        return EXIT_FAIL;
+    }
+    int major, minor;
+    if (fg_nvrtc_version(&major, &minor, &err) != 0) {
+        cli_error("%s", err.msg);
+        return EXIT_FAIL;
+    }
+
+    fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
+    fg_plan *plan = malloc(sizeof *plan);
+    fg_rendered *srcs = calloc((size_t)n_specs, sizeof *srcs);
+    work *items = calloc((size_t)(n_specs * n_archs), sizeof *items);
+    int rc = EXIT_OK;
+    if (!irs || !plan || !srcs || !items) {
+        cli_error("out of memory");
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    double t0 = now();
+    for (int s = 0; s < n_specs; s++) {
+        if (cli_load_and_plan(argv[optind + s], &irs[s], plan) != 0) {
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        if (fg_render(&irs[s], plan, &srcs[s], &err) != 0) {
+            fprintf(stderr, "%s\n", err.msg);
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        for (int a = 0; a < n_archs; a++) {
+            work *w = &items[s * n_archs + a];
+            w->ir = &irs[s];
+            w->source = srcs[s].source;
+            w->arch = archs[a];
+        }
+    }
+    pool p = {.items = items, .n = n_specs * n_archs, .cache = &cache, .store_dir = cache_dir};
+    pthread_mutex_init(&p.lock, NULL);
+    const char *dest = cache_dir ? cache_dir : cache.user_dir;
+    fprintf(stderr, "building %d kernel set%s (%d spec%s x %d arch%s, NVRTC %d.%d) into %s with %ld job%s\n", p.n,
+            p.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", n_archs, n_archs == 1 ? "" : "s", major, minor,
+            dest, jobs, jobs == 1 ? "" : "s");
+    int n_threads = (int)(jobs < p.n ? jobs : p.n);
+    pthread_t threads[64];
+    if (n_threads > 64)
+        n_threads = 64;
+    int started = 0;
+    for (int i = 0; i < n_threads; i++)
+        if (pthread_create(&threads[i], NULL, worker, &p) == 0)
+            started++;
+    if (started == 0)
+        worker(&p);
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    pthread_mutex_destroy(&p.lock);
+    fprintf(stderr, "done in %.2f s: %d compiled, %d already in the cache, %d failed%s\n", now() - t0, p.compiled,
+            p.cached, p.failed, p.compiled == 0 && p.failed == 0 ? " (nothing to compile)" : "");
+    if (p.unstored)
+        fprintf(stderr, "warning: %d compiled kernel set%s could not be stored in %s\n", p.unstored,
+                p.unstored == 1 ? "" : "s", dest);
+    if (p.failed || p.unstored)
+        rc = EXIT_FAIL;
+    for (int i = 0; i < p.n; i++)
+        fg_built_free(&items[i].built);
+out:
+    if (srcs)
+        for (int s = 0; s < n_specs; s++)
+            fg_rendered_free(&srcs[s]);
+    free(srcs);
+    free(items);
+    free(plan);
+    free(irs);
+    return rc;
+}

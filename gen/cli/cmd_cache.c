@@ -1,0 +1,97 @@
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../runtime/kernel_build.h"
+#include "cli.h"
+
+static const char usage[] =
+    "usage: fusegen cache ls|verify|clear [--cache DIR]\n"
+    "\n"
+    "  ls       list the entries: key, architecture, layer, size, kernels and registers\n"
+    "  verify   read every entry and check its header and checksum; exit 1 if any is bad\n"
+    "  clear    delete every entry (and stale temporary files)\n"
+    "\n"
+    "options:\n"
+    "  --cache DIR   the cache to work on (default: the user cache)\n";
+
+typedef struct walk_state {
+    const char *mode;
+    int entries, bad;
+    long long bytes;
+} walk_state;
+
+static int visit(void *ctx, const char *path, const char *key)
+{
+    walk_state *w = ctx;
+    w->entries++;
+    if (!strcmp(w->mode, "clear")) {
+        if (unlink(path) != 0)
+            cli_error("cannot remove %s", path);
+        return 0;
+    }
+    fg_cache_entry e;
+    fg_error err;
+    if (fg_cache_read_entry(path, key, NULL, &e, &err) != 0) {
+        w->bad++;
+        printf("BAD  %.16s  %s\n", key, err.msg);
+        return 0;
+    }
+    w->bytes += (long long)e.cubin_size;
+    if (!strcmp(w->mode, "ls")) {
+        char layer[128];
+        fg_kernel_resources k[FG_MAX_KERNELS];
+        int n = fg_describe_parse(e.meta_json, layer, sizeof layer, k, FG_MAX_KERNELS);
+        int regs = 0, spills = 0;
+        for (int i = 0; i < n; i++) {
+            regs = k[i].registers > regs ? k[i].registers : regs;
+            spills += k[i].spill_loads + k[i].spill_stores;
+        }
+        printf("%.16s  %-7s %-48s %8zu B  %d kernels, <= %d regs%s\n", key, e.arch, layer, e.cubin_size, n, regs,
+               spills ? ", SPILLS" : "");
+    }
+    fg_cache_entry_free(&e);
+    return 0;
+}
+
+int cmd_cache(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, 0, 'h'}, {"cache", required_argument, 0, 'c'}, {0, 0, 0, 0}};
+    const char *dir = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(usage, stdout);
+            return EXIT_OK;
+        }
+        if (c == 'c')
+            dir = optarg;
+        else
+            return cli_usage_error("cache", "unknown option");
+    }
+    if (argc - optind != 1)
+        return cli_usage_error("cache", "expects one of ls, verify, clear");
+    const char *mode = argv[optind];
+    if (strcmp(mode, "ls") && strcmp(mode, "verify") && strcmp(mode, "clear"))
+        return cli_usage_error("cache", "unknown action '%s' (expected ls, verify or clear)", mode);
+    fg_cache cache;
+    fg_error err;
+    if (fg_cache_init(&cache, dir, NULL, &err) != 0) {
+        cli_error("%s", err.msg);
+        return EXIT_FAIL;
+    }
+    walk_state w = {.mode = mode};
+    if (fg_cache_walk(cache.user_dir, visit, &w, &err) != 0) {
+        cli_error("%s", err.msg);
+        return EXIT_FAIL;
+    }
+    if (!strcmp(mode, "clear"))
+        fprintf(stderr, "removed %d entries from %s\n", w.entries, cache.user_dir);
+    else
+        fprintf(stderr, "%s: %d entries, %d bad, %lld bytes of cubins\n", cache.user_dir, w.entries, w.bad, w.bytes);
+    return w.bad ? EXIT_FAIL : EXIT_OK;
+}

@@ -1,0 +1,71 @@
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "render.h"
+
+static const char usage[] =
+    "usage: fusegen gen SPEC [-o DIR]\n"
+    "\n"
+    "Writes the CUDA C++ generated for SPEC: to stdout, or with -o to DIR/<layer>.cu.\n"
+    "The source is self-contained (no #include) and is exactly what NVRTC compiles.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output DIR   directory to write <layer>.cu into (created if missing)\n";
+
+int cmd_gen(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, 0, 'h'}, {"output", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+    const char *outdir = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(usage, stdout);
+            return EXIT_OK;
+        }
+        if (c == 'o')
+            outdir = optarg;
+        else
+            return cli_usage_error("gen", "unknown option");
+    }
+    if (argc - optind != 1)
+        return cli_usage_error("gen", "expects exactly one SPEC");
+    static fg_layer_ir ir;
+    static fg_plan plan;
+    if (cli_load_and_plan(argv[optind], &ir, &plan) != 0)
+        return EXIT_FAIL;
+    fg_rendered src;
+    fg_error err;
+    if (fg_render(&ir, &plan, &src, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return EXIT_FAIL;
+    }
+    int rc = EXIT_OK;
+    if (!outdir) {
+        fwrite(src.source, 1, src.length, stdout);
+    } else {
+        if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
+            cli_error("cannot create %s: %s", outdir, strerror(errno));
+            fg_rendered_free(&src);
+            return EXIT_FAIL;
+        }
+        char path[2048], tmp[2100];
+        snprintf(path, sizeof path, "%s/%s.cu", outdir, ir.name);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        if (!f || fwrite(src.source, 1, src.length, f) != src.length || fclose(f) != 0 || rename(tmp, path) != 0) {
+            cli_error("cannot write %s: %s", path, strerror(errno));
+            remove(tmp);
+            rc = EXIT_FAIL;
+        } else {
+            fprintf(stderr, "wrote %s (%zu bytes)\n", path, src.length);
+        }
+    }
+    fg_rendered_free(&src);
+    return rc;
+}

@@ -1,0 +1,138 @@
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "spec_loader.h"
+
+static const char usage[] =
+    "usage: fusegen <command> [options]\n"
+    "\n"
+    "Shape-specialized fused CUDA kernels from layer specs (a conv and the ops after it).\n"
+    "\n"
+    "commands:\n"
+    "  plan SPEC                  print the layer's ops with inferred shapes and its kernel plan\n"
+    "  gen SPEC [-o DIR]          write the generated CUDA source\n"
+    "  build [--arch LIST] [--cache DIR] [-j N] SPEC...\n"
+    "                             precompile kernels into a cache (no GPU needed)\n"
+    "  cache ls|verify|clear [--cache DIR]\n"
+    "                             list, check or empty a kernel cache\n"
+    "  run SPEC [--device cpu|gpu] [--random SEED --batch N | --input X] [--weights W] [--out Y] [--check]\n"
+    "                             run a layer on random or given tensors\n"
+    "  bench SPEC [--batch N] [--iters N] | bench --ceilings\n"
+    "                             time a layer on the GPU against the hardware floor\n"
+    "  version                    print the version\n"
+    "\n"
+    "Run 'fusegen <command> --help' for a command's options. Docs: docs/spec.md, docs/cli.md.\n";
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fusegen: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fusegen %s: ", command);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nRun 'fusegen %s --help' for usage.\n", command);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+int cli_load_and_plan(const char *path, fg_layer_ir *ir, fg_plan *plan)
+{
+    fg_error err;
+    if (fg_spec_load_file(path, ir, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    if (plan && fg_plan_layer(ir, NULL, plan, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_parse_archs(const char *list, char archs[][16], int cap)
+{
+    int n = 0;
+    const char *p = list;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len >= 16 || n == cap) {
+            cli_error("bad --arch list '%s' (expected e.g. sm_80,sm_90)", list);
+            return -1;
+        }
+        memcpy(archs[n], p, len);
+        archs[n][len] = '\0';
+        int num = 0;
+        char suffix[4] = "";
+        if (sscanf(archs[n], "sm_%d%3s", &num, suffix) < 1 || num < 80 || (suffix[0] && strcmp(suffix, "a") != 0)) {
+            cli_error("unsupported architecture '%s': fusegen targets sm_80 and newer (sm_80, sm_86, sm_89, "
+                      "sm_90, sm_90a, ...)",
+                      archs[n]);
+            return -1;
+        }
+        n++;
+        p += len + (comma != NULL);
+    }
+    if (n == 0)
+        cli_error("empty --arch list");
+    return n ? n : -1;
+}
+
+long cli_parse_positive(const char *command, const char *option, const char *value)
+{
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (*value == '\0' || *end != '\0' || v <= 0 || v > 1000000000L) {
+        cli_usage_error(command, "%s expects a positive integer, got '%s'", option, value);
+        return -1;
+    }
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("fusegen %s\n", FUSEGEN_VERSION);
+        return EXIT_OK;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } commands[] = {
+        {"plan", cmd_plan}, {"gen", cmd_gen}, {"build", cmd_build}, {"cache", cmd_cache},
+        {"run", cmd_run},   {"bench", cmd_bench},
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(cmd, commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    const char *names[] = {"plan", "gen", "build", "cache", "run", "bench", "version", "help"};
+    const char *near = fg_nearest_name(cmd, names, 8);
+    if (near)
+        cli_error("unknown command '%s' (did you mean '%s'?)", cmd, near);
+    else
+        cli_error("unknown command '%s'", cmd);
+    fputs("Run 'fusegen --help' for the list of commands.\n", stderr);
+    return EXIT_USAGE;
+}

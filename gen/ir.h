@@ -1,0 +1,193 @@
+/* The layer IR: what a spec means, after loading and shape inference.
+ *
+ * A layer is one anchor convolution (ops[0]) followed by a chain of ops. Op k reads the
+ * value produced by op k-1 (and, for binary ops, an operand) and produces value k. The
+ * batch dimension is symbolic (bound at run time); every other extent is a constant.
+ * Nothing here knows about CUDA: the planner and the templates turn this into kernels,
+ * and reference/ evaluates it on the CPU. */
+#ifndef FG_IR_H
+#define FG_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define FG_MAX_RANK 5          /* N, C and up to three spatial dims */
+#define FG_MAX_OPS 48
+#define FG_MAX_PARAMS 64
+#define FG_NAME_MAX 96
+
+/* A shape whose dim[0] is the batch: its extent is bound at run time, so dim[0] holds 1
+ * and every size computed from a shape is "per sample". */
+typedef struct fg_shape {
+    int rank;
+    int64_t dim[FG_MAX_RANK];
+} fg_shape;
+
+typedef enum fg_op_class {
+    FG_CLASS_CONV,
+    FG_CLASS_UNARY,
+    FG_CLASS_BINARY,
+    FG_CLASS_NORM,
+    FG_CLASS_REDUCE,
+    FG_CLASS_SOFTMAX,
+    FG_CLASS_POOL,
+} fg_op_class;
+
+/* X-macro: kind, spec name, class. The spec name is what a spec writes; several kinds
+ * share a name (max is a reduction with `dim`, elementwise with an operand). */
+#define FG_OP_KINDS(X)                                 \
+    X(CONV2D, "conv2d", CONV)                          \
+    X(CONV3D, "conv3d", CONV)                          \
+    X(RELU, "relu", UNARY)                             \
+    X(LEAKY_RELU, "leaky_relu", UNARY)                 \
+    X(GELU, "gelu", UNARY)                             \
+    X(SIGMOID, "sigmoid", UNARY)                       \
+    X(TANH, "tanh", UNARY)                             \
+    X(SOFTPLUS, "softplus", UNARY)                     \
+    X(MISH, "mish", UNARY)                             \
+    X(SILU, "silu", UNARY)                             \
+    X(HARDSWISH, "hardswish", UNARY)                   \
+    X(HARDSIGMOID, "hardsigmoid", UNARY)               \
+    X(HARDTANH, "hardtanh", UNARY)                     \
+    X(CLAMP, "clamp", UNARY)                           \
+    X(EXP, "exp", UNARY)                               \
+    X(LOG, "log", UNARY)                               \
+    X(ABS, "abs", UNARY)                               \
+    X(NEG, "neg", UNARY)                               \
+    X(ADD, "add", BINARY)                              \
+    X(SUB, "sub", BINARY)                              \
+    X(MUL, "mul", BINARY)                              \
+    X(DIV, "div", BINARY)                              \
+    X(MINIMUM, "min", BINARY)                          \
+    X(MAXIMUM, "max", BINARY)                          \
+    X(GROUP_NORM, "group_norm", NORM)                  \
+    X(INSTANCE_NORM, "instance_norm", NORM)            \
+    X(BATCH_NORM, "batch_norm", NORM)                  \
+    X(LAYER_NORM, "layer_norm", NORM)                  \
+    X(REDUCE_MAX, "max", REDUCE)                       \
+    X(REDUCE_MIN, "min", REDUCE)                       \
+    X(REDUCE_SUM, "sum", REDUCE)                       \
+    X(REDUCE_MEAN, "mean", REDUCE)                     \
+    X(LOGSUMEXP, "logsumexp", REDUCE)                  \
+    X(SOFTMAX, "softmax", SOFTMAX)                     \
+    X(MAX_POOL, "max_pool", POOL)                      \
+    X(AVG_POOL, "avg_pool", POOL)                      \
+    X(GLOBAL_AVG_POOL, "global_avg_pool", REDUCE)
+
+typedef enum fg_op_kind {
+#define FG_X(kind, name, cls) FG_OP_##kind,
+    FG_OP_KINDS(FG_X)
+#undef FG_X
+        FG_OP_KIND_COUNT
+} fg_op_kind;
+
+typedef enum fg_operand_kind {
+    FG_OPERAND_NONE,
+    FG_OPERAND_SCALAR,
+    FG_OPERAND_PARAM, /* a state_dict tensor, broadcast against the value */
+    FG_OPERAND_VALUE, /* an earlier value of the chain, named with `as` */
+} fg_operand_kind;
+
+typedef enum fg_precision { FG_PRECISION_FP32, FG_PRECISION_TF32 } fg_precision;
+
+/* A parameter tensor bound by its state_dict name. Its shape carries no batch dim. */
+typedef struct fg_param {
+    char name[FG_NAME_MAX];
+    int rank;
+    int64_t dim[FG_MAX_RANK];
+    int64_t count;
+    int first_line; /* where the spec first used it, for messages */
+} fg_param;
+
+typedef struct fg_op {
+    fg_op_kind kind;
+    int line;                /* line in the spec, for messages */
+    char name[FG_NAME_MAX];  /* module name: prefix of its state_dict keys ("conv") */
+    char as[FG_NAME_MAX];    /* name given to this op's value, "" if none */
+    fg_shape in, out;        /* inferred shapes (batch symbolic) */
+
+    /* conv */
+    int spatial;             /* 2 or 3 */
+    int64_t out_channels;
+    int64_t groups;          /* conv groups, or group_norm groups */
+    int kernel[3], stride[3], padding[3], dilation[3]; /* per spatial dim; pools too */
+    bool bias;
+    int weight_param, bias_param; /* indices into fg_layer_ir.params, -1 if none */
+
+    /* binary operand */
+    fg_operand_kind operand;
+    double scalar;
+    int operand_param;       /* index into params */
+    int operand_value;       /* index of the op whose value is used */
+
+    /* unary parameters: leaky_relu slope, softplus beta/threshold, clamp/hardtanh bounds */
+    double alpha, beta, threshold;
+    bool has_lo, has_hi;
+    double lo, hi;
+    bool gelu_tanh;          /* gelu approximate = "tanh" */
+
+    /* norms */
+    double eps;
+    bool affine;
+    bool running_stats;      /* batch_norm with running statistics */
+    int normalized_rank;     /* layer_norm: how many trailing dims are normalized */
+    int mean_param, var_param; /* batch_norm running statistics */
+
+    /* reductions and softmax: bit d set when dim d is reduced (never dim 0) */
+    unsigned reduce_mask;
+    bool keepdim;
+
+    /* pools */
+    bool count_include_pad;
+
+    /* As the spec wrote them; shape inference checks and resolves these. */
+    char param_name[FG_NAME_MAX]; /* binary operand `param` */
+    int param_rank;               /* its `shape`, 0 when not given */
+    int64_t param_dim[FG_MAX_RANK];
+    char value_name[FG_NAME_MAX]; /* binary operand `value` */
+    int n_dims;                   /* reduce/softmax `dim`/`dims` (may be negative) */
+    int dims[FG_MAX_RANK];
+    int n_list;                   /* layer_norm `normalized_shape` */
+    int64_t list[FG_MAX_RANK];
+    int kernel_n, stride_n, padding_n, dilation_n; /* values given: 0 default, 1 all dims */
+} fg_op;
+
+typedef struct fg_layer_ir {
+    char name[FG_NAME_MAX];
+    char file[512];          /* spec file, for messages */
+    fg_shape input;
+    fg_precision precision;
+    int n_ops;
+    fg_op ops[FG_MAX_OPS];
+    int n_params;
+    fg_param params[FG_MAX_PARAMS];
+} fg_layer_ir;
+
+const char *fg_op_kind_name(fg_op_kind kind);
+fg_op_class fg_op_kind_class(fg_op_kind kind);
+
+/* Elements per sample (every dim but the batch). */
+int64_t fg_shape_sample_count(const fg_shape *s);
+/* "[N, 16, 14, 30, 30]" into buf. */
+const char *fg_shape_str(const fg_shape *s, char *buf, int cap);
+
+/* Norm statistics: which elements share one mean/variance. Channels are split into runs of
+ * `channel_group` consecutive channels (1: each channel its own statistic, C: all channels
+ * together, between: group_norm); the spatial dims (d >= 2) in `mask` are reduced, the
+ * others kept. The statistic of element (n, c, s...) has the key
+ *   ((c / channel_group) * prod(kept spatial extents) + kept spatial coords) [+ n * keys_per_sample]
+ * where n enters only when the statistic is per sample (everything but batch_norm). */
+typedef struct fg_stat_layout {
+    unsigned mask;           /* spatial dims reduced into one statistic */
+    int64_t channel_group;   /* consecutive channels sharing one statistic */
+    bool over_batch;         /* the statistic spans the batch (batch_norm, batch stats) */
+    int64_t keys_per_sample; /* statistics per sample (in all, when over_batch) */
+    int64_t count_per_sample;/* elements per statistic and per sample of the batch */
+} fg_stat_layout;
+
+void fg_norm_stat_layout(const fg_op *op, fg_stat_layout *out);
+
+/* A human-readable dump of the IR with shapes, used by `fusegen plan`. */
+void fg_ir_print(const fg_layer_ir *ir, void (*emit)(void *ctx, const char *line), void *ctx);
+
+#endif

@@ -1,0 +1,611 @@
+#include "planner.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct planner {
+    const fg_layer_ir *ir;
+    fg_plan *plan;
+    fg_error *err;
+    bool stored[FG_MAX_OPS];     /* value has a buffer */
+    int buffer_of[FG_MAX_OPS];
+    bool ready[FG_MAX_OPS];      /* the accumulators op k needs are finalized */
+} planner;
+
+static int64_t reduce_extent(const fg_op *op)
+{
+    int64_t e = 1;
+    for (int d = 1; d < op->in.rank; d++)
+        if (op->reduce_mask & (1u << d))
+            e *= op->in.dim[d];
+    return e;
+}
+
+/* Ops that need a statistic over their whole input before producing an element. */
+static bool needs_stats(const fg_op *op)
+{
+    switch (fg_op_kind_class(op->kind)) {
+    case FG_CLASS_NORM:
+        return !(op->kind == FG_OP_BATCH_NORM && op->running_stats);
+    case FG_CLASS_SOFTMAX:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool is_big_reduce(const fg_op *op)
+{
+    return fg_op_kind_class(op->kind) == FG_CLASS_REDUCE && reduce_extent(op) > FG_INLINE_REDUCE_MAX;
+}
+
+static bool is_window(const fg_op *op)
+{
+    fg_op_class c = fg_op_kind_class(op->kind);
+    return c == FG_CLASS_POOL || (c == FG_CLASS_REDUCE && !is_big_reduce(op));
+}
+
+static int add_buffer(planner *p, int value)
+{
+    if (p->stored[value])
+        return p->buffer_of[value];
+    fg_plan *plan = p->plan;
+    if (plan->n_buffers == FG_MAX_BUFFERS)
+        return fg_fail(p->err, "%s: too many intermediate buffers", p->ir->file), -1;
+    fg_buffer *b = &plan->buffers[plan->n_buffers];
+    b->value = value;
+    b->per_sample = fg_shape_sample_count(&p->ir->ops[value].out);
+    p->stored[value] = true;
+    p->buffer_of[value] = plan->n_buffers;
+    return plan->n_buffers++;
+}
+
+static int add_accum(planner *p, fg_accum_kind kind, int op_index, int max_accum)
+{
+    fg_plan *plan = p->plan;
+    if (plan->n_accums == FG_MAX_ACCUMS)
+        return fg_fail(p->err, "%s: too many statistics", p->ir->file), -1;
+    const fg_op *op = &p->ir->ops[op_index];
+    fg_accum *a = &plan->accums[plan->n_accums];
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    a->op = op_index;
+    a->value = op_index - 1;
+    a->max_accum = max_accum;
+    a->finalized = -1;
+    if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
+        fg_stat_layout L;
+        fg_norm_stat_layout(op, &L);
+        a->keys_per_sample = L.keys_per_sample;
+        a->count_per_sample = L.count_per_sample;
+        a->over_batch = L.over_batch;
+    } else {
+        /* reductions and softmax: one statistic per element of the keepdim shape */
+        a->keys_per_sample = fg_shape_sample_count(&op->in) / reduce_extent(op);
+        a->count_per_sample = reduce_extent(op);
+    }
+    return plan->n_accums++;
+}
+
+static fg_pass *new_pass(planner *p, fg_pass_kind kind)
+{
+    fg_plan *plan = p->plan;
+    if (plan->n_passes == FG_MAX_PASSES) {
+        fg_fail(p->err, "%s: the plan needs more than %d passes", p->ir->file, FG_MAX_PASSES);
+        return NULL;
+    }
+    fg_pass *ps = &plan->passes[plan->n_passes];
+    memset(ps, 0, sizeof *ps);
+    ps->kind = kind;
+    ps->source_buffer = ps->store_buffer = ps->finalize_accum = -1;
+    snprintf(ps->kernel, sizeof ps->kernel, "fg_pass%d_%s", plan->n_passes,
+             kind == FG_PASS_CONV ? "conv" : kind == FG_PASS_MAP ? "map" : "finalize");
+    plan->n_passes++;
+    return ps;
+}
+
+/* Whether op j can be evaluated inline in a pass that can compute every value from
+ * `lowest` on (the conv pass: 0; a map pass: its source value, or its first op when it
+ * starts from an accumulator). */
+static bool inline_ok(planner *p, int lowest, int j, bool conv_pass)
+{
+    const fg_op *op = &p->ir->ops[j];
+    if (op->operand == FG_OPERAND_VALUE) {
+        int v = op->operand_value;
+        if (v < lowest && !p->stored[v])
+            return false;
+    }
+    if (needs_stats(op) || is_big_reduce(op))
+        return p->ready[j];
+    if (conv_pass && is_window(op))
+        return false; /* a window needs neighbours the conv pass does not hold */
+    return true;
+}
+
+/* Marks an op whose accumulators were just finalized (or that reads them directly). */
+static int feed(planner *p, fg_pass *ps, int accum)
+{
+    if (ps->n_feeds == 4)
+        return fg_fail(p->err, "%s: a pass feeds too many statistics", p->ir->file);
+    ps->feeds[ps->n_feeds++] = accum;
+    ps->zero[ps->n_zero++] = accum;
+    return 0;
+}
+
+static int add_finalize(planner *p, int accum)
+{
+    fg_pass *f = new_pass(p, FG_PASS_FINALIZE);
+    if (!f)
+        return -1;
+    f->finalize_accum = accum;
+    f->first = 1;
+    f->last = 0;
+    f->domain = p->plan->accums[accum].value;
+    p->plan->accums[accum].finalized = p->plan->n_passes - 1;
+    return 0;
+}
+
+/* Makes the statistics op k needs available: passes over value k-1 (starting from `src`:
+ * -1 for the conv, else a buffered value) that feed its accumulators, then finalize. The
+ * first feeding pass has already been created by the caller (`ps`). */
+static int prepare_stats(planner *p, fg_pass *ps, int k)
+{
+    const fg_op *op = &p->ir->ops[k];
+    fg_plan *plan = p->plan;
+    if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
+        int a = add_accum(p, FG_ACCUM_MOMENTS, k, -1);
+        if (a < 0 || feed(p, ps, a) || add_finalize(p, a))
+            return -1;
+        plan->op_accum[k] = a;
+        return 0;
+    }
+    fg_accum_kind kind = FG_ACCUM_SUM;
+    if (op->kind == FG_OP_REDUCE_MAX || op->kind == FG_OP_LOGSUMEXP || op->kind == FG_OP_SOFTMAX)
+        kind = FG_ACCUM_MAX;
+    if (op->kind == FG_OP_REDUCE_MIN)
+        kind = FG_ACCUM_MIN;
+    int a = add_accum(p, kind, k, -1);
+    if (a < 0 || feed(p, ps, a))
+        return -1;
+    plan->op_accum[k] = a;
+    if (op->kind == FG_OP_LOGSUMEXP || op->kind == FG_OP_SOFTMAX) {
+        /* second pass over the same value: sum of exp(x - max) */
+        int b = add_accum(p, FG_ACCUM_SUMEXP, k, a);
+        if (b < 0)
+            return -1;
+        plan->op_max_accum[k] = a;
+        plan->op_accum[k] = b;
+        fg_pass *again = new_pass(p, FG_PASS_MAP);
+        if (!again)
+            return -1;
+        int v = k - 1;
+        again->source_buffer = p->buffer_of[v];
+        again->first = v + 1;
+        again->last = v;
+        again->domain = v;
+        if (feed(p, again, b))
+            return -1;
+    }
+    if (op->kind == FG_OP_SOFTMAX)
+        return add_finalize(p, plan->op_accum[k]);
+    return 0;
+}
+
+static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps)
+{
+    const fg_op *conv = &ir->ops[0];
+    const fg_shape *out = &conv->out;
+    fg_conv_tiling *t = &ps->conv;
+    int sp = conv->spatial;
+    int64_t od = sp == 3 ? out->dim[2] : 1, oh = out->dim[sp == 3 ? 3 : 2], ow = out->dim[sp == 3 ? 4 : 3];
+    int64_t cout_g = conv->out_channels / conv->groups;
+    int64_t cin_g = conv->in.dim[1] / conv->groups;
+    /* A simple, always-valid tiling: 2 outputs along W and up to 8 channels per thread;
+     * a 32-wide x 8-high tile of threads in 2D, 4 x 4 x 16 in 3D. */
+    t->thread_w = ow >= 2 ? 2 : 1;
+    t->thread_co = (int)(cout_g < 8 ? cout_g : 8);
+    t->co_tile = (int)(cout_g < 16 ? cout_g : 16);
+    if (t->co_tile % t->thread_co)
+        t->co_tile = t->thread_co;
+    int tw = 16, th = 8, td = 1;
+    if (sp == 3) {
+        tw = 16;
+        th = 4;
+        td = 2;
+    }
+    while (tw > 1 && (int64_t)(tw / 2) * t->thread_w >= ow)
+        tw /= 2;
+    while (th > 1 && th / 2 >= oh)
+        th /= 2;
+    while (td > 1 && td / 2 >= od)
+        td /= 2;
+    int co_threads = t->co_tile / t->thread_co;
+    t->threads[0] = td;
+    t->threads[1] = th;
+    t->threads[2] = tw * co_threads;
+    t->tile[0] = td;
+    t->tile[1] = th;
+    t->tile[2] = tw * t->thread_w;
+    t->ci_chunk = (int)(cin_g < 8 ? cin_g : 8);
+    t->ci_unroll = 1;
+    int64_t tiles = ((od + t->tile[0] - 1) / t->tile[0]) * ((oh + t->tile[1] - 1) / t->tile[1]) *
+                    ((ow + t->tile[2] - 1) / t->tile[2]);
+    ps->launch.block = td * th * tw * co_threads;
+    ps->launch.grid_x = tiles;
+    ps->launch.grid_y = conv->groups * ((cout_g + t->co_tile - 1) / t->co_tile);
+    ps->launch.per_sample = true;
+    /* shared memory: the input tile with halo for ci_chunk channels, and the weights */
+    int64_t in_tile = 1;
+    int k3[3] = {1, 1, 1}, s3[3] = {1, 1, 1}, d3[3] = {1, 1, 1};
+    for (int i = 0; i < sp; i++) {
+        k3[3 - sp + i] = conv->kernel[i];
+        s3[3 - sp + i] = conv->stride[i];
+        d3[3 - sp + i] = conv->dilation[i];
+    }
+    for (int i = 0; i < 3; i++)
+        in_tile *= (int64_t)(t->tile[i] - 1) * s3[i] + (int64_t)(k3[i] - 1) * d3[i] + 1;
+    int64_t taps = (int64_t)k3[0] * k3[1] * k3[2];
+    ps->launch.smem_bytes = (int)(4 * (in_tile * t->ci_chunk + (int64_t)t->co_tile * t->ci_chunk * taps));
+}
+
+static void map_launch(const fg_layer_ir *ir, fg_pass *ps)
+{
+    int64_t n = fg_shape_sample_count(&ir->ops[ps->domain].out);
+    /* a few elements per thread (strided by the block, so loads stay coalesced); a sample's
+     * elements span grid.x */
+    ps->launch.block = 256;
+    ps->launch.elems_per_thread = 4;
+    ps->launch.grid_x = (n + 1023) / 1024;
+    ps->launch.grid_y = 1;
+    ps->launch.per_sample = true;
+}
+
+static void finalize_launch(const fg_plan *plan, fg_pass *ps)
+{
+    const fg_accum *a = &plan->accums[ps->finalize_accum];
+    ps->launch.block = 128;
+    if (a->over_batch) {
+        ps->launch.per_sample = false;
+        ps->launch.finalize_keys = a->keys_per_sample;
+        ps->launch.grid_x = (a->keys_per_sample + 127) / 128;
+    } else {
+        ps->launch.per_sample = true;
+        ps->launch.grid_x = (a->keys_per_sample + 127) / 128;
+    }
+    ps->launch.grid_y = 1;
+}
+
+/* ---- kernel arguments ---------------------------------------------------------------- */
+
+static void add_arg(fg_pass *ps, fg_arg_kind kind, int index)
+{
+    for (int i = 0; i < ps->n_args; i++)
+        if (ps->args[i].kind == kind && ps->args[i].index == index)
+            return;
+    ps->args[ps->n_args].kind = kind;
+    ps->args[ps->n_args].index = index;
+    ps->n_args++;
+}
+
+/* Everything op j reads when evaluated inline. */
+static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p, fg_pass *ps, int j)
+{
+    const fg_op *op = &ir->ops[j];
+    if (j == 0) {
+        add_arg(ps, FG_ARG_INPUT, 0);
+        add_arg(ps, FG_ARG_PARAM, op->weight_param);
+        if (op->bias)
+            add_arg(ps, FG_ARG_PARAM, op->bias_param);
+    }
+    if (op->operand == FG_OPERAND_PARAM)
+        add_arg(ps, FG_ARG_PARAM, op->operand_param);
+    if (op->operand == FG_OPERAND_VALUE && op->operand_value < ps->first - (ps->source_buffer >= 0))
+        add_arg(ps, FG_ARG_BUFFER, p->buffer_of[op->operand_value]);
+    if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
+        if (op->affine) {
+            add_arg(ps, FG_ARG_PARAM, op->weight_param);
+            add_arg(ps, FG_ARG_PARAM, op->bias_param);
+        }
+        if (op->kind == FG_OP_BATCH_NORM && op->running_stats) {
+            add_arg(ps, FG_ARG_PARAM, op->mean_param);
+            add_arg(ps, FG_ARG_PARAM, op->var_param);
+        }
+    }
+    if (needs_stats(op) || is_big_reduce(op)) {
+        int a = plan->op_accum[j];
+        if (plan->accums[a].finalized >= 0) {
+            add_arg(ps, FG_ARG_STATS, a);
+        } else {
+            add_arg(ps, FG_ARG_ACCUM, a);
+            if (plan->op_max_accum[j] >= 0)
+                add_arg(ps, FG_ARG_ACCUM, plan->op_max_accum[j]);
+        }
+    }
+}
+
+static void pass_args(const fg_layer_ir *ir, fg_plan *plan, const planner *p, fg_pass *ps)
+{
+    ps->n_args = 0;
+    if (ps->kind == FG_PASS_FINALIZE) {
+        add_arg(ps, FG_ARG_ACCUM, ps->finalize_accum);
+        if (plan->accums[ps->finalize_accum].max_accum >= 0)
+            add_arg(ps, FG_ARG_ACCUM, plan->accums[ps->finalize_accum].max_accum);
+        add_arg(ps, FG_ARG_STATS, ps->finalize_accum);
+        add_arg(ps, FG_ARG_BATCH, 0);
+        add_arg(ps, FG_ARG_BATCH_BASE, 0);
+        return;
+    }
+    if (ps->source_buffer >= 0)
+        add_arg(ps, FG_ARG_BUFFER, ps->source_buffer);
+    for (int j = ps->first; j <= ps->last; j++)
+        op_args(ir, plan, p, ps, j);
+    if (ps->store_output)
+        add_arg(ps, FG_ARG_OUTPUT, 0);
+    if (ps->store_buffer >= 0)
+        add_arg(ps, FG_ARG_BUFFER, ps->store_buffer);
+    for (int i = 0; i < ps->n_extra_stores; i++)
+        add_arg(ps, FG_ARG_BUFFER, ps->extra_stores[i]);
+    for (int i = 0; i < ps->n_feeds; i++) {
+        add_arg(ps, FG_ARG_ACCUM, ps->feeds[i]);
+        int m = plan->accums[ps->feeds[i]].max_accum;
+        if (m >= 0)
+            add_arg(ps, FG_ARG_ACCUM, m);
+    }
+    add_arg(ps, FG_ARG_BATCH, 0);
+    add_arg(ps, FG_ARG_BATCH_BASE, 0);
+}
+
+/* Values some later op reads as an operand, outside the chain that computes them. */
+static bool value_needed_after(const fg_layer_ir *ir, int v, int after)
+{
+    for (int j = after + 1; j < ir->n_ops; j++)
+        if (ir->ops[j].operand == FG_OPERAND_VALUE && ir->ops[j].operand_value == v)
+            return true;
+    return false;
+}
+
+/* ---- strategy ------------------------------------------------------------------------- */
+
+/* The conv pass can be run twice (recompute) instead of writing and re-reading its output
+ * (materialize) when the first cut after it is a norm. Rough costs on a GPU like the H200:
+ * 4 TB/s for bytes, 30 TFLOP/s for a direct conv. */
+static fg_strategy choose_strategy(const fg_layer_ir *ir, int cut)
+{
+    const fg_op *conv = &ir->ops[0];
+    int64_t out = fg_shape_sample_count(&conv->out);
+    int64_t taps = 1;
+    for (int i = 0; i < conv->spatial; i++)
+        taps *= conv->kernel[i];
+    double flops = 2.0 * (double)out * (double)(conv->in.dim[1] / conv->groups) * (double)taps;
+    double bytes_saved = 2.0 * 4.0 * (double)fg_shape_sample_count(&ir->ops[cut].out);
+    return flops / 30e12 < bytes_saved / 4e12 ? FG_STRATEGY_RECOMPUTE : FG_STRATEGY_MATERIALIZE;
+}
+
+int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err)
+{
+    memset(plan, 0, sizeof *plan);
+    planner p = {.ir = ir, .plan = plan, .err = err};
+    for (int k = 0; k < FG_MAX_OPS; k++) {
+        plan->op_accum[k] = plan->op_max_accum[k] = -1;
+        p.buffer_of[k] = -1;
+    }
+    for (int k = 0; k < ir->n_ops; k++)
+        plan->inline_loop[k] = is_window(&ir->ops[k]);
+    int last_op = ir->n_ops - 1;
+
+    /* The conv pass: value 0 and every following op it can fuse. */
+    fg_pass *ps = new_pass(&p, FG_PASS_CONV);
+    if (!ps)
+        return -1;
+    ps->first = 0;
+    int t = 0;
+    while (t < last_op && inline_ok(&p, 0, t + 1, true))
+        t++;
+    ps->last = ps->domain = t;
+
+    plan->strategy = FG_STRATEGY_MATERIALIZE;
+    if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
+        int forced = opts ? opts->force_strategy : -1;
+        plan->strategy = forced >= 0 ? (fg_strategy)forced : choose_strategy(ir, t);
+        /* recompute cannot serve a value some later op reads back */
+        for (int v = 0; v <= t; v++)
+            if (value_needed_after(ir, v, t))
+                plan->strategy = FG_STRATEGY_MATERIALIZE;
+    }
+
+    bool recomputed = false;
+    for (;;) {
+        int k = ps->last + 1; /* the op that stopped the chain */
+        if (ps->last == last_op) {
+            ps->store_output = true;
+            break;
+        }
+        const fg_op *op = &ir->ops[k];
+        if (plan->strategy == FG_STRATEGY_RECOMPUTE && !recomputed) {
+            /* statistics only; then the conv pass again, now able to apply the norm */
+            recomputed = true;
+            if (prepare_stats(&p, ps, k))
+                return -1;
+            p.ready[k] = true;
+            ps = new_pass(&p, FG_PASS_CONV);
+            if (!ps)
+                return -1;
+            ps->first = 0;
+            int u = 0;
+            while (u < last_op && inline_ok(&p, 0, u + 1, true))
+                u++;
+            ps->last = ps->domain = u;
+            continue;
+        }
+        /* The value the chain stopped at goes to a buffer when the next pass reads it (all
+         * but a big reduction, which reads only its accumulator; logsumexp reads it twice)
+         * or a later op does. */
+        int v = ps->last;
+        bool next_reads_value = !is_big_reduce(op) || op->kind == FG_OP_LOGSUMEXP;
+        if (next_reads_value || value_needed_after(ir, v, k)) {
+            ps->store_buffer = add_buffer(&p, v);
+            if (ps->store_buffer < 0)
+                return -1;
+        }
+        /* Other values of this chain that a later op reads back are stored too, as long as
+         * they share the domain's index space (no window op in between). */
+        for (int u = ps->last - 1; u >= ps->first; u--) {
+            if (is_window(&ir->ops[u + 1]))
+                break;
+            if (value_needed_after(ir, u, ps->last) && !p.stored[u]) {
+                if (ps->n_extra_stores == 4)
+                    return fg_fail(err, "%s: a pass stores too many named values", ir->file);
+                int b = add_buffer(&p, u);
+                if (b < 0)
+                    return -1;
+                ps->extra_stores[ps->n_extra_stores++] = b;
+            }
+        }
+        for (int u = ps->first; u < ps->last; u++)
+            if (value_needed_after(ir, u, ps->last) && !p.stored[u])
+                return fg_fail(err, "%s:%d: value '%s' is read after a statistic but is followed by a pooling or "
+                                    "reduction in the same pass; name the value after that op instead",
+                               ir->file, ir->ops[u].line, ir->ops[u].as);
+        if (needs_stats(op) || is_big_reduce(op)) {
+            if (prepare_stats(&p, ps, k))
+                return -1;
+            p.ready[k] = true;
+        }
+        ps = new_pass(&p, FG_PASS_MAP);
+        if (!ps)
+            return -1;
+        ps->first = k;
+        /* a big reduction starts from its accumulator, everything else from the buffer */
+        bool from_accum = is_big_reduce(op);
+        ps->source_buffer = from_accum ? -1 : p.buffer_of[v];
+        int lowest = from_accum ? k : v;
+        int u = k;
+        while (u < last_op && inline_ok(&p, lowest, u + 1, false))
+            u++;
+        ps->last = ps->domain = u;
+    }
+
+    /* geometry and arguments */
+    for (int i = 0; i < plan->n_passes; i++) {
+        fg_pass *q = &plan->passes[i];
+        if (q->kind == FG_PASS_CONV)
+            conv_tiling(ir, q);
+        else if (q->kind == FG_PASS_MAP)
+            map_launch(ir, q);
+        else
+            finalize_launch(plan, q);
+        pass_args(ir, plan, &p, q);
+    }
+    return 0;
+}
+
+uint32_t fg_accum_clear_pattern(const fg_accum *a)
+{
+    /* floats are accumulated as order-preserving ints: i >= 0 ? i : i ^ 0x7fffffff */
+    if (a->kind == FG_ACCUM_MAX)
+        return 0xff800000u ^ 0x7fffffffu; /* -inf */
+    if (a->kind == FG_ACCUM_MIN)
+        return 0x7f800000u;               /* +inf */
+    return 0;
+}
+
+static uint64_t align256(uint64_t x)
+{
+    return (x + 255) & ~(uint64_t)255;
+}
+
+int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *out, fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t off = 0;
+    for (int i = 0; i < plan->n_buffers; i++) {
+        uint64_t bytes;
+        if (__builtin_mul_overflow((uint64_t)plan->buffers[i].per_sample, (uint64_t)batch * 4, &bytes))
+            return fg_fail(err, "workspace size overflows for batch %" PRId64, batch);
+        out->buffer_offset[i] = off;
+        off = align256(off + bytes);
+    }
+    for (int i = 0; i < plan->n_accums; i++) {
+        const fg_accum *a = &plan->accums[i];
+        uint64_t keys = (uint64_t)a->keys_per_sample * (a->over_batch ? 1 : (uint64_t)batch);
+        uint64_t per_key = a->kind == FG_ACCUM_MOMENTS ? 16 : a->kind == FG_ACCUM_MAX || a->kind == FG_ACCUM_MIN ? 4 : 8;
+        out->accum_offset[i] = off;
+        out->accum_bytes[i] = keys * per_key;
+        off = align256(off + keys * per_key);
+        out->stats_offset[i] = off;
+        off = align256(off + keys * 8);
+    }
+    out->total = off;
+    return 0;
+}
+
+/* ---- printing ------------------------------------------------------------------------- */
+
+static const char *accum_kind_name(fg_accum_kind k)
+{
+    static const char *const names[] = {"mean+variance (fp64 sums)", "sum (fp64)", "max", "min",
+                                        "sum of exp(x - max) (fp64)"};
+    return names[k];
+}
+
+void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
+                   void *ctx)
+{
+    char line[1024];
+    snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes,
+             plan->strategy == FG_STRATEGY_RECOMPUTE ? "recompute (conv runs twice, no intermediate)"
+                                                     : "materialize (the value before each statistic is stored once)");
+    emit(ctx, line);
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *ps = &plan->passes[i];
+        int len;
+        if (ps->kind == FG_PASS_FINALIZE) {
+            const fg_accum *a = &plan->accums[ps->finalize_accum];
+            len = snprintf(line, sizeof line, "  pass %d %-8s %s: statistics s%d of v%d for op %d (%s)", i, "finalize",
+                           ps->kernel, ps->finalize_accum, a->value, a->op, fg_op_kind_name(ir->ops[a->op].kind));
+        } else {
+            const char *from = ps->kind == FG_PASS_CONV ? "conv" : "";
+            char src[32];
+            if (ps->source_buffer >= 0)
+                snprintf(src, sizeof src, "buffer b%d (v%d)", ps->source_buffer, plan->buffers[ps->source_buffer].value);
+            else
+                snprintf(src, sizeof src, "%s", ps->kind == FG_PASS_CONV ? "the input" : "statistics");
+            len = snprintf(line, sizeof line, "  pass %d %-8s %s: reads %s, computes %s v%d..v%d inline",
+                           i, ps->kind == FG_PASS_CONV ? "conv" : "map", ps->kernel, src, from, ps->first, ps->last);
+            if (ps->store_output)
+                len += snprintf(line + len, sizeof line - (size_t)len, ", writes the output");
+            if (ps->store_buffer >= 0)
+                len += snprintf(line + len, sizeof line - (size_t)len, ", stores v%d in b%d", ps->domain,
+                                ps->store_buffer);
+            for (int f = 0; f < ps->n_feeds; f++)
+                len += snprintf(line + len, sizeof line - (size_t)len, ", feeds s%d (%s of v%d)", ps->feeds[f],
+                                accum_kind_name(plan->accums[ps->feeds[f]].kind), plan->accums[ps->feeds[f]].value);
+        }
+        emit(ctx, line);
+        const fg_launch *l = &ps->launch;
+        if (ps->kind == FG_PASS_CONV) {
+            const fg_conv_tiling *t = &ps->conv;
+            snprintf(line, sizeof line,
+                     "           tile %dx%dx%d outputs x %d channels per block; %d outputs x %d channels per "
+                     "thread; %d input channels staged at a time",
+                     t->tile[0], t->tile[1], t->tile[2], t->co_tile, t->thread_w, t->thread_co, t->ci_chunk);
+            emit(ctx, line);
+        }
+        snprintf(line, sizeof line, "           launch: %d threads, grid %" PRId64 " x %" PRId64 " x %s, %d B shared",
+                 l->block, l->grid_x, l->grid_y, l->per_sample ? "N" : "1", l->smem_bytes);
+        emit(ctx, line);
+    }
+    for (int i = 0; i < plan->n_buffers; i++) {
+        snprintf(line, sizeof line, "  buffer b%d: v%d, %" PRId64 " floats per sample", i, plan->buffers[i].value,
+                 plan->buffers[i].per_sample);
+        emit(ctx, line);
+    }
+    for (int i = 0; i < plan->n_accums; i++) {
+        const fg_accum *a = &plan->accums[i];
+        snprintf(line, sizeof line, "  statistics s%d: %s of v%d, %" PRId64 " per %s over %" PRId64 " elements each", i,
+                 accum_kind_name(a->kind), a->value, a->keys_per_sample, a->over_batch ? "layer (whole batch)" : "sample",
+                 a->count_per_sample);
+        emit(ctx, line);
+    }
+}

@@ -1,0 +1,164 @@
+/* The planner: splits a layer into passes (kernels) at every op that needs a global
+ * statistic, fuses everything else into the passes' epilogues, and picks launch geometry.
+ *
+ * Vocabulary. Value k is the output of op k (value 0 is the convolution). A pass evaluates
+ * ops first..last inline at every element of its domain (the index space of value `last`),
+ * starting from value first-1, which it either computes (the conv pass: first == 0) or
+ * loads from a workspace buffer. A pass may store its domain value (to a buffer or to the
+ * layer output) and may feed accumulators: statistics a later op needs (norm mean and
+ * variance, softmax max and sum of exponentials) or the partial results of a reduction
+ * too large to loop over inline. A finalize pass turns an accumulator into what its
+ * consumer reads (mean and 1/sqrt(var + eps) per statistic; the reduced value). */
+#ifndef FG_PLANNER_H
+#define FG_PLANNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "diag.h"
+#include "ir.h"
+
+#define FG_MAX_PASSES 32
+#define FG_MAX_BUFFERS 16
+#define FG_MAX_ACCUMS 16
+#define FG_MAX_ARGS 48
+
+/* Reductions whose extent is at most this run as a loop inside the consumer's evaluation;
+ * larger ones go through an accumulator. */
+#define FG_INLINE_REDUCE_MAX 1024
+
+typedef enum fg_pass_kind {
+    FG_PASS_CONV,     /* computes value 0 with a direct convolution */
+    FG_PASS_MAP,      /* one thread per domain element (or a few), from a buffer */
+    FG_PASS_FINALIZE, /* one thread per statistic */
+} fg_pass_kind;
+
+typedef enum fg_accum_kind {
+    FG_ACCUM_MOMENTS, /* sum and sum of squares in fp64, per statistic (norms) */
+    FG_ACCUM_SUM,     /* fp64 sum (sum, mean, global_avg_pool) */
+    FG_ACCUM_MAX,     /* order-preserving int encoding of a float, atomicMax */
+    FG_ACCUM_MIN,
+    FG_ACCUM_SUMEXP,  /* fp64 sum of exp(x - max), after a FG_ACCUM_MAX on the same value */
+} fg_accum_kind;
+
+typedef struct fg_accum {
+    fg_accum_kind kind;
+    int op;                 /* the op that consumes it */
+    int value;              /* the value it reduces (op - 1) */
+    int max_accum;          /* FG_ACCUM_SUMEXP: the accumulator holding the max, else -1 */
+    int64_t keys_per_sample;/* statistics per sample (in all when over_batch) */
+    bool over_batch;
+    int64_t count_per_sample; /* elements per statistic and per sample */
+    int finalized;          /* norms and softmax: the finalize pass that reads it, else -1 */
+} fg_accum;
+
+/* A workspace buffer holding one value for the whole batch (float). */
+typedef struct fg_buffer {
+    int value;
+    int64_t per_sample; /* floats per sample */
+} fg_buffer;
+
+typedef enum fg_arg_kind {
+    FG_ARG_INPUT,   /* the layer input (const float*) */
+    FG_ARG_OUTPUT,  /* the layer output (float*) */
+    FG_ARG_BUFFER,  /* workspace buffer `index` (float*) */
+    FG_ARG_PARAM,   /* parameter `index` (const float*) */
+    FG_ARG_ACCUM,   /* accumulator `index` (raw storage) */
+    FG_ARG_STATS,   /* finalized statistics of accumulator `index` (float2 per key) */
+    FG_ARG_BATCH,   /* int: samples in this launch */
+    FG_ARG_BATCH_BASE, /* int: index of the launch's first sample (launches are split at 65535) */
+} fg_arg_kind;
+
+typedef struct fg_arg {
+    fg_arg_kind kind;
+    int index;
+} fg_arg;
+
+/* Launch geometry. grid.x covers one sample's work; grid.y covers conv output-channel tiles;
+ * grid.z covers the batch (in chunks). Finalize passes over batch-wide statistics run with
+ * grid.z = 1 and loop over the batch inside. */
+typedef struct fg_launch {
+    int block;              /* threads per block */
+    int elems_per_thread;   /* map passes: domain elements each thread evaluates */
+    int64_t grid_x, grid_y;
+    bool per_sample;        /* grid.z = samples in the launch */
+    int64_t finalize_keys;  /* FINALIZE over batch-wide statistics: keys, grid.x from this */
+    int smem_bytes;         /* dynamic shared memory */
+} fg_launch;
+
+/* Conv pass tiling (all extents in output elements). */
+typedef struct fg_conv_tiling {
+    int tile[3];            /* output tile per block: D, H, W */
+    int thread_w;           /* consecutive outputs along W per thread */
+    int thread_co;          /* output channels per thread */
+    int co_tile;            /* output channels per block (within one group) */
+    int ci_chunk;           /* input channels staged in shared memory at a time */
+    int ci_unroll;          /* unroll factor of the input-channel loop */
+    int threads[3];         /* threads along D, H, W */
+} fg_conv_tiling;
+
+typedef struct fg_pass {
+    fg_pass_kind kind;
+    char kernel[64];        /* kernel function name */
+    int first, last;        /* ops evaluated inline (first > last: none) */
+    int source_buffer;      /* buffer holding value first-1, -1 for the conv pass */
+    int domain;             /* the value whose index space the pass covers */
+    int store_buffer;       /* buffer the domain value goes to, -1 if none */
+    int n_extra_stores;     /* other values of the chain stored for later ops to read */
+    int extra_stores[4];    /* buffers (each holds one value of first..last) */
+    bool store_output;      /* the domain value is the layer output */
+    int n_feeds;
+    int feeds[4];           /* accumulators fed with the domain value */
+    int finalize_accum;     /* FINALIZE: the accumulator it finalizes */
+    int n_zero;
+    int zero[4];            /* accumulators the runtime clears before this pass */
+    fg_conv_tiling conv;
+    fg_launch launch;
+    int n_args;
+    fg_arg args[FG_MAX_ARGS];
+} fg_pass;
+
+typedef enum fg_strategy {
+    FG_STRATEGY_MATERIALIZE, /* the conv pass writes the pre-norm value once */
+    FG_STRATEGY_RECOMPUTE,   /* the conv pass runs again after the statistics are known */
+} fg_strategy;
+
+typedef struct fg_plan {
+    fg_strategy strategy;
+    int n_passes;
+    fg_pass passes[FG_MAX_PASSES];
+    int n_buffers;
+    fg_buffer buffers[FG_MAX_BUFFERS];
+    int n_accums;
+    fg_accum accums[FG_MAX_ACCUMS];
+    /* how each op is evaluated when inline: 1 when it loops over a window (reduction, pool) */
+    bool inline_loop[FG_MAX_OPS];
+    /* the accumulator holding a value's reduction / statistics, -1 when none */
+    int op_accum[FG_MAX_OPS];
+    int op_max_accum[FG_MAX_OPS];
+} fg_plan;
+
+typedef struct fg_plan_options {
+    int force_strategy;     /* -1: choose by cost; else an fg_strategy */
+} fg_plan_options;
+
+int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err);
+
+/* Bytes of workspace a run with `batch` samples needs, and each piece's offset. */
+typedef struct fg_workspace_layout {
+    uint64_t total;
+    uint64_t buffer_offset[FG_MAX_BUFFERS];
+    uint64_t accum_offset[FG_MAX_ACCUMS];
+    uint64_t accum_bytes[FG_MAX_ACCUMS];
+    uint64_t stats_offset[FG_MAX_ACCUMS]; /* finalized statistics (float2 per key) */
+} fg_workspace_layout;
+
+int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *out, fg_error *err);
+
+/* The 32-bit pattern an accumulator is cleared with (0 for sums, encoded -inf for max). */
+uint32_t fg_accum_clear_pattern(const fg_accum *a);
+
+void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
+                   void *ctx);
+
+#endif

@@ -1,0 +1,387 @@
+#include "render.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embedded.h"
+
+/* ---- embedded modules ---------------------------------------------------------------- */
+
+static const fg_embedded_file *find_embedded(const char *path)
+{
+    for (int i = 0; i < fg_embedded_file_count; i++)
+        if (strcmp(fg_embedded_files[i].path, path) == 0)
+            return &fg_embedded_files[i];
+    return NULL;
+}
+
+/* import("name") loads templates/name.lua once and returns its value. */
+static int lua_import(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, "fusegen.modules");
+    lua_getfield(L, -1, name);
+    if (!lua_isnil(L, -1))
+        return 1;
+    lua_pop(L, 1);
+    char path[128];
+    snprintf(path, sizeof path, "%s.lua", name);
+    const fg_embedded_file *f = find_embedded(path);
+    if (!f)
+        return luaL_error(L, "template module '%s' is not embedded", name);
+    char chunk[160];
+    snprintf(chunk, sizeof chunk, "@templates/%s", path);
+    if (luaL_loadbufferx(L, f->data, f->size, chunk, "t") != LUA_OK)
+        return lua_error(L);
+    lua_call(L, 0, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, name);
+    return 1;
+}
+
+/* ---- pushing the IR and the plan --------------------------------------------------------- */
+
+static void set_int(lua_State *L, const char *k, long long v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_num(lua_State *L, const char *k, double v)
+{
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_bool(lua_State *L, const char *k, bool v)
+{
+    lua_pushboolean(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
+/* A 0-based array of integers. */
+static void push_int_array(lua_State *L, const int64_t *v, int n)
+{
+    lua_createtable(L, n, 1);
+    for (int i = 0; i < n; i++) {
+        lua_pushinteger(L, v[i]);
+        lua_rawseti(L, -2, i);
+    }
+    set_int(L, "n", n);
+}
+
+static void set_int3(lua_State *L, const char *k, const int *v, int n)
+{
+    int64_t t[3] = {v[0], v[1], v[2]};
+    push_int_array(L, t, n);
+    lua_setfield(L, -2, k);
+}
+
+static void push_shape(lua_State *L, const fg_shape *s)
+{
+    lua_createtable(L, 0, 3);
+    set_int(L, "rank", s->rank);
+    push_int_array(L, s->dim, s->rank);
+    lua_setfield(L, -2, "dim");
+    set_int(L, "sample", fg_shape_sample_count(s));
+}
+
+static const char *const kind_enum_names[] = {
+#define FG_X(kind, name, cls) #kind,
+    FG_OP_KINDS(FG_X)
+#undef FG_X
+};
+
+static const char *const class_names[] = {"conv", "unary", "binary", "norm", "reduce", "softmax", "pool"};
+
+static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
+{
+    lua_createtable(L, 0, 40);
+    set_str(L, "kind", kind_enum_names[op->kind]);
+    set_str(L, "spec_name", fg_op_kind_name(op->kind));
+    set_str(L, "class", class_names[fg_op_kind_class(op->kind)]);
+    set_int(L, "line", op->line);
+    set_str(L, "name", op->name);
+    set_str(L, "as", op->as);
+    push_shape(L, &op->in);
+    lua_setfield(L, -2, "in_shape");
+    push_shape(L, &op->out);
+    lua_setfield(L, -2, "out_shape");
+    set_int(L, "spatial", op->spatial);
+    set_int(L, "out_channels", op->out_channels);
+    set_int(L, "groups", op->groups);
+    set_int3(L, "kernel", op->kernel, 3);
+    set_int3(L, "stride", op->stride, 3);
+    set_int3(L, "padding", op->padding, 3);
+    set_int3(L, "dilation", op->dilation, 3);
+    set_bool(L, "bias", op->bias);
+    set_int(L, "weight_param", op->weight_param);
+    set_int(L, "bias_param", op->bias_param);
+    static const char *const operand_names[] = {"none", "scalar", "param", "value"};
+    set_str(L, "operand", operand_names[op->operand]);
+    set_num(L, "scalar", op->scalar);
+    set_int(L, "operand_param", op->operand_param);
+    set_int(L, "operand_value", op->operand_value);
+    set_num(L, "alpha", op->alpha);
+    set_num(L, "beta", op->beta);
+    set_num(L, "threshold", op->threshold);
+    set_bool(L, "has_lo", op->has_lo);
+    set_bool(L, "has_hi", op->has_hi);
+    set_num(L, "lo", op->lo);
+    set_num(L, "hi", op->hi);
+    set_bool(L, "gelu_tanh", op->gelu_tanh);
+    set_num(L, "eps", op->eps);
+    set_bool(L, "affine", op->affine);
+    set_bool(L, "running_stats", op->running_stats);
+    set_int(L, "normalized_rank", op->normalized_rank);
+    set_int(L, "mean_param", op->mean_param);
+    set_int(L, "var_param", op->var_param);
+    set_int(L, "reduce_mask", op->reduce_mask);
+    set_bool(L, "keepdim", op->keepdim);
+    set_bool(L, "count_include_pad", op->count_include_pad);
+    if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
+        fg_stat_layout sl;
+        fg_norm_stat_layout(op, &sl);
+        lua_createtable(L, 0, 5);
+        set_int(L, "mask", sl.mask);
+        set_int(L, "channel_group", sl.channel_group);
+        set_bool(L, "over_batch", sl.over_batch);
+        set_int(L, "keys_per_sample", sl.keys_per_sample);
+        set_int(L, "count_per_sample", sl.count_per_sample);
+        lua_setfield(L, -2, "stat");
+    }
+    (void)ir;
+}
+
+static void push_ir(lua_State *L, const fg_layer_ir *ir)
+{
+    lua_createtable(L, 0, 8);
+    set_str(L, "name", ir->name);
+    set_str(L, "file", ir->file);
+    set_str(L, "precision", ir->precision == FG_PRECISION_TF32 ? "tf32" : "fp32");
+    push_shape(L, &ir->input);
+    lua_setfield(L, -2, "input");
+    set_int(L, "n_ops", ir->n_ops);
+    lua_createtable(L, ir->n_ops, 1);
+    for (int k = 0; k < ir->n_ops; k++) {
+        push_op(L, ir, &ir->ops[k]);
+        lua_rawseti(L, -2, k);
+    }
+    lua_setfield(L, -2, "ops");
+    set_int(L, "n_params", ir->n_params);
+    lua_createtable(L, ir->n_params, 1);
+    for (int i = 0; i < ir->n_params; i++) {
+        const fg_param *p = &ir->params[i];
+        lua_createtable(L, 0, 4);
+        set_str(L, "name", p->name);
+        set_int(L, "rank", p->rank);
+        push_int_array(L, p->dim, p->rank);
+        lua_setfield(L, -2, "dim");
+        set_int(L, "count", p->count);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setfield(L, -2, "params");
+}
+
+static const char *const pass_kind_names[] = {"conv", "map", "finalize"};
+static const char *const accum_kind_names[] = {"moments", "sum", "max", "min", "sumexp"};
+static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
+
+static void push_plan(lua_State *L, const fg_plan *plan)
+{
+    lua_createtable(L, 0, 8);
+    set_str(L, "strategy", plan->strategy == FG_STRATEGY_RECOMPUTE ? "recompute" : "materialize");
+    set_int(L, "n_passes", plan->n_passes);
+    lua_createtable(L, plan->n_passes, 1);
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *ps = &plan->passes[i];
+        lua_createtable(L, 0, 20);
+        set_int(L, "index", i);
+        set_str(L, "kind", pass_kind_names[ps->kind]);
+        set_str(L, "kernel", ps->kernel);
+        set_int(L, "first", ps->first);
+        set_int(L, "last", ps->last);
+        set_int(L, "source_buffer", ps->source_buffer);
+        set_int(L, "domain", ps->domain);
+        set_int(L, "store_buffer", ps->store_buffer);
+        set_bool(L, "store_output", ps->store_output);
+        int64_t tmp[4];
+        for (int f = 0; f < ps->n_extra_stores; f++)
+            tmp[f] = ps->extra_stores[f];
+        push_int_array(L, tmp, ps->n_extra_stores);
+        lua_setfield(L, -2, "extra_stores");
+        for (int f = 0; f < ps->n_feeds; f++)
+            tmp[f] = ps->feeds[f];
+        push_int_array(L, tmp, ps->n_feeds);
+        lua_setfield(L, -2, "feeds");
+        set_int(L, "finalize_accum", ps->finalize_accum);
+        lua_createtable(L, 0, 10);
+        const fg_conv_tiling *t = &ps->conv;
+        set_int3(L, "tile", t->tile, 3);
+        set_int3(L, "threads", t->threads, 3);
+        set_int(L, "thread_w", t->thread_w);
+        set_int(L, "thread_co", t->thread_co);
+        set_int(L, "co_tile", t->co_tile);
+        set_int(L, "ci_chunk", t->ci_chunk);
+        set_int(L, "ci_unroll", t->ci_unroll);
+        lua_setfield(L, -2, "conv");
+        lua_createtable(L, 0, 6);
+        set_int(L, "block", ps->launch.block);
+        set_int(L, "elems", ps->launch.elems_per_thread);
+        set_int(L, "grid_x", ps->launch.grid_x);
+        set_int(L, "grid_y", ps->launch.grid_y);
+        set_bool(L, "per_sample", ps->launch.per_sample);
+        set_int(L, "smem_bytes", ps->launch.smem_bytes);
+        lua_setfield(L, -2, "launch");
+        lua_createtable(L, ps->n_args, 1);
+        for (int a = 0; a < ps->n_args; a++) {
+            lua_createtable(L, 0, 2);
+            set_str(L, "kind", arg_kind_names[ps->args[a].kind]);
+            set_int(L, "index", ps->args[a].index);
+            lua_rawseti(L, -2, a);
+        }
+        set_int(L, "n", ps->n_args);
+        lua_setfield(L, -2, "args");
+        lua_rawseti(L, -2, i);
+    }
+    lua_setfield(L, -2, "passes");
+    set_int(L, "n_buffers", plan->n_buffers);
+    lua_createtable(L, plan->n_buffers, 1);
+    for (int i = 0; i < plan->n_buffers; i++) {
+        lua_createtable(L, 0, 2);
+        set_int(L, "value", plan->buffers[i].value);
+        set_int(L, "per_sample", plan->buffers[i].per_sample);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setfield(L, -2, "buffers");
+    set_int(L, "n_accums", plan->n_accums);
+    lua_createtable(L, plan->n_accums, 1);
+    for (int i = 0; i < plan->n_accums; i++) {
+        const fg_accum *a = &plan->accums[i];
+        lua_createtable(L, 0, 8);
+        set_str(L, "kind", accum_kind_names[a->kind]);
+        set_int(L, "op", a->op);
+        set_int(L, "value", a->value);
+        set_int(L, "max_accum", a->max_accum);
+        set_int(L, "keys_per_sample", a->keys_per_sample);
+        set_bool(L, "over_batch", a->over_batch);
+        set_int(L, "count_per_sample", a->count_per_sample);
+        set_int(L, "finalized", a->finalized);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setfield(L, -2, "accums");
+    lua_createtable(L, FG_MAX_OPS, 0);
+    for (int k = 0; k < FG_MAX_OPS; k++) {
+        lua_createtable(L, 0, 3);
+        set_bool(L, "inline_loop", plan->inline_loop[k]);
+        set_int(L, "accum", plan->op_accum[k]);
+        set_int(L, "max_accum", plan->op_max_accum[k]);
+        lua_rawseti(L, -2, k);
+    }
+    lua_setfield(L, -2, "op");
+}
+
+/* ---- running the templates --------------------------------------------------------------- */
+
+typedef struct render_call {
+    const fg_layer_ir *ir;
+    const fg_plan *plan;
+} render_call;
+
+static int render_protected(lua_State *L)
+{
+    render_call *rc = lua_touserdata(L, 1);
+    lua_pushcfunction(L, lua_import);
+    lua_pushstring(L, "layer");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "render");
+    push_ir(L, rc->ir);
+    push_plan(L, rc->plan);
+    lua_call(L, 2, 1);
+    if (lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "templates/layer.lua: render returned a %s, not source text", luaL_typename(L, -1));
+    return 1;
+}
+
+int fg_render(const fg_layer_ir *ir, const fg_plan *plan, fg_rendered *out, fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    lua_State *L = luaL_newstate();
+    if (!L)
+        return fg_fail(err, "%s: out of memory starting the template engine", ir->file);
+    luaL_requiref(L, "_G", luaopen_base, 1);
+    luaL_requiref(L, LUA_STRLIBNAME, luaopen_string, 1);
+    luaL_requiref(L, LUA_TABLIBNAME, luaopen_table, 1);
+    luaL_requiref(L, LUA_MATHLIBNAME, luaopen_math, 1);
+    lua_settop(L, 0);
+    static const char *const unsafe[] = {"dofile", "loadfile", "load", "collectgarbage"};
+    for (size_t i = 0; i < sizeof unsafe / sizeof *unsafe; i++) {
+        lua_pushnil(L);
+        lua_setglobal(L, unsafe[i]);
+    }
+    lua_newtable(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, "fusegen.modules");
+    lua_pushcfunction(L, lua_import);
+    lua_setglobal(L, "import");
+
+    render_call rc = {ir, plan};
+    lua_pushcfunction(L, render_protected);
+    lua_pushlightuserdata(L, &rc);
+    int status = lua_pcall(L, 1, 1, 0);
+    int ret = 0;
+    if (status != LUA_OK) {
+        ret = fg_fail(err, "%s: rendering failed (a template bug): %s", ir->file,
+                      lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    } else {
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len);
+        out->source = malloc(len + 1);
+        if (!out->source) {
+            ret = fg_fail(err, "%s: out of memory", ir->file);
+        } else {
+            memcpy(out->source, s, len + 1);
+            out->length = len;
+        }
+    }
+    lua_close(L);
+    return ret;
+}
+
+void fg_rendered_free(fg_rendered *r)
+{
+    if (r) {
+        free(r->source);
+        r->source = NULL;
+    }
+}
+
+const char *fg_templates_digest(void)
+{
+    static char hex[33];
+    if (!hex[0]) {
+        unsigned char h[16];
+        crypto_generichash_state st;
+        crypto_generichash_init(&st, NULL, 0, sizeof h);
+        for (int i = 0; i < fg_embedded_file_count; i++) {
+            crypto_generichash_update(&st, (const unsigned char *)fg_embedded_files[i].path,
+                                      strlen(fg_embedded_files[i].path) + 1);
+            crypto_generichash_update(&st, (const unsigned char *)fg_embedded_files[i].data,
+                                      fg_embedded_files[i].size);
+        }
+        crypto_generichash_final(&st, h, sizeof h);
+        char tmp[33];
+        sodium_bin2hex(tmp, sizeof tmp, h, sizeof h);
+        memcpy(hex, tmp, sizeof hex); /* benign race: every thread writes the same bytes */
+    }
+    return hex;
+}

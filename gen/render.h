@@ -1,0 +1,25 @@
+/* Rendering: hands the IR and the plan to the Lua templates (templates/, embedded in the
+ * library) and collects the CUDA C++ they print. The templates run in a Lua state of their
+ * own with the base, string, table and math libraries; they are trusted code, but still
+ * get no io or os. */
+#ifndef FG_RENDER_H
+#define FG_RENDER_H
+
+#include <stddef.h>
+
+#include "diag.h"
+#include "ir.h"
+#include "planner.h"
+
+typedef struct fg_rendered {
+    char *source;     /* NUL-terminated CUDA C++, self-contained */
+    size_t length;
+} fg_rendered;
+
+int fg_render(const fg_layer_ir *ir, const fg_plan *plan, fg_rendered *out, fg_error *err);
+void fg_rendered_free(fg_rendered *r);
+
+/* A digest of every embedded template, part of the generator's identity (cache keys). */
+const char *fg_templates_digest(void);
+
+#endif

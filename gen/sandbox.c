@@ -1,0 +1,156 @@
+#include "sandbox.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const fg_sandbox_limits fg_sandbox_default_limits = {
+    .memory_bytes = 64u << 20,
+    .instructions = 50LL * 1000 * 1000,
+    .seconds = 2.0,
+};
+
+struct fg_sandbox {
+    lua_State *L;
+    fg_sandbox_limits limits;
+    size_t used;
+    long long executed;
+    struct timespec started;
+};
+
+/* The hook runs every HOOK_EVERY VM instructions. */
+enum { HOOK_EVERY = 1000 };
+
+/* Refusing an allocation makes Lua raise "not enough memory", which the protected call
+ * catches: a memory bomb ends as an ordinary error. */
+static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    fg_sandbox *sb = ud;
+    size_t old = ptr ? osize : 0;
+    if (nsize == 0) {
+        free(ptr);
+        sb->used -= old;
+        return NULL;
+    }
+    if (nsize > old && sb->used - old + nsize > sb->limits.memory_bytes)
+        return NULL;
+    void *p = realloc(ptr, nsize);
+    if (p)
+        sb->used = sb->used - old + nsize;
+    return p;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static fg_sandbox *sandbox_of(lua_State *L)
+{
+    void *ud = NULL;
+    lua_getallocf(L, &ud);
+    return ud;
+}
+
+static void budget_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    fg_sandbox *sb = sandbox_of(L);
+    sb->executed += HOOK_EVERY;
+    if (sb->executed > sb->limits.instructions)
+        luaL_error(L, "the spec ran past its instruction budget (%lld instructions): a spec is data, "
+                      "not a program; is there an endless loop?",
+                   sb->limits.instructions);
+    if (seconds_since(&sb->started) > sb->limits.seconds)
+        luaL_error(L, "the spec ran past its time limit (%.1f s)", sb->limits.seconds);
+}
+
+fg_sandbox *fg_sandbox_new(const fg_sandbox_limits *limits)
+{
+    fg_sandbox *sb = calloc(1, sizeof *sb);
+    if (!sb)
+        return NULL;
+    sb->limits = limits ? *limits : fg_sandbox_default_limits;
+    sb->L = lua_newstate(capped_alloc, sb);
+    if (!sb->L) {
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+void fg_sandbox_free(fg_sandbox *sb)
+{
+    if (!sb)
+        return;
+    lua_close(sb->L);
+    free(sb);
+}
+
+lua_State *fg_sandbox_state(fg_sandbox *sb)
+{
+    return sb->L;
+}
+
+static void arm(fg_sandbox *sb)
+{
+    sb->executed = 0;
+    clock_gettime(CLOCK_MONOTONIC, &sb->started);
+    lua_sethook(sb->L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+}
+
+static void disarm(fg_sandbox *sb)
+{
+    lua_sethook(sb->L, NULL, 0, 0);
+}
+
+static void copy_message(lua_State *L, char *msg, size_t cap)
+{
+    const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "error object is not a string";
+    snprintf(msg, cap, "%s", m);
+    lua_pop(L, 1);
+}
+
+int fg_sandbox_run(fg_sandbox *sb, const char *source, size_t len, const char *chunkname,
+                   int env_index, char *msg, size_t msg_cap)
+{
+    lua_State *L = sb->L;
+    env_index = lua_absindex(L, env_index);
+    /* Mode "t": a precompiled (bytecode) chunk is refused before it runs; bytecode can
+     * break the VM's safety. */
+    if (luaL_loadbufferx(L, source, len, chunkname, "t") != LUA_OK) {
+        copy_message(L, msg, msg_cap);
+        return -1;
+    }
+    lua_pushvalue(L, env_index);
+    if (!lua_setupvalue(L, -2, 1)) /* _ENV is a main chunk's first upvalue */
+        lua_pop(L, 1);
+    arm(sb);
+    int rc = lua_pcall(L, 0, 1, 0);
+    disarm(sb);
+    if (rc != LUA_OK) {
+        copy_message(L, msg, msg_cap);
+        return -1;
+    }
+    return 0;
+}
+
+int fg_sandbox_pcall(fg_sandbox *sb, lua_CFunction fn, void *ud, char *msg, size_t msg_cap)
+{
+    lua_State *L = sb->L;
+    lua_pushcfunction(L, fn);
+    lua_pushlightuserdata(L, ud);
+    arm(sb);
+    int rc = lua_pcall(L, 1, 0, 0);
+    disarm(sb);
+    if (rc != LUA_OK) {
+        copy_message(L, msg, msg_cap);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,394 @@
+#include "shape_infer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct infer_ctx {
+    fg_layer_ir *ir;
+    fg_error *err;
+    const fg_op *op;
+} infer_ctx;
+
+static int op_fail(infer_ctx *c, const char *field, const char *fmt, ...) FG_PRINTF(3, 4);
+static int op_fail(infer_ctx *c, const char *field, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *spec_name = fg_op_kind_name(c->op->kind);
+    if (field)
+        return fg_fail(c->err, "%s:%d: %s: field '%s' %s", c->ir->file, c->op->line, spec_name, field, msg);
+    return fg_fail(c->err, "%s:%d: %s: %s", c->ir->file, c->op->line, spec_name, msg);
+}
+
+/* Every value's per-sample size must fit the kernels' 32-bit sample indexing; products are
+ * overflow-checked on the way. */
+static int check_size(infer_ctx *c, const fg_shape *s)
+{
+    int64_t n = 1;
+    for (int d = 1; d < s->rank; d++) {
+        if (__builtin_mul_overflow(n, s->dim[d], &n) || n > FG_MAX_SAMPLE_ELEMENTS) {
+            char buf[128];
+            return op_fail(c, NULL, "its output %s has more than %" PRId64 " elements per sample",
+                           fg_shape_str(s, buf, sizeof buf), FG_MAX_SAMPLE_ELEMENTS);
+        }
+    }
+    return 0;
+}
+
+/* Registers a parameter, or checks that a reused name keeps its shape. */
+static int add_param(infer_ctx *c, const char *name, int rank, const int64_t *dim, int *index)
+{
+    fg_layer_ir *ir = c->ir;
+    for (int i = 0; i < ir->n_params; i++) {
+        fg_param *p = &ir->params[i];
+        if (strcmp(p->name, name) != 0)
+            continue;
+        bool same = p->rank == rank;
+        for (int d = 0; same && d < rank; d++)
+            same = p->dim[d] == dim[d];
+        if (!same) {
+            char a[128] = "", b[128] = "";
+            for (int d = 0; d < p->rank; d++)
+                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%" PRId64, d ? ", " : "", p->dim[d]);
+            for (int d = 0; d < rank; d++)
+                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%" PRId64, d ? ", " : "", dim[d]);
+            return op_fail(c, NULL, "parameter '%s' is used with shape [%s] here but [%s] at line %d", name, b, a,
+                           p->first_line);
+        }
+        *index = i;
+        return 0;
+    }
+    if (ir->n_params == FG_MAX_PARAMS)
+        return op_fail(c, NULL, "too many parameters (at most %d)", FG_MAX_PARAMS);
+    fg_param *p = &ir->params[ir->n_params];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rank = rank;
+    p->count = 1;
+    for (int d = 0; d < rank; d++) {
+        p->dim[d] = dim[d];
+        if (__builtin_mul_overflow(p->count, dim[d], &p->count) || p->count > FG_MAX_SAMPLE_ELEMENTS)
+            return op_fail(c, NULL, "parameter '%s' is too large", name);
+    }
+    p->first_line = c->op->line;
+    *index = ir->n_params++;
+    return 0;
+}
+
+static int add_module_param(infer_ctx *c, const char *module, const char *suffix, int rank, const int64_t *dim,
+                            int *index)
+{
+    char name[FG_NAME_MAX];
+    if ((size_t)snprintf(name, sizeof name, "%s.%s", module, suffix) >= sizeof name)
+        return op_fail(c, "name", "'%s' is too long", module);
+    return add_param(c, name, rank, dim, index);
+}
+
+/* Expands a spatial field given as one value or one per dim. */
+static int expand_spatial(infer_ctx *c, const char *field, int given, int *v, int spatial)
+{
+    if (given > 1 && given != spatial)
+        return op_fail(c, field, "has %d values; give one or %d", given, spatial);
+    if (given == 1)
+        for (int i = 1; i < spatial; i++)
+            v[i] = v[0];
+    return 0;
+}
+
+static int infer_conv(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    char buf[128];
+    if (in->rank != op->spatial + 2)
+        return op_fail(c, NULL, "expects a %dD input [N, C, %s] but the layer input is %s", op->spatial + 2,
+                       op->spatial == 2 ? "H, W" : "D, H, W", fg_shape_str(in, buf, sizeof buf));
+    if (expand_spatial(c, "kernel", op->kernel_n, op->kernel, op->spatial) ||
+        expand_spatial(c, "stride", op->stride_n, op->stride, op->spatial) ||
+        expand_spatial(c, "padding", op->padding_n, op->padding, op->spatial) ||
+        expand_spatial(c, "dilation", op->dilation_n, op->dilation, op->spatial))
+        return -1;
+    int64_t cin = in->dim[1];
+    if (cin % op->groups)
+        return op_fail(c, "groups", "(%" PRId64 ") must divide the input channels (%" PRId64 ")", op->groups, cin);
+    if (op->out_channels % op->groups)
+        return op_fail(c, "groups", "(%" PRId64 ") must divide out_channels (%" PRId64 ")", op->groups,
+                       op->out_channels);
+    fg_shape *out = &op->out;
+    out->rank = in->rank;
+    out->dim[0] = 1;
+    out->dim[1] = op->out_channels;
+    for (int i = 0; i < op->spatial; i++) {
+        int64_t padded = in->dim[2 + i] + 2 * (int64_t)op->padding[i];
+        int64_t extent = (int64_t)op->dilation[i] * (op->kernel[i] - 1) + 1;
+        if (extent > padded)
+            return op_fail(c, "kernel",
+                           "is larger than the input: spatial dim %d is %" PRId64 " (padded) but the kernel spans %" PRId64,
+                           i, padded, extent);
+        out->dim[2 + i] = (padded - extent) / op->stride[i] + 1;
+    }
+    int64_t wdim[FG_MAX_RANK] = {op->out_channels, cin / op->groups};
+    for (int i = 0; i < op->spatial; i++)
+        wdim[2 + i] = op->kernel[i];
+    if (add_module_param(c, op->name, "weight", 2 + op->spatial, wdim, &op->weight_param))
+        return -1;
+    if (op->bias && add_module_param(c, op->name, "bias", 1, &op->out_channels, &op->bias_param))
+        return -1;
+    return 0;
+}
+
+/* PyTorch broadcasting, right-aligned; the batch dim of a parameter must be 1. */
+static int check_broadcast(infer_ctx *c, const char *what, int rank, const int64_t *dim, const fg_shape *to)
+{
+    char buf[128];
+    if (rank > to->rank)
+        return op_fail(c, "shape", "%s has rank %d, more than the value %s", what, rank,
+                       fg_shape_str(to, buf, sizeof buf));
+    for (int i = 0; i < rank; i++) {
+        int td = to->rank - rank + i;
+        bool ok = dim[i] == 1 || (td > 0 && dim[i] == to->dim[td]);
+        if (!ok)
+            return op_fail(c, "shape",
+                           "%s does not broadcast against the value %s: its dim %d is %" PRId64,
+                           what, fg_shape_str(to, buf, sizeof buf), i, dim[i]);
+    }
+    return 0;
+}
+
+static int find_value(infer_ctx *c, int upto, const char *name)
+{
+    const char *names[FG_MAX_OPS];
+    int n = 0;
+    for (int k = upto - 1; k >= 0; k--) {
+        if (!c->ir->ops[k].as[0])
+            continue;
+        if (!strcmp(c->ir->ops[k].as, name))
+            return k;
+        names[n++] = c->ir->ops[k].as;
+    }
+    const char *near = fg_nearest_name(name, names, n);
+    if (near)
+        op_fail(c, "value", "'%s' names no earlier value (did you mean '%s'?)", name, near);
+    else if (n == 0)
+        op_fail(c, "value", "'%s' names no earlier value: name one with as = \"%s\" on an earlier op", name, name);
+    else
+        op_fail(c, "value", "'%s' names no earlier value", name);
+    return -1;
+}
+
+static int infer_binary(infer_ctx *c, fg_op *op, const fg_shape *in, int k)
+{
+    op->out = *in;
+    if (op->operand == FG_OPERAND_PARAM) {
+        int64_t dim[FG_MAX_RANK];
+        int rank = op->param_rank;
+        if (rank) {
+            memcpy(dim, op->param_dim, sizeof dim);
+        } else {
+            /* default: one value per channel, shaped to broadcast like PyTorch's [C, 1, ...] */
+            if (in->rank < 2)
+                return op_fail(c, "shape", "must be given: the value has no channel dim to default to");
+            rank = in->rank - 1;
+            dim[0] = in->dim[1];
+            for (int d = 1; d < rank; d++)
+                dim[d] = 1;
+            /* a parameter already declared keeps its declared shape */
+            for (int i = 0; i < c->ir->n_params; i++)
+                if (!strcmp(c->ir->params[i].name, op->param_name)) {
+                    rank = c->ir->params[i].rank;
+                    memcpy(dim, c->ir->params[i].dim, sizeof dim);
+                }
+        }
+        char what[FG_NAME_MAX + 16];
+        snprintf(what, sizeof what, "param '%s'", op->param_name);
+        if (check_broadcast(c, what, rank, dim, in))
+            return -1;
+        return add_param(c, op->param_name, rank, dim, &op->operand_param);
+    }
+    if (op->operand == FG_OPERAND_VALUE) {
+        int v = find_value(c, k, op->value_name);
+        if (v < 0)
+            return -1;
+        const fg_shape *vs = &c->ir->ops[v].out;
+        bool same = vs->rank == in->rank;
+        for (int d = 1; same && d < vs->rank; d++)
+            same = vs->dim[d] == in->dim[d];
+        if (!same) {
+            char a[128], b[128];
+            return op_fail(c, "value", "'%s' has shape %s but this op's input is %s; both must match",
+                           op->value_name, fg_shape_str(vs, a, sizeof a), fg_shape_str(in, b, sizeof b));
+        }
+        op->operand_value = v;
+    }
+    return 0;
+}
+
+static int infer_norm(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    char buf[128];
+    op->out = *in;
+    if (in->rank < 2 || (op->kind != FG_OP_LAYER_NORM && in->rank < 3))
+        return op_fail(c, NULL, "needs a value with channels and at least one spatial dim, got %s",
+                       fg_shape_str(in, buf, sizeof buf));
+    int64_t channels = in->dim[1];
+    int64_t affine_dim[FG_MAX_RANK] = {channels};
+    int affine_rank = 1;
+    if (op->kind == FG_OP_GROUP_NORM && channels % op->groups)
+        return op_fail(c, "groups", "(%" PRId64 ") must divide the channels (%" PRId64 ")", op->groups, channels);
+    if (op->kind == FG_OP_LAYER_NORM) {
+        if (op->n_list > in->rank - 1)
+            return op_fail(c, "normalized_shape", "has %d dims but the value %s has only %d besides the batch",
+                           op->n_list, fg_shape_str(in, buf, sizeof buf), in->rank - 1);
+        for (int i = 0; i < op->n_list; i++) {
+            int d = in->rank - op->n_list + i;
+            if (op->list[i] != in->dim[d])
+                return op_fail(c, "normalized_shape", "must match the value's trailing dims: entry %d is %" PRId64
+                                                      " but the value %s has %" PRId64 " there",
+                               i, op->list[i], fg_shape_str(in, buf, sizeof buf), in->dim[d]);
+        }
+        op->normalized_rank = op->n_list;
+        affine_rank = op->n_list;
+        memcpy(affine_dim, op->list, sizeof(int64_t) * (size_t)op->n_list);
+    }
+    if (op->affine) {
+        if (add_module_param(c, op->name, "weight", affine_rank, affine_dim, &op->weight_param) ||
+            add_module_param(c, op->name, "bias", affine_rank, affine_dim, &op->bias_param))
+            return -1;
+    }
+    if (op->kind == FG_OP_BATCH_NORM && op->running_stats) {
+        if (add_module_param(c, op->name, "running_mean", 1, &channels, &op->mean_param) ||
+            add_module_param(c, op->name, "running_var", 1, &channels, &op->var_param))
+            return -1;
+    }
+    return 0;
+}
+
+static int infer_reduce(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    char buf[128];
+    const char *field = op->n_dims == 1 ? "dim" : "dims";
+    if (op->kind == FG_OP_GLOBAL_AVG_POOL) {
+        if (in->rank < 3)
+            return op_fail(c, NULL, "needs spatial dims, got %s", fg_shape_str(in, buf, sizeof buf));
+        op->n_dims = 0;
+        for (int d = 2; d < in->rank; d++)
+            op->dims[op->n_dims++] = d;
+        op->keepdim = true;
+    }
+    op->reduce_mask = 0;
+    for (int i = 0; i < op->n_dims; i++) {
+        int d = op->dims[i];
+        if (d < -in->rank || d >= in->rank)
+            return op_fail(c, field, "names dim %d but the value %s has %d dims (valid: %d..%d)", d,
+                           fg_shape_str(in, buf, sizeof buf), in->rank, -in->rank, in->rank - 1);
+        if (d < 0)
+            d += in->rank;
+        if (d == 0)
+            return op_fail(c, field, "reduces over the batch dim 0, which is bound at run time; reduce over "
+                                     "dims 1..%d", in->rank - 1);
+        if (op->reduce_mask & (1u << d))
+            return op_fail(c, field, "lists dim %d twice", d);
+        op->reduce_mask |= 1u << d;
+    }
+    if (op->kind == FG_OP_SOFTMAX) {
+        if (op->n_dims != 1)
+            return op_fail(c, "dim", "softmax takes one dim");
+        op->out = *in;
+        return 0;
+    }
+    fg_shape *out = &op->out;
+    out->rank = 0;
+    for (int d = 0; d < in->rank; d++) {
+        if (op->reduce_mask & (1u << d)) {
+            if (op->keepdim)
+                out->dim[out->rank++] = 1;
+        } else {
+            out->dim[out->rank++] = in->dim[d];
+        }
+    }
+    return 0;
+}
+
+static int infer_pool(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    char buf[128];
+    int spatial = in->rank - 2;
+    if (spatial < 1 || spatial > 3)
+        return op_fail(c, NULL, "needs a value [N, C, spatial...], got %s", fg_shape_str(in, buf, sizeof buf));
+    if (op->spatial && op->spatial != spatial)
+        return op_fail(c, NULL, "is a %dD pool but the value %s has %d spatial dims", op->spatial,
+                       fg_shape_str(in, buf, sizeof buf), spatial);
+    op->spatial = spatial;
+    int stride_n = op->stride_n ? op->stride_n : op->kernel_n;
+    if (expand_spatial(c, "kernel", op->kernel_n, op->kernel, spatial) ||
+        expand_spatial(c, "stride", stride_n, op->stride, spatial) ||
+        expand_spatial(c, "padding", op->padding_n, op->padding, spatial))
+        return -1;
+    op->out.rank = in->rank;
+    op->out.dim[0] = 1;
+    op->out.dim[1] = in->dim[1];
+    for (int i = 0; i < spatial; i++) {
+        if (2 * op->padding[i] > op->kernel[i])
+            return op_fail(c, "padding", "(%d) must be at most half the kernel (%d)", op->padding[i], op->kernel[i]);
+        int64_t padded = in->dim[2 + i] + 2 * (int64_t)op->padding[i];
+        if (op->kernel[i] > padded)
+            return op_fail(c, "kernel", "(%d) is larger than the input's spatial dim %d (%" PRId64 ")", op->kernel[i],
+                           i, padded);
+        op->out.dim[2 + i] = (padded - op->kernel[i]) / op->stride[i] + 1;
+    }
+    return 0;
+}
+
+int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
+{
+    infer_ctx c = {.ir = ir, .err = err};
+    if (ir->n_ops == 0 || fg_op_kind_class(ir->ops[0].kind) != FG_CLASS_CONV) {
+        int line = ir->n_ops ? ir->ops[0].line : 0;
+        return fg_fail(err, "%s:%d: the first op must be conv2d or conv3d (the anchor of the layer)", ir->file, line);
+    }
+    {
+        fg_op dummy = {.kind = FG_OP_CONV2D, .line = ir->ops[0].line};
+        c.op = &dummy;
+        if (check_size(&c, &ir->input))
+            return -1;
+    }
+    for (int k = 0; k < ir->n_ops; k++) {
+        fg_op *op = &ir->ops[k];
+        const fg_shape *in = k == 0 ? &ir->input : &ir->ops[k - 1].out;
+        c.op = op;
+        op->in = *in;
+        int rc = 0;
+        switch (fg_op_kind_class(op->kind)) {
+        case FG_CLASS_CONV:
+            if (k > 0)
+                return op_fail(&c, NULL, "only the first op may be a convolution");
+            rc = infer_conv(&c, op, in);
+            break;
+        case FG_CLASS_UNARY:
+            op->out = *in;
+            break;
+        case FG_CLASS_BINARY:
+            rc = infer_binary(&c, op, in, k);
+            break;
+        case FG_CLASS_NORM:
+            rc = infer_norm(&c, op, in);
+            break;
+        case FG_CLASS_REDUCE:
+        case FG_CLASS_SOFTMAX:
+            rc = infer_reduce(&c, op, in);
+            break;
+        case FG_CLASS_POOL:
+            rc = infer_pool(&c, op, in);
+            break;
+        }
+        if (rc || check_size(&c, &op->out))
+            return -1;
+        if (op->as[0]) {
+            for (int j = 0; j < k; j++)
+                if (!strcmp(ir->ops[j].as, op->as))
+                    return op_fail(&c, "as", "'%s' already names the value of line %d", op->as, ir->ops[j].line);
+        }
+    }
+    return 0;
+}

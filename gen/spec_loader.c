@@ -1,0 +1,860 @@
+#include "spec_loader.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shape_infer.h"
+
+/* ---- The constructors a spec can call ------------------------------------------------ */
+
+/* Fields each constructor accepts. "as" (name this op's value) is accepted everywhere. */
+typedef struct ctor_schema {
+    const char *name;
+    const char *fields[12];
+} ctor_schema;
+
+static const ctor_schema schemas[] = {
+    {"conv2d", {"name", "out_channels", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
+    {"conv3d", {"name", "out_channels", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
+    {"relu", {0}},
+    {"leaky_relu", {"negative_slope"}},
+    {"gelu", {"approximate"}},
+    {"sigmoid", {0}},
+    {"tanh", {0}},
+    {"softplus", {"beta", "threshold"}},
+    {"mish", {0}},
+    {"silu", {0}},
+    {"swish", {0}},
+    {"hardswish", {0}},
+    {"hardsigmoid", {0}},
+    {"hardtanh", {"min", "max"}},
+    {"clamp", {"min", "max"}},
+    {"exp", {0}},
+    {"log", {0}},
+    {"abs", {0}},
+    {"neg", {0}},
+    {"add", {"scalar", "param", "shape", "value"}},
+    {"sub", {"scalar", "param", "shape", "value"}},
+    {"mul", {"scalar", "param", "shape", "value"}},
+    {"div", {"scalar", "param", "shape", "value"}},
+    {"min", {"scalar", "param", "shape", "value", "dim", "dims", "keepdim"}},
+    {"max", {"scalar", "param", "shape", "value", "dim", "dims", "keepdim"}},
+    {"sum", {"dim", "dims", "keepdim"}},
+    {"mean", {"dim", "dims", "keepdim"}},
+    {"logsumexp", {"dim", "dims", "keepdim"}},
+    {"softmax", {"dim"}},
+    {"group_norm", {"name", "groups", "eps", "affine"}},
+    {"instance_norm", {"name", "eps", "affine"}},
+    {"batch_norm", {"name", "eps", "affine", "stats"}},
+    {"layer_norm", {"name", "normalized_shape", "eps", "affine"}},
+    {"max_pool", {"kernel", "stride", "padding"}},
+    {"max_pool2d", {"kernel", "stride", "padding"}},
+    {"max_pool3d", {"kernel", "stride", "padding"}},
+    {"avg_pool", {"kernel", "stride", "padding", "count_include_pad"}},
+    {"avg_pool2d", {"kernel", "stride", "padding", "count_include_pad"}},
+    {"avg_pool3d", {"kernel", "stride", "padding", "count_include_pad"}},
+    {"global_avg_pool", {0}},
+};
+enum { N_SCHEMAS = sizeof schemas / sizeof schemas[0] };
+
+static const char *const constructor_names[N_SCHEMAS + 1] = {
+    "layer",        "conv2d",      "conv3d",     "relu",          "leaky_relu",  "gelu",
+    "sigmoid",      "tanh",        "softplus",   "mish",          "silu",        "swish",
+    "hardswish",    "hardsigmoid", "hardtanh",   "clamp",         "exp",         "log",
+    "abs",          "neg",         "add",        "sub",           "mul",         "div",
+    "min",          "max",         "sum",        "mean",          "logsumexp",   "softmax",
+    "group_norm",   "instance_norm", "batch_norm", "layer_norm",  "max_pool",    "max_pool2d",
+    "max_pool3d",   "avg_pool",    "avg_pool2d", "avg_pool3d",    "global_avg_pool",
+};
+
+int fg_spec_constructor_names(const char *const **names)
+{
+    *names = constructor_names;
+    return N_SCHEMAS + 1;
+}
+
+static const ctor_schema *find_schema(const char *name)
+{
+    for (int i = 0; i < N_SCHEMAS; i++)
+        if (strcmp(schemas[i].name, name) == 0)
+            return &schemas[i];
+    return NULL;
+}
+
+/* Registry keys. Op and layer records live in registry tables the spec cannot reach, keyed
+ * by the (empty) handle tables the constructors return, so a spec cannot forge an op. */
+static const char REG_OPS[] = "fusegen.ops";
+static const char REG_CTORS[] = "fusegen.ctors";
+
+static int current_line(lua_State *L)
+{
+    lua_Debug ar;
+    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "l", &ar))
+        return ar.currentline;
+    return 0;
+}
+
+/* Records {kind=name, line=N, args=tbl} under a new handle and returns the handle. */
+static int record(lua_State *L, const char *kind, int args_index, int line)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_OPS);
+    lua_newtable(L); /* handle */
+    lua_pushvalue(L, -1);
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, kind);
+    lua_setfield(L, -2, "kind");
+    lua_pushinteger(L, line);
+    lua_setfield(L, -2, "line");
+    lua_pushvalue(L, args_index);
+    lua_setfield(L, -2, "args");
+    lua_rawset(L, -4);
+    return 1;
+}
+
+static int op_constructor(lua_State *L)
+{
+    const char *name = lua_tostring(L, lua_upvalueindex(1));
+    int line = current_line(L);
+    if (lua_gettop(L) == 0 || lua_isnil(L, 1))
+        lua_newtable(L), lua_replace(L, 1);
+    if (!lua_istable(L, 1))
+        return luaL_error(L, "%s expects a table of fields: write %s { ... } (got a %s)", name, name,
+                          luaL_typename(L, 1));
+    lua_settop(L, 1);
+    return record(L, name, 1, line);
+}
+
+static int layer_body(lua_State *L)
+{
+    int line = current_line(L);
+    if (!lua_istable(L, 1))
+        return luaL_error(L, "layer \"%s\" expects a table: layer \"%s\" { input = {...}, ... }",
+                          lua_tostring(L, lua_upvalueindex(1)), lua_tostring(L, lua_upvalueindex(1)));
+    lua_settop(L, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_setfield(L, 1, "\1name"); /* a key no spec field can spell */
+    return record(L, "layer", 1, line);
+}
+
+static int layer_constructor(lua_State *L)
+{
+    if (lua_type(L, 1) != LUA_TSTRING)
+        return luaL_error(L, "layer expects a name first: return layer \"my_layer\" { ... }");
+    lua_settop(L, 1);
+    lua_pushcclosure(L, layer_body, 1);
+    return 1;
+}
+
+/* Reading a global the spec never defined is almost always a misspelt constructor. */
+static int env_index(lua_State *L)
+{
+    const char *key = lua_tostring(L, 2);
+    if (!key)
+        return 0;
+    const char *near = fg_nearest_name(key, constructor_names, N_SCHEMAS + 1);
+    if (near)
+        return luaL_error(L, "unknown name '%s' (did you mean '%s'?)", key, near);
+    return luaL_error(L, "unknown name '%s': a spec can use only fusegen's constructors, "
+                         "plain tables, numbers and strings", key);
+}
+
+static int env_newindex(lua_State *L)
+{
+    return luaL_error(L, "a spec cannot set global '%s': use a local", luaL_optstring(L, 2, "?"));
+}
+
+/* Builds the spec's environment and leaves it on the stack. */
+static void push_environment(lua_State *L)
+{
+    /* The base and math libraries are opened only to copy a few pure functions out of
+     * them; the spec never sees the global table. */
+    luaL_requiref(L, "_G", luaopen_base, 1);
+    lua_pop(L, 1);
+    luaL_requiref(L, "math", luaopen_math, 1);
+    lua_pop(L, 1);
+
+    lua_newtable(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, REG_OPS);
+    lua_newtable(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, REG_CTORS);
+
+    lua_newtable(L); /* env */
+    static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tostring",
+                                             "tonumber", "select", "error", "assert"};
+    for (size_t i = 0; i < sizeof base_funcs / sizeof *base_funcs; i++) {
+        lua_getglobal(L, base_funcs[i]);
+        lua_setfield(L, -2, base_funcs[i]);
+    }
+    static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
+                                             "fmod", "tointeger", "huge", "pi", "maxinteger"};
+    lua_newtable(L);
+    lua_getglobal(L, "math");
+    for (size_t i = 0; i < sizeof math_funcs / sizeof *math_funcs; i++) {
+        lua_getfield(L, -1, math_funcs[i]);
+        lua_setfield(L, -3, math_funcs[i]);
+    }
+    lua_pop(L, 1);
+    lua_setfield(L, -2, "math");
+
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_CTORS);
+    for (int i = 0; i < N_SCHEMAS; i++) {
+        lua_pushstring(L, schemas[i].name);
+        lua_pushcclosure(L, op_constructor, 1);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -4, schemas[i].name);
+        lua_pushstring(L, schemas[i].name);
+        lua_rawset(L, -3); /* ctors[function] = name, to accept a bare `relu` */
+    }
+    lua_pop(L, 1);
+    lua_pushcfunction(L, layer_constructor);
+    lua_setfield(L, -2, "layer");
+
+    /* Drop the global table's contents: nothing reachable from a function the spec holds
+     * (pairs' upvalues and so on) leads back to io/os/load. */
+    lua_pushglobaltable(L);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_pushnil(L);
+        lua_rawset(L, -4);
+    }
+    lua_pop(L, 1);
+
+    lua_createtable(L, 0, 2); /* env's metatable */
+    lua_pushcfunction(L, env_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, env_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+}
+
+/* ---- Walking the returned layer --------------------------------------------------------- */
+
+typedef struct walk_ctx {
+    fg_layer_ir *ir;
+    const char *file;
+    int result_ref;
+    /* the op being read, for messages */
+    const char *op_name;
+    int op_line;
+} walk_ctx;
+
+static int raise(lua_State *L, walk_ctx *w, int line, const char *fmt, ...) FG_PRINTF(4, 5);
+static int raise(lua_State *L, walk_ctx *w, int line, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return luaL_error(L, "%s:%d: %s", w->file, line, msg);
+}
+
+#define FIELD_FAIL(L, w, field, ...)                                                               \
+    do {                                                                                           \
+        char fmsg_[512];                                                                           \
+        snprintf(fmsg_, sizeof fmsg_, __VA_ARGS__);                                                \
+        raise(L, w, (w)->op_line, "%s: field '%s' %s", (w)->op_name, field, fmsg_);                \
+    } while (0)
+
+/* Pushes args[field] (raw) and returns whether it is present. */
+static bool get_field(lua_State *L, int args, const char *field)
+{
+    lua_pushstring(L, field);
+    lua_rawget(L, args);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return false;
+    }
+    return true;
+}
+
+static int64_t to_integer(lua_State *L, walk_ctx *w, int idx, const char *field, int64_t lo, int64_t hi)
+{
+    int isnum = 0;
+    lua_Integer v = lua_tointegerx(L, idx, &isnum);
+    if (!isnum) {
+        if (lua_type(L, idx) == LUA_TNUMBER)
+            FIELD_FAIL(L, w, field, "must be a whole number (got %g)", lua_tonumber(L, idx));
+        FIELD_FAIL(L, w, field, "must be a whole number (got a %s)", luaL_typename(L, idx));
+    }
+    if (v < lo || v > hi)
+        FIELD_FAIL(L, w, field, "must be between %lld and %lld (got %lld)", (long long)lo, (long long)hi,
+                   (long long)v);
+    return v;
+}
+
+static int64_t opt_integer(lua_State *L, walk_ctx *w, int args, const char *field, int64_t def, int64_t lo,
+                           int64_t hi, bool required)
+{
+    if (!get_field(L, args, field)) {
+        if (required)
+            FIELD_FAIL(L, w, field, "is required");
+        return def;
+    }
+    int64_t v = to_integer(L, w, -1, field, lo, hi);
+    lua_pop(L, 1);
+    return v;
+}
+
+static double opt_number(lua_State *L, walk_ctx *w, int args, const char *field, double def, bool *given)
+{
+    if (given)
+        *given = false;
+    if (!get_field(L, args, field))
+        return def;
+    if (lua_type(L, -1) != LUA_TNUMBER)
+        FIELD_FAIL(L, w, field, "must be a number (got a %s)", luaL_typename(L, -1));
+    double v = lua_tonumber(L, -1);
+    if (!isfinite(v))
+        FIELD_FAIL(L, w, field, "must be a finite number (got %g)", v);
+    lua_pop(L, 1);
+    if (given)
+        *given = true;
+    return v;
+}
+
+static bool opt_bool(lua_State *L, walk_ctx *w, int args, const char *field, bool def)
+{
+    if (!get_field(L, args, field))
+        return def;
+    if (!lua_isboolean(L, -1))
+        FIELD_FAIL(L, w, field, "must be true or false (got a %s)", luaL_typename(L, -1));
+    bool v = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* A name bound to a state_dict key or a value: printable, no path separators. */
+static void check_name(lua_State *L, walk_ctx *w, const char *field, const char *s, size_t len)
+{
+    if (len == 0)
+        FIELD_FAIL(L, w, field, "must not be empty");
+    if (len >= FG_NAME_MAX)
+        FIELD_FAIL(L, w, field, "is too long (%zu characters, at most %d)", len, FG_NAME_MAX - 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            FIELD_FAIL(L, w, field, "must not contain control characters");
+        if (c == '/' || c == '\\')
+            FIELD_FAIL(L, w, field, "must not contain path separators ('%s')", s);
+        if (c == '"' || c == '\'' || c > 0x7e)
+            FIELD_FAIL(L, w, field, "must be plain ASCII without quotes ('%s')", s);
+    }
+}
+
+static bool opt_name(lua_State *L, walk_ctx *w, int args, const char *field, char *out)
+{
+    if (!get_field(L, args, field))
+        return false;
+    if (lua_type(L, -1) != LUA_TSTRING)
+        FIELD_FAIL(L, w, field, "must be a string (got a %s)", luaL_typename(L, -1));
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    check_name(L, w, field, s, len);
+    memcpy(out, s, len + 1);
+    lua_pop(L, 1);
+    return true;
+}
+
+/* One of `choices`; returns its index, or def when absent. */
+static int opt_choice(lua_State *L, walk_ctx *w, int args, const char *field, const char *const *choices,
+                      int n, int def)
+{
+    if (!get_field(L, args, field))
+        return def;
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    for (int i = 0; s && i < n; i++)
+        if (strcmp(s, choices[i]) == 0) {
+            lua_pop(L, 1);
+            return i;
+        }
+    char list[256] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? ", " : "", choices[i]);
+    FIELD_FAIL(L, w, field, "must be one of %s", list);
+    return def;
+}
+
+/* An integer or a list of up to `maxn` integers; returns how many were given (0: absent). */
+static int opt_int_list(lua_State *L, walk_ctx *w, int args, const char *field, int maxn, int64_t lo,
+                        int64_t hi, int64_t *out)
+{
+    if (!get_field(L, args, field))
+        return 0;
+    int n;
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+        out[0] = to_integer(L, w, -1, field, lo, hi);
+        n = 1;
+    } else if (lua_istable(L, -1)) {
+        lua_Unsigned len = lua_rawlen(L, -1);
+        if (len == 0 || len > (lua_Unsigned)maxn)
+            FIELD_FAIL(L, w, field, "must be a number or a list of 1 to %d numbers (got a list of %llu)", maxn,
+                       (unsigned long long)len);
+        n = (int)len;
+        for (int i = 0; i < n; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            out[i] = to_integer(L, w, -1, field, lo, hi);
+            lua_pop(L, 1);
+        }
+        /* A list with holes or extra keys is a mistake, not a shorter list. */
+        int count = 0;
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            lua_pop(L, 1);
+            count++;
+        }
+        if (count != n)
+            FIELD_FAIL(L, w, field, "must be a plain list of numbers");
+    } else {
+        FIELD_FAIL(L, w, field, "must be a number or a list of numbers (got a %s)", luaL_typename(L, -1));
+        n = 0;
+    }
+    lua_pop(L, 1);
+    return n;
+}
+
+static void opt_spatial(lua_State *L, walk_ctx *w, int args, const char *field, int def, int64_t lo,
+                        int *values, int *count)
+{
+    int64_t v[3];
+    int n = opt_int_list(L, w, args, field, 3, lo, 1 << 20, v);
+    *count = n;
+    for (int i = 0; i < 3; i++)
+        values[i] = n == 0 ? def : (int)(n == 1 ? v[0] : (i < n ? v[i] : 0));
+}
+
+/* Unknown fields: report the first with the nearest known one. */
+static void check_fields(lua_State *L, walk_ctx *w, int args, const ctor_schema *schema)
+{
+    const char *known[16];
+    int n = 0;
+    for (int i = 0; i < 12 && schema->fields[i]; i++)
+        known[n++] = schema->fields[i];
+    known[n++] = "as";
+    lua_pushnil(L);
+    while (lua_next(L, args)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            raise(L, w, w->op_line, "%s: fields must be named (found a %s key: write name = value)",
+                  schema->name, luaL_typename(L, -1));
+        }
+        const char *key = lua_tostring(L, -1);
+        bool ok = false;
+        for (int i = 0; i < n && !ok; i++)
+            ok = strcmp(key, known[i]) == 0;
+        if (!ok) {
+            const char *near = fg_nearest_name(key, known, n);
+            char list[256] = "";
+            for (int i = 0; i < n; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
+            if (near)
+                raise(L, w, w->op_line, "%s: unknown field '%s' (did you mean '%s'?)", schema->name, key, near);
+            raise(L, w, w->op_line, "%s: unknown field '%s' (known fields: %s)", schema->name, key, list);
+        }
+    }
+}
+
+static void read_dims(lua_State *L, walk_ctx *w, int args, fg_op *op, bool required)
+{
+    int64_t v[FG_MAX_RANK];
+    bool has_dim = get_field(L, args, "dim");
+    if (has_dim)
+        lua_pop(L, 1);
+    bool has_dims = get_field(L, args, "dims");
+    if (has_dims)
+        lua_pop(L, 1);
+    if (has_dim && has_dims)
+        FIELD_FAIL(L, w, "dims", "cannot be given together with 'dim'");
+    if (!has_dim && !has_dims) {
+        if (required)
+            FIELD_FAIL(L, w, "dim", "is required");
+        return;
+    }
+    const char *field = has_dim ? "dim" : "dims";
+    op->n_dims = opt_int_list(L, w, args, field, FG_MAX_RANK, -FG_MAX_RANK, FG_MAX_RANK, v);
+    for (int i = 0; i < op->n_dims; i++)
+        op->dims[i] = (int)v[i];
+}
+
+static void read_operand(lua_State *L, walk_ctx *w, int args, fg_op *op)
+{
+    int given = 0;
+    bool has_scalar = false;
+    op->scalar = opt_number(L, w, args, "scalar", 0, &has_scalar);
+    if (has_scalar) {
+        op->operand = FG_OPERAND_SCALAR;
+        given++;
+    }
+    if (opt_name(L, w, args, "param", op->param_name)) {
+        op->operand = FG_OPERAND_PARAM;
+        given++;
+    }
+    if (opt_name(L, w, args, "value", op->value_name)) {
+        op->operand = FG_OPERAND_VALUE;
+        given++;
+    }
+    if (given != 1)
+        raise(L, w, w->op_line, "%s: give exactly one operand: scalar = <number>, param = \"<state_dict key>\" "
+                                "or value = \"<name given with as>\" (%d given)",
+              w->op_name, given);
+    int64_t shape[FG_MAX_RANK];
+    int n = opt_int_list(L, w, args, "shape", FG_MAX_RANK, 1, INT32_MAX, shape);
+    if (n && op->operand != FG_OPERAND_PARAM)
+        FIELD_FAIL(L, w, "shape", "applies only to a param operand");
+    op->param_rank = n;
+    for (int i = 0; i < n; i++)
+        op->param_dim[i] = shape[i];
+}
+
+static void read_op(lua_State *L, walk_ctx *w, const char *spec_name, int line, int args, fg_op *op)
+{
+    const ctor_schema *schema = find_schema(spec_name);
+    w->op_name = spec_name;
+    w->op_line = line;
+    memset(op, 0, sizeof *op);
+    op->line = line;
+    op->weight_param = op->bias_param = op->operand_param = op->operand_value = -1;
+    op->mean_param = op->var_param = -1;
+    check_fields(L, w, args, schema);
+    opt_name(L, w, args, "as", op->as);
+
+    const char *s = spec_name;
+    if (!strcmp(s, "conv2d") || !strcmp(s, "conv3d")) {
+        op->kind = s[4] == '2' ? FG_OP_CONV2D : FG_OP_CONV3D;
+        op->spatial = s[4] == '2' ? 2 : 3;
+        strcpy(op->name, "conv");
+        opt_name(L, w, args, "name", op->name);
+        op->out_channels = opt_integer(L, w, args, "out_channels", 0, 1, 1 << 20, true);
+        if (!get_field(L, args, "kernel"))
+            FIELD_FAIL(L, w, "kernel", "is required");
+        lua_pop(L, 1);
+        opt_spatial(L, w, args, "kernel", 1, 1, op->kernel, &op->kernel_n);
+        opt_spatial(L, w, args, "stride", 1, 1, op->stride, &op->stride_n);
+        opt_spatial(L, w, args, "padding", 0, 0, op->padding, &op->padding_n);
+        opt_spatial(L, w, args, "dilation", 1, 1, op->dilation, &op->dilation_n);
+        op->groups = opt_integer(L, w, args, "groups", 1, 1, 1 << 20, false);
+        op->bias = opt_bool(L, w, args, "bias", true);
+    } else if (!strcmp(s, "add") || !strcmp(s, "sub") || !strcmp(s, "mul") || !strcmp(s, "div")) {
+        op->kind = s[0] == 'a' ? FG_OP_ADD : s[0] == 's' ? FG_OP_SUB : s[0] == 'm' ? FG_OP_MUL : FG_OP_DIV;
+        read_operand(L, w, args, op);
+    } else if (!strcmp(s, "min") || !strcmp(s, "max")) {
+        bool is_max = s[1] == 'a';
+        bool reduce = false;
+        static const char *const reduce_fields[] = {"dim", "dims", "keepdim"};
+        for (int i = 0; i < 3; i++)
+            if (get_field(L, args, reduce_fields[i])) {
+                lua_pop(L, 1);
+                reduce = true;
+            }
+        if (reduce) {
+            op->kind = is_max ? FG_OP_REDUCE_MAX : FG_OP_REDUCE_MIN;
+            static const char *const operand_fields[] = {"scalar", "param", "shape", "value"};
+            for (int i = 0; i < 4; i++)
+                if (get_field(L, args, operand_fields[i]))
+                    FIELD_FAIL(L, w, operand_fields[i],
+                               "cannot be combined with dim/dims: %s { dim = ... } reduces, %s { scalar = ... } "
+                               "is elementwise",
+                               s, s);
+            read_dims(L, w, args, op, true);
+            op->keepdim = opt_bool(L, w, args, "keepdim", false);
+        } else {
+            op->kind = is_max ? FG_OP_MAXIMUM : FG_OP_MINIMUM;
+            read_operand(L, w, args, op);
+        }
+    } else if (!strcmp(s, "sum") || !strcmp(s, "mean") || !strcmp(s, "logsumexp")) {
+        op->kind = s[0] == 's' ? FG_OP_REDUCE_SUM : s[0] == 'm' ? FG_OP_REDUCE_MEAN : FG_OP_LOGSUMEXP;
+        read_dims(L, w, args, op, true);
+        op->keepdim = opt_bool(L, w, args, "keepdim", false);
+    } else if (!strcmp(s, "softmax")) {
+        op->kind = FG_OP_SOFTMAX;
+        read_dims(L, w, args, op, true);
+    } else if (!strcmp(s, "group_norm") || !strcmp(s, "instance_norm") || !strcmp(s, "batch_norm") ||
+               !strcmp(s, "layer_norm")) {
+        op->kind = s[0] == 'g' ? FG_OP_GROUP_NORM : s[0] == 'i' ? FG_OP_INSTANCE_NORM
+                   : s[0] == 'b' ? FG_OP_BATCH_NORM : FG_OP_LAYER_NORM;
+        snprintf(op->name, sizeof op->name, "%s", s);
+        opt_name(L, w, args, "name", op->name);
+        op->eps = opt_number(L, w, args, "eps", 1e-5, NULL);
+        if (!(op->eps > 0))
+            FIELD_FAIL(L, w, "eps", "must be positive (got %g)", op->eps);
+        op->affine = opt_bool(L, w, args, "affine", op->kind != FG_OP_INSTANCE_NORM);
+        if (op->kind == FG_OP_GROUP_NORM)
+            op->groups = opt_integer(L, w, args, "groups", 0, 1, 1 << 20, true);
+        if (op->kind == FG_OP_BATCH_NORM) {
+            static const char *const stats[] = {"batch", "running"};
+            op->running_stats = opt_choice(L, w, args, "stats", stats, 2, 0) == 1;
+        }
+        if (op->kind == FG_OP_LAYER_NORM) {
+            op->n_list = opt_int_list(L, w, args, "normalized_shape", FG_MAX_RANK - 1, 1, INT32_MAX, op->list);
+            if (op->n_list == 0)
+                FIELD_FAIL(L, w, "normalized_shape", "is required (the trailing dims to normalize, as in PyTorch)");
+        }
+    } else if (!strncmp(s, "max_pool", 8) || !strncmp(s, "avg_pool", 8)) {
+        op->kind = s[0] == 'm' ? FG_OP_MAX_POOL : FG_OP_AVG_POOL;
+        op->spatial = s[8] == '2' ? 2 : s[8] == '3' ? 3 : 0; /* 0: from the value's rank */
+        if (!get_field(L, args, "kernel"))
+            FIELD_FAIL(L, w, "kernel", "is required");
+        lua_pop(L, 1);
+        opt_spatial(L, w, args, "kernel", 1, 1, op->kernel, &op->kernel_n);
+        opt_spatial(L, w, args, "stride", 0, 1, op->stride, &op->stride_n);
+        if (op->stride_n == 0)
+            memcpy(op->stride, op->kernel, sizeof op->stride); /* PyTorch: stride defaults to kernel */
+        opt_spatial(L, w, args, "padding", 0, 0, op->padding, &op->padding_n);
+        op->count_include_pad = opt_bool(L, w, args, "count_include_pad", true);
+    } else if (!strcmp(s, "global_avg_pool")) {
+        op->kind = FG_OP_GLOBAL_AVG_POOL;
+    } else {
+        /* unary */
+        static const struct {
+            const char *name;
+            fg_op_kind kind;
+        } unary[] = {
+            {"relu", FG_OP_RELU},         {"leaky_relu", FG_OP_LEAKY_RELU},   {"gelu", FG_OP_GELU},
+            {"sigmoid", FG_OP_SIGMOID},   {"tanh", FG_OP_TANH},               {"softplus", FG_OP_SOFTPLUS},
+            {"mish", FG_OP_MISH},         {"silu", FG_OP_SILU},               {"swish", FG_OP_SILU},
+            {"hardswish", FG_OP_HARDSWISH}, {"hardsigmoid", FG_OP_HARDSIGMOID}, {"hardtanh", FG_OP_HARDTANH},
+            {"clamp", FG_OP_CLAMP},       {"exp", FG_OP_EXP},                 {"log", FG_OP_LOG},
+            {"abs", FG_OP_ABS},           {"neg", FG_OP_NEG},
+        };
+        for (size_t i = 0; i < sizeof unary / sizeof *unary; i++)
+            if (!strcmp(s, unary[i].name))
+                op->kind = unary[i].kind;
+        if (op->kind == FG_OP_LEAKY_RELU)
+            op->alpha = opt_number(L, w, args, "negative_slope", 0.01, NULL);
+        if (op->kind == FG_OP_GELU) {
+            static const char *const approx[] = {"none", "tanh"};
+            op->gelu_tanh = opt_choice(L, w, args, "approximate", approx, 2, 0) == 1;
+        }
+        if (op->kind == FG_OP_SOFTPLUS) {
+            op->beta = opt_number(L, w, args, "beta", 1.0, NULL);
+            op->threshold = opt_number(L, w, args, "threshold", 20.0, NULL);
+            if (op->beta == 0)
+                FIELD_FAIL(L, w, "beta", "must not be zero");
+        }
+        if (op->kind == FG_OP_HARDTANH || op->kind == FG_OP_CLAMP) {
+            double dlo = op->kind == FG_OP_HARDTANH ? -1.0 : 0.0, dhi = op->kind == FG_OP_HARDTANH ? 1.0 : 0.0;
+            op->lo = opt_number(L, w, args, "min", dlo, &op->has_lo);
+            op->hi = opt_number(L, w, args, "max", dhi, &op->has_hi);
+            if (op->kind == FG_OP_HARDTANH)
+                op->has_lo = op->has_hi = true;
+            if (!op->has_lo && !op->has_hi)
+                FIELD_FAIL(L, w, "min", "or 'max' is required: clamp { min = ..., max = ... }");
+            if (op->has_lo && op->has_hi && op->lo > op->hi)
+                FIELD_FAIL(L, w, "max", "must not be below min (%g < %g)", op->hi, op->lo);
+        }
+    }
+}
+
+static void read_input(lua_State *L, walk_ctx *w, int body, int line)
+{
+    w->op_name = "layer";
+    w->op_line = line;
+    if (!get_field(L, body, "input"))
+        raise(L, w, line, "layer: field 'input' is required, e.g. input = { \"N\", 3, 32, 32 }");
+    if (!lua_istable(L, -1))
+        FIELD_FAIL(L, w, "input", "must be a list like { \"N\", 3, 32, 32 } (got a %s)", luaL_typename(L, -1));
+    lua_Unsigned len = lua_rawlen(L, -1);
+    if (len < 4 || len > FG_MAX_RANK)
+        FIELD_FAIL(L, w, "input", "must have 4 entries (N, C, H, W) or 5 (N, C, D, H, W); got %llu",
+                   (unsigned long long)len);
+    lua_rawgeti(L, -1, 1);
+    if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "N") != 0)
+        FIELD_FAIL(L, w, "input", "must start with \"N\": the batch size is a run-time argument");
+    lua_pop(L, 1);
+    fg_shape *in = &w->ir->input;
+    in->rank = (int)len;
+    in->dim[0] = 1;
+    for (int d = 1; d < in->rank; d++) {
+        lua_rawgeti(L, -1, d + 1);
+        in->dim[d] = to_integer(L, w, -1, "input", 1, INT32_MAX);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
+static int walk(lua_State *L)
+{
+    walk_ctx *w = lua_touserdata(L, 1);
+    fg_layer_ir *ir = w->ir;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->result_ref);
+    int result = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_OPS);
+    int ops = lua_gettop(L);
+
+    lua_pushvalue(L, result);
+    lua_rawget(L, ops);
+    bool is_layer = false;
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "kind");
+        is_layer = strcmp(lua_tostring(L, -1), "layer") == 0;
+        lua_pop(L, 1);
+    }
+    if (!is_layer) {
+        const char *what = lua_istable(L, -1) ? "an op" : luaL_typename(L, result);
+        return luaL_error(L, "%s: the spec must return a layer: return layer \"name\" { input = {...}, ... } "
+                             "(it returned %s)",
+                          w->file, what);
+    }
+    int rec = lua_gettop(L);
+    lua_getfield(L, rec, "line");
+    int line = (int)lua_tointeger(L, -1);
+    lua_getfield(L, rec, "args");
+    int body = lua_gettop(L);
+    lua_getfield(L, body, "\1name");
+    size_t nlen;
+    const char *lname = lua_tolstring(L, -1, &nlen);
+    w->op_name = "layer";
+    w->op_line = line;
+    check_name(L, w, "name", lname, nlen);
+    snprintf(ir->name, sizeof ir->name, "%s", lname);
+    lua_pop(L, 1);
+
+    /* Keys: input, precision, and the ops as a list 1..n. */
+    lua_Unsigned n = lua_rawlen(L, body);
+    lua_pushnil(L);
+    while (lua_next(L, body)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TSTRING) {
+            const char *k = lua_tostring(L, -1);
+            static const char *const known[] = {"input", "precision"};
+            if (k[0] == '\1' || !strcmp(k, "input") || !strcmp(k, "precision"))
+                continue;
+            const char *near = fg_nearest_name(k, known, 2);
+            raise(L, w, line, "layer: unknown field '%s'%s%s%s", k, near ? " (did you mean '" : " (known: input, precision)",
+                  near ? near : "", near ? "'?)" : "");
+        }
+        lua_Integer i = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+        if (i < 1 || (lua_Unsigned)i > n)
+            raise(L, w, line, "layer: the ops must form a plain list (found key %s)", luaL_tolstring(L, -1, NULL));
+    }
+    read_input(L, w, body, line);
+    static const char *const precisions[] = {"fp32", "tf32"};
+    ir->precision = opt_choice(L, w, body, "precision", precisions, 2, 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
+
+    if (n == 0)
+        raise(L, w, line, "layer: has no ops; the first must be conv2d or conv3d");
+    if (n > FG_MAX_OPS)
+        raise(L, w, line, "layer: has %llu ops; at most %d are supported", (unsigned long long)n, FG_MAX_OPS);
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_CTORS);
+    int ctors = lua_gettop(L);
+    for (lua_Unsigned i = 1; i <= n; i++) {
+        lua_rawgeti(L, body, (lua_Integer)i);
+        int item = lua_gettop(L);
+        const char *kind = NULL;
+        int op_line = line;
+        int args;
+        if (lua_isfunction(L, item)) {
+            /* a bare constructor such as `relu`: an op with no fields */
+            lua_pushvalue(L, item);
+            lua_rawget(L, ctors);
+            kind = lua_tostring(L, -1);
+            if (!kind)
+                raise(L, w, line, "layer: entry %llu is a function, not an op", (unsigned long long)i);
+            lua_newtable(L);
+            args = lua_gettop(L);
+        } else {
+            lua_pushvalue(L, item);
+            lua_rawget(L, ops);
+            if (!lua_istable(L, -1))
+                raise(L, w, line, "layer: entry %llu is a %s, not an op (ops are written like relu {} or "
+                                  "conv2d { ... })",
+                      (unsigned long long)i, luaL_typename(L, item));
+            int r = lua_gettop(L);
+            lua_getfield(L, r, "kind");
+            kind = lua_tostring(L, -1);
+            lua_getfield(L, r, "line");
+            op_line = (int)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            if (!strcmp(kind, "layer"))
+                raise(L, w, op_line, "layer: entry %llu is a layer; layers do not nest", (unsigned long long)i);
+            lua_getfield(L, r, "args");
+            args = lua_gettop(L);
+        }
+        read_op(L, w, kind, op_line, args, &ir->ops[ir->n_ops]);
+        ir->n_ops++;
+        lua_settop(L, ctors);
+    }
+    return 0;
+}
+
+static int load(const char *display, const char *src, size_t len, const fg_sandbox_limits *limits,
+                fg_layer_ir *ir, fg_error *err)
+{
+    memset(ir, 0, sizeof *ir);
+    snprintf(ir->file, sizeof ir->file, "%s", display ? display : "<string>");
+    if (len > FG_SPEC_MAX_BYTES)
+        return fg_fail(err, "%s: spec is %zu bytes; specs are limited to %u bytes", ir->file, len, FG_SPEC_MAX_BYTES);
+    fg_sandbox *sb = fg_sandbox_new(limits);
+    if (!sb)
+        return fg_fail(err, "%s: out of memory creating the Lua sandbox", ir->file);
+    lua_State *L = fg_sandbox_state(sb);
+    char msg[2048];
+    char chunkname[600];
+    snprintf(chunkname, sizeof chunkname, "@%s", ir->file);
+    int rc = -1;
+    /* Building the environment allocates; it runs protected like everything else. */
+    if (lua_checkstack(L, 8)) {
+        push_environment(L);
+        if (fg_sandbox_run(sb, src, len, chunkname, -1, msg, sizeof msg) != 0) {
+            fg_fail(err, "%s", msg);
+        } else {
+            walk_ctx w = {.ir = ir, .file = ir->file};
+            w.result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            if (fg_sandbox_pcall(sb, walk, &w, msg, sizeof msg) != 0)
+                fg_fail(err, "%s", msg);
+            else
+                rc = 0;
+        }
+    } else {
+        fg_fail(err, "%s: out of memory in the Lua sandbox", ir->file);
+    }
+    fg_sandbox_free(sb);
+    if (rc == 0)
+        rc = fg_infer_shapes(ir, err);
+    return rc;
+}
+
+int fg_spec_load_string_limited(const char *display_name, const char *source, size_t len,
+                                const fg_sandbox_limits *limits, fg_layer_ir *ir, fg_error *err)
+{
+    return load(display_name, source, len, limits, ir, err);
+}
+
+int fg_spec_load_string(const char *display_name, const char *source, size_t len, fg_layer_ir *ir,
+                        fg_error *err)
+{
+    return load(display_name, source, len, NULL, ir, err);
+}
+
+int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    char *buf = malloc(FG_SPEC_MAX_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return fg_fail(err, "%s: out of memory", path);
+    }
+    size_t len = fread(buf, 1, FG_SPEC_MAX_BYTES + 1, f);
+    int read_error = ferror(f);
+    fclose(f);
+    int rc;
+    if (read_error)
+        rc = fg_fail(err, "%s: read error", path);
+    else if (len > FG_SPEC_MAX_BYTES)
+        rc = fg_fail(err, "%s: spec is larger than %u bytes", path, FG_SPEC_MAX_BYTES);
+    else
+        rc = load(path, buf, len, NULL, ir, err);
+    free(buf);
+    return rc;
+}

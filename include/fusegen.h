@@ -1,0 +1,123 @@
+/* fusegen: shape-specialized fused CUDA kernels for conv + epilogue layers.
+ *
+ * The runtime API. A context holds a device, the kernel caches and options; a layer is a
+ * spec (file or string) loaded into a context, with its parameters bound by PyTorch
+ * state_dict name; running a layer launches its kernels on a CUDA stream, compiling with
+ * NVRTC whatever the caches do not already hold. Every GPU-free part (loading, planning,
+ * compiling, the CPU reference) works on machines without a GPU or driver.
+ *
+ * Every function returns an fg_status; on failure fg_last_error() gives a message for the
+ * calling thread that names what was wrong (file, field, tensor, ...). Handles are checked:
+ * NULL, destroyed or foreign handles are rejected with FG_ERR_INVALID_ARGUMENT.
+ *
+ * Thread safety: a context may be shared by threads; a layer may be run from several
+ * threads (runs are serialized per layer, since they share the layer's workspace).
+ * Binding parameters while another thread runs the same layer is not allowed.
+ *
+ * Example (see docs/api.md for a complete program):
+ *
+ *     fg_context *ctx;  fg_layer *layer;
+ *     fg_context_create(NULL, &ctx);                 // device 0, default caches
+ *     fg_layer_load_file(ctx, "specs/kb79.lua", &layer);
+ *     fg_layer_bind_safetensors(layer, "weights.safetensors");
+ *     fg_layer_run(layer, d_x, d_y, 128, stream);     // device pointers, batch 128
+ *     fg_layer_destroy(layer);  fg_context_destroy(ctx);
+ */
+#ifndef FUSEGEN_H
+#define FUSEGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FUSEGEN_BUILDING_LIBRARY)
+#define FG_API __attribute__((visibility("default")))
+#else
+#define FG_API
+#endif
+
+typedef enum fg_status {
+    FG_OK = 0,
+    FG_ERR_INVALID_ARGUMENT = 1, /* NULL/destroyed handle, bad size, unknown name */
+    FG_ERR_SPEC = 2,             /* the spec does not load (syntax, fields, shapes) */
+    FG_ERR_IO = 3,               /* a file could not be read or written */
+    FG_ERR_TENSOR_FILE = 4,      /* a malformed safetensors file */
+    FG_ERR_COMPILE = 5,          /* NVRTC is missing or rejected the generated source */
+    FG_ERR_NO_DEVICE = 6,        /* no CUDA driver or device */
+    FG_ERR_CUDA = 7,             /* a CUDA driver call failed */
+    FG_ERR_UNBOUND = 8,          /* a parameter has not been bound */
+    FG_ERR_OUT_OF_MEMORY = 9,
+    FG_ERR_INTERNAL = 10,
+} fg_status;
+
+typedef struct fg_context fg_context;
+typedef struct fg_layer fg_layer;
+
+typedef struct fg_context_options {
+    int device;             /* CUDA device ordinal (default 0); -1: CPU only, no GPU calls */
+    const char *cache_dir;  /* user cache; NULL: $FUSEGEN_CACHE_DIR, $XDG_CACHE_HOME/fusegen, ~/.cache/fusegen */
+    const char *cache_path; /* shipped read-only caches, colon-separated; NULL: $FUSEGEN_CACHE_PATH */
+    const char *arch;       /* e.g. "sm_90"; NULL: the device's */
+    int verbose;            /* 1: report compiles and cache use on stderr */
+} fg_context_options;
+
+/* Fills `opts` with the defaults (device 0, environment caches). */
+FG_API void fg_context_options_init(fg_context_options *opts);
+
+/* The message for the calling thread's last failed call ("" if none). */
+FG_API const char *fg_last_error(void);
+FG_API const char *fg_status_name(fg_status status);
+FG_API const char *fg_version(void);
+
+/* opts may be NULL (defaults). The CUDA driver is loaded here unless device is -1; with no
+ * driver the call fails with FG_ERR_NO_DEVICE (use device -1 for CPU-only work). */
+FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **out);
+FG_API fg_status fg_context_destroy(fg_context *ctx);
+
+FG_API fg_status fg_layer_load_file(fg_context *ctx, const char *path, fg_layer **out);
+/* `name` stands for the file in messages. */
+FG_API fg_status fg_layer_load_string(fg_context *ctx, const char *name, const char *source, fg_layer **out);
+FG_API fg_status fg_layer_destroy(fg_layer *layer);
+
+#define FG_MAX_DIMS 8
+
+/* Shapes of the input and output for `batch` samples. */
+FG_API fg_status fg_layer_input_shape(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS]);
+FG_API fg_status fg_layer_output_shape(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS]);
+
+/* Parameters in the spec's order: name (a state_dict key) and shape. */
+FG_API fg_status fg_layer_param_count(const fg_layer *layer, int *count);
+FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const char **name, int *rank,
+                                     int64_t dims[FG_MAX_DIMS]);
+
+/* Binds one parameter to caller-owned device memory (float32, contiguous, `bytes` must
+ * equal its size). The memory must stay valid while the layer runs. */
+FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes);
+/* Binds one parameter from host memory; the layer keeps a copy (on the device too when the
+ * context has one). */
+FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const float *data, size_t bytes);
+/* Binds every parameter from a safetensors file (F32 tensors named by state_dict keys).
+ * Tensors the spec does not use are an error unless `allow_extra` is non-zero. */
+FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, int allow_extra);
+
+/* Compiles (or loads from the caches) every kernel of the layer now instead of at the first
+ * run. Needs a context with a device. */
+FG_API fg_status fg_layer_prepare(fg_layer *layer);
+
+/* Runs the layer on `batch` samples: `input` and `output` are device pointers (float32,
+ * contiguous NC(D)HW); `stream` is a CUstream/cudaStream_t (NULL: the default stream).
+ * Asynchronous like any launch: the output is ready when the stream is. */
+FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream);
+
+/* The CPU reference (double accumulation) on host memory; needs host-bound parameters
+ * (fg_layer_bind_host or fg_layer_bind_safetensors). `output` receives floats. */
+FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

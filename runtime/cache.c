@@ -1,0 +1,437 @@
+#include "cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../gen/render.h"
+#include "nvrtc_compiler.h"
+
+/* ---- entry format ----------------------------------------------------------------------- */
+
+#define ENTRY_MAGIC "FGCUBIN\0"
+#define ENTRY_FORMAT 1u
+#define MAX_ENTRY_BYTES (256u << 20) /* a cubin of a layer is well under a megabyte */
+
+/* All integers little-endian; the struct is written field by field, never as memory. */
+typedef struct entry_header {
+    char magic[8];
+    uint32_t format;
+    char key[FG_CACHE_KEY_HEX];
+    char arch[16];
+    char generator[16];
+    uint32_t nvrtc_major, nvrtc_minor;
+    uint64_t cubin_size, meta_size;
+} entry_header;
+
+enum { HEADER_BYTES = 8 + 4 + FG_CACHE_KEY_HEX + 16 + 16 + 4 + 4 + 8 + 8, CHECKSUM_BYTES = 32 };
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void encode_header(const entry_header *h, unsigned char *p)
+{
+    memcpy(p, h->magic, 8);
+    put_u32(p + 8, h->format);
+    memcpy(p + 12, h->key, FG_CACHE_KEY_HEX);
+    memcpy(p + 12 + FG_CACHE_KEY_HEX, h->arch, 16);
+    memcpy(p + 28 + FG_CACHE_KEY_HEX, h->generator, 16);
+    put_u32(p + 44 + FG_CACHE_KEY_HEX, h->nvrtc_major);
+    put_u32(p + 48 + FG_CACHE_KEY_HEX, h->nvrtc_minor);
+    put_u64(p + 52 + FG_CACHE_KEY_HEX, h->cubin_size);
+    put_u64(p + 60 + FG_CACHE_KEY_HEX, h->meta_size);
+}
+
+static void decode_header(const unsigned char *p, entry_header *h)
+{
+    memcpy(h->magic, p, 8);
+    h->format = get_u32(p + 8);
+    memcpy(h->key, p + 12, FG_CACHE_KEY_HEX);
+    memcpy(h->arch, p + 12 + FG_CACHE_KEY_HEX, 16);
+    memcpy(h->generator, p + 28 + FG_CACHE_KEY_HEX, 16);
+    h->nvrtc_major = get_u32(p + 44 + FG_CACHE_KEY_HEX);
+    h->nvrtc_minor = get_u32(p + 48 + FG_CACHE_KEY_HEX);
+    h->cubin_size = get_u64(p + 52 + FG_CACHE_KEY_HEX);
+    h->meta_size = get_u64(p + 60 + FG_CACHE_KEY_HEX);
+}
+
+/* ---- keys and paths ------------------------------------------------------------------------ */
+
+void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
+                  int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+{
+    unsigned char h[32];
+    crypto_generichash_state st;
+    char ident[512];
+    int n = snprintf(ident, sizeof ident, "fusegen %s|templates %s|nvrtc %d.%d|arch %s|options %s|format %u",
+                     FUSEGEN_VERSION, fg_templates_digest(), nvrtc_major, nvrtc_minor, arch, options, ENTRY_FORMAT);
+    crypto_generichash_init(&st, NULL, 0, sizeof h);
+    crypto_generichash_update(&st, (const unsigned char *)ident, (size_t)n + 1);
+    crypto_generichash_update(&st, (const unsigned char *)source, len);
+    crypto_generichash_final(&st, h, sizeof h);
+    sodium_bin2hex(key, FG_CACHE_KEY_HEX + 1, h, sizeof h);
+}
+
+void fg_cache_entry_path(const char *dir, const char *key, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%.2s/%s.fgc", dir, key, key);
+}
+
+static bool is_key(const char *s)
+{
+    if (strlen(s) != FG_CACHE_KEY_HEX)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}
+
+int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_path, fg_error *err)
+{
+    memset(cache, 0, sizeof *cache);
+    if (!user_dir || !user_dir[0])
+        user_dir = getenv("FUSEGEN_CACHE_DIR");
+    if (user_dir && user_dir[0]) {
+        snprintf(cache->user_dir, sizeof cache->user_dir, "%s", user_dir);
+    } else {
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (xdg && xdg[0])
+            snprintf(cache->user_dir, sizeof cache->user_dir, "%s/fusegen", xdg);
+        else if (home && home[0])
+            snprintf(cache->user_dir, sizeof cache->user_dir, "%s/.cache/fusegen", home);
+        else
+            return fg_fail(err, "no cache directory: set FUSEGEN_CACHE_DIR, XDG_CACHE_HOME or HOME");
+    }
+    if (!shipped_path)
+        shipped_path = getenv("FUSEGEN_CACHE_PATH");
+    if (shipped_path) {
+        const char *p = shipped_path;
+        while (*p) {
+            const char *colon = strchr(p, ':');
+            size_t len = colon ? (size_t)(colon - p) : strlen(p);
+            if (len > 0 && len < sizeof cache->shipped[0]) {
+                if (cache->n_shipped == FG_CACHE_MAX_SHIPPED)
+                    return fg_fail(err, "FUSEGEN_CACHE_PATH lists more than %d caches", FG_CACHE_MAX_SHIPPED);
+                memcpy(cache->shipped[cache->n_shipped], p, len);
+                cache->shipped[cache->n_shipped][len] = '\0';
+                cache->n_shipped++;
+            }
+            p += len + (colon != NULL);
+        }
+    }
+    return 0;
+}
+
+static void warn(fg_cache *cache, const char *fmt, ...) FG_PRINTF(2, 3);
+static void warn(fg_cache *cache, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (cache->warn)
+        cache->warn(cache->warn_ctx, msg);
+    else
+        fprintf(stderr, "fusegen: %s\n", msg);
+}
+
+/* ---- reading ------------------------------------------------------------------------------- */
+
+int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *expect_key, const char *expect_arch,
+                         fg_cache_entry *out, fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (size < HEADER_BYTES + CHECKSUM_BYTES)
+        return fg_fail(err, "truncated entry (%zu bytes, the header alone is %d)", size, HEADER_BYTES + CHECKSUM_BYTES);
+    entry_header h;
+    decode_header(data, &h);
+    if (memcmp(h.magic, ENTRY_MAGIC, 8) != 0)
+        return fg_fail(err, "not a fusegen cache entry (bad magic)");
+    if (h.format != ENTRY_FORMAT)
+        return fg_fail(err, "entry format %u, this fusegen reads format %u", h.format, ENTRY_FORMAT);
+    if (h.cubin_size > MAX_ENTRY_BYTES || h.meta_size > MAX_ENTRY_BYTES ||
+        HEADER_BYTES + h.cubin_size + h.meta_size + CHECKSUM_BYTES != size)
+        return fg_fail(err, "sizes in the header (%llu + %llu bytes) do not match the file (%zu bytes): truncated?",
+                       (unsigned long long)h.cubin_size, (unsigned long long)h.meta_size, size);
+    unsigned char sum[CHECKSUM_BYTES];
+    crypto_generichash(sum, sizeof sum, data, size - CHECKSUM_BYTES, NULL, 0);
+    if (sodium_memcmp(sum, data + size - CHECKSUM_BYTES, CHECKSUM_BYTES) != 0)
+        return fg_fail(err, "checksum mismatch: the entry is corrupt");
+    if (h.arch[15] || h.generator[15])
+        return fg_fail(err, "malformed header strings");
+    if (expect_key && memcmp(h.key, expect_key, FG_CACHE_KEY_HEX) != 0)
+        return fg_fail(err, "entry holds key %.16s..., not the %.16s... its name promises", h.key, expect_key);
+    if (expect_arch && strcmp(h.arch, expect_arch) != 0)
+        return fg_fail(err, "entry is for %s, not %s", h.arch, expect_arch);
+    if (strcmp(h.generator, FUSEGEN_VERSION) != 0)
+        return fg_fail(err, "entry was written by fusegen %s, this is %s", h.generator, FUSEGEN_VERSION);
+    const unsigned char *meta = data + HEADER_BYTES + h.cubin_size;
+    if (h.meta_size == 0 || memchr(meta, '\0', h.meta_size) != meta + h.meta_size - 1)
+        return fg_fail(err, "malformed description");
+    out->cubin = malloc(h.cubin_size ? h.cubin_size : 1);
+    out->meta_json = malloc(h.meta_size);
+    if (!out->cubin || !out->meta_json) {
+        fg_cache_entry_free(out);
+        return fg_fail(err, "out of memory");
+    }
+    memcpy(out->cubin, data + HEADER_BYTES, h.cubin_size);
+    out->cubin_size = h.cubin_size;
+    memcpy(out->meta_json, meta, h.meta_size);
+    memcpy(out->arch, h.arch, 16);
+    memcpy(out->generator, h.generator, 16);
+    out->nvrtc_major = (int)h.nvrtc_major;
+    out->nvrtc_minor = (int)h.nvrtc_minor;
+    return 0;
+}
+
+int fg_cache_read_entry(const char *path, const char *expect_key, const char *expect_arch, fg_cache_entry *out,
+                        fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fg_fail(err, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fg_fail(err, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > MAX_ENTRY_BYTES) {
+        close(fd);
+        return fg_fail(err, "%s: implausibly large entry (%lld bytes)", path, (long long)st.st_size);
+    }
+    size_t size = (size_t)st.st_size;
+    unsigned char *data = malloc(size ? size : 1);
+    if (!data) {
+        close(fd);
+        return fg_fail(err, "%s: out of memory", path);
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, data + got, size - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    int rc;
+    if (got != size)
+        rc = fg_fail(err, "%s: short read", path);
+    else if ((rc = fg_cache_parse_entry(data, size, expect_key, expect_arch, out, err)) != 0)
+        fg_fail_context(err, "%s", path);
+    free(data);
+    if (rc == 0)
+        snprintf(out->path, sizeof out->path, "%s", path);
+    return rc;
+}
+
+void fg_cache_entry_free(fg_cache_entry *e)
+{
+    if (!e)
+        return;
+    free(e->cubin);
+    free(e->meta_json);
+    e->cubin = NULL;
+    e->meta_json = NULL;
+}
+
+int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache_entry *out, fg_error *err)
+{
+    (void)err;
+    char path[1100];
+    for (int i = 0; i < cache->n_shipped; i++) {
+        fg_cache_entry_path(cache->shipped[i], key, path, sizeof path);
+        if (access(path, F_OK) != 0)
+            continue;
+        fg_error e;
+        if (fg_cache_read_entry(path, key, arch, out, &e) == 0) {
+            out->shipped = true;
+            return 1;
+        }
+        warn(cache, "ignoring a bad entry in the shipped cache: %s", e.msg);
+    }
+    fg_cache_entry_path(cache->user_dir, key, path, sizeof path);
+    if (access(path, F_OK) != 0)
+        return 0;
+    fg_error e;
+    if (fg_cache_read_entry(path, key, arch, out, &e) == 0)
+        return 1;
+    warn(cache, "ignoring a bad cache entry (it will be rebuilt): %s", e.msg);
+    return 0;
+}
+
+/* ---- writing ------------------------------------------------------------------------------- */
+
+static int mkdir_p(const char *dir, fg_error *err)
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return fg_fail(err, "cannot create %s: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return fg_fail(err, "cannot create %s: %s", tmp, strerror(errno));
+    struct stat st;
+    if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode))
+        return fg_fail(err, "%s is not a directory", tmp);
+    return 0;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char *arch, const void *cubin,
+                   size_t cubin_size, const char *meta_json, fg_error *err)
+{
+    if (!dir)
+        dir = cache->user_dir;
+    for (int i = 0; i < cache->n_shipped; i++)
+        if (strcmp(cache->shipped[i], dir) == 0)
+            return fg_fail(err, "%s is a shipped (read-only) cache; not writing to it", dir);
+    if (!is_key(key) || strlen(arch) >= 16)
+        return fg_fail(err, "bad cache key or arch");
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%s/%.2s", dir, key);
+    if (mkdir_p(sub, err))
+        return -1;
+
+    entry_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, ENTRY_MAGIC, 8);
+    h.format = ENTRY_FORMAT;
+    memcpy(h.key, key, FG_CACHE_KEY_HEX);
+    snprintf(h.arch, sizeof h.arch, "%s", arch);
+    snprintf(h.generator, sizeof h.generator, "%s", FUSEGEN_VERSION);
+    int major = 0, minor = 0;
+    fg_error ignored;
+    if (fg_nvrtc_version(&major, &minor, &ignored) != 0)
+        major = minor = 0;
+    h.nvrtc_major = (uint32_t)major;
+    h.nvrtc_minor = (uint32_t)minor;
+    size_t meta_size = strlen(meta_json) + 1;
+    h.cubin_size = cubin_size;
+    h.meta_size = meta_size;
+    unsigned char head[HEADER_BYTES];
+    encode_header(&h, head);
+
+    unsigned char sum[CHECKSUM_BYTES];
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof sum);
+    crypto_generichash_update(&st, head, sizeof head);
+    crypto_generichash_update(&st, cubin, cubin_size);
+    crypto_generichash_update(&st, (const unsigned char *)meta_json, meta_size);
+    crypto_generichash_final(&st, sum, sizeof sum);
+
+    char tmp[1200], final_path[1100];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", sub, key);
+    fg_cache_entry_path(dir, key, final_path, sizeof final_path);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return fg_fail(err, "cannot write to the cache %s: %s", dir, strerror(errno));
+    int rc = 0;
+    if (write_all(fd, head, sizeof head) || write_all(fd, cubin, cubin_size) ||
+        write_all(fd, meta_json, meta_size) || write_all(fd, sum, sizeof sum))
+        rc = fg_fail(err, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
+    else if (fchmod(fd, 0644) != 0) /* mkstemp makes 0600; a cache may be shared or shipped */
+        rc = fg_fail(err, "cannot set permissions on %s: %s", tmp, strerror(errno));
+    else if (fsync(fd) != 0)
+        rc = fg_fail(err, "cannot flush %s: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = fg_fail(err, "cannot close %s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, final_path) != 0)
+        rc = fg_fail(err, "cannot move the entry into place (%s): %s", final_path, strerror(errno));
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* ---- walking ------------------------------------------------------------------------------- */
+
+int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
+                  fg_error *err)
+{
+    DIR *top = opendir(dir);
+    if (!top) {
+        if (errno == ENOENT)
+            return 0;
+        return fg_fail(err, "cannot read the cache %s: %s", dir, strerror(errno));
+    }
+    struct dirent *d;
+    int stop = 0;
+    while (!stop && (d = readdir(top)) != NULL) {
+        if (strlen(d->d_name) != 2 || d->d_name[0] == '.')
+            continue;
+        char sub[1100];
+        snprintf(sub, sizeof sub, "%s/%s", dir, d->d_name);
+        DIR *inner = opendir(sub);
+        if (!inner)
+            continue;
+        struct dirent *e;
+        while (!stop && (e = readdir(inner)) != NULL) {
+            size_t len = strlen(e->d_name);
+            if (len != FG_CACHE_KEY_HEX + 4 || strcmp(e->d_name + FG_CACHE_KEY_HEX, ".fgc") != 0)
+                continue;
+            char key[FG_CACHE_KEY_HEX + 1];
+            memcpy(key, e->d_name, FG_CACHE_KEY_HEX);
+            key[FG_CACHE_KEY_HEX] = '\0';
+            if (!is_key(key))
+                continue;
+            char path[1200];
+            snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+            stop = visit(ctx, path, key);
+        }
+        closedir(inner);
+    }
+    closedir(top);
+    return 0;
+}

@@ -1,0 +1,79 @@
+/* The cubin cache: content-addressed entries on disk, never trusted blindly.
+ *
+ * An entry is one file <dir>/<key[0..1]>/<key>.fgc: a fixed header (magic, format version,
+ * key, arch, generator and NVRTC versions, sizes), the cubin, a JSON description (layer,
+ * kernels, registers and spills), and a BLAKE2b checksum over all of it. Entries are
+ * written to a temporary file in the same directory and renamed into place, so a reader
+ * never sees a torn file and concurrent writers of the same key both succeed. Every load
+ * verifies the whole entry; a bad one is reported, ignored, and replaced when rebuilt.
+ *
+ * Lookup order: the shipped read-only caches ($FUSEGEN_CACHE_PATH, colon-separated), then
+ * the user cache ($FUSEGEN_CACHE_DIR, else $XDG_CACHE_HOME/fusegen, else ~/.cache/fusegen).
+ * Shipped caches are never written. */
+#ifndef FG_CACHE_H
+#define FG_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../gen/diag.h"
+
+#define FG_CACHE_KEY_HEX 64 /* BLAKE2b-256 */
+#define FG_CACHE_MAX_SHIPPED 16
+
+typedef struct fg_cache {
+    char user_dir[1024];
+    int n_shipped;
+    char shipped[FG_CACHE_MAX_SHIPPED][1024];
+    /* called for every problem worth telling the user (bad entries, unwritable dirs) */
+    void (*warn)(void *ctx, const char *msg);
+    void *warn_ctx;
+} fg_cache;
+
+/* user_dir / shipped_path may be NULL for the environment's defaults. */
+int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_path, fg_error *err);
+
+/* The key of a compile: hash of the generator version, templates digest, NVRTC version,
+ * arch, options and the source. */
+void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
+                  int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
+
+typedef struct fg_cache_entry {
+    unsigned char *cubin;
+    size_t cubin_size;
+    char *meta_json;     /* NUL-terminated */
+    char arch[16];
+    char generator[16];
+    int nvrtc_major, nvrtc_minor;
+    char path[1100];     /* where it was found */
+    bool shipped;        /* found in a read-only shipped cache */
+} fg_cache_entry;
+
+/* 1 and the entry when found and valid; 0 when absent (or every copy was bad: each bad one
+ * is reported through warn); -1 on an error that is not about the entry. */
+int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache_entry *out, fg_error *err);
+void fg_cache_entry_free(fg_cache_entry *e);
+
+/* Writes an entry into the user cache (or into `dir` when not NULL, for `fusegen build
+ * --cache DIR`). Returns 0, or -1 with err saying why it could not be stored. */
+int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char *arch, const void *cubin,
+                   size_t cubin_size, const char *meta_json, fg_error *err);
+
+/* Reads and verifies one entry file (used by lookup, `cache verify` and the fuzzers).
+ * expect_key / expect_arch may be NULL. */
+int fg_cache_read_entry(const char *path, const char *expect_key, const char *expect_arch, fg_cache_entry *out,
+                        fg_error *err);
+/* The same on bytes already in memory. */
+int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *expect_key, const char *expect_arch,
+                         fg_cache_entry *out, fg_error *err);
+
+/* Visits every entry file under dir (ls, verify, clear). The callback returns non-zero to
+ * stop. */
+int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
+                  fg_error *err);
+
+/* Builds "<dir>/<key[0..1]>/<key>.fgc". */
+void fg_cache_entry_path(const char *dir, const char *key, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,124 @@
+#include "kernel_build.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const fg_compiled *c)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "layer", json_string(ir->name));
+    json_object_set_new(root, "spec", json_string(ir->file));
+    json_object_set_new(root, "arch", json_string(arch));
+    json_object_set_new(root, "generator", json_string(FUSEGEN_VERSION));
+    json_object_set_new(root, "compile_seconds", json_real(c->seconds));
+    json_object_set_new(root, "created", json_integer((json_int_t)time(NULL)));
+    json_t *kernels = json_array();
+    for (int i = 0; i < c->n_kernels; i++) {
+        const fg_kernel_resources *k = &c->kernels[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(k->name));
+        json_object_set_new(o, "registers", json_integer(k->registers));
+        json_object_set_new(o, "stack_frame", json_integer(k->stack_frame));
+        json_object_set_new(o, "spill_stores", json_integer(k->spill_stores));
+        json_object_set_new(o, "spill_loads", json_integer(k->spill_loads));
+        json_array_append_new(kernels, o);
+    }
+    json_object_set_new(root, "kernels", kernels);
+    char *s = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(root);
+    return s;
+}
+
+int fg_describe_parse(const char *json, char *layer, size_t layer_cap, fg_kernel_resources *kernels, int cap)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    if (!root)
+        return -1;
+    const char *name = json_string_value(json_object_get(root, "layer"));
+    if (layer)
+        snprintf(layer, layer_cap, "%s", name ? name : "?");
+    json_t *arr = json_object_get(root, "kernels");
+    int n = 0;
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o)
+    {
+        if (n == cap)
+            break;
+        fg_kernel_resources *k = &kernels[n++];
+        memset(k, 0, sizeof *k);
+        const char *kn = json_string_value(json_object_get(o, "name"));
+        snprintf(k->name, sizeof k->name, "%s", kn ? kn : "?");
+        k->registers = (int)json_integer_value(json_object_get(o, "registers"));
+        k->stack_frame = (int)json_integer_value(json_object_get(o, "stack_frame"));
+        k->spill_stores = (int)json_integer_value(json_object_get(o, "spill_stores"));
+        k->spill_loads = (int)json_integer_value(json_object_get(o, "spill_loads"));
+    }
+    json_decref(root);
+    return n;
+}
+
+int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const char *source,
+                   const char *arch, fg_built *out, fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int major, minor;
+    if (fg_nvrtc_version(&major, &minor, err))
+        return -1;
+    char options[256];
+    fg_nvrtc_options_string(arch, options, sizeof options);
+    fg_cache_key(source, strlen(source), arch, options, major, minor, out->key);
+
+    /* `fusegen build --cache DIR` looks in DIR (its own output) as well */
+    fg_cache lookup = *cache;
+    if (store_dir)
+        snprintf(lookup.user_dir, sizeof lookup.user_dir, "%s", store_dir);
+    fg_cache_entry entry;
+    int found = fg_cache_lookup(&lookup, out->key, arch, &entry, err);
+    if (found < 0)
+        return -1;
+    if (found) {
+        out->cubin = entry.cubin;
+        out->cubin_size = entry.cubin_size;
+        out->from_cache = true;
+        out->shipped = entry.shipped;
+        out->n_kernels = fg_describe_parse(entry.meta_json, NULL, 0, out->kernels, FG_MAX_KERNELS);
+        if (out->n_kernels < 0)
+            out->n_kernels = 0;
+        free(entry.meta_json);
+        return 0;
+    }
+
+    char name[FG_NAME_MAX + 8];
+    snprintf(name, sizeof name, "%s.cu", ir->name);
+    fg_compiled c;
+    if (fg_nvrtc_compile(source, name, arch, &c, err))
+        return -1;
+    out->cubin = c.cubin;
+    out->cubin_size = c.size;
+    out->compile_seconds = c.seconds;
+    out->n_kernels = c.n_kernels;
+    memcpy(out->kernels, c.kernels, sizeof c.kernels);
+    char *meta = fg_build_describe(ir, arch, &c);
+    fg_error store_err;
+    if (!meta) {
+        snprintf(out->store_error, sizeof out->store_error, "out of memory describing the entry");
+    } else if (fg_cache_store(cache, store_dir, out->key, arch, c.cubin, c.size, meta, &store_err) == 0) {
+        out->stored = true;
+    } else {
+        snprintf(out->store_error, sizeof out->store_error, "%s", store_err.msg);
+    }
+    free(meta);
+    return 0;
+}
+
+void fg_built_free(fg_built *b)
+{
+    if (b) {
+        free(b->cubin);
+        b->cubin = NULL;
+    }
+}

@@ -1,0 +1,38 @@
+/* Getting a layer's cubin for one architecture: render, look the source up in the caches,
+ * compile with NVRTC on a miss, store the result. Shared by `fusegen build`, the runtime's
+ * JIT and the tests. */
+#ifndef FG_KERNEL_BUILD_H
+#define FG_KERNEL_BUILD_H
+
+#include <stdbool.h>
+
+#include "../gen/ir.h"
+#include "../gen/planner.h"
+#include "cache.h"
+#include "nvrtc_compiler.h"
+
+typedef struct fg_built {
+    unsigned char *cubin;
+    size_t cubin_size;
+    char key[FG_CACHE_KEY_HEX + 1];
+    bool from_cache;     /* found in a cache (no compile) */
+    bool shipped;        /* found in a shipped cache */
+    bool stored;         /* compiled and written to the cache */
+    char store_error[1024]; /* why it could not be stored, when compiled but not stored */
+    double compile_seconds;
+    int n_kernels;
+    fg_kernel_resources kernels[FG_MAX_KERNELS];
+} fg_built;
+
+/* `store_dir` NULL: the cache's user dir. `source` is the rendered source of (ir, plan). */
+int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const char *source,
+                   const char *arch, fg_built *out, fg_error *err);
+void fg_built_free(fg_built *b);
+
+/* The description stored with an entry (JSON): layer, spec, arch, kernels and resources. */
+char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const fg_compiled *c);
+
+/* Reads the kernels' resources back from an entry's description. */
+int fg_describe_parse(const char *json, char *layer, size_t layer_cap, fg_kernel_resources *kernels, int cap);
+
+#endif

@@ -1,0 +1,215 @@
+#include "nvrtc_compiler.h"
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <nvrtc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct nvrtc_api {
+    void *handle;
+    nvrtcResult (*version)(int *, int *);
+    nvrtcResult (*create)(nvrtcProgram *, const char *, const char *, int, const char *const *, const char *const *);
+    nvrtcResult (*compile)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*log_size)(nvrtcProgram, size_t *);
+    nvrtcResult (*log)(nvrtcProgram, char *);
+    nvrtcResult (*cubin_size)(nvrtcProgram, size_t *);
+    nvrtcResult (*cubin)(nvrtcProgram, char *);
+    nvrtcResult (*destroy)(nvrtcProgram *);
+    const char *(*error_string)(nvrtcResult);
+    char load_error[1024];
+} nvrtc_api;
+
+static nvrtc_api api;
+static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+
+static void load_api(void)
+{
+    const char *env = getenv("FUSEGEN_NVRTC");
+    char toolkit[512];
+    snprintf(toolkit, sizeof toolkit, "%s/libnvrtc.so.13", FUSEGEN_CUDA_LIBDIR);
+    const char *candidates[] = {env, "libnvrtc.so.13", "libnvrtc.so", toolkit, "/usr/local/cuda/lib64/libnvrtc.so.13"};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates && !api.handle; i++)
+        if (candidates[i] && candidates[i][0])
+            api.handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
+    if (!api.handle) {
+        snprintf(api.load_error, sizeof api.load_error,
+                 "cannot load libnvrtc (tried $FUSEGEN_NVRTC, libnvrtc.so.13, libnvrtc.so and %s): install the CUDA "
+                 "toolkit's NVRTC or point FUSEGEN_NVRTC at libnvrtc.so",
+                 toolkit);
+        return;
+    }
+#define SYM(field, name)                                                                               \
+    do {                                                                                               \
+        *(void **)&api.field = dlsym(api.handle, name);                                                \
+        if (!api.field) {                                                                              \
+            snprintf(api.load_error, sizeof api.load_error, "libnvrtc lacks %s: too old?", name);      \
+            dlclose(api.handle);                                                                       \
+            api.handle = NULL;                                                                         \
+            return;                                                                                    \
+        }                                                                                              \
+    } while (0)
+    SYM(version, "nvrtcVersion");
+    SYM(create, "nvrtcCreateProgram");
+    SYM(compile, "nvrtcCompileProgram");
+    SYM(log_size, "nvrtcGetProgramLogSize");
+    SYM(log, "nvrtcGetProgramLog");
+    SYM(cubin_size, "nvrtcGetCUBINSize");
+    SYM(cubin, "nvrtcGetCUBIN");
+    SYM(destroy, "nvrtcDestroyProgram");
+    SYM(error_string, "nvrtcGetErrorString");
+#undef SYM
+}
+
+static int ensure_api(fg_error *err)
+{
+    pthread_once(&api_once, load_api);
+    if (!api.handle)
+        return fg_fail(err, "%s", api.load_error);
+    return 0;
+}
+
+int fg_nvrtc_version(int *major, int *minor, fg_error *err)
+{
+    if (ensure_api(err))
+        return -1;
+    if (api.version(major, minor) != NVRTC_SUCCESS)
+        return fg_fail(err, "nvrtcVersion failed");
+    return 0;
+}
+
+/* The options, in one place: they are part of every cache key. --ptxas-options=-v makes
+ * ptxas report registers and spills into the log, which the cache keeps and the tests
+ * check. -lineinfo costs nothing at run time and makes profiles readable. */
+static const char *const base_options[] = {"--std=c++17", "--ptxas-options=-v", "-lineinfo"};
+
+void fg_nvrtc_options_string(const char *arch, char *buf, size_t cap)
+{
+    int len = snprintf(buf, cap, "--gpu-architecture=%s", arch);
+    for (size_t i = 0; i < sizeof base_options / sizeof *base_options && len >= 0 && (size_t)len < cap; i++)
+        len += snprintf(buf + len, cap - (size_t)len, " %s", base_options[i]);
+}
+
+int fg_parse_ptxas_report(const char *log, fg_kernel_resources *out, int cap)
+{
+    int n = -1;
+    for (const char *line = log; line && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char buf[512];
+        if (len >= sizeof buf)
+            len = sizeof buf - 1;
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        const char *p;
+        if ((p = strstr(buf, "Function properties for ")) != NULL) {
+            if (n + 1 < cap) {
+                n++;
+                memset(&out[n], 0, sizeof out[n]);
+                snprintf(out[n].name, sizeof out[n].name, "%s", p + strlen("Function properties for "));
+            }
+        } else if (n >= 0 && strstr(buf, "bytes stack frame") != NULL) {
+            /* "ptxas         .     N bytes stack frame, S bytes spill stores, L bytes spill loads" */
+            const char *q = buf;
+            while (*q && !isdigit((unsigned char)*q))
+                q++;
+            sscanf(q, "%d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &out[n].stack_frame,
+                   &out[n].spill_stores, &out[n].spill_loads);
+        } else if (n >= 0 && (p = strstr(buf, "Used ")) != NULL) {
+            sscanf(p, "Used %d registers", &out[n].registers);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return n + 1;
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Keeps a failing source where the user can open it at the log's line numbers. */
+static void save_failed_source(const char *source, const char *source_name, char *path, size_t cap)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, cap, "%s/fusegen-failed-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        path[0] = '\0';
+        return;
+    }
+    size_t len = strlen(source);
+    ssize_t w = write(fd, source, len);
+    close(fd);
+    if (w != (ssize_t)len)
+        path[0] = '\0';
+    (void)source_name;
+}
+
+int fg_nvrtc_compile(const char *source, const char *source_name, const char *arch, fg_compiled *out, fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (ensure_api(err))
+        return -1;
+    double t0 = now_seconds();
+    char archopt[64];
+    snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+    const char *opts[8] = {archopt};
+    int nopts = 1;
+    for (size_t i = 0; i < sizeof base_options / sizeof *base_options; i++)
+        opts[nopts++] = base_options[i];
+    nvrtcProgram prog;
+    nvrtcResult r = api.create(&prog, source, source_name, 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS)
+        return fg_fail(err, "%s: nvrtcCreateProgram: %s", source_name, api.error_string(r));
+    r = api.compile(prog, nopts, opts);
+    size_t log_size = 0;
+    api.log_size(prog, &log_size);
+    char *log = malloc(log_size + 1);
+    if (!log) {
+        api.destroy(&prog);
+        return fg_fail(err, "out of memory");
+    }
+    log[0] = '\0';
+    if (log_size)
+        api.log(prog, log);
+    log[log_size] = '\0';
+    int rc = 0;
+    if (r != NVRTC_SUCCESS) {
+        char saved[512];
+        save_failed_source(source, source_name, saved, sizeof saved);
+        rc = fg_fail(err, "%s: NVRTC could not compile the generated source for %s (%s)%s%s:\n%s", source_name, arch,
+                     api.error_string(r), saved[0] ? "; source saved as " : "", saved, log);
+    } else {
+        out->n_kernels = fg_parse_ptxas_report(log, out->kernels, FG_MAX_KERNELS);
+        size_t size = 0;
+        if (api.cubin_size(prog, &size) != NVRTC_SUCCESS || size == 0 || !(out->cubin = malloc(size))) {
+            rc = fg_fail(err, "%s: NVRTC produced no cubin for %s", source_name, arch);
+        } else if (api.cubin(prog, (char *)out->cubin) != NVRTC_SUCCESS) {
+            rc = fg_fail(err, "%s: nvrtcGetCUBIN failed", source_name);
+        } else {
+            out->size = size;
+        }
+    }
+    free(log);
+    api.destroy(&prog);
+    out->seconds = now_seconds() - t0;
+    if (rc)
+        fg_compiled_free(out);
+    return rc;
+}
+
+void fg_compiled_free(fg_compiled *c)
+{
+    if (c) {
+        free(c->cubin);
+        c->cubin = NULL;
+        c->size = 0;
+    }
+}

@@ -1,0 +1,44 @@
+/* NVRTC: generated source -> cubin for one architecture. libnvrtc is loaded with dlopen on
+ * first use (so nothing needs it to start), from $FUSEGEN_NVRTC, the loader's search path,
+ * or the CUDA toolkit found at build time. */
+#ifndef FG_NVRTC_COMPILER_H
+#define FG_NVRTC_COMPILER_H
+
+#include <stddef.h>
+
+#include "../gen/diag.h"
+
+#define FG_MAX_KERNELS 32
+
+/* What ptxas reported for one kernel. */
+typedef struct fg_kernel_resources {
+    char name[96];
+    int registers;
+    int stack_frame;  /* bytes */
+    int spill_stores; /* bytes */
+    int spill_loads;  /* bytes */
+} fg_kernel_resources;
+
+typedef struct fg_compiled {
+    unsigned char *cubin;
+    size_t size;
+    int n_kernels;
+    fg_kernel_resources kernels[FG_MAX_KERNELS];
+    double seconds;
+} fg_compiled;
+
+/* NVRTC's version ("13.0"), loading the library if needed. */
+int fg_nvrtc_version(int *major, int *minor, fg_error *err);
+
+/* The options every compile uses for `arch` ("sm_90"), as one string (part of cache keys). */
+void fg_nvrtc_options_string(const char *arch, char *buf, size_t cap);
+
+/* Compiles `source` (named `source_name` in diagnostics). On failure the message holds
+ * NVRTC's log, and the source is saved next to it so the line numbers can be followed. */
+int fg_nvrtc_compile(const char *source, const char *source_name, const char *arch, fg_compiled *out, fg_error *err);
+void fg_compiled_free(fg_compiled *c);
+
+/* Parses ptxas' "-v" report into per-kernel resources (exposed for tests). */
+int fg_parse_ptxas_report(const char *log, fg_kernel_resources *out, int cap);
+
+#endif

@@ -1,0 +1,37 @@
+/* safetensors files (the format PyTorch users export state_dicts and tensors with):
+ * reading with every structural check, and writing atomically. fusegen computes in float32,
+ * so F32 tensors are what it reads and writes; other dtypes are reported by name. */
+#ifndef FG_SAFETENSORS_H
+#define FG_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../gen/diag.h"
+
+#define FG_TENSOR_MAX_RANK 8
+
+typedef struct fg_tensor {
+    char *name;
+    int rank;
+    int64_t dim[FG_TENSOR_MAX_RANK];
+    size_t count;  /* elements */
+    float *data;   /* owned */
+} fg_tensor;
+
+typedef struct fg_tensor_file {
+    int n;
+    fg_tensor *tensors;
+} fg_tensor_file;
+
+int fg_safetensors_read(const char *path, fg_tensor_file *out, fg_error *err);
+/* `display` names the file in messages. */
+int fg_safetensors_parse(const unsigned char *data, size_t size, const char *display, fg_tensor_file *out,
+                         fg_error *err);
+/* Writes to a temporary file beside `path` and renames it into place. */
+int fg_safetensors_write(const char *path, const fg_tensor *tensors, int n, fg_error *err);
+
+const fg_tensor *fg_tensor_find(const fg_tensor_file *f, const char *name);
+void fg_tensor_file_free(fg_tensor_file *f);
+
+#endif

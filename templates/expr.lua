@@ -1,0 +1,315 @@
+-- The inline evaluator: prints the code that computes value k of the chain at given
+-- coordinates, recursively from whatever the pass can read (the conv accumulator, a
+-- workspace buffer, finalized statistics). Windows (pooling, small reductions) become
+-- loops whose bodies evaluate the previous value at the window's coordinates.
+--
+-- Values already computed at the same coordinates are reused (a memo per C scope), so a
+-- residual `add { value = "c" }` reads the conv output once.
+local lib = import("lib")
+local ops = import("ops")
+local flit = lib.flit
+
+local M = {}
+local Eval = {}
+Eval.__index = Eval
+
+-- names: the C names of the kernel's pointer arguments, as names[kind][index].
+function M.new(layer, plan, pass, code, names)
+  local e = setmetatable({
+    layer = layer, plan = plan, pass = pass, code = code, names = names,
+    scopes = { {} }, loaders = {}, counter = 0,
+  }, Eval)
+  return e
+end
+
+function Eval:fresh(prefix)
+  self.counter = self.counter + 1
+  return prefix .. self.counter
+end
+
+local function key_of(k, coords)
+  return k .. "@" .. table.concat(coords, ",", 1, #coords)
+end
+
+function Eval:lookup(key)
+  for i = #self.scopes, 1, -1 do
+    local v = self.scopes[i][key]
+    if v then return v end
+  end
+end
+
+function Eval:remember(k, coords, var)
+  self.scopes[#self.scopes][key_of(k, coords)] = var
+end
+
+function Eval:push_scope() self.scopes[#self.scopes + 1] = {} end
+function Eval:pop_scope() self.scopes[#self.scopes] = nil end
+
+-- Value v lives in workspace buffer b: loads index it directly.
+function Eval:load_from_buffer(v, b)
+  self.loaders[v] = function(coords)
+    local shape = self.layer.ops[v].out_shape
+    local var = self:fresh("v" .. v .. "_")
+    self.code:line("const float %s = %s[(fg_u64)n * %d + %s];", var, self.names.buffer[b], shape.sample,
+      lib.lin(shape, coords))
+    return var
+  end
+end
+
+function Eval:eval(k, coords)
+  local memo = self:lookup(key_of(k, coords))
+  if memo then return memo end
+  local v
+  if self.loaders[k] then
+    v = self.loaders[k](coords)
+  else
+    v = self:compute(k, coords)
+  end
+  self:remember(k, coords, v)
+  return v
+end
+
+-- A parameter broadcast against `shape` (right-aligned, PyTorch rules).
+function Eval:param_at(p, shape, coords)
+  local param = self.layer.params[p]
+  local terms, stride = {}, 1
+  for pd = param.rank - 1, 0, -1 do
+    local d = shape.rank - param.rank + pd
+    if param.dim[pd] ~= 1 and d >= 1 then
+      terms[#terms + 1] = stride == 1 and coords[d] or string.format("(%s) * %d", coords[d], stride)
+    end
+    stride = stride * param.dim[pd]
+  end
+  local idx = #terms == 0 and "0" or table.concat(terms, " + ")
+  return string.format("%s[%s]", self.names.param[p], idx)
+end
+
+-- Key of a norm's statistic for an element at `coords` of its input.
+function Eval:norm_key(op, coords)
+  local st, shape = op.stat, op.in_shape
+  local key = st.channel_group == 1 and coords[1] or string.format("(%s) / %d", coords[1], st.channel_group)
+  if st.channel_group == shape.dim[1] then key = "0" end
+  for d = 2, shape.rank - 1 do
+    if (st.mask >> d) & 1 == 0 then
+      key = string.format("(%s) * %d + %s", key, shape.dim[d], coords[d])
+    end
+  end
+  if not st.over_batch then key = string.format("(long long)n * %d + %s", st.keys_per_sample, key) end
+  return key
+end
+
+-- Key of a reduction's (or softmax's) statistic for an element of its input: the index in
+-- the keepdim shape.
+function Eval:reduce_key(op, coords)
+  local shape = op.in_shape
+  local kept = { rank = shape.rank, dim = { [0] = 1 } }
+  local kc = {}
+  for d = 1, shape.rank - 1 do
+    local reduced = (op.reduce_mask >> d) & 1 == 1
+    kept.dim[d] = reduced and 1 or shape.dim[d]
+    kc[d] = reduced and "0" or coords[d]
+  end
+  local per_sample = shape.sample
+  for d = 1, shape.rank - 1 do
+    if (op.reduce_mask >> d) & 1 == 1 then per_sample = per_sample // shape.dim[d] end
+  end
+  return string.format("(long long)n * %d + %s", per_sample, lib.lin(kept, kc))
+end
+
+-- Key of accumulator a for an element of the value it reduces.
+function Eval:accum_key(a, coords)
+  local acc = self.plan.accums[a]
+  local op = self.layer.ops[acc.op]
+  if acc.kind == "moments" then return self:norm_key(op, coords) end
+  return self:reduce_key(op, coords)
+end
+
+function Eval:declare(prefix, expr)
+  local v = self:fresh(prefix)
+  self.code:line("const float %s = %s;", v, expr)
+  return v
+end
+
+-- Coordinates of the input of a window op (reduction or pool) for output `coords`, with
+-- loop variables for the window; returns the input coordinates and the loops.
+local function window_coords(self, op, coords)
+  local shape, incoords, loops = op.in_shape, {}, {}
+  if op.class == "pool" then
+    incoords[1] = coords[1]
+    for i = 0, op.spatial - 1 do
+      local d = 2 + i
+      local r = self:fresh("w")
+      loops[#loops + 1] = { var = r, extent = op.kernel[i] }
+      local base = op.stride[i] == 1 and coords[d] or string.format("(%s) * %d", coords[d], op.stride[i])
+      if op.padding[i] > 0 then base = string.format("%s - %d", base, op.padding[i]) end
+      incoords[d] = string.format("(%s + %s)", base, r)
+    end
+    return incoords, loops
+  end
+  local od = 1
+  for d = 1, shape.rank - 1 do
+    if (op.reduce_mask >> d) & 1 == 1 then
+      local r = self:fresh("r")
+      incoords[d] = r
+      loops[#loops + 1] = { var = r, extent = shape.dim[d] }
+      if op.keepdim then od = od + 1 end
+    else
+      incoords[d] = coords[od]
+      od = od + 1
+    end
+  end
+  return incoords, loops
+end
+
+function Eval:compute_window(k, op, coords)
+  local c = self.code
+  local incoords, loops = window_coords(self, op, coords)
+  local acc = self:fresh("acc")
+  local count = 1
+  for _, l in ipairs(loops) do count = count * l.extent end
+  local lse = op.kind == "LOGSUMEXP"
+  local pool_avg = op.kind == "AVG_POOL"
+  local valid
+  if lse then
+    c:line("float %s_m = __int_as_float(0xff800000), %s_s = 0.0f;", acc, acc)
+  elseif op.class == "pool" then
+    c:line("float %s = %s;", acc, op.kind == "MAX_POOL" and "__int_as_float(0xff800000)" or "0.0f")
+    if pool_avg and not op.count_include_pad then
+      valid = acc .. "_n"
+      c:line("int %s = 0;", valid)
+    end
+  else
+    c:line("float %s = %s;", acc, ops.reduce[op.kind].init)
+  end
+  for _, l in ipairs(loops) do
+    c:open("for (int %s = 0; %s < %d; ++%s) {", l.var, l.var, l.extent, l.var)
+  end
+  self:push_scope()
+  local guard = {}
+  if op.class == "pool" then
+    for i = 0, op.spatial - 1 do
+      if op.padding[i] > 0 then
+        local d = 2 + i
+        local iv = self:fresh("i")
+        c:line("const int %s = %s;", iv, incoords[d])
+        incoords[d] = iv
+        guard[#guard + 1] = string.format("%s >= 0 && %s < %d", iv, iv, op.in_shape.dim[d])
+      end
+    end
+    if #guard > 0 then c:open("if (%s) {", table.concat(guard, " && ")) end
+  end
+  local x = self:eval(k - 1, incoords)
+  if lse then
+    c:open("if (%s > %s_m) {", x, acc)
+    c:line("%s_s = %s_s * expf(%s_m - %s) + 1.0f;", acc, acc, acc, x)
+    c:line("%s_m = %s;", acc, x)
+    c:close("} else if (%s > __int_as_float(0xff800000)) {", x)
+    c.depth = c.depth + 1
+    c:line("%s_s += expf(%s - %s_m);", acc, x, acc)
+    c:close()
+  elseif op.kind == "MAX_POOL" then
+    c:line("%s = fg_maximum(%s, %s);", acc, acc, x)
+  elseif pool_avg then
+    c:line("%s += %s;", acc, x)
+    if valid then c:line("++%s;", valid) end
+  else
+    c:line(ops.reduce[op.kind].step, acc, acc, x)
+  end
+  if #guard > 0 then c:close() end
+  self:pop_scope()
+  for _ = 1, #loops do c:close() end
+  if lse then
+    return self:declare("v" .. k .. "_", string.format("(%s_s > 0.0f ? %s_m + logf(%s_s) : %s_m)", acc, acc, acc, acc))
+  elseif pool_avg then
+    return self:declare("v" .. k .. "_", string.format("%s / %s", acc, valid and ("(float)" .. valid) or flit(count)))
+  elseif op.class == "pool" then
+    return acc
+  end
+  local r = ops.reduce[op.kind]
+  if r.divide then return self:declare("v" .. k .. "_", string.format(r.final, acc, flit(count))) end
+  return acc
+end
+
+-- A reduction whose partial results an earlier pass accumulated (and did not finalize).
+function Eval:compute_from_accum(k, op, coords)
+  local pl = self.plan.op[k]
+  local acc = self.plan.accums[pl.accum]
+  local key = string.format("(long long)n * %d + %s", acc.keys_per_sample, lib.lin(op.out_shape, coords))
+  local a = self.names.accum[pl.accum]
+  local e
+  if op.kind == "REDUCE_MAX" or op.kind == "REDUCE_MIN" then
+    e = string.format("fg_unordered(%s[%s])", a, key)
+  elseif op.kind == "REDUCE_SUM" then
+    e = string.format("(float)%s[%s]", a, key)
+  elseif op.kind == "LOGSUMEXP" then
+    local m = self.names.accum[pl.max_accum]
+    local kv = self:fresh("key")
+    self.code:line("const long long %s = %s;", kv, key)
+    e = string.format("fg_unordered(%s[%s]) + logf((float)%s[%s])", m, kv, a, kv)
+  else -- mean, global average pool
+    e = string.format("(float)(%s[%s] / %s)", a, key, lib.dlit(acc.count_per_sample))
+  end
+  return self:declare("v" .. k .. "_", e)
+end
+
+function Eval:compute(k, coords)
+  local op = self.layer.ops[k]
+  local cls = op.class
+  if cls == "conv" then
+    error(string.format("value %d (the convolution) is not available in pass %d at %s", k, self.pass.index,
+      table.concat(coords, ",")))
+  end
+  if cls == "unary" then
+    return self:declare("v" .. k .. "_", ops.unary(op, self:eval(k - 1, coords)))
+  end
+  if cls == "binary" then
+    local a = self:eval(k - 1, coords)
+    local b
+    if op.operand == "scalar" then
+      b = flit(op.scalar)
+    elseif op.operand == "param" then
+      b = self:param_at(op.operand_param, op.in_shape, coords)
+    else
+      b = self:eval(op.operand_value, coords)
+    end
+    return self:declare("v" .. k .. "_", ops.binary(op, a, b))
+  end
+  if cls == "norm" then
+    local x = self:eval(k - 1, coords)
+    local e
+    if op.kind == "BATCH_NORM" and op.running_stats then
+      e = string.format("(%s - %s[%s]) / sqrtf(%s[%s] + %s)", x, self.names.param[op.mean_param], coords[1],
+        self.names.param[op.var_param], coords[1], flit(op.eps))
+    else
+      local st = self:fresh("st")
+      local a = self.plan.op[k].accum
+      self.code:line("const fg_stat %s = %s[%s];", st, self.names.stats[a], self:norm_key(op, coords))
+      e = string.format("(%s - %s.a) * %s.b", x, st, st)
+    end
+    if op.affine then
+      local w, b
+      if op.kind == "LAYER_NORM" then
+        w = self:param_at(op.weight_param, op.in_shape, coords)
+        b = self:param_at(op.bias_param, op.in_shape, coords)
+      else
+        w = string.format("%s[%s]", self.names.param[op.weight_param], coords[1])
+        b = string.format("%s[%s]", self.names.param[op.bias_param], coords[1])
+      end
+      e = string.format("fmaf(%s, %s, %s)", e, w, b)
+    end
+    return self:declare("v" .. k .. "_", e)
+  end
+  if cls == "softmax" then
+    local x = self:eval(k - 1, coords)
+    local st = self:fresh("st")
+    local a = self.plan.op[k].accum
+    self.code:line("const fg_stat %s = %s[%s];", st, self.names.stats[a], self:reduce_key(op, coords))
+    return self:declare("v" .. k .. "_", string.format("expf(%s - %s.a) * %s.b", x, st, st))
+  end
+  if self.plan.op[k].inline_loop then
+    return self:compute_window(k, op, coords)
+  end
+  return self:compute_from_accum(k, op, coords)
+end
+
+return M

@@ -1,0 +1,150 @@
+-- The CUDA side of every op's semantics: one snippet per op, as float expressions. The CPU
+-- reference (reference/cpu_reference.c) is the other side; the tests hold them together.
+local lib = import("lib")
+local flit = lib.flit
+
+local ops = {}
+
+-- Elementwise unary ops: an expression of `x` (a variable name).
+function ops.unary(op, x)
+  local k = op.kind
+  if k == "RELU" then return string.format("(%s < 0.0f ? 0.0f : %s)", x, x) end
+  if k == "LEAKY_RELU" then return string.format("(%s > 0.0f ? %s : %s * %s)", x, x, flit(op.alpha), x) end
+  if k == "GELU" then
+    if op.gelu_tanh then
+      return string.format("(0.5f * %s * (1.0f + tanhf(0.797884561f * (%s + 0.044715f * %s * %s * %s))))", x, x, x, x, x)
+    end
+    return string.format("(0.5f * %s * (1.0f + erff(%s * 0.707106781f)))", x, x)
+  end
+  if k == "SIGMOID" then return string.format("(1.0f / (1.0f + expf(-%s)))", x) end
+  if k == "TANH" then return string.format("tanhf(%s)", x) end
+  if k == "SOFTPLUS" then
+    local b = flit(op.beta)
+    return string.format("(%s * %s > %s ? %s : log1pf(expf(%s * %s)) / %s)", b, x, flit(op.threshold), x, b, x, b)
+  end
+  if k == "MISH" then return string.format("(%s * tanhf(%s > 20.0f ? %s : log1pf(expf(%s))))", x, x, x, x) end
+  if k == "SILU" then return string.format("(%s / (1.0f + expf(-%s)))", x, x) end
+  if k == "HARDSWISH" then return string.format("(%s * fminf(fmaxf(%s + 3.0f, 0.0f), 6.0f) / 6.0f)", x, x) end
+  if k == "HARDSIGMOID" then return string.format("(fminf(fmaxf(%s + 3.0f, 0.0f), 6.0f) / 6.0f)", x) end
+  if k == "HARDTANH" or k == "CLAMP" then
+    -- comparisons, not fminf/fmaxf, so that NaN passes through as in PyTorch
+    local e = x
+    if op.has_lo then e = string.format("(%s < %s ? %s : %s)", e, flit(op.lo), flit(op.lo), e) end
+    if op.has_hi then e = string.format("(%s > %s ? %s : %s)", e, flit(op.hi), flit(op.hi), e) end
+    return e
+  end
+  if k == "EXP" then return string.format("expf(%s)", x) end
+  if k == "LOG" then return string.format("logf(%s)", x) end
+  if k == "ABS" then return string.format("fabsf(%s)", x) end
+  if k == "NEG" then return string.format("(-%s)", x) end
+  error("no CUDA snippet for unary op " .. k)
+end
+
+-- Elementwise binary ops: an expression of `a` (the chain) and `b` (the operand).
+function ops.binary(op, a, b)
+  local k = op.kind
+  if k == "ADD" then return string.format("(%s + %s)", a, b) end
+  if k == "SUB" then return string.format("(%s - %s)", a, b) end
+  if k == "MUL" then return string.format("(%s * %s)", a, b) end
+  if k == "DIV" then return string.format("(%s / %s)", a, b) end
+  if k == "MINIMUM" then return string.format("fg_minimum(%s, %s)", a, b) end
+  if k == "MAXIMUM" then return string.format("fg_maximum(%s, %s)", a, b) end
+  error("no CUDA snippet for binary op " .. k)
+end
+
+-- Reductions computed by a loop: how the accumulator starts, takes an element, ends.
+-- `count` is the number of elements reduced (a constant).
+ops.reduce = {
+  REDUCE_MAX = { init = "__int_as_float(0xff800000)", step = "%s = fg_maximum(%s, %s);", final = "%s" },
+  REDUCE_MIN = { init = "__int_as_float(0x7f800000)", step = "%s = fg_minimum(%s, %s);", final = "%s" },
+  REDUCE_SUM = { init = "0.0f", step = "%s = %s + %s;", final = "%s" },
+  REDUCE_MEAN = { init = "0.0f", step = "%s = %s + %s;", final = "(%s / %s)", divide = true },
+  GLOBAL_AVG_POOL = { init = "0.0f", step = "%s = %s + %s;", final = "(%s / %s)", divide = true },
+}
+
+-- Device helpers every generated source carries (no CUDA headers at JIT time).
+ops.prelude = [[
+typedef unsigned long long fg_u64;
+struct fg_stat { float a, b; }; /* a norm: mean, 1/sqrt(var+eps); softmax: max, 1/sum */
+
+__device__ __forceinline__ float fg_maximum(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ float fg_minimum(float a, float b) { return (a < b || a != a) ? a : b; }
+
+/* floats as order-preserving ints, so that atomicMax/atomicMin on int compare them */
+__device__ __forceinline__ int fg_ordered(float f) { int i = __float_as_int(f); return i >= 0 ? i : i ^ 0x7fffffff; }
+__device__ __forceinline__ float fg_unordered(int i) { return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff); }
+
+/* Warp-aggregated accumulation. Every lane of the warp must call these together; a lane
+ * with nothing to add passes key < 0. When all contributing lanes share one key (the usual
+ * case: neighbouring elements belong to one statistic) the warp adds up first and one lane
+ * does the atomics; otherwise each lane does its own. */
+__device__ __forceinline__ void fg_feed2(double *acc, long long key, double a, double b)
+{
+    const unsigned full = 0xffffffffu;
+    unsigned valid = __ballot_sync(full, key >= 0);
+    if (valid == 0) return;
+    int leader = __ffs(valid) - 1;
+    long long lk = __shfl_sync(full, key, leader);
+    if (__all_sync(full, key < 0 || key == lk)) {
+        if (key < 0) { a = 0.0; b = 0.0; }
+        for (int o = 16; o > 0; o >>= 1) {
+            a += __shfl_xor_sync(full, a, o);
+            b += __shfl_xor_sync(full, b, o);
+        }
+        if ((int)(threadIdx.x & 31) == leader) { atomicAdd(acc + 2 * lk, a); atomicAdd(acc + 2 * lk + 1, b); }
+    } else if (key >= 0) {
+        atomicAdd(acc + 2 * key, a);
+        atomicAdd(acc + 2 * key + 1, b);
+    }
+}
+
+__device__ __forceinline__ void fg_feed1(double *acc, long long key, double a)
+{
+    const unsigned full = 0xffffffffu;
+    unsigned valid = __ballot_sync(full, key >= 0);
+    if (valid == 0) return;
+    int leader = __ffs(valid) - 1;
+    long long lk = __shfl_sync(full, key, leader);
+    if (__all_sync(full, key < 0 || key == lk)) {
+        if (key < 0) a = 0.0;
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(full, a, o);
+        if ((int)(threadIdx.x & 31) == leader) atomicAdd(acc + lk, a);
+    } else if (key >= 0) {
+        atomicAdd(acc + key, a);
+    }
+}
+
+__device__ __forceinline__ void fg_feed_max(int *acc, long long key, float v)
+{
+    const unsigned full = 0xffffffffu;
+    unsigned valid = __ballot_sync(full, key >= 0);
+    if (valid == 0) return;
+    int leader = __ffs(valid) - 1;
+    long long lk = __shfl_sync(full, key, leader);
+    int e = key >= 0 ? fg_ordered(v) : (int)0x80000000;
+    if (__all_sync(full, key < 0 || key == lk)) {
+        e = __reduce_max_sync(full, e);
+        if ((int)(threadIdx.x & 31) == leader) atomicMax(acc + lk, e);
+    } else if (key >= 0) {
+        atomicMax(acc + key, e);
+    }
+}
+
+__device__ __forceinline__ void fg_feed_min(int *acc, long long key, float v)
+{
+    const unsigned full = 0xffffffffu;
+    unsigned valid = __ballot_sync(full, key >= 0);
+    if (valid == 0) return;
+    int leader = __ffs(valid) - 1;
+    long long lk = __shfl_sync(full, key, leader);
+    int e = key >= 0 ? fg_ordered(v) : 0x7fffffff;
+    if (__all_sync(full, key < 0 || key == lk)) {
+        e = __reduce_min_sync(full, e);
+        if ((int)(threadIdx.x & 31) == leader) atomicMin(acc + lk, e);
+    } else if (key >= 0) {
+        atomicMin(acc + key, e);
+    }
+}
+]]
+
+return ops
