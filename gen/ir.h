@@ -157,6 +157,7 @@ typedef struct fg_layer_ir {
     char file[512];          /* spec file, for messages */
     fg_shape input;
     fg_precision precision;
+    int strategy;            /* the spec's `strategy`: -1 auto, else an fg_strategy */
     int n_ops;
     fg_op ops[FG_MAX_OPS];
     int n_params;

@@ -99,8 +99,8 @@ static fg_pass *new_pass(planner *p, fg_pass_kind kind)
     memset(ps, 0, sizeof *ps);
     ps->kind = kind;
     ps->source_buffer = ps->store_buffer = ps->finalize_accum = -1;
-    snprintf(ps->kernel, sizeof ps->kernel, "fg_pass%d_%s", plan->n_passes,
-             kind == FG_PASS_CONV ? "conv" : kind == FG_PASS_MAP ? "map" : "finalize");
+    static const char *const kinds[] = {"conv", "map", "finalize", "cudnn"};
+    snprintf(ps->kernel, sizeof ps->kernel, "fg_pass%d_%s", plan->n_passes, kinds[kind]);
     plan->n_passes++;
     return ps;
 }
@@ -394,24 +394,49 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         plan->inline_loop[k] = is_window(&ir->ops[k]);
     int last_op = ir->n_ops - 1;
 
-    /* The conv pass: value 0 and every following op it can fuse. */
-    fg_pass *ps = new_pass(&p, FG_PASS_CONV);
-    if (!ps)
-        return -1;
-    ps->first = 0;
-    int t = 0;
-    while (t < last_op && inline_ok(&p, 0, t + 1, true))
-        t++;
-    ps->last = ps->domain = t;
+    fg_pass *ps;
+    if (ir->precision == FG_PRECISION_TF32) {
+        /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
+         * its buffer */
+        ps = new_pass(&p, FG_PASS_CUDNN);
+        if (!ps)
+            return -1;
+        ps->first = ps->last = ps->domain = 0;
+        plan->strategy = FG_STRATEGY_MATERIALIZE;
+        if (last_op > 0) {
+            if ((ps->store_buffer = add_buffer(&p, 0)) < 0)
+                return -1;
+            ps = new_pass(&p, FG_PASS_MAP);
+            if (!ps)
+                return -1;
+            ps->first = 1;
+            ps->source_buffer = p.buffer_of[0];
+            int u = 0;
+            while (u < last_op && inline_ok(&p, 0, u + 1, false))
+                u++;
+            ps->last = ps->domain = u;
+        }
+    } else {
+        /* The conv pass: value 0 and every following op it can fuse. */
+        ps = new_pass(&p, FG_PASS_CONV);
+        if (!ps)
+            return -1;
+        ps->first = 0;
+        int t = 0;
+        while (t < last_op && inline_ok(&p, 0, t + 1, true))
+            t++;
+        ps->last = ps->domain = t;
 
-    plan->strategy = FG_STRATEGY_MATERIALIZE;
-    if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
-        int forced = opts ? opts->force_strategy : -1;
-        plan->strategy = forced >= 0 ? (fg_strategy)forced : choose_strategy(ir, t);
-        /* recompute cannot serve a value some later op reads back */
-        for (int v = 0; v <= t; v++)
-            if (value_needed_after(ir, v, t))
-                plan->strategy = FG_STRATEGY_MATERIALIZE;
+        plan->strategy = FG_STRATEGY_MATERIALIZE;
+        if (t < last_op && needs_stats(&ir->ops[t + 1]) &&
+            fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
+            int forced = opts && opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
+            plan->strategy = forced >= 0 ? (fg_strategy)forced : choose_strategy(ir, t);
+            /* recompute cannot serve a value some later op reads back */
+            for (int v = 0; v <= t; v++)
+                if (value_needed_after(ir, v, t))
+                    plan->strategy = FG_STRATEGY_MATERIALIZE;
+        }
     }
 
     bool recomputed = false;
@@ -443,7 +468,7 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
          * or a later op does. */
         int v = ps->last;
         bool next_reads_value = !is_big_reduce(op) || op->kind == FG_OP_LOGSUMEXP;
-        if (next_reads_value || value_needed_after(ir, v, k)) {
+        if ((next_reads_value || value_needed_after(ir, v, k)) && !p.stored[v]) {
             ps->store_buffer = add_buffer(&p, v);
             if (ps->store_buffer < 0)
                 return -1;
@@ -489,6 +514,8 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
     /* geometry and arguments */
     for (int i = 0; i < plan->n_passes; i++) {
         fg_pass *q = &plan->passes[i];
+        if (q->kind == FG_PASS_CUDNN)
+            continue; /* the runtime calls cuDNN; no kernel, no arguments */
         if (q->kind == FG_PASS_CONV)
             conv_tiling(ir, q);
         else if (q->kind == FG_PASS_MAP)
@@ -566,13 +593,22 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                            ps->kernel, ps->finalize_accum, a->value, a->op, fg_op_kind_name(ir->ops[a->op].kind));
         } else {
             const char *from = ps->kind == FG_PASS_CONV ? "conv" : "";
+            if (ps->kind == FG_PASS_CUDNN) {
+                snprintf(line, sizeof line, "  pass %d cudnn    cuDNN's convolution (TF32 allowed) computes v0%s", i,
+                         ps->store_output ? " and writes the output" : ", stored in b0");
+                emit(ctx, line);
+                continue;
+            }
             char src[32];
             if (ps->source_buffer >= 0)
                 snprintf(src, sizeof src, "buffer b%d (v%d)", ps->source_buffer, plan->buffers[ps->source_buffer].value);
             else
                 snprintf(src, sizeof src, "%s", ps->kind == FG_PASS_CONV ? "the input" : "statistics");
-            len = snprintf(line, sizeof line, "  pass %d %-8s %s: reads %s, computes %s v%d..v%d inline",
-                           i, ps->kind == FG_PASS_CONV ? "conv" : "map", ps->kernel, src, from, ps->first, ps->last);
+            if (ps->first <= ps->last)
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: reads %s, computes %s v%d..v%d inline", i,
+                               ps->kind == FG_PASS_CONV ? "conv" : "map", ps->kernel, src, from, ps->first, ps->last);
+            else
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: reads %s again", i, "map", ps->kernel, src);
             if (ps->store_output)
                 len += snprintf(line + len, sizeof line - (size_t)len, ", writes the output");
             if (ps->store_buffer >= 0)

@@ -31,6 +31,7 @@ typedef enum fg_pass_kind {
     FG_PASS_CONV,     /* computes value 0 with a direct convolution */
     FG_PASS_MAP,      /* one thread per domain element (or a few), from a buffer */
     FG_PASS_FINALIZE, /* one thread per statistic */
+    FG_PASS_CUDNN,    /* value 0 by cuDNN's convolution (precision = "tf32"); no generated kernel */
 } fg_pass_kind;
 
 typedef enum fg_accum_kind {

@@ -193,7 +193,7 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir)
     lua_setfield(L, -2, "params");
 }
 
-static const char *const pass_kind_names[] = {"conv", "map", "finalize"};
+static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn"};
 static const char *const accum_kind_names[] = {"moments", "sum", "max", "min", "sumexp"};
 static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
 

@@ -2,6 +2,7 @@
 
 #include <lauxlib.h>
 #include <lualib.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,15 +60,24 @@ static fg_sandbox *sandbox_of(lua_State *L)
 
 static void budget_hook(lua_State *L, lua_Debug *ar)
 {
-    (void)ar;
     fg_sandbox *sb = sandbox_of(L);
     sb->executed += HOOK_EVERY;
-    if (sb->executed > sb->limits.instructions)
-        luaL_error(L, "the spec ran past its instruction budget (%lld instructions): a spec is data, "
-                      "not a program; is there an endless loop?",
-                   sb->limits.instructions);
-    if (seconds_since(&sb->started) > sb->limits.seconds)
-        luaL_error(L, "the spec ran past its time limit (%.1f s)", sb->limits.seconds);
+    bool over_budget = sb->executed > sb->limits.instructions;
+    if (!over_budget && seconds_since(&sb->started) <= sb->limits.seconds)
+        return;
+    /* Where the spec was stopped (luaL_error's own position would be the hook's caller).
+     * lua_pushfstring (behind luaL_error) knows neither %lld nor %.1f: format here. */
+    char where[128] = "";
+    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+        snprintf(where, sizeof where, "%s:%d: ", ar->short_src, ar->currentline);
+    char msg[512];
+    if (over_budget)
+        snprintf(msg, sizeof msg, "%sthe spec ran past its instruction budget (%lld instructions): a spec is data, "
+                                  "not a program; is there an endless loop?",
+                 where, sb->limits.instructions);
+    else
+        snprintf(msg, sizeof msg, "%sthe spec ran past its time limit (%.1f s)", where, sb->limits.seconds);
+    luaL_error(L, "%s", msg);
 }
 
 fg_sandbox *fg_sandbox_new(const fg_sandbox_limits *limits)
@@ -116,15 +126,55 @@ static void copy_message(lua_State *L, char *msg, size_t cap)
     lua_pop(L, 1);
 }
 
+/* The same for errors of the chunk itself: every message names the spec, by its full path.
+ * Lua's positions ("file:LINE:") use the chunk's short_src, which is cut to 60 characters
+ * ("...end/of/a/long/path.lua"); it is replaced by the full name. Lua's own messages for a
+ * refused binary chunk and for running out of memory carry no position at all. */
+static void copy_chunk_message(fg_sandbox *sb, int status, const char *chunkname, const char *short_src, char *msg,
+                               size_t cap)
+{
+    lua_State *L = sb->L;
+    const char *name = chunkname[0] == '@' || chunkname[0] == '=' ? chunkname + 1 : chunkname;
+    const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "error object is not a string";
+    size_t nlen = strlen(name), slen = strlen(short_src);
+    if (status == LUA_ERRMEM)
+        snprintf(msg, cap, "%s: the spec ran past its memory limit (%zu bytes)", name, sb->limits.memory_bytes);
+    else if (strncmp(m, name, nlen) == 0 && m[nlen] == ':')
+        snprintf(msg, cap, "%s", m);
+    else if (slen > 0 && strncmp(m, short_src, slen) == 0 && m[slen] == ':')
+        snprintf(msg, cap, "%s%s", name, m + slen);
+    else
+        snprintf(msg, cap, "%s: %s", name, m);
+    lua_pop(L, 1);
+}
+
+/* The short_src Lua gives a chunk of this name (learnt from an empty chunk). */
+static void chunk_short_src(lua_State *L, const char *chunkname, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (luaL_loadbufferx(L, "", 0, chunkname, "t") != LUA_OK) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_Debug ar;
+    if (lua_getinfo(L, ">S", &ar))
+        snprintf(out, cap, "%s", ar.short_src);
+    else
+        lua_pop(L, 1);
+}
+
 int fg_sandbox_run(fg_sandbox *sb, const char *source, size_t len, const char *chunkname,
                    int env_index, char *msg, size_t msg_cap)
 {
     lua_State *L = sb->L;
     env_index = lua_absindex(L, env_index);
+    char short_src[LUA_IDSIZE + 1];
+    chunk_short_src(L, chunkname, short_src, sizeof short_src);
     /* Mode "t": a precompiled (bytecode) chunk is refused before it runs; bytecode can
      * break the VM's safety. */
-    if (luaL_loadbufferx(L, source, len, chunkname, "t") != LUA_OK) {
-        copy_message(L, msg, msg_cap);
+    int status = luaL_loadbufferx(L, source, len, chunkname, "t");
+    if (status != LUA_OK) {
+        copy_chunk_message(sb, status, chunkname, short_src, msg, msg_cap);
         return -1;
     }
     lua_pushvalue(L, env_index);
@@ -134,7 +184,7 @@ int fg_sandbox_run(fg_sandbox *sb, const char *source, size_t len, const char *c
     int rc = lua_pcall(L, 0, 1, 0);
     disarm(sb);
     if (rc != LUA_OK) {
-        copy_message(L, msg, msg_cap);
+        copy_chunk_message(sb, rc, chunkname, short_src, msg, msg_cap);
         return -1;
     }
     return 0;

@@ -26,13 +26,13 @@ static int op_fail(infer_ctx *c, const char *field, const char *fmt, ...)
 
 /* Every value's per-sample size must fit the kernels' 32-bit sample indexing; products are
  * overflow-checked on the way. */
-static int check_size(infer_ctx *c, const fg_shape *s)
+static int check_size(infer_ctx *c, const fg_shape *s, const char *what)
 {
     int64_t n = 1;
     for (int d = 1; d < s->rank; d++) {
         if (__builtin_mul_overflow(n, s->dim[d], &n) || n > FG_MAX_SAMPLE_ELEMENTS) {
             char buf[128];
-            return op_fail(c, NULL, "its output %s has more than %" PRId64 " elements per sample",
+            return op_fail(c, NULL, "%s %s has more than %" PRId64 " elements per sample", what,
                            fg_shape_str(s, buf, sizeof buf), FG_MAX_SAMPLE_ELEMENTS);
         }
     }
@@ -350,7 +350,7 @@ int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
     {
         fg_op dummy = {.kind = FG_OP_CONV2D, .line = ir->ops[0].line};
         c.op = &dummy;
-        if (check_size(&c, &ir->input))
+        if (check_size(&c, &ir->input, "the layer input"))
             return -1;
     }
     for (int k = 0; k < ir->n_ops; k++) {
@@ -382,7 +382,7 @@ int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
             rc = infer_pool(&c, op, in);
             break;
         }
-        if (rc || check_size(&c, &op->out))
+        if (rc || check_size(&c, &op->out, "its output"))
             return -1;
         if (op->as[0]) {
             for (int j = 0; j < k; j++)

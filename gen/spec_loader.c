@@ -150,10 +150,17 @@ static int layer_constructor(lua_State *L)
     return 1;
 }
 
-/* Reading a global the spec never defined is almost always a misspelt constructor. */
+/* The environment is an empty proxy: names resolve through this __index to the table of
+ * constructors and helpers (its upvalue), so that every assignment to a global, even one
+ * to an existing name such as `relu = 5`, reaches __newindex and is refused. Reading a
+ * global the spec never defined is almost always a misspelt constructor. */
 static int env_index(lua_State *L)
 {
-    const char *key = lua_tostring(L, 2);
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
+        return 1;
+    lua_pop(L, 1);
+    const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (!key)
         return 0;
     const char *near = fg_nearest_name(key, constructor_names, N_SCHEMAS + 1);
@@ -226,14 +233,17 @@ static void push_environment(lua_State *L)
     }
     lua_pop(L, 1);
 
-    lua_createtable(L, 0, 2); /* env's metatable */
-    lua_pushcfunction(L, env_index);
+    lua_newtable(L); /* the proxy the spec sees as its environment */
+    lua_createtable(L, 0, 3); /* its metatable */
+    lua_pushvalue(L, -3);     /* the names, as __index's upvalue */
+    lua_pushcclosure(L, env_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, env_newindex);
     lua_setfield(L, -2, "__newindex");
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "__metatable");
     lua_setmetatable(L, -2);
+    lua_remove(L, -2); /* the names stay reachable through the proxy's metatable only */
 }
 
 /* ---- Walking the returned layer --------------------------------------------------------- */
@@ -280,7 +290,8 @@ static bool get_field(lua_State *L, int args, const char *field)
 static int64_t to_integer(lua_State *L, walk_ctx *w, int idx, const char *field, int64_t lo, int64_t hi)
 {
     int isnum = 0;
-    lua_Integer v = lua_tointegerx(L, idx, &isnum);
+    /* lua_tointegerx also converts numeric strings: "3" is a mistake, not a number */
+    lua_Integer v = lua_type(L, idx) == LUA_TNUMBER ? lua_tointegerx(L, idx, &isnum) : 0;
     if (!isnum) {
         if (lua_type(L, idx) == LUA_TNUMBER)
             FIELD_FAIL(L, w, field, "must be a whole number (got %g)", lua_tonumber(L, idx));
@@ -725,11 +736,12 @@ static int walk(lua_State *L)
         lua_pop(L, 1);
         if (lua_type(L, -1) == LUA_TSTRING) {
             const char *k = lua_tostring(L, -1);
-            static const char *const known[] = {"input", "precision"};
-            if (k[0] == '\1' || !strcmp(k, "input") || !strcmp(k, "precision"))
+            static const char *const known[] = {"input", "precision", "strategy"};
+            if (k[0] == '\1' || !strcmp(k, "input") || !strcmp(k, "precision") || !strcmp(k, "strategy"))
                 continue;
-            const char *near = fg_nearest_name(k, known, 2);
-            raise(L, w, line, "layer: unknown field '%s'%s%s%s", k, near ? " (did you mean '" : " (known: input, precision)",
+            const char *near = fg_nearest_name(k, known, 3);
+            raise(L, w, line, "layer: unknown field '%s'%s%s%s", k,
+                  near ? " (did you mean '" : " (known: input, precision, strategy)",
                   near ? near : "", near ? "'?)" : "");
         }
         lua_Integer i = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
@@ -739,6 +751,9 @@ static int walk(lua_State *L)
     read_input(L, w, body, line);
     static const char *const precisions[] = {"fp32", "tf32"};
     ir->precision = opt_choice(L, w, body, "precision", precisions, 2, 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
+    /* the planner chooses by cost; a spec may insist (benchmarks, tests) */
+    static const char *const strategies[] = {"auto", "materialize", "recompute"};
+    ir->strategy = opt_choice(L, w, body, "strategy", strategies, 3, 0) - 1;
 
     if (n == 0)
         raise(L, w, line, "layer: has no ops; the first must be conv2d or conv3d");

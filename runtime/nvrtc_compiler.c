@@ -96,7 +96,7 @@ void fg_nvrtc_options_string(const char *arch, char *buf, size_t cap)
 
 int fg_parse_ptxas_report(const char *log, fg_kernel_resources *out, int cap)
 {
-    int n = -1;
+    int n = 0, cur = -1; /* cur: the slot of the function being read, -1 when it did not fit */
     for (const char *line = log; line && *line;) {
         const char *end = strchr(line, '\n');
         size_t len = end ? (size_t)(end - line) : strlen(line);
@@ -107,24 +107,24 @@ int fg_parse_ptxas_report(const char *log, fg_kernel_resources *out, int cap)
         buf[len] = '\0';
         const char *p;
         if ((p = strstr(buf, "Function properties for ")) != NULL) {
-            if (n + 1 < cap) {
-                n++;
-                memset(&out[n], 0, sizeof out[n]);
-                snprintf(out[n].name, sizeof out[n].name, "%s", p + strlen("Function properties for "));
+            cur = n < cap ? n++ : -1;
+            if (cur >= 0) {
+                memset(&out[cur], 0, sizeof out[cur]);
+                snprintf(out[cur].name, sizeof out[cur].name, "%s", p + strlen("Function properties for "));
             }
-        } else if (n >= 0 && strstr(buf, "bytes stack frame") != NULL) {
+        } else if (cur >= 0 && strstr(buf, "bytes stack frame") != NULL) {
             /* "ptxas         .     N bytes stack frame, S bytes spill stores, L bytes spill loads" */
             const char *q = buf;
             while (*q && !isdigit((unsigned char)*q))
                 q++;
-            sscanf(q, "%d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &out[n].stack_frame,
-                   &out[n].spill_stores, &out[n].spill_loads);
-        } else if (n >= 0 && (p = strstr(buf, "Used ")) != NULL) {
-            sscanf(p, "Used %d registers", &out[n].registers);
+            sscanf(q, "%d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &out[cur].stack_frame,
+                   &out[cur].spill_stores, &out[cur].spill_loads);
+        } else if (cur >= 0 && (p = strstr(buf, "Used ")) != NULL) {
+            sscanf(p, "Used %d registers", &out[cur].registers);
         }
         line = end ? end + 1 : NULL;
     }
-    return n + 1;
+    return n;
 }
 
 static double now_seconds(void)

@@ -33,16 +33,18 @@ static int parse_tensor(const char *display, const char *name, json_t *info, uin
     json_t *offs = json_object_get(info, "data_offsets");
     if (!dtype)
         return fg_fail(err, "%s: tensor '%s': missing dtype", display, name);
-    static const char *const known[] = {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL",
-                                        "U16", "U32", "U64", "F8_E4M3", "F8_E5M2"};
-    int is_known = 0;
+    static const struct {
+        const char *name;
+        int bytes;
+    } known[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+                 {"U8", 1},  {"BOOL", 1}, {"U16", 2}, {"U32", 4}, {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    int elem = 0;
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-        is_known |= strcmp(dtype, known[i]) == 0;
-    if (!is_known)
+        if (strcmp(dtype, known[i].name) == 0)
+            elem = known[i].bytes;
+    if (!elem)
         return fg_fail(err, "%s: tensor '%s': unknown dtype '%s'", display, name, dtype);
-    if (strcmp(dtype, "F32") != 0)
-        return fg_fail(err, "%s: tensor '%s': dtype %s; fusegen reads F32 tensors (convert with tensor.float())",
-                       display, name, dtype);
+    snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
     if (!json_is_array(shape) || json_array_size(shape) > FG_TENSOR_MAX_RANK)
         return fg_fail(err, "%s: tensor '%s': shape must be a list of at most %d dims", display, name,
                        FG_TENSOR_MAX_RANK);
@@ -53,8 +55,9 @@ static int parse_tensor(const char *display, const char *name, json_t *info, uin
     if (b < 0 || e < b || (uint64_t)e > data_size)
         return fg_fail(err, "%s: tensor '%s': data_offsets [%lld, %lld] lie outside the %llu data bytes", display,
                        name, (long long)b, (long long)e, (unsigned long long)data_size);
-    if (b % 4 != 0)
-        return fg_fail(err, "%s: tensor '%s': data offset %lld is not aligned to 4 bytes", display, name, (long long)b);
+    if (b % elem != 0)
+        return fg_fail(err, "%s: tensor '%s': data offset %lld is not aligned to its %d-byte elements", display, name,
+                       (long long)b, elem);
     t->rank = (int)json_array_size(shape);
     uint64_t count = 1;
     for (int d = 0; d < t->rank; d++) {
@@ -65,15 +68,21 @@ static int parse_tensor(const char *display, const char *name, json_t *info, uin
         if (__builtin_mul_overflow(count, (uint64_t)t->dim[d], &count) || count > (uint64_t)1 << 40)
             return fg_fail(err, "%s: tensor '%s': shape is too large", display, name);
     }
-    if (count * 4 != (uint64_t)(e - b))
-        return fg_fail(err, "%s: tensor '%s': shape holds %llu floats (%llu bytes) but data_offsets span %lld bytes",
-                       display, name, (unsigned long long)count, (unsigned long long)count * 4, (long long)(e - b));
+    if (count * (uint64_t)elem != (uint64_t)(e - b))
+        return fg_fail(err, "%s: tensor '%s': shape holds %llu elements (%llu bytes of %s) but data_offsets span %lld "
+                            "bytes",
+                       display, name, (unsigned long long)count, (unsigned long long)count * (uint64_t)elem, dtype,
+                       (long long)(e - b));
     t->count = (size_t)count;
     t->name = strdup(name);
-    t->data = malloc(count ? count * 4 : 4);
-    if (!t->name || !t->data)
+    if (!t->name)
         return fg_fail(err, "%s: out of memory", display);
-    memcpy(t->data, data + b, count * 4); /* little-endian on every machine fusegen targets */
+    if (elem == 4 && strcmp(dtype, "F32") == 0) {
+        t->data = malloc(count ? count * 4 : 4);
+        if (!t->data)
+            return fg_fail(err, "%s: out of memory", display);
+        memcpy(t->data, data + b, count * 4); /* little-endian on every machine fusegen targets */
+    }
     sp->begin = (uint64_t)b;
     sp->end = (uint64_t)e;
     sp->name = t->name;

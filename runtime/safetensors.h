@@ -1,6 +1,8 @@
 /* safetensors files (the format PyTorch users export state_dicts and tensors with):
- * reading with every structural check, and writing atomically. fusegen computes in float32,
- * so F32 tensors are what it reads and writes; other dtypes are reported by name. */
+ * reading with every structural check, and writing atomically. fusegen computes in float32:
+ * F32 tensors are loaded; tensors of other known dtypes (a state_dict's int64
+ * num_batches_tracked, say) are checked and listed without data, so that binding one is an
+ * error that names it; an unknown dtype makes the file invalid. */
 #ifndef FG_SAFETENSORS_H
 #define FG_SAFETENSORS_H
 
@@ -13,10 +15,11 @@
 
 typedef struct fg_tensor {
     char *name;
+    char dtype[12]; /* "F32", "I64", ... */
     int rank;
     int64_t dim[FG_TENSOR_MAX_RANK];
     size_t count;  /* elements */
-    float *data;   /* owned */
+    float *data;   /* owned; NULL unless dtype is F32 */
 } fg_tensor;
 
 typedef struct fg_tensor_file {

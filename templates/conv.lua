@@ -110,7 +110,7 @@ function M.render(layer, plan, pass, names, signature)
     for kh = 0, K[2] - 1 do
       for kw = 0, K[3] - 1 do
         local off = kd * Dl[1] * IT[2] * IT[3] + kh * Dl[2] * IT[3] + kw * Dl[3]
-        c:open("{ /* tap %d,%d,%d */", kd, kh, kw)
+        if sp == 3 then c:open("{ /* tap %d,%d,%d */", kd, kh, kw) else c:open("{ /* tap %d,%d */", kh, kw) end
         for p = 0, RW - 1 do c:line("const float x%d = si[%d];", p, off + p * S[3]) end
         for j = 0, RC - 1 do c:line("const float w%d = sw[%d];", j, j * CIC * TAPS + tap) end
         for j = 0, RC - 1 do

@@ -75,8 +75,12 @@ function M.render(layer, plan)
   c:blank()
   for i = 0, plan.n_passes - 1 do
     local pass = plan.passes[i]
-    local sig, names = signature(plan, pass)
-    c:append(renderers[pass.kind].render(layer, plan, pass, names, sig))
+    if pass.kind == "cudnn" then
+      c:line("/* pass %d: cuDNN's convolution computes v0 (no generated kernel) */", i)
+    else
+      local sig, names = signature(plan, pass)
+      c:append(renderers[pass.kind].render(layer, plan, pass, names, sig))
+    end
     c:blank()
   end
   return c:text()

@@ -1,19 +1,364 @@
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
+#include "../../runtime/api_internal.h"
+#include "../../runtime/random_init.h"
+#include "../../runtime/safetensors.h"
 #include "cli.h"
+#include "compare.h"
+#include "fusegen.h"
+
+static const char usage[] =
+    "usage: fusegen run SPEC [options]\n"
+    "\n"
+    "Runs the layer of SPEC on random or given tensors, on the GPU (JIT-compiling what the\n"
+    "kernel caches lack) or with the CPU reference.\n"
+    "\n"
+    "options:\n"
+    "  --device gpu|cpu      where to run (default gpu)\n"
+    "  --random SEED         random input x ~ U[0,1) (default, seed 0); with no --weights,\n"
+    "                        random parameters too (conv as PyTorch initializes it, others N(0,1))\n"
+    "  --batch N             samples of random input (default 1)\n"
+    "  --input X             input from a safetensors file (tensor 'input', or its only tensor)\n"
+    "  --weights W           parameters from a safetensors file (state_dict names)\n"
+    "  --out Y               write the output to a safetensors file (tensor 'output')\n"
+    "  --check               also run the CPU reference (float64) on the same data and compare:\n"
+    "                        max abs error, relative L2 error, PASS/FAIL at atol = rtol = 1e-4\n"
+    "  --check-samples K     compare only the first K samples (the reference is slow on big batches)\n"
+    "  --arch ARCH           compile for ARCH instead of the device's (e.g. sm_90)\n"
+    "  --cache DIR           user kernel cache (default $FUSEGEN_CACHE_DIR or ~/.cache/fusegen)\n"
+    "  -v, --verbose         say where the kernels came from\n"
+    "\n"
+    "Exit status: 0 when the run (and the check) succeeded, 1 otherwise, 2 on bad usage.\n";
+
+typedef struct run_opts {
+    const char *spec, *input, *weights, *out, *arch, *cache;
+    int gpu, check, verbose;
+    long long seed, batch, check_samples;
+} run_opts;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int parse(int argc, char **argv, run_opts *o)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, 0, 'h'},          {"device", required_argument, 0, 'd'},
+        {"random", required_argument, 0, 'r'},  {"batch", required_argument, 0, 'b'},
+        {"input", required_argument, 0, 'i'},   {"weights", required_argument, 0, 'w'},
+        {"out", required_argument, 0, 'o'},     {"check", no_argument, 0, 'c'},
+        {"check-samples", required_argument, 0, 'k'}, {"arch", required_argument, 0, 'a'},
+        {"cache", required_argument, 0, 'C'},   {"verbose", no_argument, 0, 'v'},
+        {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->gpu = 1;
+    o->batch = -1;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "hv", longopts, NULL)) != -1) {
+        long v;
+        switch (c) {
+        case 'h':
+            fputs(usage, stdout);
+            return 1;
+        case 'd':
+            if (strcmp(optarg, "gpu") && strcmp(optarg, "cpu"))
+                return cli_usage_error("run", "--device must be gpu or cpu, not '%s'", optarg);
+            o->gpu = strcmp(optarg, "gpu") == 0;
+            break;
+        case 'r': {
+            char *end;
+            o->seed = strtoll(optarg, &end, 10);
+            if (*optarg == '\0' || *end || o->seed < 0)
+                return cli_usage_error("run", "--random expects a non-negative integer seed, got '%s'", optarg);
+            break;
+        }
+        case 'b':
+            if ((v = cli_parse_positive("run", "--batch", optarg)) < 0)
+                return EXIT_USAGE;
+            o->batch = v;
+            break;
+        case 'k':
+            if ((v = cli_parse_positive("run", "--check-samples", optarg)) < 0)
+                return EXIT_USAGE;
+            o->check_samples = v;
+            break;
+        case 'i':
+            o->input = optarg;
+            break;
+        case 'w':
+            o->weights = optarg;
+            break;
+        case 'o':
+            o->out = optarg;
+            break;
+        case 'c':
+            o->check = 1;
+            break;
+        case 'a':
+            o->arch = optarg;
+            break;
+        case 'C':
+            o->cache = optarg;
+            break;
+        case 'v':
+            o->verbose = 1;
+            break;
+        default:
+            return cli_usage_error("run", "unknown option");
+        }
+    }
+    if (argc - optind != 1)
+        return cli_usage_error("run", "expects exactly one SPEC");
+    o->spec = argv[optind];
+    if (o->input && o->batch > 0)
+        return cli_usage_error("run", "--batch applies to random input; --input brings its own batch");
+    if (o->batch < 0)
+        o->batch = 1;
+    return 0;
+}
+
+/* The input: from --input (checked against the layer), or random. */
+static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int64_t *count)
+{
+    int rank;
+    int64_t dims[FG_MAX_DIMS];
+    if (!o->input) {
+        fg_layer_input_shape(layer, o->batch, &rank, dims);
+        *batch = o->batch;
+        *count = 1;
+        for (int d = 0; d < rank; d++)
+            *count *= dims[d];
+        float *x = malloc(sizeof(float) * (size_t)*count);
+        if (x)
+            fg_random_uniform(x, (size_t)*count, (uint64_t)o->seed, 1, 0.0f, 1.0f);
+        else
+            cli_error("out of memory for the input");
+        return x;
+    }
+    fg_tensor_file f;
+    fg_error err;
+    if (fg_safetensors_read(o->input, &f, &err) != 0) {
+        cli_error("%s", err.msg);
+        return NULL;
+    }
+    const fg_tensor *t = fg_tensor_find(&f, "input");
+    if (!t && f.n == 1)
+        t = &f.tensors[0];
+    float *x = NULL;
+    if (!t) {
+        cli_error("%s: no tensor named 'input' (and more than one tensor)", o->input);
+    } else if (!t->data) {
+        cli_error("%s: tensor '%s' is %s; fusegen needs F32", o->input, t->name, t->dtype);
+    } else {
+        fg_layer_input_shape(layer, t->rank > 0 ? t->dim[0] : 1, &rank, dims);
+        bool ok = t->rank == rank && t->dim[0] >= 1;
+        for (int d = 1; ok && d < rank; d++)
+            ok = t->dim[d] == dims[d];
+        if (!ok) {
+            cli_error("%s: tensor '%s' does not have the layer's input shape [N, ...] (%d dims expected)", o->input,
+                      t->name, rank);
+        } else {
+            *batch = t->dim[0];
+            *count = (int64_t)t->count;
+            x = malloc(t->count * sizeof(float));
+            if (x)
+                memcpy(x, t->data, t->count * sizeof(float));
+        }
+    }
+    fg_tensor_file_free(&f);
+    return x;
+}
+
+static int bind_params(const run_opts *o, fg_layer *layer)
+{
+    if (o->weights) {
+        if (fg_layer_bind_safetensors(layer, o->weights, 0) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            return -1;
+        }
+        return 0;
+    }
+    const fg_layer_ir *ir = &layer->ir;
+    float *params[FG_MAX_PARAMS];
+    int rc = 0;
+    for (int i = 0; i < ir->n_params; i++)
+        params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count);
+    for (int i = 0; i < ir->n_params; i++)
+        if (!params[i])
+            rc = -1;
+    if (rc == 0) {
+        fg_random_params(ir, (uint64_t)o->seed, params);
+        for (int i = 0; i < ir->n_params && rc == 0; i++)
+            if (fg_layer_bind_host(layer, ir->params[i].name, params[i],
+                                   sizeof(float) * (size_t)ir->params[i].count) != FG_OK) {
+                cli_error("%s", fg_last_error());
+                rc = -1;
+            }
+    } else {
+        cli_error("out of memory for the parameters");
+    }
+    for (int i = 0; i < ir->n_params; i++)
+        free(params[i]);
+    return rc;
+}
+
+/* Runs on the GPU: copies in, poisons the output with NaN so unwritten elements show,
+ * runs, copies back. Prints the time of the first run (JIT included) and of a second. */
+static int run_gpu(fg_layer *layer, const float *x, int64_t n_in, float *y, int64_t n_out, int64_t batch)
+{
+    fg_context *ctx = layer->ctx;
+    const fg_cuda *cu = ctx->cu;
+    fg_error err;
+    CUdeviceptr dx = 0, dy = 0;
+    CUresult r;
+    int rc = -1;
+    if (fg_api_enter(ctx) != FG_OK) {
+        cli_error("%s", fg_last_error());
+        return -1;
+    }
+    if ((r = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) != CUDA_SUCCESS ||
+        (r = cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out)) != CUDA_SUCCESS ||
+        (r = cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in)) != CUDA_SUCCESS ||
+        (r = cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)n_out, NULL)) != CUDA_SUCCESS) {
+        fg_cuda_fail(&err, r, "preparing device buffers");
+        cli_error("%s", err.msg);
+        goto out;
+    }
+    double t0 = now();
+    if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK) {
+        cli_error("%s", fg_last_error());
+        goto out;
+    }
+    if ((r = cu->StreamSynchronize(NULL)) != CUDA_SUCCESS) {
+        fg_cuda_fail(&err, r, "running the layer");
+        cli_error("%s", err.msg);
+        goto out;
+    }
+    double first = now() - t0;
+    fprintf(stderr, "first run %.1f ms (kernels %s in %.1f ms)\n", first * 1e3,
+            layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds * 1e3);
+    if ((r = cu->MemcpyDtoH(y, dy, sizeof(float) * (size_t)n_out)) != CUDA_SUCCESS) {
+        fg_cuda_fail(&err, r, "copying the output back");
+        cli_error("%s", err.msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (dx)
+        cu->MemFree(dx);
+    if (dy)
+        cu->MemFree(dy);
+    return rc;
+}
 
 int cmd_run(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_error("run: not yet built");
-    return EXIT_FAIL;
-}
-
-int cmd_bench(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    cli_error("bench: not yet built");
-    return EXIT_FAIL;
+    run_opts o;
+    int p = parse(argc, argv, &o);
+    if (p)
+        return p == 1 ? EXIT_OK : p;
+    fg_context_options copts;
+    fg_context_options_init(&copts);
+    copts.device = o.gpu ? 0 : -1;
+    copts.arch = o.arch;
+    copts.cache_dir = o.cache;
+    copts.verbose = o.verbose;
+    fg_context *ctx = NULL;
+    fg_layer *layer = NULL;
+    float *x = NULL, *y = NULL, *ref = NULL;
+    int rc = EXIT_FAIL;
+    if (fg_context_create(&copts, &ctx) != FG_OK) {
+        cli_error("%s", fg_last_error());
+        return EXIT_FAIL;
+    }
+    if (fg_layer_load_file(ctx, o.spec, &layer) != FG_OK) {
+        fprintf(stderr, "%s\n", fg_last_error());
+        goto out;
+    }
+    int64_t batch = 0, n_in = 0;
+    if (!(x = make_input(&o, layer, &batch, &n_in)) || bind_params(&o, layer) != 0)
+        goto out;
+    int rank;
+    int64_t dims[FG_MAX_DIMS];
+    fg_layer_output_shape(layer, batch, &rank, dims);
+    int64_t n_out = 1;
+    for (int d = 0; d < rank; d++)
+        n_out *= dims[d];
+    if (!(y = malloc(sizeof(float) * (size_t)n_out))) {
+        cli_error("out of memory for the output");
+        goto out;
+    }
+    if (o.gpu) {
+        if (run_gpu(layer, x, n_in, y, n_out, batch) != 0)
+            goto out;
+    } else {
+        double t0 = now();
+        if (fg_layer_run_cpu(layer, x, y, batch) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            goto out;
+        }
+        fprintf(stderr, "CPU reference: %.1f ms\n", (now() - t0) * 1e3);
+    }
+    char shape[128];
+    int len = snprintf(shape, sizeof shape, "[");
+    for (int d = 0; d < rank; d++)
+        len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    snprintf(shape + len, sizeof shape - (size_t)len, "]");
+    printf("%s: output %s on %s\n", layer->ir.name, shape, o.gpu ? ctx->device_name : "the CPU (reference)");
+    if (o.out) {
+        fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
+        memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
+        fg_error err;
+        if (fg_safetensors_write(o.out, &t, 1, &err) != 0) {
+            cli_error("%s", err.msg);
+            goto out;
+        }
+        fprintf(stderr, "wrote %s\n", o.out);
+    }
+    rc = EXIT_OK;
+    if (o.check) {
+        int64_t samples = o.check_samples && o.check_samples < batch ? o.check_samples : batch;
+        for (int i = 0; i < layer->plan.n_accums && samples < batch; i++)
+            if (layer->plan.accums[i].over_batch) {
+                fprintf(stderr, "note: statistics span the batch; checking all %lld samples\n", (long long)batch);
+                samples = batch;
+            }
+        int64_t per_out = n_out / batch;
+        if (!(ref = malloc(sizeof(float) * (size_t)(per_out * samples)))) {
+            cli_error("out of memory for the reference");
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        double t0 = now();
+        if (fg_layer_run_cpu(layer, x, ref, samples) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        fg_comparison cmp;
+        fg_compare(y, ref, (size_t)(per_out * samples), 1e-4, 1e-4, &cmp);
+        printf("check against the CPU reference (float64, %lld of %lld samples, %.1f s): max abs error %.3g, "
+               "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s: %s\n",
+               (long long)samples, (long long)batch, now() - t0, cmp.max_abs, cmp.rel_l2, (long long)cmp.bad,
+               (long long)cmp.count, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
+        if (!cmp.pass)
+            rc = EXIT_FAIL;
+    }
+out:
+    free(x);
+    free(y);
+    free(ref);
+    if (layer)
+        fg_layer_destroy(layer);
+    fg_context_destroy(ctx);
+    return rc;
 }

@@ -1,0 +1,165 @@
+/* The context half of the public API (include/fusegen.h): errors, options, devices. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_internal.h"
+#include "handles.h"
+
+static _Thread_local char last_error[4096];
+
+fg_status fg_api_fail(fg_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+fg_status fg_api_fail_error(fg_status status, const fg_error *err)
+{
+    return fg_api_fail(status, "%s", err->msg);
+}
+
+void fg_api_clear_error(void)
+{
+    last_error[0] = '\0';
+}
+
+FG_API const char *fg_last_error(void)
+{
+    return last_error;
+}
+
+FG_API const char *fg_status_name(fg_status status)
+{
+    static const char *const names[] = {"FG_OK",          "FG_ERR_INVALID_ARGUMENT", "FG_ERR_SPEC",
+                                        "FG_ERR_IO",      "FG_ERR_TENSOR_FILE",      "FG_ERR_COMPILE",
+                                        "FG_ERR_NO_DEVICE", "FG_ERR_CUDA",           "FG_ERR_UNBOUND",
+                                        "FG_ERR_OUT_OF_MEMORY", "FG_ERR_INTERNAL"};
+    return (unsigned)status < sizeof names / sizeof *names ? names[status] : "FG_ERR_UNKNOWN";
+}
+
+FG_API const char *fg_version(void)
+{
+    return FUSEGEN_VERSION;
+}
+
+FG_API void fg_context_options_init(fg_context_options *opts)
+{
+    if (opts)
+        memset(opts, 0, sizeof *opts);
+}
+
+fg_status fg_api_enter(fg_context *ctx)
+{
+    if (!ctx->cu)
+        return fg_api_fail(FG_ERR_NO_DEVICE, "this context is CPU-only (created with device -1)");
+    CUresult r = ctx->cu->CtxSetCurrent(ctx->cuctx);
+    if (r != CUDA_SUCCESS) {
+        fg_error err;
+        fg_cuda_fail(&err, r, "cuCtxSetCurrent");
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
+    }
+    return FG_OK;
+}
+
+static fg_status open_device(fg_context *ctx)
+{
+    fg_error err;
+    ctx->cu = fg_cuda_get(&err);
+    if (!ctx->cu)
+        return fg_api_fail_error(FG_ERR_NO_DEVICE, &err);
+    const fg_cuda *cu = ctx->cu;
+    int count = 0;
+    CUresult r = cu->DeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count == 0)
+        return fg_api_fail(FG_ERR_NO_DEVICE, "no CUDA device: the driver reports %d devices", count);
+    if (ctx->device >= count)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "device %d does not exist (%d CUDA devices)", ctx->device, count);
+    if ((r = cu->DeviceGet(&ctx->dev, ctx->device)) != CUDA_SUCCESS ||
+        (r = cu->DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev)) != CUDA_SUCCESS) {
+        fg_cuda_fail(&err, r, "opening the device");
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
+    }
+    int major = 0, minor = 0;
+    cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->dev);
+    cu->DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->dev);
+    cu->DeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev);
+    cu->DeviceGetName(ctx->device_name, sizeof ctx->device_name, ctx->dev);
+    if (major < 8) {
+        cu->DevicePrimaryCtxRelease(ctx->dev);
+        return fg_api_fail(FG_ERR_NO_DEVICE, "%s is compute capability %d.%d; fusegen needs 8.0 or newer",
+                           ctx->device_name, major, minor);
+    }
+    if (!ctx->arch[0])
+        snprintf(ctx->arch, sizeof ctx->arch, "sm_%d%d", major, minor);
+    return FG_OK;
+}
+
+FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **out)
+{
+    fg_api_clear_error();
+    if (!out)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_create: out is NULL");
+    *out = NULL;
+    fg_context_options defaults;
+    fg_context_options_init(&defaults);
+    if (!opts)
+        opts = &defaults;
+    if (opts->device < -1)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_create: device %d is invalid", opts->device);
+    if (opts->arch && (strlen(opts->arch) >= 16 || strncmp(opts->arch, "sm_", 3) != 0))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_create: arch '%s' is not like sm_90", opts->arch);
+    fg_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+    ctx->device = opts->device;
+    ctx->verbose = opts->verbose;
+    if (opts->arch)
+        snprintf(ctx->arch, sizeof ctx->arch, "%s", opts->arch);
+    fg_error err;
+    if (fg_cache_init(&ctx->cache, opts->cache_dir, opts->cache_path, &err) != 0) {
+        free(ctx);
+        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    }
+    if (ctx->device >= 0) {
+        fg_status s = open_device(ctx);
+        if (s != FG_OK) {
+            free(ctx);
+            return s;
+        }
+    }
+    pthread_mutex_init(&ctx->lock, NULL);
+    if (fg_handle_add(ctx, FG_HANDLE_CONTEXT) != 0) {
+        fg_context_destroy(ctx);
+        return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    *out = ctx;
+    return FG_OK;
+}
+
+static const void *layer_owner(const void *layer)
+{
+    return ((const fg_layer *)layer)->ctx;
+}
+
+FG_API fg_status fg_context_destroy(fg_context *ctx)
+{
+    fg_api_clear_error();
+    if (!fg_handle_live(ctx, FG_HANDLE_CONTEXT))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_destroy: not a live context (NULL or destroyed)");
+    int layers = fg_handle_count_layers_of(ctx, layer_owner);
+    if (layers)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_destroy: %d layers of this context are still alive; "
+                                                    "destroy them first",
+                           layers);
+    fg_handle_remove(ctx, FG_HANDLE_CONTEXT);
+    if (ctx->cu)
+        ctx->cu->DevicePrimaryCtxRelease(ctx->dev);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+    return FG_OK;
+}

@@ -1,0 +1,58 @@
+/* What the public handles hold, shared by the files implementing include/fusegen.h. */
+#ifndef FG_API_INTERNAL_H
+#define FG_API_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "../gen/ir.h"
+#include "../gen/planner.h"
+#include "cache.h"
+#include "cuda_driver.h"
+#include "cudnn_conv.h"
+#include "fusegen.h"
+
+struct fg_context {
+    int device;             /* -1: CPU only */
+    int verbose;
+    fg_cache cache;
+    char arch[16];
+    const fg_cuda *cu;      /* NULL for CPU-only contexts */
+    CUdevice dev;
+    CUcontext cuctx;        /* the device's primary context (shared with the CUDA runtime) */
+    int sm_count;
+    char device_name[128];
+    pthread_mutex_t lock;   /* serializes JIT and module loading */
+};
+
+typedef struct fg_param_binding {
+    bool bound;
+    float *host;            /* layer-owned host copy (bind_host, safetensors), or NULL */
+    CUdeviceptr device;     /* what the kernels read */
+    CUdeviceptr owned;      /* device memory the layer allocated for it, or 0 */
+} fg_param_binding;
+
+struct fg_layer {
+    fg_context *ctx;
+    fg_layer_ir ir;
+    fg_plan plan;
+    fg_param_binding params[FG_MAX_PARAMS];
+    CUmodule module;
+    CUfunction functions[FG_MAX_PASSES];
+    fg_cudnn_conv *cudnn;   /* when the plan has a cuDNN pass */
+    bool from_cache;        /* the kernels came from a cache (no compile) */
+    double prepare_seconds;
+    CUdeviceptr workspace;
+    size_t workspace_bytes;
+    pthread_mutex_t lock;   /* one run at a time: runs share the workspace */
+};
+
+/* Sets the calling thread's last error and returns `status`. */
+fg_status fg_api_fail(fg_status status, const char *fmt, ...) FG_PRINTF(2, 3);
+fg_status fg_api_fail_error(fg_status status, const fg_error *err);
+void fg_api_clear_error(void);
+
+/* Makes the context's CUDA context current on this thread. */
+fg_status fg_api_enter(fg_context *ctx);
+
+#endif

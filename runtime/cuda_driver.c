@@ -1,0 +1,98 @@
+#include "cuda_driver.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fg_cuda cuda;
+static char load_error[1024];
+static int loaded;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void load(void)
+{
+    const char *env = getenv("FUSEGEN_LIBCUDA");
+    const char *names[] = {env, "libcuda.so.1", "libcuda.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
+        if (names[i] && names[i][0])
+            h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(load_error, sizeof load_error,
+                 "no CUDA driver: libcuda.so.1 cannot be loaded (%s); GPU work needs an NVIDIA driver, everything "
+                 "else (plan, gen, build, run --device cpu) works without one",
+                 dlerror());
+        return;
+    }
+#define SYM(field, name)                                                                     \
+    do {                                                                                     \
+        *(void **)&cuda.field = dlsym(h, name);                                              \
+        if (!cuda.field) {                                                                   \
+            snprintf(load_error, sizeof load_error, "the CUDA driver lacks %s: too old", name); \
+            return;                                                                          \
+        }                                                                                    \
+    } while (0)
+    SYM(Init, "cuInit");
+    SYM(DeviceGetCount, "cuDeviceGetCount");
+    SYM(DeviceGet, "cuDeviceGet");
+    SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
+    SYM(DeviceGetName, "cuDeviceGetName");
+    SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+    SYM(CtxSetCurrent, "cuCtxSetCurrent");
+    SYM(CtxGetCurrent, "cuCtxGetCurrent");
+    SYM(CtxSynchronize, "cuCtxSynchronize");
+    SYM(ModuleLoadData, "cuModuleLoadData");
+    SYM(ModuleUnload, "cuModuleUnload");
+    SYM(ModuleGetFunction, "cuModuleGetFunction");
+    SYM(FuncSetAttribute, "cuFuncSetAttribute");
+    SYM(LaunchKernel, "cuLaunchKernel");
+    SYM(MemAlloc, "cuMemAlloc_v2");
+    SYM(MemFree, "cuMemFree_v2");
+    SYM(MemcpyHtoD, "cuMemcpyHtoD_v2");
+    SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
+    SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+    SYM(MemsetD32Async, "cuMemsetD32Async");
+    SYM(MemsetD8Async, "cuMemsetD8Async");
+    SYM(StreamCreate, "cuStreamCreate");
+    SYM(StreamDestroy, "cuStreamDestroy_v2");
+    SYM(StreamSynchronize, "cuStreamSynchronize");
+    SYM(EventCreate, "cuEventCreate");
+    SYM(EventDestroy, "cuEventDestroy_v2");
+    SYM(EventRecord, "cuEventRecord");
+    SYM(EventSynchronize, "cuEventSynchronize");
+    SYM(EventElapsedTime, "cuEventElapsedTime_v2");
+    SYM(GetErrorName, "cuGetErrorName");
+    SYM(GetErrorString, "cuGetErrorString");
+#undef SYM
+    CUresult r = cuda.Init(0);
+    if (r != CUDA_SUCCESS) {
+        const char *name = "?";
+        cuda.GetErrorName(r, &name);
+        snprintf(load_error, sizeof load_error, "no CUDA device: cuInit failed (%s)", name);
+        return;
+    }
+    loaded = 1;
+}
+
+const fg_cuda *fg_cuda_get(fg_error *err)
+{
+    pthread_once(&once, load);
+    if (!loaded) {
+        fg_fail(err, "%s", load_error);
+        return NULL;
+    }
+    return &cuda;
+}
+
+int fg_cuda_fail(fg_error *err, CUresult r, const char *what)
+{
+    const char *name = "CUDA error", *desc = "";
+    if (loaded) {
+        cuda.GetErrorName(r, &name);
+        cuda.GetErrorString(r, &desc);
+    }
+    return fg_fail(err, "%s failed: %s (%s)", what, name ? name : "?", desc ? desc : "");
+}

@@ -1,0 +1,145 @@
+#include "gpu_harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/random_init.h"
+
+fg_context *gpu_open(const char *program)
+{
+    static char dir[] = "/tmp/fusegen-gpu-test-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    fg_context_options o;
+    fg_context_options_init(&o);
+    o.cache_dir = dir;
+    fg_context *ctx = NULL;
+    fg_status s = fg_context_create(&o, &ctx);
+    if (s == FG_ERR_NO_DEVICE) {
+        printf("SKIPPED %s: no CUDA device (%s)\n", program, fg_last_error());
+        exit(GPU_SKIP);
+    }
+    if (s != FG_OK) {
+        printf("FAILED %s: cannot open the device: %s\n", program, fg_last_error());
+        exit(1);
+    }
+    printf("%s on %s (%s)\n", program, ctx->device_name, ctx->arch);
+    return ctx;
+}
+
+void gpu_close(fg_context *ctx)
+{
+    fg_context_destroy(ctx);
+}
+
+char *gpu_read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static void compare(const float *out, const float *ref, size_t n, double tol, gpu_result *r)
+{
+    double num = 0, den = 0;
+    r->count = (long long)n;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(out[i]) || isnan(ref[i])) {
+            r->nan = true;
+            r->bad++;
+            continue;
+        }
+        double d = fabs((double)out[i] - (double)ref[i]);
+        r->max_abs = fmax(r->max_abs, d);
+        if (d > tol + tol * fabs((double)ref[i]))
+            r->bad++;
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    r->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
+    r->pass = r->bad == 0;
+}
+
+gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
+                          double tol)
+{
+    gpu_result r;
+    memset(&r, 0, sizeof r);
+    fg_layer *layer = NULL;
+    float *x = NULL, *y = NULL, *ref = NULL, *params[FG_MAX_PARAMS] = {0};
+    CUdeviceptr dx = 0, dy = 0;
+    const fg_cuda *cu = ctx->cu;
+    if (fg_layer_load_string(ctx, name, source, &layer) != FG_OK) {
+        snprintf(r.error, sizeof r.error, "load: %s", fg_last_error());
+        return r;
+    }
+    const fg_layer_ir *ir = &layer->ir;
+    int64_t n_in = batch * fg_shape_sample_count(&ir->input);
+    int64_t n_out = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
+    x = malloc(sizeof(float) * (size_t)n_in);
+    y = malloc(sizeof(float) * (size_t)n_out);
+    ref = malloc(sizeof(float) * (size_t)n_out);
+    for (int i = 0; i < ir->n_params; i++)
+        params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count);
+    fg_random_uniform(x, (size_t)n_in, seed, 1, 0.0f, 1.0f);
+    fg_random_params(ir, seed, params);
+    for (int i = 0; i < ir->n_params; i++)
+        if (fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count) !=
+            FG_OK) {
+            snprintf(r.error, sizeof r.error, "bind: %s", fg_last_error());
+            goto out;
+        }
+    fg_api_enter(ctx);
+    CUresult e;
+    if ((e = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) || (e = cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out)) ||
+        (e = cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in)) ||
+        (e = cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)n_out, NULL))) {
+        snprintf(r.error, sizeof r.error, "device buffers: CUDA error %d", (int)e);
+        goto out;
+    }
+    if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK) {
+        snprintf(r.error, sizeof r.error, "run: %s", fg_last_error());
+        goto out;
+    }
+    if ((e = cu->StreamSynchronize(NULL)) || (e = cu->MemcpyDtoH(y, dy, sizeof(float) * (size_t)n_out))) {
+        fg_error err;
+        fg_cuda_fail(&err, e, "running");
+        snprintf(r.error, sizeof r.error, "%s", err.msg);
+        goto out;
+    }
+    if (fg_layer_run_cpu(layer, x, ref, batch) != FG_OK) {
+        snprintf(r.error, sizeof r.error, "reference: %s", fg_last_error());
+        goto out;
+    }
+    r.ok = true;
+    compare(y, ref, (size_t)n_out, tol, &r);
+out:
+    if (dx)
+        cu->MemFree(dx);
+    if (dy)
+        cu->MemFree(dy);
+    free(x);
+    free(y);
+    free(ref);
+    for (int i = 0; i < FG_MAX_PARAMS; i++)
+        free(params[i]);
+    if (layer)
+        fg_layer_destroy(layer);
+    return r;
+}

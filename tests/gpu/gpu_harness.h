@@ -1,0 +1,34 @@
+/* Shared pieces of the GPU tests: a device context, running a spec on the GPU with a
+ * NaN-poisoned output and on the CPU reference with the same random data, and comparing.
+ * Every GPU test program exits with 77 (ctest's "skipped") when there is no CUDA device,
+ * after saying so on stdout. */
+#ifndef FG_GPU_HARNESS_H
+#define FG_GPU_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../runtime/api_internal.h"
+
+#define GPU_SKIP 77
+
+/* Opens device 0 with a fresh temporary kernel cache; exits with GPU_SKIP without a device. */
+fg_context *gpu_open(const char *program);
+void gpu_close(fg_context *ctx);
+
+typedef struct gpu_result {
+    double max_abs, rel_l2;
+    long long bad, count;
+    bool nan, pass, ok; /* ok: it ran; pass: it matched */
+    char error[1024];
+} gpu_result;
+
+/* Loads `source` (a spec), binds random parameters (seed), runs `batch` random samples on the
+ * GPU and on the CPU reference, compares at atol = rtol = tol. */
+gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
+                          double tol);
+
+/* Reads a whole file (specs). */
+char *gpu_read_file(const char *path);
+
+#endif

@@ -1,0 +1,277 @@
+/* Shape and op variants on the GPU against the CPU float64 reference: a hand-written list that
+ * uses every op at least once with non-default conv settings (odd sizes, channel counts that
+ * are not multiples of 4, 8 or 32, strides, paddings, dilations, groups, no bias), then layers
+ * drawn at random (fixed seed) from the whole op set. Outputs are poisoned before each run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../gen/spec_loader.h"
+#include "gpu_harness.h"
+
+typedef struct variant {
+    const char *name;
+    int64_t batch;
+    double tol;
+    const char *source;
+} variant;
+
+#define SPEC(...) #__VA_ARGS__
+
+static const variant fixed[] = {
+    {"activations_a", 3, 1e-4, SPEC(return layer "activations_a" {
+        input = { "N", 3, 17, 23 },
+        conv2d { out_channels = 7, kernel = 3, padding = 1 },
+        relu {}, leaky_relu { negative_slope = 0.2 }, gelu {}, gelu { approximate = "tanh" }, sigmoid {},
+    })},
+    {"activations_b", 2, 1e-4, SPEC(return layer "activations_b" {
+        input = { "N", 5, 19, 21 },
+        conv2d { out_channels = 13, kernel = { 3, 5 }, stride = 2, padding = { 1, 2 } },
+        tanh {}, softplus { beta = 2, threshold = 1 }, mish {}, silu {}, hardswish {}, hardsigmoid {},
+        hardtanh { min = -0.5, max = 0.75 }, clamp { min = -0.4 }, neg {}, abs {},
+        add { scalar = 0.5 }, log {}, exp {},
+    })},
+    {"binary_operands", 3, 1e-4, SPEC(return layer "binary_operands" {
+        input = { "N", 4, 15, 15 },
+        conv2d { out_channels = 6, kernel = 3, dilation = 2, bias = false, as = "c" },
+        add { param = "bias2", shape = { 6, 1, 1 } },
+        mul { param = "rowscale", shape = { 11, 1 } },
+        sub { value = "c" },
+        div { scalar = 3.0 },
+        max { param = "floor", shape = { 6, 1, 1 } },
+        min { scalar = 0.8 },
+        mul { value = "c" },
+    })},
+    {"grouped_conv_group_norm", 3, 1e-4, SPEC(return layer "grouped_conv_group_norm" {
+        input = { "N", 6, 20, 18 },
+        conv2d { out_channels = 9, kernel = 3, groups = 3, stride = { 1, 2 } },
+        group_norm { groups = 3 },
+        relu {},
+    })},
+    {"instance_norm_affine", 2, 1e-4, SPEC(return layer "instance_norm_affine" {
+        input = { "N", 3, 33, 31 },
+        conv2d { out_channels = 10, kernel = 4 },
+        instance_norm { affine = true, eps = 1e-3 },
+    })},
+    {"batch_norm_batch_stats", 5, 1e-4, SPEC(return layer "batch_norm_batch_stats" {
+        input = { "N", 3, 12, 14 },
+        conv2d { out_channels = 5, kernel = 3 },
+        batch_norm { name = "bn" },
+        sigmoid {},
+    })},
+    {"batch_norm_running", 3, 1e-4, SPEC(return layer "batch_norm_running" {
+        input = { "N", 3, 12, 14 },
+        conv2d { out_channels = 5, kernel = 3 },
+        batch_norm { name = "bn", stats = "running" },
+        tanh {},
+    })},
+    {"layer_norm_hw", 2, 1e-4, SPEC(return layer "layer_norm_hw" {
+        input = { "N", 2, 14, 12 },
+        conv2d { out_channels = 3, kernel = 3 },
+        layer_norm { normalized_shape = { 12, 10 } },
+    })},
+    {"layer_norm_chw", 2, 1e-4, SPEC(return layer "layer_norm_chw" {
+        input = { "N", 2, 9, 9 },
+        conv2d { out_channels = 7, kernel = 2 },
+        layer_norm { normalized_shape = { 7, 8, 8 }, affine = false },
+        relu {},
+    })},
+    {"reduce_max_min_sum", 3, 1e-4, SPEC(return layer "reduce_max_min_sum" {
+        input = { "N", 3, 13, 11 },
+        conv2d { out_channels = 5, kernel = 3 },
+        max { dims = { 2 }, keepdim = true },
+        min { dim = 1 },
+        sum { dim = -1 },
+    })},
+    {"mean_big_accumulated", 2, 1e-4, SPEC(return layer "mean_big_accumulated" {
+        input = { "N", 3, 40, 40 },
+        conv2d { out_channels = 4, kernel = 3 },
+        mean { dims = { 1, 2, 3 } },
+    })},
+    {"logsumexp_small_and_softmax", 3, 1e-4, SPEC(return layer "logsumexp_small_and_softmax" {
+        input = { "N", 3, 10, 12 },
+        conv2d { out_channels = 6, kernel = 3 },
+        softmax { dim = 1 },
+        logsumexp { dim = 3, keepdim = true },
+    })},
+    {"logsumexp_big", 2, 1e-4, SPEC(return layer "logsumexp_big" {
+        input = { "N", 2, 36, 36 },
+        conv2d { out_channels = 3, kernel = 3 },
+        logsumexp { dims = { 2, 3 } },
+    })},
+    {"softmax_spatial", 2, 1e-4, SPEC(return layer "softmax_spatial" {
+        input = { "N", 2, 12, 40 },
+        conv2d { out_channels = 3, kernel = 3 },
+        softmax { dim = 3 },
+    })},
+    {"max_big_then_ops", 2, 1e-4, SPEC(return layer "max_big_then_ops" {
+        input = { "N", 2, 40, 40 },
+        conv2d { out_channels = 5, kernel = 3 },
+        max { dims = { 2, 3 }, keepdim = true },
+        mul { scalar = 2.0 },
+        min { dims = { 1 } },
+    })},
+    {"pools_2d", 3, 1e-4, SPEC(return layer "pools_2d" {
+        input = { "N", 3, 27, 29 },
+        conv2d { out_channels = 6, kernel = 3 },
+        max_pool { kernel = 2 },
+        avg_pool { kernel = 3, stride = 2, padding = 1, count_include_pad = false },
+        avg_pool2d { kernel = 2, stride = 1 },
+    })},
+    {"group_norm_then_pool", 2, 1e-4, SPEC(return layer "group_norm_then_pool" {
+        input = { "N", 4, 30, 30 },
+        conv2d { out_channels = 8, kernel = 3 },
+        group_norm { groups = 4 },
+        max_pool { kernel = 4, padding = 1 },
+        global_avg_pool {},
+    })},
+    {"conv3d_strided_dilated_grouped", 3, 1e-4, SPEC(return layer "conv3d_strided_dilated_grouped" {
+        input = { "N", 4, 11, 13, 12 },
+        conv3d { out_channels = 6, kernel = { 3, 2, 3 }, stride = { 2, 1, 2 }, padding = 1, dilation = { 1, 2, 1 },
+                 groups = 2, bias = false },
+        instance_norm {},
+        max_pool3d { kernel = 2 },
+        avg_pool3d { kernel = { 1, 2, 2 } },
+    })},
+    {"conv3d_softmax_channels", 2, 1e-4, SPEC(return layer "conv3d_softmax_channels" {
+        input = { "N", 2, 7, 9, 8 },
+        conv3d { out_channels = 5, kernel = 3 },
+        softmax { dim = 1 },
+        sum { dims = { 1 }, keepdim = true },
+    })},
+    {"norm_after_norm", 2, 1e-4, SPEC(return layer "norm_after_norm" {
+        input = { "N", 3, 20, 20 },
+        conv2d { out_channels = 8, kernel = 3 },
+        group_norm { groups = 2 },
+        relu {},
+        instance_norm {},
+        gelu {},
+    })},
+    {"recompute_strategy", 3, 1e-4, SPEC(return layer "recompute_strategy" {
+        input = { "N", 2, 24, 22 },
+        strategy = "recompute",
+        conv2d { out_channels = 5, kernel = 3 },
+        add { scalar = 0.25 },
+        group_norm { groups = 5 },
+        hardswish {},
+    })},
+    {"residual_after_norm", 2, 1e-4, SPEC(return layer "residual_after_norm" {
+        input = { "N", 3, 16, 16 },
+        conv2d { out_channels = 8, kernel = 3 },
+        relu { as = "r" },
+        group_norm { groups = 4 },
+        add { value = "r" },
+        instance_norm {},
+        sub { value = "r" },
+    })},
+    {"conv_only_1x1_stride", 4, 1e-4, SPEC(return layer "conv_only_1x1_stride" {
+        input = { "N", 33, 9, 10 },
+        conv2d { out_channels = 35, kernel = 1, stride = 3 },
+    })},
+    {"tf32_cudnn_path", 2, 5e-3, SPEC(return layer "tf32_cudnn_path" {
+        input = { "N", 16, 20, 20 },
+        precision = "tf32",
+        conv2d { out_channels = 24, kernel = 3 },
+        instance_norm {},
+        div { scalar = 2.0 },
+    })},
+    {"tf32_cudnn_conv3d_max", 2, 5e-3, SPEC(return layer "tf32_cudnn_conv3d_max" {
+        input = { "N", 3, 8, 10, 10 },
+        precision = "tf32",
+        conv3d { out_channels = 8, kernel = 3 },
+        mul { param = "m", shape = { 8, 1, 1, 1 } },
+        instance_norm {},
+        max { dim = 1 },
+    })},
+};
+
+/* ---- random layers -------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static unsigned rnd(unsigned n)
+{
+    /* xorshift64*: test-case generation only */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (unsigned)((rng_state * 0x2545f4914f6cdd1dull) >> 33) % n;
+}
+
+static const char *const tails[] = {
+    "relu {}", "gelu {}", "sigmoid {}", "tanh {}", "silu {}", "mish {}", "hardswish {}", "softplus {}",
+    "leaky_relu {}", "hardtanh {}", "clamp { min = -0.5, max = 0.5 }", "mul { scalar = 1.5 }",
+    "add { param = \"shift\" }", "mul { param = \"gain\" }", "group_norm { groups = 1 }", "instance_norm {}",
+    "batch_norm { stats = \"running\" }", "batch_norm {}", "max_pool { kernel = 2 }",
+    "avg_pool { kernel = 2, stride = 1 }", "softmax { dim = 1 }",
+};
+static const char *const finals[] = {
+    "", "max { dim = 1 }", "mean { dims = { 2, 3 } }", "logsumexp { dim = 1, keepdim = true }",
+    "sum { dim = -1 }", "global_avg_pool {}", "min { dims = { 1, 3 }, keepdim = true }",
+};
+
+static void random_layer(int index, char *buf, size_t cap)
+{
+    int cin = 1 + (int)rnd(9), groups = 1 + (int)rnd(3);
+    cin *= groups;
+    int cout = groups * (1 + (int)rnd(12));
+    int h = 6 + (int)rnd(30), w = 6 + (int)rnd(30);
+    int k = 1 + (int)rnd(4), stride = 1 + (int)rnd(2), pad = (int)rnd(3), dil = 1 + (int)rnd(2);
+    size_t len = (size_t)snprintf(buf, cap,
+                                  "return layer \"random_%d\" {\n  input = { \"N\", %d, %d, %d },\n"
+                                  "  conv2d { out_channels = %d, kernel = %d, stride = %d, padding = %d, dilation = %d, "
+                                  "groups = %d, bias = %s },\n",
+                                  index, cin, h, w, cout, k, stride, pad, dil, groups, rnd(2) ? "true" : "false");
+    int n_tail = (int)rnd(5);
+    for (int i = 0; i < n_tail; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "  %s,\n", tails[rnd(sizeof tails / sizeof *tails)]);
+    const char *fin = finals[rnd(sizeof finals / sizeof *finals)];
+    if (fin[0])
+        len += (size_t)snprintf(buf + len, cap - len, "  %s,\n", fin);
+    snprintf(buf + len, cap - len, "}\n");
+}
+
+int main(int argc, char **argv)
+{
+    int n_random = argc > 1 ? atoi(argv[1]) : 40;
+    fg_context *ctx = gpu_open("test_gpu_variants");
+    int cases = 0, failed = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        const variant *v = &fixed[i];
+        gpu_result r = gpu_check_spec(ctx, v->name, v->source, v->batch, 500 + i, v->tol);
+        cases++;
+        if (!r.ok || !r.pass)
+            failed++;
+        if (!r.ok)
+            printf("FAILED %-32s: %s\n", v->name, r.error);
+        else
+            printf("%s %-32s batch %lld: max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n",
+                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, r.max_abs, r.rel_l2, r.bad, r.count,
+                   v->tol, r.nan ? " (NaN)" : "");
+    }
+    int drawn = 0, tries = 0;
+    while (drawn < n_random && tries < 50 * n_random) {
+        char src[2048], name[32];
+        random_layer(drawn, src, sizeof src);
+        tries++;
+        fg_layer_ir ir;
+        fg_error err;
+        snprintf(name, sizeof name, "random_%d", drawn);
+        if (fg_spec_load_string(name, src, strlen(src), &ir, &err) != 0)
+            continue; /* an impossible combination: draw again */
+        int64_t batch = 1 + (int64_t)rnd(4);
+        gpu_result r = gpu_check_spec(ctx, name, src, batch, 900 + (uint64_t)drawn, 1e-4);
+        cases++;
+        drawn++;
+        if (!r.ok || !r.pass) {
+            failed++;
+            printf("FAILED %-12s batch %lld: %s max abs %.3g rel L2 %.3g %lld bad%s\n%s", name, (long long)batch,
+                   r.ok ? "" : r.error, r.max_abs, r.rel_l2, r.bad, r.nan ? " (NaN)" : "", src);
+        } else {
+            printf("ok     %-12s batch %lld: max abs %.3g, rel L2 %.3g\n", name, (long long)batch, r.max_abs, r.rel_l2);
+        }
+    }
+    gpu_close(ctx);
+    printf("%d cases (%d random), %d failed\n", cases, drawn, failed);
+    return failed ? 1 : 0;
+}
