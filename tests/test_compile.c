@@ -1,0 +1,247 @@
+/* NVRTC compilation of every spec for sm_80 and sm_90, on a machine with no GPU: each
+ * produces a CUDA ELF cubin for the right architecture with one kernel per planned pass,
+ * and ptxas reports no spills and no stack frame for any kernel. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nvrtc_compiler.h"
+#include "render.h"
+#include "spec_loader.h"
+#include "test_util.h"
+
+static const char *const archs[] = {"sm_80", "sm_90"};
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The cubin is a 64-bit little-endian ELF for EM_CUDA (190) whose flags name the SM. */
+static void check_cubin(const char *what, const unsigned char *cubin, size_t size, int sm)
+{
+    if (size < 64 || memcmp(cubin, "\x7f" "ELF", 4) != 0)
+        fail_msg("%s: not an ELF file (%zu bytes)", what, size);
+    assert_int_equal(cubin[4], 2); /* ELFCLASS64 */
+    assert_int_equal(cubin[5], 1); /* little-endian */
+    unsigned machine = (unsigned)cubin[18] | (unsigned)cubin[19] << 8;
+    if (machine != 190)
+        fail_msg("%s: e_machine %u, expected EM_CUDA (190)", what, machine);
+    uint32_t flags = le32(cubin + 48);
+    if ((flags & 0xff) != (uint32_t)sm && ((flags >> 8) & 0xff) != (uint32_t)sm)
+        fail_msg("%s: e_flags 0x%x do not name sm_%d", what, flags, sm);
+}
+
+/* One kernel per pass, by name; no spills, no stack; registers that fit the launch. Every
+ * problem is printed (a failing run shows all of them at once); returns how many. */
+static int check_resources(const char *what, const fg_plan *plan, const fg_compiled *c)
+{
+    int problems = 0;
+#define PROBLEM(...) (print_error("ERROR: " __VA_ARGS__), print_error("\n"), problems++)
+    if (c->n_kernels != plan->n_passes)
+        PROBLEM("%s: ptxas reported %d kernels, the plan has %d passes", what, c->n_kernels, plan->n_passes);
+    for (int p = 0; p < plan->n_passes; p++) {
+        const fg_kernel_resources *k = NULL;
+        for (int i = 0; i < c->n_kernels; i++)
+            if (strcmp(c->kernels[i].name, plan->passes[p].kernel) == 0)
+                k = &c->kernels[i];
+        if (!k) {
+            PROBLEM("%s: no resources reported for kernel %s", what, plan->passes[p].kernel);
+            continue;
+        }
+        if (k->spill_stores || k->spill_loads || k->stack_frame)
+            PROBLEM("%s: kernel %s spills: %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", what,
+                    k->name, k->stack_frame, k->spill_stores, k->spill_loads);
+        if (k->registers <= 0 || k->registers > 255)
+            PROBLEM("%s: kernel %s uses %d registers", what, k->name, k->registers);
+        int block = plan->passes[p].launch.block;
+        if (k->registers * block > 65536)
+            PROBLEM("%s: kernel %s: %d registers x %d threads do not fit an SM", what, k->name, k->registers, block);
+    }
+#undef PROBLEM
+    return problems;
+}
+
+/* Compiles (ir, plan) for each arch; returns the number of resource problems. */
+static int compile_ir(fg_layer_ir *ir, int force_strategy, const char *const *arch_list, int n_archs)
+{
+    fg_plan *plan = fgt_plan(ir, force_strategy);
+    fg_rendered src;
+    fg_error err = {{0}};
+    if (fg_render(ir, plan, &src, &err) != 0)
+        fail_msg("%s: %s", ir->name, err.msg);
+    int problems = 0;
+    for (int a = 0; a < n_archs; a++) {
+        fg_compiled c;
+        char what[256];
+        snprintf(what, sizeof what, "%s for %s", ir->name, arch_list[a]);
+        if (fg_nvrtc_compile(src.source, ir->name, arch_list[a], &c, &err) != 0)
+            fail_msg("%s: %s", what, err.msg);
+        assert_non_null(c.cubin);
+        assert_true(c.size > 0);
+        assert_true(c.seconds > 0);
+        check_cubin(what, c.cubin, c.size, atoi(arch_list[a] + 3));
+        problems += check_resources(what, plan, &c);
+        fg_compiled_free(&c);
+        assert_null(c.cubin);
+    }
+    fg_rendered_free(&src);
+    free(plan);
+    return problems;
+}
+
+static void reference_specs(void **state)
+{
+    (void)state;
+    int problems = 0;
+    for (int i = 0; i < FGT_N_REFERENCE_SPECS; i++) {
+        fg_layer_ir *ir = fgt_load_spec(fgt_reference_specs[i]);
+        problems += compile_ir(ir, -1, archs, 2);
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
+/* The recompute variant of a reference layer (two conv kernels). */
+static void recompute_variant(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb21");
+    int problems = compile_ir(ir, FG_STRATEGY_RECOMPUTE, archs, 1);
+    free(ir);
+    assert_int_equal(problems, 0);
+}
+
+/* A layer with every op kind: the templates of each compile. */
+static void every_op_kind(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string(
+        "return layer \"all\" {\n"
+        "  input = { \"N\", 4, 12, 16 },\n"
+        "  conv2d { out_channels = 8, kernel = 3, padding = 1, groups = 2, as = \"c\" },\n"
+        "  relu {}, leaky_relu { negative_slope = 0.1 }, gelu {}, gelu { approximate = \"tanh\" }, sigmoid {}, tanh {},\n"
+        "  softplus { beta = 2, threshold = 10 }, mish {}, silu {}, hardswish {}, hardsigmoid {}, hardtanh {},\n"
+        "  clamp { min = -0.5, max = 2 }, exp {}, log {}, abs {}, neg {},\n"
+        "  add { scalar = 1 }, sub { param = \"p\", shape = { 8, 1, 1 } }, mul { value = \"c\" }, div { scalar = 3 },\n"
+        "  min { scalar = 0.5 }, max { param = \"q\", shape = { 16 } },\n"
+        "  group_norm { groups = 4 }, instance_norm {}, batch_norm { name = \"bn\" },\n"
+        "  batch_norm { name = \"bn2\", stats = \"running\" }, layer_norm { normalized_shape = { 12, 16 } },\n"
+        "  max_pool { kernel = 2, padding = 1 }, avg_pool2d { kernel = 2, stride = 1, padding = 1, count_include_pad = false },\n"
+        "  softmax { dim = 1 }, logsumexp { dim = 3, keepdim = true }, sum { dim = 2, keepdim = true },\n"
+        "  min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },\n"
+        "}\n");
+    static const char *const sm90[] = {"sm_90"};
+    int problems = compile_ir(ir, -1, sm90, 1);
+    free(ir);
+    ir = fgt_load_string("return layer \"c3\" {\n"
+                         "  input = { \"N\", 2, 9, 10, 11 },\n"
+                         "  conv3d { out_channels = 6, kernel = { 3, 2, 1 }, stride = { 2, 1, 3 }, padding = { 1, 0, 2 },\n"
+                         "           dilation = { 1, 2, 1 }, groups = 2, bias = false },\n"
+                         "  max_pool3d { kernel = 2, padding = 1 },\n"
+                         "  sum { dims = { 2, 3, 4 } },\n"
+                         "}\n");
+    static const char *const sm80[] = {"sm_80"};
+    problems += compile_ir(ir, -1, sm80, 1);
+    free(ir);
+    assert_int_equal(problems, 0);
+}
+
+/* A broken source fails with NVRTC's log, and the source is saved for the user. */
+static void compile_error_is_reported(void **state)
+{
+    (void)state;
+    const char *bad = "extern \"C\" __global__ void k(float *x) { x[0] = undefined_thing; }\n";
+    fg_compiled c;
+    fg_error err = {{0}};
+    assert_int_equal(fg_nvrtc_compile(bad, "broken.cu", "sm_90", &c, &err), -1);
+    assert_null(c.cubin);
+    fgt_assert_contains(err.msg, "broken.cu");
+    fgt_assert_contains(err.msg, "NVRTC could not compile the generated source for sm_90");
+    fgt_assert_contains(err.msg, "undefined_thing");
+    const char *saved = strstr(err.msg, "source saved as ");
+    assert_non_null(saved);
+    char path[1024];
+    assert_int_equal(sscanf(saved + strlen("source saved as "), "%1023[^:]", path), 1);
+    /* $TMPDIR points into this test's own directory */
+    fgt_assert_contains(path, getenv("TMPDIR"));
+    size_t len = 0;
+    unsigned char *text = fgt_read_file(path, &len);
+    assert_non_null(text);
+    assert_string_equal((const char *)text, bad);
+    free(text);
+    unlink(path);
+
+    /* an unknown architecture is an error too, not a crash */
+    assert_int_equal(fg_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "arch.cu", "sm_1", &c, &err), -1);
+    fgt_assert_contains(err.msg, "arch.cu");
+}
+
+static void version_and_options(void **state)
+{
+    (void)state;
+    int major = 0, minor = -1;
+    fg_error err = {{0}};
+    assert_int_equal(fg_nvrtc_version(&major, &minor, &err), 0);
+    assert_true(major >= 11);
+    assert_true(minor >= 0);
+    char opts[256];
+    fg_nvrtc_options_string("sm_90", opts, sizeof opts);
+    fgt_assert_contains(opts, "--gpu-architecture=sm_90");
+    fgt_assert_contains(opts, "--ptxas-options=-v"); /* the resource report the tests read */
+    char other[256];
+    fg_nvrtc_options_string("sm_80", other, sizeof other);
+    assert_string_not_equal(opts, other);
+}
+
+static void ptxas_report_parser(void **state)
+{
+    (void)state;
+    const char *log = "ptxas info    : 0 bytes gmem\n"
+                      "ptxas info    : Compiling entry function 'fg_pass0_conv' for 'sm_90'\n"
+                      "ptxas info    : Function properties for fg_pass0_conv\n"
+                      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+                      "ptxas info    : Used 80 registers, used 1 barriers, 384 bytes cmem[0]\n"
+                      "ptxas info    : Compiling entry function 'fg_pass1_map' for 'sm_90'\n"
+                      "ptxas info    : Function properties for fg_pass1_map\n"
+                      "    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+                      "ptxas info    : Used 255 registers, 400 bytes cmem[0]";
+    fg_kernel_resources k[4];
+    assert_int_equal(fg_parse_ptxas_report(log, k, 4), 2);
+    assert_string_equal(k[0].name, "fg_pass0_conv");
+    assert_int_equal(k[0].registers, 80);
+    assert_int_equal(k[0].stack_frame, 0);
+    assert_int_equal(k[0].spill_stores, 0);
+    assert_string_equal(k[1].name, "fg_pass1_map");
+    assert_int_equal(k[1].registers, 255);
+    assert_int_equal(k[1].stack_frame, 24);
+    assert_int_equal(k[1].spill_stores, 8);
+    assert_int_equal(k[1].spill_loads, 12);
+    /* more kernels than room: the first ones are kept, nothing overflows */
+    assert_int_equal(fg_parse_ptxas_report(log, k, 1), 1);
+    assert_string_equal(k[0].name, "fg_pass0_conv");
+    assert_int_equal(k[0].registers, 80); /* not the dropped kernel's numbers */
+    assert_int_equal(k[0].stack_frame, 0);
+    assert_int_equal(k[0].spill_loads, 0);
+    assert_int_equal(fg_parse_ptxas_report("", k, 4), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(version_and_options),
+        cmocka_unit_test(ptxas_report_parser),
+        cmocka_unit_test(reference_specs),
+        cmocka_unit_test(recompute_variant),
+        cmocka_unit_test(every_op_kind),
+        cmocka_unit_test(compile_error_is_reported),
+    };
+    char *dir = fgt_tmpdir("compile-env");
+    fgt_isolate_environment(dir);
+    int failed = cmocka_run_group_tests_name("compile", tests, NULL, NULL);
+    fgt_rmtree(dir);
+    free(dir);
+    return failed;
+}

@@ -1,0 +1,612 @@
+/* Planner decisions: how the reference layers and a few generic ones split into passes,
+ * what each pass computes, which values go to workspace buffers, which statistics are
+ * accumulated, and the arguments each kernel takes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec_loader.h"
+#include "test_util.h"
+
+/* One expected pass: kind, first..last, source buffer, store buffer, output?, feeds. */
+typedef struct want_pass {
+    fg_pass_kind kind;
+    int first, last;
+    int source_buffer;
+    int store_buffer;
+    bool store_output;
+    int n_feeds;
+    int feed0;
+    int finalize_accum;
+} want_pass;
+
+static void check_passes(const fg_layer_ir *ir, const fg_plan *plan, const want_pass *want, int n)
+{
+    if (plan->n_passes != n)
+        fail_msg("%s: %d passes, expected %d", ir->name, plan->n_passes, n);
+    for (int i = 0; i < n; i++) {
+        const fg_pass *p = &plan->passes[i];
+        const want_pass *w = &want[i];
+        char kernel[64];
+        snprintf(kernel, sizeof kernel, "fg_pass%d_%s", i,
+                 w->kind == FG_PASS_CONV ? "conv" : w->kind == FG_PASS_MAP ? "map" : "finalize");
+        bool ok = p->kind == w->kind && p->source_buffer == w->source_buffer && p->store_buffer == w->store_buffer &&
+                  p->store_output == w->store_output && p->n_feeds == w->n_feeds &&
+                  strcmp(p->kernel, kernel) == 0;
+        if (w->kind != FG_PASS_FINALIZE)
+            ok = ok && p->first == w->first && p->last == w->last && p->domain == w->last;
+        else
+            ok = ok && p->finalize_accum == w->finalize_accum;
+        if (w->n_feeds)
+            ok = ok && p->feeds[0] == w->feed0;
+        if (!ok)
+            fail_msg("%s pass %d: %s kind %d v%d..v%d domain v%d source b%d store b%d output %d feeds %d (s%d) "
+                     "finalizes s%d; expected kind %d v%d..v%d source b%d store b%d output %d feeds %d (s%d) "
+                     "finalizes s%d",
+                     ir->name, i, p->kernel, p->kind, p->first, p->last, p->domain, p->source_buffer, p->store_buffer,
+                     p->store_output, p->n_feeds, p->n_feeds ? p->feeds[0] : -1, p->finalize_accum, w->kind, w->first,
+                     w->last, w->source_buffer, w->store_buffer, w->store_output, w->n_feeds, w->feed0,
+                     w->finalize_accum);
+    }
+    /* exactly one pass writes the layer output, and it is the last one */
+    for (int i = 0; i < n; i++)
+        assert_int_equal(plan->passes[i].store_output, i == n - 1);
+}
+
+static void check_accum(const fg_plan *plan, int a, fg_accum_kind kind, int op, int64_t keys, int64_t count,
+                        int finalized)
+{
+    assert_true(a < plan->n_accums);
+    const fg_accum *acc = &plan->accums[a];
+    if (acc->kind != kind || acc->op != op || acc->value != op - 1 || acc->keys_per_sample != keys ||
+        acc->count_per_sample != count || acc->finalized != finalized)
+        fail_msg("statistics s%d: kind %d op %d value %d keys %lld count %lld finalized %d; expected kind %d op %d "
+                 "keys %lld count %lld finalized %d",
+                 a, acc->kind, acc->op, acc->value, (long long)acc->keys_per_sample, (long long)acc->count_per_sample,
+                 acc->finalized, kind, op, (long long)keys, (long long)count, finalized);
+}
+
+static const fg_arg *find_arg(const fg_pass *p, fg_arg_kind kind, int index)
+{
+    for (int i = 0; i < p->n_args; i++)
+        if (p->args[i].kind == kind && p->args[i].index == index)
+            return &p->args[i];
+    return NULL;
+}
+
+/* Every pass ends with (batch, batch_base) and has no duplicate argument. */
+static void check_args_common(const fg_plan *plan)
+{
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *p = &plan->passes[i];
+        assert_true(p->n_args >= 2);
+        assert_int_equal(p->args[p->n_args - 2].kind, FG_ARG_BATCH);
+        assert_int_equal(p->args[p->n_args - 1].kind, FG_ARG_BATCH_BASE);
+        for (int a = 0; a < p->n_args; a++)
+            for (int b = a + 1; b < p->n_args; b++)
+                assert_false(p->args[a].kind == p->args[b].kind && p->args[a].index == p->args[b].index);
+        assert_int_equal(find_arg(p, FG_ARG_OUTPUT, 0) != NULL, p->store_output);
+        if (p->kind == FG_PASS_CONV)
+            assert_non_null(find_arg(p, FG_ARG_INPUT, 0));
+        else
+            assert_null(find_arg(p, FG_ARG_INPUT, 0));
+        if (p->source_buffer >= 0)
+            assert_non_null(find_arg(p, FG_ARG_BUFFER, p->source_buffer));
+        for (int f = 0; f < p->n_feeds; f++) {
+            assert_non_null(find_arg(p, FG_ARG_ACCUM, p->feeds[f]));
+            /* the runtime clears what a pass feeds before it runs */
+            assert_int_equal(p->zero[f], p->feeds[f]);
+        }
+        assert_int_equal(p->n_zero, p->n_feeds);
+        assert_true(p->launch.block > 0 && p->launch.block <= 1024);
+        assert_true(p->launch.grid_x > 0 && p->launch.grid_y > 0);
+    }
+}
+
+#define N_WANT(w) ((int)(sizeof(w) / sizeof((w)[0])))
+
+/* ---- the reference layers ------------------------------------------------------------------ */
+
+static void kb17(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb17");
+    fg_plan *plan = fgt_plan(ir, -1);
+    /* the conv is expensive (64 input channels): materialize, not recompute */
+    assert_int_equal(plan->strategy, FG_STRATEGY_MATERIALIZE);
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 0, -1, 0, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_MAP, 1, 2, 0, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_buffers, 1);
+    assert_int_equal(plan->buffers[0].value, 0);
+    assert_int_equal(plan->buffers[0].per_sample, 128 * 126 * 126);
+    assert_int_equal(plan->n_accums, 1);
+    check_accum(plan, 0, FG_ACCUM_MOMENTS, 1, 128, 126 * 126, 1);
+    assert_false(plan->accums[0].over_batch);
+    assert_int_equal(plan->op_accum[1], 0);
+    check_args_common(plan);
+    /* the map pass reads the finalized statistics, not the raw sums */
+    assert_non_null(find_arg(&plan->passes[2], FG_ARG_STATS, 0));
+    assert_null(find_arg(&plan->passes[2], FG_ARG_ACCUM, 0));
+    /* the finalize pass reads the sums and writes the statistics */
+    assert_non_null(find_arg(&plan->passes[1], FG_ARG_ACCUM, 0));
+    assert_non_null(find_arg(&plan->passes[1], FG_ARG_STATS, 0));
+    assert_int_equal(plan->passes[1].launch.grid_x, 1); /* 128 statistics, 128 threads */
+    assert_true(plan->passes[1].launch.per_sample);
+
+    /* workspace for 2 samples: the buffer, then the fp64 moments and the float2 statistics,
+     * each 256-byte aligned */
+    fg_workspace_layout ws;
+    fg_error err;
+    assert_int_equal(fg_plan_workspace(plan, 2, &ws, &err), 0);
+    uint64_t buf = 2ull * 128 * 126 * 126 * 4; /* 16257024, a multiple of 256 */
+    assert_int_equal(ws.buffer_offset[0], 0);
+    assert_int_equal(ws.accum_offset[0], buf);
+    assert_int_equal(ws.accum_bytes[0], 2 * 128 * 16);
+    assert_int_equal(ws.stats_offset[0], buf + 2 * 128 * 16);
+    assert_int_equal(ws.total, buf + 2 * 128 * 16 + 2 * 128 * 8);
+    assert_int_equal(fg_accum_clear_pattern(&plan->accums[0]), 0);
+    free(plan);
+    free(ir);
+}
+
+static void kb21(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb21");
+    fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->strategy, FG_STRATEGY_MATERIALIZE);
+    /* add, mul and sigmoid fuse into the conv's epilogue; the group norm needs statistics */
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 3, -1, 0, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_MAP, 4, 4, 0, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_buffers, 1);
+    assert_int_equal(plan->buffers[0].value, 3);
+    assert_int_equal(plan->buffers[0].per_sample, 2064512);
+    check_accum(plan, 0, FG_ACCUM_MOMENTS, 4, 8, 4 * 254 * 254, 1);
+    check_args_common(plan);
+    /* the conv pass: input, conv weight and bias, bias, scale, the buffer, the moments */
+    const fg_pass *p = &plan->passes[0];
+    static const fg_arg_kind kinds[] = {FG_ARG_INPUT, FG_ARG_PARAM, FG_ARG_PARAM,  FG_ARG_PARAM,      FG_ARG_PARAM,
+                                        FG_ARG_BUFFER, FG_ARG_ACCUM, FG_ARG_BATCH, FG_ARG_BATCH_BASE};
+    assert_int_equal(p->n_args, 9);
+    for (int a = 0; a < 9; a++)
+        assert_int_equal(p->args[a].kind, kinds[a]);
+    int names[4];
+    for (int a = 0; a < 4; a++)
+        names[a] = p->args[1 + a].index;
+    assert_string_equal(ir->params[names[0]].name, "conv.weight");
+    assert_string_equal(ir->params[names[1]].name, "conv.bias");
+    assert_string_equal(ir->params[names[2]].name, "bias");
+    assert_string_equal(ir->params[names[3]].name, "scale");
+    /* the map pass: the buffer, the group norm's affine parameters, the statistics, the output */
+    p = &plan->passes[2];
+    assert_non_null(find_arg(p, FG_ARG_PARAM, fgt_find_param(ir, "group_norm.weight")));
+    assert_non_null(find_arg(p, FG_ARG_PARAM, fgt_find_param(ir, "group_norm.bias")));
+    assert_null(find_arg(p, FG_ARG_PARAM, fgt_find_param(ir, "conv.weight")));
+    assert_non_null(find_arg(p, FG_ARG_STATS, 0));
+    /* the conv's grid covers the 254x254 outputs with its tiles, and every channel */
+    const fg_conv_tiling *t = &plan->passes[0].conv;
+    assert_true(t->thread_co * (t->co_tile / t->thread_co) == t->co_tile);
+    int64_t tiles_w = (254 + t->tile[2] - 1) / t->tile[2], tiles_h = (254 + t->tile[1] - 1) / t->tile[1];
+    assert_int_equal(plan->passes[0].launch.grid_x, tiles_w * tiles_h);
+    assert_int_equal(plan->passes[0].launch.grid_y, (32 + t->co_tile - 1) / t->co_tile);
+    /* shared memory within what one block may use on every supported arch (sm_80: 163 KB) */
+    assert_true(plan->passes[0].launch.smem_bytes > 0 && plan->passes[0].launch.smem_bytes <= 163 * 1024);
+    free(plan);
+    free(ir);
+}
+
+static void kb23(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb23");
+    fg_plan *plan = fgt_plan(ir, -1);
+    /* the mean over 475200 elements is too big to loop over inline: the group norm's map pass
+     * feeds a sum, and the last pass reads that accumulator directly (no buffer) */
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 0, -1, 0, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_MAP, 1, 1, 0, -1, false, 1, 1, -1},
+        {FG_PASS_MAP, 2, 2, -1, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_buffers, 1);
+    assert_int_equal(plan->buffers[0].value, 0);
+    assert_int_equal(plan->buffers[0].per_sample, 24 * 22 * 30 * 30);
+    assert_int_equal(plan->n_accums, 2);
+    check_accum(plan, 0, FG_ACCUM_MOMENTS, 1, 8, 3 * 22 * 30 * 30, 1);
+    check_accum(plan, 1, FG_ACCUM_SUM, 2, 1, 24 * 22 * 30 * 30, -1);
+    assert_int_equal(plan->op_accum[2], 1);
+    assert_false(plan->inline_loop[2]);
+    check_args_common(plan);
+    assert_non_null(find_arg(&plan->passes[3], FG_ARG_ACCUM, 1));
+    assert_null(find_arg(&plan->passes[3], FG_ARG_BUFFER, 0));
+    free(plan);
+    free(ir);
+}
+
+static void kb79(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb79");
+    fg_plan *plan = fgt_plan(ir, -1);
+    /* x multiplier fuses into the conv; the norm, clamp, x multiplier and the max over 16
+     * channels (small: an inline loop) fuse into one map pass */
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 1, -1, 0, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_MAP, 2, 5, 0, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->buffers[0].value, 1);
+    assert_int_equal(plan->buffers[0].per_sample, 16 * 14 * 30 * 30);
+    assert_int_equal(plan->n_accums, 1);
+    check_accum(plan, 0, FG_ACCUM_MOMENTS, 2, 16, 14 * 30 * 30, 1);
+    assert_true(plan->inline_loop[5]);
+    assert_int_equal(plan->op_accum[5], -1);
+    check_args_common(plan);
+    int m = fgt_find_param(ir, "multiplier");
+    assert_non_null(find_arg(&plan->passes[0], FG_ARG_PARAM, m));
+    assert_non_null(find_arg(&plan->passes[2], FG_ARG_PARAM, m));
+    /* the output is [N, 14, 30, 30]: the map pass covers 12600 elements per sample */
+    const fg_pass *p = &plan->passes[2];
+    assert_int_equal(p->launch.grid_x * p->launch.block * p->launch.elems_per_thread >= 12600, true);
+    free(plan);
+    free(ir);
+}
+
+static void kb85(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb85");
+    fg_plan *plan = fgt_plan(ir, -1);
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 0, -1, 0, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_MAP, 1, 4, 0, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    check_accum(plan, 0, FG_ACCUM_MOMENTS, 1, 16, 4 * 126 * 126, 1);
+    assert_int_equal(plan->buffers[0].per_sample, 64 * 126 * 126);
+    assert_true(plan->inline_loop[3]); /* the max pool loops over its window */
+    check_args_common(plan);
+    free(plan);
+    free(ir);
+}
+
+static void kb92(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb92");
+    fg_plan *plan = fgt_plan(ir, -1);
+    /* the residual reads the conv output back from the same buffer the norm reads */
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 0, -1, 0, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_MAP, 1, 5, 0, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_buffers, 1);
+    assert_int_equal(plan->buffers[0].value, 0);
+    check_accum(plan, 0, FG_ACCUM_MOMENTS, 1, 16, 4 * 126 * 126, 1);
+    assert_int_equal(plan->n_accums, 1); /* logsumexp over 64 channels: inline */
+    assert_true(plan->inline_loop[5]);
+    check_args_common(plan);
+    /* even when asked to, the planner does not recompute: a later op reads the conv output */
+    fg_plan *forced = fgt_plan(ir, FG_STRATEGY_RECOMPUTE);
+    assert_int_equal(forced->strategy, FG_STRATEGY_MATERIALIZE);
+    check_passes(ir, forced, want, N_WANT(want));
+    free(forced);
+    free(plan);
+    free(ir);
+}
+
+/* ---- generic cases --------------------------------------------------------------------------- */
+
+static void softmax_needs_max_sumexp_and_finalize(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string("return layer \"sm\" {\n"
+                                      "  input = { \"N\", 4, 64, 64 },\n"
+                                      "  conv2d { out_channels = 8, kernel = 3 },\n"
+                                      "  softmax { dim = 2 },\n"
+                                      "  relu {},\n"
+                                      "}\n");
+    fg_plan *plan = fgt_plan(ir, -1);
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 0, -1, 0, false, 1, 0, -1},      /* conv, max over H */
+        {FG_PASS_MAP, 1, 0, 0, -1, false, 1, 1, -1},       /* re-reads v0: sum of exp(x - max) */
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 1},  /* max and 1/sum */
+        {FG_PASS_MAP, 1, 2, 0, -1, true, 0, 0, -1},        /* softmax and relu */
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_accums, 2);
+    check_accum(plan, 0, FG_ACCUM_MAX, 1, 8 * 62, 62, -1);
+    check_accum(plan, 1, FG_ACCUM_SUMEXP, 1, 8 * 62, 62, 2);
+    assert_int_equal(plan->accums[1].max_accum, 0);
+    assert_int_equal(plan->op_accum[1], 1);
+    assert_int_equal(plan->op_max_accum[1], 0);
+    /* the max is accumulated as ordered ints from -inf; the sum from 0 */
+    assert_int_equal(fg_accum_clear_pattern(&plan->accums[0]), 0xff800000u ^ 0x7fffffffu);
+    assert_int_equal(fg_accum_clear_pattern(&plan->accums[1]), 0);
+    check_args_common(plan);
+    /* the sum-of-exp pass needs the max too */
+    assert_non_null(find_arg(&plan->passes[1], FG_ARG_ACCUM, 0));
+    assert_non_null(find_arg(&plan->passes[1], FG_ARG_ACCUM, 1));
+    free(plan);
+    free(ir);
+}
+
+static void large_mean_reads_its_accumulator(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string("return layer \"mean\" {\n"
+                                      "  input = { \"N\", 4, 64, 64 },\n"
+                                      "  conv2d { out_channels = 8, kernel = 3 },\n"
+                                      "  relu {},\n"
+                                      "  mean { dims = { 2, 3 } },\n"
+                                      "}\n");
+    fg_plan *plan = fgt_plan(ir, -1);
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 1, -1, -1, false, 1, 0, -1}, /* no buffer: nobody reads the value */
+        {FG_PASS_MAP, 2, 2, -1, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_buffers, 0);
+    check_accum(plan, 0, FG_ACCUM_SUM, 2, 8, 62 * 62, -1);
+    assert_non_null(find_arg(&plan->passes[1], FG_ARG_ACCUM, 0));
+    check_args_common(plan);
+    free(plan);
+    free(ir);
+
+    /* a small mean (extent <= 1024) loops inline instead */
+    ir = fgt_load_string("return layer \"mean\" {\n"
+                         "  input = { \"N\", 4, 34, 34 },\n"
+                         "  conv2d { out_channels = 8, kernel = 3 },\n"
+                         "  mean { dims = { 2, 3 } },\n"
+                         "}\n");
+    plan = fgt_plan(ir, -1);
+    static const want_pass small[] = {
+        {FG_PASS_CONV, 0, 0, -1, 0, false, 0, 0, -1},
+        {FG_PASS_MAP, 1, 1, 0, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, small, N_WANT(small));
+    assert_int_equal(plan->n_accums, 0);
+    assert_true(plan->inline_loop[1]);
+    free(plan);
+    free(ir);
+}
+
+static void running_batch_norm_fuses_into_conv(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string("return layer \"bn\" {\n"
+                                      "  input = { \"N\", 4, 64, 64 },\n"
+                                      "  conv2d { out_channels = 8, kernel = 3 },\n"
+                                      "  batch_norm { name = \"bn\", stats = \"running\" },\n"
+                                      "  relu {},\n"
+                                      "}\n");
+    fg_plan *plan = fgt_plan(ir, -1);
+    static const want_pass want[] = {{FG_PASS_CONV, 0, 2, -1, -1, true, 0, 0, -1}};
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_buffers, 0);
+    assert_int_equal(plan->n_accums, 0);
+    const fg_pass *p = &plan->passes[0];
+    static const char *const params[] = {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean",
+                                         "bn.running_var"};
+    for (int i = 0; i < 6; i++)
+        assert_non_null(find_arg(p, FG_ARG_PARAM, fgt_find_param(ir, params[i])));
+    check_args_common(plan);
+    free(plan);
+    free(ir);
+
+    /* with batch statistics it needs statistics over the whole batch */
+    ir = fgt_load_string("return layer \"bn\" {\n"
+                         "  input = { \"N\", 4, 64, 64 },\n"
+                         "  conv2d { out_channels = 8, kernel = 3 },\n"
+                         "  batch_norm { name = \"bn\" },\n"
+                         "}\n");
+    plan = fgt_plan(ir, FG_STRATEGY_MATERIALIZE);
+    assert_int_equal(plan->n_passes, 3);
+    assert_true(plan->accums[0].over_batch);
+    assert_int_equal(plan->accums[0].keys_per_sample, 8);
+    assert_false(plan->passes[1].launch.per_sample); /* finalize once, over the whole batch */
+    fg_workspace_layout ws;
+    fg_error err;
+    assert_int_equal(fg_plan_workspace(plan, 5, &ws, &err), 0);
+    assert_int_equal(ws.accum_bytes[0], 8 * 16); /* not multiplied by the batch */
+    free(plan);
+    free(ir);
+}
+
+static void recompute_runs_the_conv_twice(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb17");
+    fg_plan *plan = fgt_plan(ir, FG_STRATEGY_RECOMPUTE);
+    assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+    static const want_pass want[] = {
+        {FG_PASS_CONV, 0, 0, -1, -1, false, 1, 0, -1}, /* statistics only, nothing stored */
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_CONV, 0, 2, -1, -1, true, 0, 0, -1}, /* conv again, norm and divide fused */
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->n_buffers, 0);
+    check_args_common(plan);
+    assert_non_null(find_arg(&plan->passes[2], FG_ARG_STATS, 0));
+    fg_workspace_layout ws;
+    fg_error err;
+    assert_int_equal(fg_plan_workspace(plan, 3, &ws, &err), 0);
+    assert_int_equal(ws.total, 3 * 128 * 16 + 3 * 128 * 8); /* no intermediate tensor */
+    free(plan);
+
+    /* kb21 as well: its add/mul/sigmoid chain is computed in both conv passes */
+    fg_layer_ir *ir21 = fgt_load_spec("kb21");
+    plan = fgt_plan(ir21, FG_STRATEGY_RECOMPUTE);
+    static const want_pass want21[] = {
+        {FG_PASS_CONV, 0, 3, -1, -1, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_CONV, 0, 4, -1, -1, true, 0, 0, -1},
+    };
+    check_passes(ir21, plan, want21, N_WANT(want21));
+    free(plan);
+    free(ir21);
+
+    /* when the conv is cheap relative to its output the planner picks recompute itself */
+    fg_layer_ir *cheap = fgt_load_string("return layer \"cheap\" {\n"
+                                         "  input = { \"N\", 1, 64, 64 },\n"
+                                         "  conv2d { out_channels = 64, kernel = 1 },\n"
+                                         "  instance_norm {},\n"
+                                         "}\n");
+    plan = fgt_plan(cheap, -1);
+    assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+    assert_int_equal(plan->n_passes, 3);
+    assert_int_equal(plan->passes[2].kind, FG_PASS_CONV);
+    free(plan);
+    plan = fgt_plan(cheap, FG_STRATEGY_MATERIALIZE);
+    assert_int_equal(plan->strategy, FG_STRATEGY_MATERIALIZE);
+    assert_int_equal(plan->passes[2].kind, FG_PASS_MAP);
+    free(plan);
+    free(cheap);
+    free(ir);
+}
+
+static void named_value_behind_a_statistic(void **state)
+{
+    (void)state;
+    /* the named value r (v1) is read after the norm: the conv pass stores it next to v2 */
+    fg_layer_ir *ir = fgt_load_string("return layer \"res\" {\n"
+                                      "  input = { \"N\", 2, 20, 20 },\n"
+                                      "  conv2d { out_channels = 8, kernel = 3 },\n"
+                                      "  relu { as = \"r\" },\n"
+                                      "  mul { scalar = 2 },\n"
+                                      "  instance_norm {},\n"
+                                      "  add { value = \"r\" },\n"
+                                      "}\n");
+    fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->n_passes, 3);
+    const fg_pass *conv = &plan->passes[0];
+    assert_int_equal(conv->last, 2);
+    assert_int_equal(conv->n_extra_stores, 1);
+    assert_int_equal(plan->buffers[conv->extra_stores[0]].value, 1);
+    assert_int_equal(plan->buffers[conv->store_buffer].value, 2);
+    const fg_pass *map = &plan->passes[2];
+    assert_non_null(find_arg(map, FG_ARG_BUFFER, conv->extra_stores[0]));
+    check_args_common(plan);
+    free(plan);
+    free(ir);
+
+    /* ... which it cannot do when a window op sits between the value and the cut: the
+     * planner refuses with a message that names the value and its line */
+    ir = fgt_load_string("return layer \"res\" {\n"
+                         "  input = { \"N\", 2, 20, 20 },\n"
+                         "  conv2d { out_channels = 8, kernel = 3 },\n"
+                         "  instance_norm {},\n"
+                         "  relu { as = \"r\" },\n"
+                         "  max_pool { kernel = 1 },\n"
+                         "  group_norm { groups = 2 },\n"
+                         "  add { value = \"r\" },\n"
+                         "}\n");
+    plan = malloc(sizeof *plan);
+    fg_error err = {{0}};
+    fg_plan_options opts = {FG_STRATEGY_MATERIALIZE}; /* recompute would fuse r into the second conv pass */
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
+    fgt_assert_contains(err.msg, "test.lua:5:");
+    fgt_assert_contains(err.msg, "value 'r' is read after a statistic");
+    free(plan);
+    free(ir);
+}
+
+static void unary_only_layer_is_one_pass(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string("return layer \"one\" {\n"
+                                      "  input = { \"N\", 3, 16, 16 },\n"
+                                      "  conv2d { out_channels = 4, kernel = 3 },\n"
+                                      "  relu {}, mul { scalar = 3 }, tanh {},\n"
+                                      "}\n");
+    fg_plan *plan = fgt_plan(ir, -1);
+    static const want_pass want[] = {{FG_PASS_CONV, 0, 3, -1, -1, true, 0, 0, -1}};
+    check_passes(ir, plan, want, N_WANT(want));
+    check_args_common(plan);
+    fg_workspace_layout ws;
+    fg_error err;
+    assert_int_equal(fg_plan_workspace(plan, 7, &ws, &err), 0);
+    assert_int_equal(ws.total, 0);
+    free(plan);
+    free(ir);
+}
+
+typedef struct text_sink {
+    char buf[1 << 16];
+    size_t len;
+} text_sink;
+
+static void collect_line(void *ctx, const char *line)
+{
+    text_sink *t = ctx;
+    size_t n = strlen(line);
+    if (t->len + n + 2 < sizeof t->buf) {
+        memcpy(t->buf + t->len, line, n);
+        t->buf[t->len + n] = '\n';
+        t->len += n + 1;
+        t->buf[t->len] = '\0';
+    }
+}
+
+static void plan_print_mentions_every_pass(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb23");
+    fg_plan *plan = fgt_plan(ir, -1);
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    fgt_assert_contains(t->buf, "plan: 4 passes");
+    fgt_assert_contains(t->buf, "fg_pass0_conv");
+    fgt_assert_contains(t->buf, "fg_pass1_finalize");
+    fgt_assert_contains(t->buf, "fg_pass2_map");
+    fgt_assert_contains(t->buf, "fg_pass3_map");
+    fgt_assert_contains(t->buf, "buffer b0: v0, 475200 floats per sample");
+    fgt_assert_contains(t->buf, "statistics s1: sum (fp64) of v1, 1 per sample over 475200 elements each");
+    t->len = 0;
+    fg_ir_print(ir, collect_line, t);
+    fgt_assert_contains(t->buf, "input      [N, 3, 24, 32, 32]");
+    fgt_assert_contains(t->buf, "-> [N, 24, 22, 30, 30]");
+    fgt_assert_contains(t->buf, "param group_norm.weight");
+    free(t);
+    free(plan);
+    free(ir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(kb17),
+        cmocka_unit_test(kb21),
+        cmocka_unit_test(kb23),
+        cmocka_unit_test(kb79),
+        cmocka_unit_test(kb85),
+        cmocka_unit_test(kb92),
+        cmocka_unit_test(softmax_needs_max_sumexp_and_finalize),
+        cmocka_unit_test(large_mean_reads_its_accumulator),
+        cmocka_unit_test(running_batch_norm_fuses_into_conv),
+        cmocka_unit_test(recompute_runs_the_conv_twice),
+        cmocka_unit_test(named_value_behind_a_statistic),
+        cmocka_unit_test(unary_only_layer_is_one_pass),
+        cmocka_unit_test(plan_print_mentions_every_pass),
+    };
+    char *dir = fgt_tmpdir("planner-env");
+    fgt_isolate_environment(dir);
+    int failed = cmocka_run_group_tests_name("planner", tests, NULL, NULL);
+    fgt_rmtree(dir);
+    free(dir);
+    return failed;
+}

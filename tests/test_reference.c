@@ -1,0 +1,700 @@
+/* The CPU reference against values computed by hand (in the comments) or from closed
+ * forms: it is the oracle of every GPU test, so it is itself checked against numbers that
+ * do not come from it. Small specs are written as strings and fed explicit inputs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_reference.h"
+#include "spec_loader.h"
+#include "test_util.h"
+
+typedef struct named_param {
+    const char *name;
+    const float *data;
+    int count;
+} named_param;
+
+/* Loads `src`, binds the parameters by name, runs `batch` samples of `input`; returns the
+ * output (caller frees) and its element count. */
+static double *run(const char *src, int batch, const float *input, int input_count, const named_param *params,
+                   int n_params, int64_t *out_count, fg_layer_ir **ir_out)
+{
+    fg_layer_ir *ir = fgt_load_string(src);
+    assert_int_equal(input_count, batch * fg_shape_sample_count(&ir->input));
+    const float *bound[FG_MAX_PARAMS] = {0};
+    for (int i = 0; i < n_params; i++) {
+        int p = fgt_find_param(ir, params[i].name);
+        if (p < 0)
+            fail_msg("the spec has no parameter '%s'", params[i].name);
+        if (ir->params[p].count != params[i].count)
+            fail_msg("parameter '%s' has %lld elements, the test gives %d", params[i].name,
+                     (long long)ir->params[p].count, params[i].count);
+        bound[p] = params[i].data;
+    }
+    for (int p = 0; p < ir->n_params; p++)
+        if (!bound[p])
+            fail_msg("the test binds no data to parameter '%s'", ir->params[p].name);
+    int64_t n = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
+    double *out = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    assert_non_null(out);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = NAN; /* poisoned: every element must be written */
+    fg_error err = {{0}};
+    if (fg_reference_run(ir, batch, input, bound, out, &err) != 0)
+        fail_msg("fg_reference_run: %s", err.msg);
+    *out_count = n;
+    if (ir_out)
+        *ir_out = ir;
+    else
+        free(ir);
+    return out;
+}
+
+static void expect_values(const char *what, const double *got, const double *want, int64_t n, double tol)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double scale = fabs(want[i]) > 1 ? fabs(want[i]) : 1;
+        if (!(fabs(got[i] - want[i]) <= tol * scale))
+            fail_msg("%s: element %lld is %.17g, expected %.17g", what, (long long)i, got[i], want[i]);
+    }
+}
+
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define EXPECT(what, got, n, ...)                                                                            \
+    do {                                                                                                     \
+        static const double want_[] = {__VA_ARGS__};                                                        \
+        assert_int_equal((n), N_OF(want_));                                                                  \
+        expect_values((what), (got), want_, (n), 1e-12);                                                     \
+    } while (0)
+
+/* The 4x4 input 1..16 used by several cases:
+ *    1  2  3  4
+ *    5  6  7  8
+ *    9 10 11 12
+ *   13 14 15 16 */
+static const float ramp16[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+/* and a 3x3 kernel with no symmetry:
+ *    1  2  0
+ *    0  1  0
+ *   -1  0  3 */
+static const float kernel3[9] = {1, 2, 0, 0, 1, 0, -1, 0, 3};
+
+/* ---- convolution ---------------------------------------------------------------------------- */
+
+static void conv2d_known_weights(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"c\" {\n"
+                      "  input = { \"N\", 1, 4, 4 },\n"
+                      "  conv2d { out_channels = 1, kernel = 3 },\n"
+                      "}\n";
+    static const float bias[1] = {0.5f};
+    float input[32];
+    for (int i = 0; i < 16; i++) {
+        input[i] = ramp16[i];
+        input[16 + i] = 2 * ramp16[i]; /* the second sample: twice the first */
+    }
+    named_param p[] = {{"conv.weight", kernel3, 9}, {"conv.bias", bias, 1}};
+    int64_t n;
+    double *out = run(src, 2, input, 32, p, 2, &n, NULL);
+    /* out[0][0] = 1*1 + 2*2 + 0*3 + 0*5 + 1*6 + 0*7 - 1*9 + 0*10 + 3*11 = 35, + 0.5
+     * out[0][1] = 1*2 + 2*3 + 1*7 - 1*10 + 3*12 = 41, + 0.5
+     * out[1][0] = 1*5 + 2*6 + 1*10 - 1*13 + 3*15 = 59, + 0.5
+     * out[1][1] = 1*6 + 2*7 + 1*11 - 1*14 + 3*16 = 65, + 0.5
+     * second sample: 2 * (35, 41, 59, 65) + 0.5 */
+    EXPECT("conv2d 3x3", out, n, 35.5, 41.5, 59.5, 65.5, 70.5, 82.5, 118.5, 130.5);
+    free(out);
+}
+
+static void conv2d_stride_and_padding(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"c\" {\n"
+                      "  input = { \"N\", 1, 4, 4 },\n"
+                      "  conv2d { out_channels = 1, kernel = 3, stride = 2, padding = 1, bias = false },\n"
+                      "}\n";
+    named_param p[] = {{"conv.weight", kernel3, 9}};
+    int64_t n;
+    double *out = run(src, 1, ramp16, 16, p, 1, &n, NULL);
+    /* windows start at -1 and 1 in each dim; taps outside the input read zero:
+     * [0][0]: rows -1..1, cols -1..1: 1*x[0][0] + 3*x[1][1]            = 1 + 18           = 19
+     * [0][1]: rows -1..1, cols  1..3: 1*x[0][2] - 1*x[1][1] + 3*x[1][3] = 3 - 6 + 24      = 21
+     * [1][0]: rows  1..3, cols -1..1: 2*x[1][0] + 1*x[2][0] + 3*x[3][1] = 10 + 9 + 42    = 61
+     * [1][1]: rows  1..3, cols  1..3: 6 + 2*7 + 11 - 14 + 3*16                           = 65 */
+    EXPECT("conv2d stride 2 padding 1", out, n, 19, 21, 61, 65);
+    free(out);
+}
+
+static void conv2d_dilation(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"c\" {\n"
+                      "  input = { \"N\", 1, 5, 5 },\n"
+                      "  conv2d { out_channels = 1, kernel = 3, dilation = 2, bias = false },\n"
+                      "}\n";
+    float input[25];
+    for (int i = 0; i < 25; i++)
+        input[i] = (float)(i + 1); /* x[i][j] = 5i + j + 1 */
+    named_param p[] = {{"conv.weight", kernel3, 9}};
+    int64_t n;
+    double *out = run(src, 1, input, 25, p, 1, &n, NULL);
+    /* taps at rows/cols 0, 2, 4: 1*x[0][0] + 2*x[0][2] + 1*x[2][2] - 1*x[4][0] + 3*x[4][4]
+     *                          = 1 + 6 + 13 - 21 + 75 = 74 */
+    EXPECT("conv2d dilation 2", out, n, 74);
+    free(out);
+
+    /* asymmetric: kernel 1x2 with dilation (1, 3) on one row 1 2 3 4 5: out[j] = a*x[j] + b*x[j+3] */
+    src = "return layer \"c\" {\n"
+          "  input = { \"N\", 1, 1, 5 },\n"
+          "  conv2d { out_channels = 1, kernel = { 1, 2 }, dilation = { 1, 3 }, bias = false },\n"
+          "}\n";
+    static const float w[2] = {10, 1};
+    static const float row[5] = {1, 2, 3, 4, 5};
+    named_param q[] = {{"conv.weight", w, 2}};
+    out = run(src, 1, row, 5, q, 1, &n, NULL);
+    EXPECT("conv2d dilation (1, 3)", out, n, 10 + 4, 20 + 5);
+    free(out);
+}
+
+static void conv2d_groups(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"g\" {\n"
+                      "  input = { \"N\", 4, 1, 1 },\n"
+                      "  conv2d { out_channels = 2, kernel = 1, groups = 2 },\n"
+                      "}\n";
+    static const float input[4] = {1, 2, 3, 4};
+    static const float w[4] = {10, 20, 30, 40}; /* [2 out][2 in per group] */
+    static const float b[2] = {0.5f, -0.5f};
+    named_param p[] = {{"conv.weight", w, 4}, {"conv.bias", b, 2}};
+    int64_t n;
+    double *out = run(src, 1, input, 4, p, 2, &n, NULL);
+    /* group 0 reads channels 0, 1: 10*1 + 20*2 + 0.5; group 1 reads 2, 3: 30*3 + 40*4 - 0.5 */
+    EXPECT("conv2d groups 2", out, n, 50.5, 249.5);
+    free(out);
+
+    /* depthwise 2x2 over two channels */
+    src = "return layer \"dw\" {\n"
+          "  input = { \"N\", 2, 2, 2 },\n"
+          "  conv2d { out_channels = 2, kernel = 2, groups = 2, bias = false },\n"
+          "}\n";
+    static const float x2[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const float w2[8] = {1, 0, 0, 1, 0, 1, 1, 0};
+    named_param q[] = {{"conv.weight", w2, 8}};
+    out = run(src, 1, x2, 8, q, 1, &n, NULL);
+    EXPECT("depthwise", out, n, 1 + 4, 6 + 7);
+    free(out);
+}
+
+static void conv3d_known_weights(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"c3\" {\n"
+                      "  input = { \"N\", 1, 2, 2, 2 },\n"
+                      "  conv3d { out_channels = 1, kernel = 2 },\n"
+                      "}\n";
+    static const float input[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const float w[8] = {1, -1, 2, -2, 3, -3, 4, -4};
+    static const float b[1] = {100};
+    named_param p[] = {{"conv.weight", w, 8}, {"conv.bias", b, 1}};
+    int64_t n;
+    double *out = run(src, 1, input, 8, p, 2, &n, NULL);
+    /* 1 - 2 + 6 - 8 + 15 - 18 + 28 - 32 = -10, + 100 */
+    EXPECT("conv3d", out, n, 90);
+    free(out);
+}
+
+/* ---- normalizations ------------------------------------------------------------------------ */
+
+/* A layer whose conv is the identity on C channels (1x1, weight I, no bias), so the ops
+ * after it see the input exactly. */
+static char *identity_layer(int c, const char *dims, const char *ops)
+{
+    char *s = malloc(2048);
+    assert_non_null(s);
+    snprintf(s, 2048,
+             "return layer \"t\" {\n"
+             "  input = { \"N\", %d, %s },\n"
+             "  conv2d { out_channels = %d, kernel = 1, bias = false },\n"
+             "%s"
+             "}\n",
+             c, dims, c, ops);
+    return s;
+}
+
+static float *identity_weight(int c)
+{
+    float *w = calloc((size_t)(c * c), sizeof *w);
+    assert_non_null(w);
+    for (int i = 0; i < c; i++)
+        w[i * c + i] = 1;
+    return w;
+}
+
+static void group_norm(void **state)
+{
+    (void)state;
+    char *src = identity_layer(4, "1, 2", "  group_norm { groups = 2 },\n");
+    float *I = identity_weight(4);
+    /* group 0 = channels 0, 1: {1, 2, 3, 4}: mean 2.5, var (2.25 + .25 + .25 + 2.25)/4 = 1.25
+     * group 1 = channels 2, 3: {10, 10, 10, 14}: mean 11, var (1 + 1 + 1 + 9)/4 = 3 */
+    static const float x[8] = {1, 2, 3, 4, 10, 10, 10, 14};
+    static const float gw[4] = {1, 2, 1, 0.5f}, gb[4] = {0, 1, -1, 0};
+    named_param p[] = {{"conv.weight", I, 16}, {"group_norm.weight", gw, 4}, {"group_norm.bias", gb, 4}};
+    int64_t n;
+    double *out = run(src, 1, x, 8, p, 3, &n, NULL);
+    double s0 = sqrt(1.25 + 1e-5), s1 = sqrt(3 + 1e-5);
+    double want[8] = {
+        (1 - 2.5) / s0 * 1 + 0,     (2 - 2.5) / s0 * 1 + 0,     (3 - 2.5) / s0 * 2 + 1,   (4 - 2.5) / s0 * 2 + 1,
+        (10 - 11) / s1 * 1 - 1,     (10 - 11) / s1 * 1 - 1,     (10 - 11) / s1 * 0.5 + 0, (14 - 11) / s1 * 0.5 + 0,
+    };
+    assert_int_equal(n, 8);
+    expect_values("group_norm", out, want, 8, 1e-12);
+    free(out);
+    free(src);
+    free(I);
+}
+
+static void instance_norm(void **state)
+{
+    (void)state;
+    char *src = identity_layer(2, "2, 2", "  instance_norm {},\n");
+    float *I = identity_weight(2);
+    /* channel 0: {1, 2, 3, 4}: mean 2.5 var 1.25; channel 1 constant: normalizes to 0;
+     * sample 1 = sample 0 + 100: the statistics are per sample, the result the same */
+    float x[16] = {1, 2, 3, 4, 7, 7, 7, 7};
+    for (int i = 0; i < 8; i++)
+        x[8 + i] = x[i] + 100;
+    named_param p[] = {{"conv.weight", I, 4}};
+    int64_t n;
+    double *out = run(src, 2, x, 16, p, 1, &n, NULL);
+    double s = sqrt(1.25 + 1e-5);
+    double want[16] = {-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s, 0, 0, 0, 0};
+    memcpy(want + 8, want, 8 * sizeof(double));
+    assert_int_equal(n, 16);
+    expect_values("instance_norm", out, want, 16, 1e-9);
+    free(out);
+    free(src);
+    free(I);
+}
+
+static void layer_norm(void **state)
+{
+    (void)state;
+    /* over C, H, W = everything: {1, 2, 3, 4}: mean 2.5, var 1.25; elementwise affine */
+    char *src = identity_layer(2, "1, 2", "  layer_norm { normalized_shape = { 2, 1, 2 }, eps = 1e-6 },\n");
+    float *I = identity_weight(2);
+    static const float x[4] = {1, 2, 3, 4};
+    static const float lw[4] = {1, 2, 3, 4}, lb[4] = {0, 0, 0, 1};
+    named_param p[] = {{"conv.weight", I, 4}, {"layer_norm.weight", lw, 4}, {"layer_norm.bias", lb, 4}};
+    int64_t n;
+    double *out = run(src, 1, x, 4, p, 3, &n, NULL);
+    double s = sqrt(1.25 + 1e-6);
+    double want[4] = {-1.5 / s * 1, -0.5 / s * 2, 0.5 / s * 3, 1.5 / s * 4 + 1};
+    expect_values("layer_norm over C,H,W", out, want, n, 1e-12);
+    free(out);
+    free(src);
+
+    /* over the last dim only: each row {a, b} becomes (-1, 1) * |a-b|/2 / sqrt(var + eps) */
+    src = identity_layer(2, "1, 2", "  layer_norm { normalized_shape = 2, affine = false },\n");
+    static const float y[4] = {0, 2, 5, 5};
+    named_param q[] = {{"conv.weight", I, 4}};
+    out = run(src, 1, y, 4, q, 1, &n, NULL);
+    double t = 1 / sqrt(1 + 1e-5); /* row 0: mean 1, var 1; row 1: constant */
+    double want2[4] = {-t, t, 0, 0};
+    expect_values("layer_norm over W", out, want2, n, 1e-12);
+    free(out);
+    free(src);
+    free(I);
+}
+
+static void batch_norm(void **state)
+{
+    (void)state;
+    /* batch statistics: per channel over the batch and the spatial dims.
+     * channel 0: sample 0 {1, 3}, sample 1 {5, 7}: mean 4, var (9 + 1 + 1 + 9)/4 = 5
+     * channel 1: sample 0 {0, 0}, sample 1 {2, 2}: mean 1, var 1 */
+    char *src = identity_layer(2, "1, 2", "  batch_norm { name = \"bn\" },\n");
+    float *I = identity_weight(2);
+    static const float x[8] = {1, 3, 0, 0, 5, 7, 2, 2};
+    static const float w[2] = {1, 3}, b[2] = {0, 10};
+    named_param p[] = {{"conv.weight", I, 4}, {"bn.weight", w, 2}, {"bn.bias", b, 2}};
+    int64_t n;
+    double *out = run(src, 2, x, 8, p, 3, &n, NULL);
+    double s0 = sqrt(5 + 1e-5), s1 = sqrt(1 + 1e-5);
+    double want[8] = {-3 / s0, -1 / s0, -3 / s1 + 10, -3 / s1 + 10, 1 / s0, 3 / s0, 3 / s1 + 10, 3 / s1 + 10};
+    expect_values("batch_norm (batch statistics)", out, want, n, 1e-12);
+    free(out);
+    free(src);
+
+    /* running statistics: (x - running_mean) / sqrt(running_var + eps) * weight + bias */
+    src = identity_layer(2, "1, 2", "  batch_norm { name = \"bn\", stats = \"running\", eps = 1e-3 },\n");
+    static const float rm[2] = {1, -1}, rv[2] = {4, 0.25f};
+    static const float rw[2] = {2, 1}, rb[2] = {0, 3};
+    named_param q[] = {{"conv.weight", I, 4},     {"bn.weight", rw, 2},      {"bn.bias", rb, 2},
+                       {"bn.running_mean", rm, 2}, {"bn.running_var", rv, 2}};
+    out = run(src, 2, x, 8, q, 5, &n, NULL);
+    double r0 = sqrt(4 + 1e-3), r1 = sqrt(0.25 + 1e-3);
+    double want2[8] = {(1 - 1) / r0 * 2, (3 - 1) / r0 * 2, (0 + 1) / r1 + 3, (0 + 1) / r1 + 3,
+                       (5 - 1) / r0 * 2, (7 - 1) / r0 * 2, (2 + 1) / r1 + 3, (2 + 1) / r1 + 3};
+    expect_values("batch_norm (running statistics)", out, want2, n, 1e-12);
+    free(out);
+    free(src);
+    free(I);
+}
+
+/* ---- reductions -------------------------------------------------------------------------------- */
+
+static void logsumexp_is_stable(void **state)
+{
+    (void)state;
+    char *src = identity_layer(3, "1, 1", "  logsumexp { dim = 1 },\n");
+    float *I = identity_weight(3);
+    /* three samples: small, large (exp(1000) overflows a double), very negative */
+    static const float x[9] = {1, 2, 3, 1000, 999, 1000, -1000, -1000, -1000};
+    named_param p[] = {{"conv.weight", I, 9}};
+    int64_t n;
+    double *out = run(src, 3, x, 9, p, 1, &n, NULL);
+    /* log(e + e^2 + e^3); 1000 + log(2 + e^-1); -1000 + log(3) */
+    EXPECT("logsumexp", out, n, 3.40760596444438, 1000.8619948040582, -998.9013877113318);
+    for (int i = 0; i < 3; i++)
+        assert_true(isfinite(out[i]));
+    free(out);
+    free(src);
+    free(I);
+}
+
+static void softmax_sums_to_one(void **state)
+{
+    (void)state;
+    char *src = identity_layer(3, "1, 2", "  softmax { dim = 1 },\n");
+    float *I = identity_weight(3);
+    /* per (h, w) position over the 3 channels: position 0 sees {1, 2, 3}, position 1 sees
+     * {1000, 999, 1000} */
+    static const float x[6] = {1, 1000, 2, 999, 3, 1000};
+    named_param p[] = {{"conv.weight", I, 9}};
+    int64_t n;
+    double *out = run(src, 1, x, 6, p, 1, &n, NULL);
+    EXPECT("softmax", out, n, 0.09003057317038046, 0.4223187982515182, 0.24472847105479767, 0.15536240349696362,
+           0.6652409557748219, 0.4223187982515182);
+    assert_true(fabs(out[0] + out[2] + out[4] - 1) < 1e-15);
+    assert_true(fabs(out[1] + out[3] + out[5] - 1) < 1e-15);
+    free(out);
+    free(src);
+
+    /* over W: each row sums to one */
+    src = identity_layer(1, "2, 4", "  softmax { dim = -1 },\n");
+    static const float y[8] = {0, 0, 0, 0, -5, 1, 2, 30};
+    named_param q[] = {{"conv.weight", I, 1}};
+    out = run(src, 1, y, 8, q, 1, &n, NULL);
+    double row1 = exp(-5.0) + exp(1.0) + exp(2.0) + exp(30.0);
+    double want[8] = {0.25, 0.25, 0.25, 0.25, exp(-5.0) / row1, exp(1.0) / row1, exp(2.0) / row1, exp(30.0) / row1};
+    expect_values("softmax over W", out, want, n, 1e-12);
+    assert_true(fabs(out[4] + out[5] + out[6] + out[7] - 1) < 1e-14);
+    free(out);
+    free(src);
+    free(I);
+}
+
+static void max_min_sum_mean(void **state)
+{
+    (void)state;
+    float *I = identity_weight(2);
+    /* x[c][h][w], C = 2, H = 2, W = 3:
+     *   c0: 1 5 2 | -1 0 4     c1: 3 3 9 | 7 -8 6 */
+    static const float x[12] = {1, 5, 2, -1, 0, 4, 3, 3, 9, 7, -8, 6};
+    named_param p[] = {{"conv.weight", I, 4}};
+    int64_t n;
+    struct {
+        const char *op;
+        int count;
+        double want[12];
+    } cases[] = {
+        {"  max { dim = 1 },\n", 6, {3, 5, 9, 7, 0, 6}},
+        {"  min { dim = 1, keepdim = true },\n", 6, {1, 3, 2, -1, -8, 4}},
+        {"  max { dims = { 2, 3 } },\n", 2, {5, 9}},
+        {"  min { dims = { -1, -2 }, keepdim = true },\n", 2, {-1, -8}},
+        {"  sum { dim = 3 },\n", 4, {8, 3, 15, 5}},
+        {"  sum { dims = { 1, 2, 3 } },\n", 1, {31}},
+        {"  mean { dim = 2 },\n", 6, {0, 2.5, 3, 5, -2.5, 7.5}},
+        {"  mean { dims = { 1, 3 }, keepdim = true },\n", 2, {23.0 / 6, 8.0 / 6}}, /* per row, over C and W */
+        {"  global_avg_pool {},\n", 2, {11.0 / 6, 20.0 / 6}},
+        {"  sum { dim = 3 },\n  max { dim = 1 },\n", 2, {15, 5}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *src = identity_layer(2, "2, 3", cases[i].op);
+        double *out = run(src, 1, x, 12, p, 1, &n, NULL);
+        assert_int_equal(n, cases[i].count);
+        expect_values(cases[i].op, out, cases[i].want, n, 1e-12);
+        free(out);
+        free(src);
+    }
+    free(I);
+}
+
+/* ---- pooling ------------------------------------------------------------------------------------ */
+
+static void pooling(void **state)
+{
+    (void)state;
+    float *I = identity_weight(1);
+    named_param p[] = {{"conv.weight", I, 1}};
+    int64_t n;
+    struct {
+        const char *op;
+        int count;
+        double want[4];
+    } cases[] = {
+        /* 2x2 windows of the ramp */
+        {"  max_pool { kernel = 2 },\n", 4, {6, 8, 14, 16}},
+        {"  avg_pool { kernel = 2 },\n", 4, {3.5, 5.5, 11.5, 13.5}},
+        /* kernel 3, stride 2, padding 1: windows rows/cols {-1..1} and {1..3}
+         * sums of the valid elements: 1+2+5+6 = 14 (4 valid), 2+3+4+6+7+8 = 30 (6),
+         * 5+6+9+10+13+14 = 57 (6), 6+7+8+10+11+12+14+15+16 = 99 (9) */
+        {"  max_pool { kernel = 3, stride = 2, padding = 1 },\n", 4, {6, 8, 14, 16}},
+        {"  avg_pool { kernel = 3, stride = 2, padding = 1 },\n", 4, {14.0 / 9, 30.0 / 9, 57.0 / 9, 99.0 / 9}},
+        {"  avg_pool { kernel = 3, stride = 2, padding = 1, count_include_pad = false },\n", 4, {3.5, 5, 9.5, 11}},
+        /* kernel (1, 4): one window per row */
+        {"  max_pool2d { kernel = { 1, 4 } },\n", 4, {4, 8, 12, 16}},
+        {"  avg_pool2d { kernel = { 4, 1 } },\n", 4, {7, 8, 9, 10}},
+        {"  global_avg_pool {},\n", 1, {8.5}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *src = identity_layer(1, "4, 4", cases[i].op);
+        double *out = run(src, 1, ramp16, 16, p, 1, &n, NULL);
+        assert_int_equal(n, cases[i].count);
+        expect_values(cases[i].op, out, cases[i].want, n, 1e-12);
+        free(out);
+        free(src);
+    }
+    /* max pooling never picks up the zero padding: all inputs negative */
+    float neg[16];
+    for (int i = 0; i < 16; i++)
+        neg[i] = -ramp16[i];
+    char *src = identity_layer(1, "4, 4", "  max_pool { kernel = 3, stride = 2, padding = 1 },\n");
+    double *out = run(src, 1, neg, 16, p, 1, &n, NULL);
+    EXPECT("max_pool of negatives with padding", out, n, -1, -2, -5, -6);
+    free(out);
+    free(src);
+    free(I);
+
+    /* 3D: kernel 2 over a 2x2x2 cube of 1..8 */
+    const char *src3 = "return layer \"p3\" {\n"
+          "  input = { \"N\", 1, 2, 2, 2 },\n"
+          "  conv3d { out_channels = 1, kernel = 1, bias = false },\n"
+          "  avg_pool3d { kernel = 2 },\n"
+          "}\n";
+    static const float cube[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const float one[1] = {1};
+    named_param q[] = {{"conv.weight", one, 1}};
+    out = run(src3, 1, cube, 8, q, 1, &n, NULL);
+    EXPECT("avg_pool3d", out, n, 4.5);
+    free(out);
+}
+
+/* ---- elementwise functions ------------------------------------------------------------------- */
+
+static void unary_functions(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string(
+        "return layer \"u\" {\n"
+        "  input = { \"N\", 1, 1, 1 },\n"
+        "  conv2d { out_channels = 1, kernel = 1 },\n"
+        "  relu {}, leaky_relu { negative_slope = 0.1 }, leaky_relu {}, gelu {}, gelu { approximate = \"tanh\" },\n" /* 1-5 */
+        "  sigmoid {}, tanh {}, softplus {}, softplus { beta = 2, threshold = 20 }, mish {},\n"                     /* 6-10 */
+        "  silu {}, hardswish {}, hardsigmoid {}, hardtanh {}, clamp { min = -0.5 },\n"                             /* 11-15 */
+        "  clamp { max = 2 }, clamp { min = 0, max = 1 }, exp {}, log {}, abs {}, neg {},\n"                       /* 16-21 */
+        "}\n");
+    const fg_op *o = ir->ops;
+    struct {
+        int op;
+        double x, want;
+    } cases[] = {
+        {1, -1, 0},
+        {1, 2.5, 2.5},
+        {2, -2, -0.2},
+        {2, 3, 3},
+        {3, -2, -0.02}, /* PyTorch's default slope 0.01 */
+        {4, 1, 0.8413447460685429},
+        {4, -1, -0.15865525393145707},
+        {4, 0, 0},
+        {5, 1, 0.8411919906082768},
+        {5, -1, -0.15880800939172324},
+        {6, 0, 0.5},
+        {6, 1, 0.7310585786300049},
+        {7, 0.5, 0.46211715726000974},
+        {8, 1, 1.3132616875182228},
+        {8, -1, 0.31326168751822286},
+        {8, 25, 25},   /* threshold branch: x itself, exactly */
+        {9, 1, 1.0634640055214863}, /* log1p(e^2) / 2 */
+        {9, 15, 15},   /* beta * x = 30 > 20: linear */
+        {10, 1, 0.8650983882673103},
+        {10, -1, -0.30340146137410895},
+        {11, 1, 0.7310585786300049},
+        {11, -1, -0.2689414213699951},
+        {12, -3, 0},
+        {12, -4, 0},
+        {12, 1, 0.6666666666666666},
+        {12, 3, 3},
+        {12, 0.5, 0.2916666666666667},
+        {13, -3, 0},
+        {13, 1, 0.6666666666666666},
+        {13, 3, 1},
+        {13, 0, 0.5},
+        {14, 2, 1},
+        {14, -2, -1},
+        {14, 0.25, 0.25},
+        {15, -3, -0.5},
+        {15, 100, 100}, /* no upper bound */
+        {16, 5, 2},
+        {16, -100, -100}, /* no lower bound */
+        {17, -1, 0},
+        {17, 0.3, 0.3},
+        {17, 7, 1},
+        {18, 1, 2.718281828459045},
+        {18, 0, 1},
+        {19, 2.718281828459045, 1},
+        {19, 1, 0},
+        {20, -2, 2},
+        {21, 3, -3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double got = fg_ref_unary(&o[cases[i].op], cases[i].x);
+        if (!(fabs(got - cases[i].want) <= 1e-15 * (fabs(cases[i].want) > 1 ? fabs(cases[i].want) : 1)))
+            fail_msg("%s(%g) = %.17g, expected %.17g", fg_op_kind_name(o[cases[i].op].kind), cases[i].x, got,
+                     cases[i].want);
+    }
+    assert_true(fg_ref_unary(&o[8], 25) == 25.0); /* exactly the input above the threshold */
+    assert_true(isnan(fg_ref_unary(&o[19], -1)));
+    assert_true(isinf(fg_ref_unary(&o[19], 0)));
+    assert_true(fg_ref_unary(&o[1], -0.0) == 0.0);
+    /* softplus stays finite where exp overflows */
+    assert_true(fg_ref_unary(&o[8], 800) == 800);
+    free(ir);
+}
+
+static void binary_with_broadcast_and_values(void **state)
+{
+    (void)state;
+    float *I = identity_weight(2);
+    /* x[c][h][w] with C = H = W = 2: 1..8 */
+    static const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const float per_c[2] = {10, 20}, per_w[2] = {2, -1}, per_h[2] = {100, 200};
+    char *src = identity_layer(2, "2, 2",
+                               "  add { param = \"pc\" },\n"                           /* x + [10|20] per channel */
+                               "  mul { param = \"pw\", shape = { 2 } },\n"            /* * [2, -1] along W */
+                               "  sub { param = \"ph\", shape = { 1, 2, 1 } },\n");    /* - [100, 200] along H */
+    named_param p[] = {{"conv.weight", I, 4}, {"pc", per_c, 2}, {"pw", per_w, 2}, {"ph", per_h, 2}};
+    int64_t n;
+    double *out = run(src, 1, x, 8, p, 4, &n, NULL);
+    /* c0: (1+10)*2-100, (2+10)*-1-100, (3+10)*2-200, (4+10)*-1-200
+     * c1: (5+20)*2-100, (6+20)*-1-100, (7+20)*2-200, (8+20)*-1-200 */
+    EXPECT("param broadcasting", out, n, -78, -112, -174, -214, -50, -126, -146, -228);
+    free(out);
+    free(src);
+
+    /* named values: a residual and min/max/div with them */
+    src = identity_layer(2, "2, 2",
+                         "  mul { scalar = 3, as = \"t\" },\n" /* t = 3x */
+                         "  sub { scalar = 10 },\n"            /* 3x - 10 */
+                         "  max { value = \"t\" },\n"          /* max(3x - 10, 3x) = 3x */
+                         "  div { scalar = 3, as = \"u\" },\n" /* x */
+                         "  min { scalar = 4.5 },\n"           /* min(x, 4.5) */
+                         "  add { value = \"u\" },\n"          /* + x */
+                         "  div { value = \"t\" },\n");        /* / 3x */
+    named_param q[] = {{"conv.weight", I, 4}};
+    out = run(src, 1, x, 8, q, 1, &n, NULL);
+    double want[8];
+    for (int i = 0; i < 8; i++)
+        want[i] = (fmin(x[i], 4.5) + x[i]) / (3.0 * x[i]);
+    expect_values("named values", out, want, n, 1e-12);
+    free(out);
+    free(src);
+    free(I);
+
+    assert_true(fg_ref_binary(FG_OP_SUB, 7, 2) == 5);
+    assert_true(fg_ref_binary(FG_OP_DIV, 1, 4) == 0.25);
+    assert_true(fg_ref_binary(FG_OP_MINIMUM, -1, 2) == -1);
+    assert_true(fg_ref_binary(FG_OP_MAXIMUM, -1, 2) == 2);
+    /* torch.minimum / maximum propagate NaN from either side */
+    assert_true(isnan(fg_ref_binary(FG_OP_MINIMUM, NAN, 1)));
+    assert_true(isnan(fg_ref_binary(FG_OP_MINIMUM, 1, NAN)));
+    assert_true(isnan(fg_ref_binary(FG_OP_MAXIMUM, 1, NAN)));
+}
+
+/* A reference layer end to end on a reduced shape, with values that can be checked by a
+ * second, independent evaluation in this test: KB92's chain on a 2-channel 1x1 conv. */
+static void kb92_chain_small(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"kb92_small\" {\n"
+                      "  input = { \"N\", 1, 2, 2 },\n"
+                      "  conv2d { out_channels = 2, kernel = 1, as = \"c\" },\n"
+                      "  group_norm { groups = 1 },\n"
+                      "  tanh {},\n"
+                      "  hardswish {},\n"
+                      "  add { value = \"c\" },\n"
+                      "  logsumexp { dim = 1, keepdim = true },\n"
+                      "}\n";
+    static const float x[4] = {0.5f, -1, 2, 0.25f};
+    static const float w[2] = {1, -2}, b[2] = {0, 1};
+    static const float gw[2] = {1, 1}, gb[2] = {0, 0};
+    named_param p[] = {{"conv.weight", w, 2}, {"conv.bias", b, 2}, {"group_norm.weight", gw, 2},
+                       {"group_norm.bias", gb, 2}};
+    int64_t n;
+    double *out = run(src, 1, x, 4, p, 4, &n, NULL);
+    assert_int_equal(n, 4);
+    /* c[0] = x, c[1] = 1 - 2x; one group over all 8 values */
+    double c[8], mean = 0, var = 0;
+    for (int i = 0; i < 4; i++) {
+        c[i] = x[i];
+        c[4 + i] = 1 - 2.0 * x[i];
+    }
+    for (int i = 0; i < 8; i++)
+        mean += c[i] / 8;
+    for (int i = 0; i < 8; i++)
+        var += (c[i] - mean) * (c[i] - mean) / 8;
+    for (int i = 0; i < 4; i++) {
+        double y[2];
+        for (int ch = 0; ch < 2; ch++) {
+            double t = tanh((c[ch * 4 + i] - mean) / sqrt(var + 1e-5));
+            y[ch] = t * fmin(fmax(t + 3, 0), 6) / 6 + c[ch * 4 + i];
+        }
+        double m = fmax(y[0], y[1]);
+        double want = m + log(exp(y[0] - m) + exp(y[1] - m));
+        if (fabs(out[i] - want) > 1e-12)
+            fail_msg("kb92 chain at %d: %.17g, expected %.17g", i, out[i], want);
+    }
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(conv2d_known_weights),
+        cmocka_unit_test(conv2d_stride_and_padding),
+        cmocka_unit_test(conv2d_dilation),
+        cmocka_unit_test(conv2d_groups),
+        cmocka_unit_test(conv3d_known_weights),
+        cmocka_unit_test(group_norm),
+        cmocka_unit_test(instance_norm),
+        cmocka_unit_test(layer_norm),
+        cmocka_unit_test(batch_norm),
+        cmocka_unit_test(logsumexp_is_stable),
+        cmocka_unit_test(softmax_sums_to_one),
+        cmocka_unit_test(max_min_sum_mean),
+        cmocka_unit_test(pooling),
+        cmocka_unit_test(unary_functions),
+        cmocka_unit_test(binary_with_broadcast_and_values),
+        cmocka_unit_test(kb92_chain_small),
+    };
+    char *dir = fgt_tmpdir("reference-env");
+    fgt_isolate_environment(dir);
+    int failed = cmocka_run_group_tests_name("reference", tests, NULL, NULL);
+    fgt_rmtree(dir);
+    free(dir);
+    return failed;
+}

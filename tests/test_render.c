@@ -1,0 +1,347 @@
+/* Rendering: the structure of the generated CUDA source (not its exact text). It must be
+ * self-contained, have its tap loops unrolled and every shape constant baked in, and take
+ * no shape arguments at run time. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "render.h"
+#include "spec_loader.h"
+#include "test_util.h"
+
+typedef struct rendered_layer {
+    fg_layer_ir *ir;
+    fg_plan *plan;
+    fg_rendered src;
+} rendered_layer;
+
+static rendered_layer *render_ir(fg_layer_ir *ir, int force_strategy)
+{
+    rendered_layer *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    r->ir = ir;
+    r->plan = fgt_plan(ir, force_strategy);
+    fg_error err = {{0}};
+    if (fg_render(r->ir, r->plan, &r->src, &err) != 0)
+        fail_msg("rendering %s failed: %s", ir->name, err.msg);
+    assert_non_null(r->src.source);
+    assert_int_equal(strlen(r->src.source), r->src.length);
+    return r;
+}
+
+static rendered_layer *render_spec(const char *name, int force_strategy)
+{
+    return render_ir(fgt_load_spec(name), force_strategy);
+}
+
+static void free_rendered(rendered_layer *r)
+{
+    fg_rendered_free(&r->src);
+    free(r->plan);
+    free(r->ir);
+    free(r);
+}
+
+/* The text of kernel `name`: from its signature to the next kernel's (or the end). */
+static char *kernel_text(const char *source, const char *name)
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, " %s(", name);
+    const char *start = strstr(source, needle);
+    if (!start)
+        fail_msg("kernel %s not found in the source", name);
+    while (start > source && start[-1] != '\n')
+        start--;
+    const char *end = strstr(start + 1, "extern \"C\"");
+    size_t len = end ? (size_t)(end - start) : strlen(start);
+    char *text = malloc(len + 1);
+    assert_non_null(text);
+    memcpy(text, start, len);
+    text[len] = '\0';
+    return text;
+}
+
+/* Parses every extern "C" kernel signature: its name is fg_pass<i>_<kind>, it has
+ * __launch_bounds__, and its parameters are pointers except the final "int batch, int
+ * batch_base" (no shape is passed at run time). Returns the number of kernels. */
+static int check_signatures(const rendered_layer *r)
+{
+    const char *s = r->src.source;
+    int n = 0;
+    for (const char *p = strstr(s, "extern \"C\""); p; p = strstr(p + 1, "extern \"C\"")) {
+        const char *eol = strchr(p, '\n');
+        assert_non_null(eol);
+        char line[2048];
+        size_t len = (size_t)(eol - p);
+        assert_true(len < sizeof line);
+        memcpy(line, p, len);
+        line[len] = '\0';
+        if (!strstr(line, "__global__ void __launch_bounds__("))
+            fail_msg("%s: kernel without __launch_bounds__: %s", r->ir->name, line);
+        const char *bounds_end = strstr(line, ") ");
+        assert_non_null(bounds_end);
+        const char *name = bounds_end + 2;
+        const char *open = strchr(name, '(');
+        assert_non_null(open);
+        const char *close = strrchr(line, ')');
+        assert_true(close > open);
+        char kname[128];
+        snprintf(kname, sizeof kname, "%.*s", (int)(open - name), name);
+        assert_true(n < r->plan->n_passes);
+        if (strcmp(kname, r->plan->passes[n].kernel) != 0)
+            fail_msg("%s: kernel %d is %s, the plan says %s", r->ir->name, n, kname, r->plan->passes[n].kernel);
+        /* parameters */
+        char params[1536];
+        snprintf(params, sizeof params, "%.*s", (int)(close - open - 1), open + 1);
+        int count = 0, ints = 0;
+        char *save = NULL;
+        for (char *tok = strtok_r(params, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            while (isspace((unsigned char)*tok))
+                tok++;
+            count++;
+            if (strchr(tok, '*'))
+                continue;
+            ints++;
+            if (ints == 1 && strcmp(tok, "int batch") != 0)
+                fail_msg("%s %s: parameter '%s' is neither a pointer nor 'int batch'", r->ir->name, kname, tok);
+            if (ints == 2 && strcmp(tok, "int batch_base") != 0)
+                fail_msg("%s %s: parameter '%s' is neither a pointer nor 'int batch_base'", r->ir->name, kname, tok);
+            if (ints > 2)
+                fail_msg("%s %s: unexpected scalar parameter '%s' (shapes must be baked in)", r->ir->name, kname, tok);
+        }
+        if (ints != 2)
+            fail_msg("%s %s: expected 'int batch, int batch_base' at the end: %s", r->ir->name, kname, line);
+        /* the batch pair comes last */
+        const char *tail = strstr(line, "int batch, int batch_base)");
+        assert_non_null(tail);
+        assert_int_equal(count, r->plan->passes[n].n_args);
+        n++;
+    }
+    return n;
+}
+
+static void common_checks(const rendered_layer *r)
+{
+    const char *s = r->src.source;
+    fgt_assert_not_contains(s, "#include");
+    fgt_assert_not_contains(s, "#import");
+    assert_int_equal(check_signatures(r), r->plan->n_passes);
+    assert_int_equal(fgt_count(s, "__launch_bounds__("), r->plan->n_passes);
+    /* every conv pass unrolls every tap of the kernel, each once */
+    const fg_op *conv = &r->ir->ops[0];
+    int taps = 1;
+    for (int i = 0; i < conv->spatial; i++)
+        taps *= conv->kernel[i];
+    int conv_passes = 0;
+    for (int i = 0; i < r->plan->n_passes; i++)
+        conv_passes += r->plan->passes[i].kind == FG_PASS_CONV;
+    assert_int_equal(fgt_count(s, "/* tap "), taps * conv_passes);
+    /* NVRTC rejects sources with NUL bytes or non-ASCII; keep the text plain */
+    for (size_t i = 0; i < r->src.length; i++)
+        if ((unsigned char)s[i] > 0x7e || ((unsigned char)s[i] < 0x20 && s[i] != '\n'))
+            fail_msg("%s: byte 0x%02x at offset %zu is not plain text", r->ir->name, (unsigned char)s[i], i);
+}
+
+/* ---- the reference layers ------------------------------------------------------------------- */
+
+static void kb79(void **state)
+{
+    (void)state;
+    rendered_layer *r = render_spec("kb79", -1);
+    common_checks(r);
+    char *conv = kernel_text(r->src.source, "fg_pass0_conv");
+    fgt_assert_contains(conv, "tap 0,0,0");
+    fgt_assert_contains(conv, "tap 2,2,2");
+    fgt_assert_not_contains(conv, "tap 3");
+    assert_int_equal(fgt_count(conv, "/* tap "), 27);
+    /* the conv output [16, 14, 30, 30] and the pre-norm buffer: 201600 floats per sample */
+    fgt_assert_contains(conv, "201600");
+    fgt_assert_contains(conv, "od < 14");
+    fgt_assert_contains(conv, "oh < 30");
+    fgt_assert_contains(conv, "ow < 30");
+    fgt_assert_contains(conv, "__launch_bounds__(");
+    free(conv);
+    char *map = kernel_text(r->src.source, "fg_pass2_map");
+    fgt_assert_contains(map, "12600"); /* the output, [14, 30, 30] per sample */
+    fgt_assert_not_contains(map, "tap ");
+    free(map);
+    free_rendered(r);
+}
+
+static void kb21(void **state)
+{
+    (void)state;
+    rendered_layer *r = render_spec("kb21", -1);
+    common_checks(r);
+    char *conv = kernel_text(r->src.source, "fg_pass0_conv");
+    fgt_assert_contains(conv, "tap 0,0");
+    fgt_assert_contains(conv, "tap 2,2");
+    assert_int_equal(fgt_count(conv, "/* tap "), 9);
+    fgt_assert_contains(conv, "254");
+    fgt_assert_contains(conv, "2064512"); /* 32 * 254 * 254 */
+    fgt_assert_contains(conv, "65536");   /* 256 * 256: the input plane */
+    free(conv);
+    char *map = kernel_text(r->src.source, "fg_pass2_map");
+    fgt_assert_contains(map, "2064512");
+    fgt_assert_contains(map, "254");
+    free(map);
+    char *fin = kernel_text(r->src.source, "fg_pass1_finalize");
+    fgt_assert_contains(fin, "258064"); /* elements per group: 4 * 254 * 254 */
+    free(fin);
+    free_rendered(r);
+}
+
+static void kb23_kb85_kb17_kb92(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        const char *constants[4];
+    } cases[] = {
+        {"kb23", {"475200", "22", "tap 2,2,2"}},   /* 24*22*30*30; the mean reads a sum */
+        {"kb85", {"1016064", "126", "tap 2,2"}},   /* 64*126*126 */
+        {"kb17", {"2032128", "126", "tap 2,2"}},   /* 128*126*126 */
+        {"kb92", {"1016064", "15876", "tap 2,2"}}, /* 126*126: the logsumexp output */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rendered_layer *r = render_spec(cases[i].spec, -1);
+        common_checks(r);
+        for (int c = 0; c < 4 && cases[i].constants[c]; c++)
+            fgt_assert_contains(r->src.source, cases[i].constants[c]);
+        free_rendered(r);
+    }
+}
+
+static void every_reference_spec_has_its_kernels(void **state)
+{
+    (void)state;
+    for (int i = 0; i < FGT_N_REFERENCE_SPECS; i++) {
+        rendered_layer *r = render_spec(fgt_reference_specs[i], -1);
+        for (int p = 0; p < r->plan->n_passes; p++) {
+            char needle[96];
+            snprintf(needle, sizeof needle, " %s(", r->plan->passes[p].kernel);
+            fgt_assert_contains(r->src.source, needle);
+        }
+        fgt_assert_contains(r->src.source, "fg_pass0_conv(");
+        /* the layer is named in the header comment */
+        fgt_assert_contains(r->src.source, r->ir->name);
+        free_rendered(r);
+    }
+}
+
+/* Rendering is deterministic: the cache key hashes the source. */
+static void deterministic(void **state)
+{
+    (void)state;
+    rendered_layer *a = render_spec("kb92", -1);
+    rendered_layer *b = render_spec("kb92", -1);
+    assert_int_equal(a->src.length, b->src.length);
+    assert_memory_equal(a->src.source, b->src.source, a->src.length);
+    free_rendered(a);
+    free_rendered(b);
+    const char *d = fg_templates_digest();
+    assert_int_equal(strlen(d), 32);
+    for (const char *p = d; *p; p++)
+        assert_true(isxdigit((unsigned char)*p));
+    assert_string_equal(d, fg_templates_digest());
+}
+
+/* A different shape yields different constants (nothing is passed at run time). */
+static void shapes_are_baked(void **state)
+{
+    (void)state;
+    const char *fmt = "return layer \"b\" {\n"
+                      "  input = { \"N\", 3, %d, %d },\n"
+                      "  conv2d { out_channels = 5, kernel = 3 },\n"
+                      "  relu {},\n"
+                      "}\n";
+    char src[512];
+    snprintf(src, sizeof src, fmt, 41, 37);
+    rendered_layer *a = render_ir(fgt_load_string(src), -1);
+    snprintf(src, sizeof src, fmt, 23, 29);
+    rendered_layer *b = render_ir(fgt_load_string(src), -1);
+    common_checks(a);
+    common_checks(b);
+    fgt_assert_contains(a->src.source, "oh < 39");
+    fgt_assert_contains(a->src.source, "ow < 35");
+    fgt_assert_contains(a->src.source, "6825"); /* 5 * 39 * 35 */
+    fgt_assert_contains(b->src.source, "oh < 21");
+    fgt_assert_contains(b->src.source, "ow < 27");
+    fgt_assert_contains(b->src.source, "2835"); /* 5 * 21 * 27 */
+    fgt_assert_not_contains(b->src.source, "6825");
+    free_rendered(a);
+    free_rendered(b);
+}
+
+/* The recompute strategy renders two conv kernels. */
+static void recompute(void **state)
+{
+    (void)state;
+    rendered_layer *r = render_spec("kb17", FG_STRATEGY_RECOMPUTE);
+    common_checks(r);
+    fgt_assert_contains(r->src.source, " fg_pass0_conv(");
+    fgt_assert_contains(r->src.source, " fg_pass2_conv(");
+    assert_int_equal(fgt_count(r->src.source, "/* tap 2,2 */"), 2);
+    free_rendered(r);
+}
+
+/* Every op kind renders (and follows the same rules). */
+static void every_op_kind(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string(
+        "return layer \"all\" {\n"
+        "  input = { \"N\", 4, 12, 16 },\n"
+        "  conv2d { out_channels = 8, kernel = 3, padding = 1, groups = 2, as = \"c\" },\n"
+        "  relu {}, leaky_relu { negative_slope = 0.1 }, gelu {}, gelu { approximate = \"tanh\" }, sigmoid {}, tanh {},\n"
+        "  softplus { beta = 2, threshold = 10 }, mish {}, silu {}, hardswish {}, hardsigmoid {}, hardtanh {},\n"
+        "  clamp { min = -0.5, max = 2 }, exp {}, log {}, abs {}, neg {},\n"
+        "  add { scalar = 1 }, sub { param = \"p\", shape = { 8, 1, 1 } }, mul { value = \"c\" }, div { scalar = 3 },\n"
+        "  min { scalar = 0.5 }, max { param = \"q\", shape = { 16 } },\n"
+        "  group_norm { groups = 4 }, instance_norm {}, batch_norm { name = \"bn\" },\n"
+        "  batch_norm { name = \"bn2\", stats = \"running\" }, layer_norm { normalized_shape = { 12, 16 } },\n"
+        "  max_pool { kernel = 2, padding = 1 }, avg_pool2d { kernel = 2, stride = 1, padding = 1, count_include_pad = false },\n"
+        "  softmax { dim = 1 }, logsumexp { dim = 3, keepdim = true }, sum { dim = 2, keepdim = true },\n"
+        "  min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },\n"
+        "}\n");
+    rendered_layer *r = render_ir(ir, -1);
+    common_checks(r);
+    /* the elementwise functions appear under their CUDA names */
+    fgt_assert_contains(r->src.source, "erff(");
+    fgt_assert_contains(r->src.source, "tanhf(");
+    fgt_assert_contains(r->src.source, "expf(");
+    fgt_assert_contains(r->src.source, "logf(");
+    free_rendered(r);
+
+    ir = fgt_load_string("return layer \"p3\" {\n"
+                         "  input = { \"N\", 2, 6, 7, 8 },\n"
+                         "  conv3d { out_channels = 4, kernel = { 3, 1, 2 }, stride = { 1, 2, 1 }, dilation = { 1, 1, 2 } },\n"
+                         "  avg_pool3d { kernel = 2, padding = 1 },\n"
+                         "  max_pool { kernel = { 2, 1, 1 } },\n"
+                         "}\n");
+    r = render_ir(ir, -1);
+    common_checks(r);
+    fgt_assert_contains(r->src.source, "tap 2,0,1");
+    free_rendered(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(kb79),
+        cmocka_unit_test(kb21),
+        cmocka_unit_test(kb23_kb85_kb17_kb92),
+        cmocka_unit_test(every_reference_spec_has_its_kernels),
+        cmocka_unit_test(deterministic),
+        cmocka_unit_test(shapes_are_baked),
+        cmocka_unit_test(recompute),
+        cmocka_unit_test(every_op_kind),
+    };
+    char *dir = fgt_tmpdir("render-env");
+    fgt_isolate_environment(dir);
+    int failed = cmocka_run_group_tests_name("render", tests, NULL, NULL);
+    fgt_rmtree(dir);
+    free(dir);
+    return failed;
+}

@@ -1,0 +1,325 @@
+/* safetensors: a write/read round trip, and every malformed file refused with a message
+ * that names the file and, where there is one, the tensor. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fusegen.h"
+#include "safetensors.h"
+#include "test_util.h"
+
+static char *g_dir; /* this test's directory */
+
+/* Writes <dir>/<name>: an 8-byte little-endian header length (hlen, or the header's own
+ * length when hlen < 0), the header text, then `payload`. Returns the path (static). */
+static const char *make_file(const char *name, const char *header, long long hlen, const void *payload,
+                             size_t payload_len)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    size_t h = strlen(header);
+    uint64_t declared = hlen < 0 ? (uint64_t)h : (uint64_t)hlen;
+    size_t total = 8 + h + payload_len;
+    unsigned char *buf = malloc(total);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(declared >> (8 * i));
+    memcpy(buf + 8, header, h);
+    if (payload_len)
+        memcpy(buf + 8 + h, payload, payload_len);
+    assert_int_equal(fgt_write_file(path, buf, total), 0);
+    free(buf);
+    return path;
+}
+
+static const float eight_floats[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+typedef struct bad_file {
+    const char *name;     /* file name, and the case's name */
+    const char *header;
+    long long hlen;       /* -1: the header's length */
+    size_t payload_len;   /* bytes of eight_floats */
+    const char *expect[3];
+} bad_file;
+
+static const bad_file bad_files[] = {
+    {"header_past_end.safetensors", "{}", 1000, 0, {"header length 1000 runs past the end of the file (10 bytes)"}},
+    {"header_len_huge.safetensors", "{}", 0x7fffffffffffffffLL, 8, {"runs past the end of the file"}},
+    {"invalid_json.safetensors", "{\"w\": {\"dtype\": \"F32\",", -1, 0, {"invalid JSON header"}},
+    {"not_an_object.safetensors", "[1, 2, 3]", -1, 0, {"the header is not a JSON object"}},
+    {"duplicate_names.safetensors",
+     "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+     -1, 8, {"invalid JSON header", "duplicate", "w"}},
+    {"offsets_outside.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", -1, 8,
+     {"tensor 'w'", "data_offsets [0, 16] lie outside the 8 data bytes"}},
+    {"offsets_reversed.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", -1, 8,
+     {"tensor 'w'", "lie outside"}},
+    {"offsets_negative.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", -1, 8,
+     {"tensor 'w'", "lie outside"}},
+    {"offsets_not_pair.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", -1, 8,
+     {"tensor 'w'", "data_offsets must be [begin, end]"}},
+    {"overlap.safetensors",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+     -1, 12, {"tensors 'a' and 'b' overlap in the data"}},
+    {"unaligned.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}", -1, 8,
+     {"tensor 'w'", "data offset 2 is not aligned to its 4-byte elements"}},
+    {"unaligned_f64.safetensors", "{\"d\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[4,12]}}", -1, 16,
+     {"tensor 'd'", "not aligned to its 8-byte elements"}},
+    {"unknown_dtype.safetensors", "{\"w\":{\"dtype\":\"X99\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 8,
+     {"tensor 'w'", "unknown dtype 'X99'"}},
+    {"missing_dtype.safetensors", "{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 8,
+     {"tensor 'w'", "missing dtype"}},
+    {"size_mismatch.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", -1, 8,
+     {"tensor 'w'", "shape holds 3 elements (12 bytes of F32) but data_offsets span 8 bytes"}},
+    {"size_mismatch_f16.safetensors", "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,4]}}", -1, 8,
+     {"tensor 'h'", "shape holds 4 elements (8 bytes of F16) but data_offsets span 4 bytes"}},
+    {"negative_dim.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", -1, 8,
+     {"tensor 'w'", "shape entries must be non-negative integers"}},
+    {"huge_shape.safetensors",
+     "{\"w\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,4]}}", -1, 8,
+     {"tensor 'w'", "shape is too large"}},
+    {"rank_too_high.safetensors",
+     "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", -1, 8,
+     {"tensor 'w'", "shape must be a list of at most 8 dims"}},
+    {"entry_not_object.safetensors", "{\"w\": 5}", -1, 0, {"tensor 'w'", "its entry is not an object"}},
+};
+enum { N_BAD = sizeof bad_files / sizeof bad_files[0] };
+
+static void run_bad_file(void **state)
+{
+    const bad_file *c = *state;
+    const char *path = make_file(c->name, c->header, c->hlen, eight_floats, c->payload_len);
+    fg_tensor_file f;
+    fg_error err = {{0}};
+    if (fg_safetensors_read(path, &f, &err) == 0)
+        fail_msg("%s: the file was accepted", c->name);
+    assert_int_equal(f.n, 0);
+    assert_null(f.tensors);
+    fgt_assert_contains(err.msg, path);
+    for (int i = 0; i < 3 && c->expect[i]; i++)
+        fgt_assert_contains(err.msg, c->expect[i]);
+    /* the same bytes parsed in memory name the display name instead */
+    size_t len = 0;
+    unsigned char *bytes = fgt_read_file(path, &len);
+    assert_non_null(bytes);
+    assert_int_equal(fg_safetensors_parse(bytes, len, "in-memory.bin", &f, &err), -1);
+    fgt_assert_contains(err.msg, "in-memory.bin");
+    free(bytes);
+}
+
+static void too_short_and_unreadable(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/short.safetensors", g_dir);
+    assert_int_equal(fgt_write_file(path, "abc", 3), 0);
+    fg_tensor_file f;
+    fg_error err = {{0}};
+    assert_int_equal(fg_safetensors_read(path, &f, &err), -1);
+    fgt_assert_contains(err.msg, path);
+    fgt_assert_contains(err.msg, "too short for a safetensors file (3 bytes)");
+    assert_int_equal(fgt_write_file(path, "", 0), 0);
+    assert_int_equal(fg_safetensors_read(path, &f, &err), -1);
+    fgt_assert_contains(err.msg, "(0 bytes)");
+
+    snprintf(path, sizeof path, "%s/missing.safetensors", g_dir);
+    assert_int_equal(fg_safetensors_read(path, &f, &err), -1);
+    fgt_assert_contains(err.msg, path);
+    fgt_assert_contains(err.msg, "No such file");
+
+    assert_int_equal(fg_safetensors_read(g_dir, &f, &err), -1);
+    fgt_assert_contains(err.msg, "not a regular file");
+}
+
+static void round_trip(void **state)
+{
+    (void)state;
+    float weight[8] = {1.5f, -0.0f, INFINITY, -INFINITY, NAN, 1e-42f /* denormal */, 3.4e38f, -7};
+    float bias[2] = {0.25f, -0.5f};
+    float scalar[1] = {42};
+    fg_tensor tensors[4] = {
+        {.name = "conv.weight", .rank = 4, .dim = {2, 1, 2, 2}, .count = 8, .data = weight},
+        {.name = "conv.bias", .rank = 1, .dim = {2}, .count = 2, .data = bias},
+        {.name = "scalar", .rank = 0, .count = 1, .data = scalar},
+        {.name = "empty", .rank = 2, .dim = {0, 3}, .count = 0, .data = scalar},
+    };
+    char path[4096];
+    snprintf(path, sizeof path, "%s/round_trip.safetensors", g_dir);
+    fg_error err = {{0}};
+    for (int pass = 0; pass < 2; pass++) { /* the second write replaces the first */
+        if (fg_safetensors_write(path, tensors, 4, &err) != 0)
+            fail_msg("write: %s", err.msg);
+        fg_tensor_file f;
+        if (fg_safetensors_read(path, &f, &err) != 0)
+            fail_msg("read: %s", err.msg);
+        assert_int_equal(f.n, 4);
+        for (int i = 0; i < 4; i++) {
+            const fg_tensor *t = fg_tensor_find(&f, tensors[i].name);
+            if (!t)
+                fail_msg("tensor %s missing after the round trip", tensors[i].name);
+            assert_string_equal(t->dtype, "F32");
+            assert_int_equal(t->rank, tensors[i].rank);
+            for (int d = 0; d < t->rank; d++)
+                assert_int_equal(t->dim[d], tensors[i].dim[d]);
+            assert_int_equal(t->count, tensors[i].count);
+            assert_non_null(t->data);
+            if (t->count)
+                assert_memory_equal(t->data, tensors[i].data, t->count * 4); /* bit for bit, NaN included */
+        }
+        assert_null(fg_tensor_find(&f, "conv"));
+        fg_tensor_file_free(&f);
+        assert_int_equal(f.n, 0);
+        assert_null(f.tensors);
+        fg_tensor_file_free(&f); /* twice is harmless */
+    }
+    /* the layout: the header is padded so that the data starts 8-byte aligned */
+    size_t len = 0;
+    unsigned char *bytes = fgt_read_file(path, &len);
+    assert_non_null(bytes);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)bytes[i] << (8 * i);
+    assert_int_equal(hlen % 8, 0);
+    assert_int_equal(len, 8 + hlen + (8 + 2 + 1) * 4);
+    assert_int_equal(bytes[8], '{');
+    free(bytes);
+    /* no temporary file is left beside it, and the file is readable by others */
+    DIR *d = opendir(g_dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (strstr(e->d_name, "round_trip") && strcmp(e->d_name, "round_trip.safetensors") != 0)
+            fail_msg("left behind: %s", e->d_name);
+    closedir(d);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644);
+
+    /* a folder that does not exist: the message names the path */
+    snprintf(path, sizeof path, "%s/no/such/dir/x.safetensors", g_dir);
+    assert_int_equal(fg_safetensors_write(path, tensors, 1, &err), -1);
+    fgt_assert_contains(err.msg, path);
+}
+
+/* Other dtypes are listed (so that binding one can name it) but carry no data; metadata is
+ * skipped. */
+static void other_dtypes_and_metadata(void **state)
+{
+    (void)state;
+    const char *path = make_file("mixed.safetensors",
+                                 "{\"__metadata__\":{\"format\":\"pt\"},"
+                                 "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                 "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[8,12]},"
+                                 "\"bn.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[16,24]}}",
+                                 -1, eight_floats, 24);
+    fg_tensor_file f;
+    fg_error err = {{0}};
+    if (fg_safetensors_read(path, &f, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(f.n, 3);
+    assert_null(fg_tensor_find(&f, "__metadata__"));
+    const fg_tensor *w = fg_tensor_find(&f, "w");
+    assert_non_null(w);
+    assert_non_null(w->data);
+    assert_true(w->data[0] == 1 && w->data[1] == 2);
+    const fg_tensor *h = fg_tensor_find(&f, "h");
+    assert_non_null(h);
+    assert_string_equal(h->dtype, "F16");
+    assert_int_equal(h->count, 2);
+    assert_null(h->data);
+    const fg_tensor *n = fg_tensor_find(&f, "bn.num_batches_tracked");
+    assert_non_null(n);
+    assert_string_equal(n->dtype, "I64");
+    assert_int_equal(n->rank, 0);
+    assert_null(n->data);
+    fg_tensor_file_free(&f);
+}
+
+/* Binding a file to a layer (CPU-only context): a non-F32 parameter, a missing one, a
+ * wrong shape and an extra tensor are each refused, naming the file and the tensor. */
+static void binding_checks_dtype_shape_and_names(void **state)
+{
+    (void)state;
+    fg_context_options opts;
+    fg_context_options_init(&opts);
+    opts.device = -1;
+    char cache[4096];
+    snprintf(cache, sizeof cache, "%s/cache", g_dir);
+    opts.cache_dir = cache;
+    opts.cache_path = "";
+    fg_context *ctx = NULL;
+    if (fg_context_create(&opts, &ctx) != FG_OK)
+        fail_msg("fg_context_create (CPU only): %s", fg_last_error());
+    fg_layer *layer = NULL;
+    const char *spec = "return layer \"bind\" {\n"
+                       "  input = { \"N\", 1, 3, 3 },\n"
+                       "  conv2d { out_channels = 2, kernel = 1 },\n"
+                       "}\n";
+    if (fg_layer_load_string(ctx, "bind.lua", spec, &layer) != FG_OK)
+        fail_msg("fg_layer_load_string: %s", fg_last_error());
+
+    static const char *const w_f32 = "\"conv.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,1,1],\"data_offsets\":[0,8]}";
+    static const char *const b_f32 = "\"conv.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}";
+    char header[1024];
+    struct {
+        const char *file;
+        const char *w, *b, *extra;
+        const char *expect;
+    } cases[] = {
+        {"f16.safetensors", "\"conv.weight\":{\"dtype\":\"F16\",\"shape\":[2,1,1,1],\"data_offsets\":[0,4]}", b_f32,
+         NULL, "tensor 'conv.weight' is F16; fusegen needs F32"},
+        {"missing.safetensors", w_f32, NULL, NULL, "has no tensor 'conv.bias'"},
+        {"shape.safetensors", "\"conv.weight\":{\"dtype\":\"F32\",\"shape\":[1,2,1,1],\"data_offsets\":[0,8]}", b_f32,
+         NULL, "tensor 'conv.weight' has shape [1, 2, 1, 1] but layer bind needs [2, 1, 1, 1]"},
+        {"extra.safetensors", w_f32, b_f32, "\"other\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}",
+         "tensor 'other' is not a parameter of layer bind"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(header, sizeof header, "{%s%s%s%s%s}", cases[i].w, cases[i].b ? "," : "", cases[i].b ? cases[i].b : "",
+                 cases[i].extra ? "," : "", cases[i].extra ? cases[i].extra : "");
+        const char *path = make_file(cases[i].file, header, -1, eight_floats, 20);
+        fg_status s = fg_layer_bind_safetensors(layer, path, 0);
+        if (s != FG_ERR_TENSOR_FILE)
+            fail_msg("%s: status %s, expected FG_ERR_TENSOR_FILE", cases[i].file, fg_status_name(s));
+        fgt_assert_contains(fg_last_error(), path);
+        fgt_assert_contains(fg_last_error(), cases[i].expect);
+    }
+    /* the good file binds; extra tensors are allowed when asked for */
+    snprintf(header, sizeof header, "{%s,%s}", w_f32, b_f32);
+    assert_int_equal(fg_layer_bind_safetensors(layer, make_file("good.safetensors", header, -1, eight_floats, 16), 0),
+                     FG_OK);
+    snprintf(header, sizeof header, "{%s,%s,%s}", w_f32, b_f32,
+             "\"other\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}");
+    assert_int_equal(fg_layer_bind_safetensors(layer, make_file("extra_ok.safetensors", header, -1, eight_floats, 20), 1),
+                     FG_OK);
+    /* a malformed file is a tensor-file error too, with the parser's message */
+    assert_int_equal(fg_layer_bind_safetensors(layer, make_file("bad.safetensors", "{", -1, NULL, 0), 0),
+                     FG_ERR_TENSOR_FILE);
+    fgt_assert_contains(fg_last_error(), "invalid JSON header");
+    assert_int_equal(fg_layer_destroy(layer), FG_OK);
+    assert_int_equal(fg_context_destroy(ctx), FG_OK);
+}
+
+int main(void)
+{
+    char *env = fgt_tmpdir("safetensors-env");
+    fgt_isolate_environment(env);
+    g_dir = fgt_tmpdir("safetensors");
+    struct CMUnitTest tests[N_BAD + 4];
+    for (int i = 0; i < N_BAD; i++)
+        tests[i] = (struct CMUnitTest){bad_files[i].name, run_bad_file, NULL, NULL, (void *)&bad_files[i]};
+    tests[N_BAD] = (struct CMUnitTest)cmocka_unit_test(too_short_and_unreadable);
+    tests[N_BAD + 1] = (struct CMUnitTest)cmocka_unit_test(round_trip);
+    tests[N_BAD + 2] = (struct CMUnitTest)cmocka_unit_test(other_dtypes_and_metadata);
+    tests[N_BAD + 3] = (struct CMUnitTest)cmocka_unit_test(binding_checks_dtype_shape_and_names);
+    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 4, NULL, NULL);
+    fgt_rmtree(g_dir);
+    free(g_dir);
+    fgt_rmtree(env);
+    free(env);
+    return failed;
+}

@@ -1,0 +1,70 @@
+/* Shared helpers of the CPU tests: temporary directories, files, loading specs with
+ * assertions. Every test that touches a kernel cache works in its own mkdtemp directory
+ * and never in the user's ~/.cache. */
+#ifndef FG_TEST_UTIL_H
+#define FG_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka.h needs the four headers above first */
+#include <cmocka.h>
+
+#include "ir.h"
+#include "planner.h"
+
+/* The six reference specs of PROBLEMS.md, in specs/. */
+#define FGT_N_REFERENCE_SPECS 6
+extern const char *const fgt_reference_specs[FGT_N_REFERENCE_SPECS]; /* "kb17", ... */
+
+/* A new empty directory under $TMPDIR (or /tmp); the caller frees the string. */
+char *fgt_tmpdir(const char *tag);
+/* Removes a directory tree (making read-only folders writable first). */
+void fgt_rmtree(const char *path);
+/* Points every cache default ($FUSEGEN_CACHE_DIR, $XDG_CACHE_HOME, $FUSEGEN_CACHE_PATH,
+ * $TMPDIR) into `dir`, so that nothing a test runs can reach the user's caches. */
+void fgt_isolate_environment(const char *dir);
+
+/* Whole-file helpers; read returns a malloc'd buffer (NUL-terminated) or NULL. */
+unsigned char *fgt_read_file(const char *path, size_t *len);
+int fgt_write_file(const char *path, const void *data, size_t len);
+
+/* "<source dir>/specs/<name>.lua" */
+const char *fgt_spec_path(const char *name, char *buf, size_t cap);
+
+/* Loading that fails the test (with the loader's message) when the spec is refused. The
+ * IR is heap-allocated: fg_layer_ir is large. */
+fg_layer_ir *fgt_load_string_at(const char *source, const char *file, int line);
+fg_layer_ir *fgt_load_spec_at(const char *name, const char *file, int line);
+fg_plan *fgt_plan_at(const fg_layer_ir *ir, int force_strategy, const char *file, int line);
+#define fgt_load_string(source) fgt_load_string_at((source), __FILE__, __LINE__)
+#define fgt_load_spec(name) fgt_load_spec_at((name), __FILE__, __LINE__)
+#define fgt_plan(ir, force_strategy) fgt_plan_at((ir), (force_strategy), __FILE__, __LINE__)
+
+/* strstr that fails the test with both strings shown when `needle` is missing. Failures
+ * of these helpers are reported at the caller's file and line. */
+void fgt_assert_contains_at(const char *haystack, const char *needle, const char *file, int line);
+void fgt_assert_not_contains_at(const char *haystack, const char *needle, const char *file, int line);
+#define fgt_assert_contains(h, n) fgt_assert_contains_at((h), (n), __FILE__, __LINE__)
+#define fgt_assert_not_contains(h, n) fgt_assert_not_contains_at((h), (n), __FILE__, __LINE__)
+int fgt_count(const char *haystack, const char *needle);
+
+/* Shape assertions: FGT_ASSERT_SHAPE(&op->out, 1, 6, 6, 6) (dim[0], the batch, is 1). */
+void fgt_assert_shape_at(const fg_shape *s, const int64_t *dims, int rank, const char *where, const char *file,
+                         int line);
+#define fgt_assert_shape(s, dims, rank, where) fgt_assert_shape_at((s), (dims), (rank), (where), __FILE__, __LINE__)
+#define FGT_ASSERT_SHAPE(shape, ...)                                                                         \
+    fgt_assert_shape_at((shape), (const int64_t[]){__VA_ARGS__},                                             \
+                        (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), #shape, __FILE__, __LINE__)
+/* The parameter `name` exists with exactly these dims; returns its index. */
+int fgt_assert_param_at(const fg_layer_ir *ir, const char *name, const int64_t *dims, int rank, const char *file,
+                        int line);
+#define FGT_ASSERT_PARAM(ir, name, ...)                                                                      \
+    fgt_assert_param_at((ir), (name), (const int64_t[]){__VA_ARGS__},                                        \
+                        (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), __FILE__, __LINE__)
+int fgt_find_param(const fg_layer_ir *ir, const char *name);
+
+double fgt_now(void);
+
+#endif
