@@ -1,0 +1,38 @@
+"""fusegen: shape-specialized fused CUDA kernels for conv + epilogue layers, from Python.
+
+A thin ctypes binding over libfusegen.so (include/fusegen.h); no compiled extension.
+
+    import fusegen, torch
+    layer = fusegen.Layer("specs/kb79.lua")            # default context: GPU if torch sees one
+    layer.load_state_dict(module.state_dict())          # PyTorch names bind as they are
+    y = layer(x)                                        # x: CUDA float32 tensor [N, 3, 16, 32, 32]
+    y_ref = layer(x.cpu().numpy())                      # the CPU float64 reference, as NumPy
+
+The library is found through $FUSEGEN_LIBRARY (a path to libfusegen.so), else
+<repo>/build/libfusegen.so next to this package's source checkout, else the system's library
+path (ctypes.util.find_library). It is loaded at first use, not at import.
+"""
+
+from ._core import (
+    Context,
+    Error,
+    IncompatibleKeys,
+    Layer,
+    StateDictError,
+    default_context,
+    library_path,
+    version,
+)
+from ._native import LibraryNotFound
+
+__all__ = [
+    "Context",
+    "Error",
+    "IncompatibleKeys",
+    "Layer",
+    "LibraryNotFound",
+    "StateDictError",
+    "default_context",
+    "library_path",
+    "version",
+]

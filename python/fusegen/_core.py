@@ -1,0 +1,493 @@
+"""Context, Layer and Error: the Python face of include/fusegen.h.
+
+Ownership follows the C API: a layer belongs to a context, and the C library refuses to
+destroy a context while any of its layers lives. So a Layer keeps a strong reference to its
+Context (the context cannot be garbage-collected first), and a Context tracks its layers
+weakly so that an explicit Context.close() can close them first.
+
+Tensors: torch CUDA tensors run on the GPU (fg_layer_run on torch's current stream); NumPy
+arrays and CPU torch tensors run the CPU float64 reference (fg_layer_run_cpu). torch is never
+imported by this module unless it is needed (a default context, see default_context()); a
+torch tensor is recognised through sys.modules, since whoever passes one has imported torch.
+"""
+
+import collections
+import ctypes
+import difflib
+import os
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+from . import _native
+from ._native import MAX_DIMS, OK, ContextOptions, lib
+
+_P_FLOAT = ctypes.POINTER(ctypes.c_float)
+
+
+class Error(RuntimeError):
+    """A fusegen call failed. `status` is the fg_status name (e.g. 'FG_ERR_SPEC'), `message`
+    the library's explanation (fg_last_error: names the file, line, field or tensor)."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.message = message
+        super().__init__(f"{status}: {message}" if message else status)
+
+
+class StateDictError(KeyError):
+    """load_state_dict(strict=True) found missing or unexpected keys."""
+
+    def __init__(self, message, missing, unexpected):
+        super().__init__(message)
+        self.message = message
+        self.missing_keys = missing
+        self.unexpected_keys = unexpected
+
+    def __str__(self):  # KeyError's own __str__ shows repr(message), quotes and all
+        return self.message
+
+
+# What load_state_dict returns, as PyTorch's Module.load_state_dict does.
+IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _check(status):
+    """Raises Error for any status but FG_OK. Must run right after the call, on the same
+    thread: fg_last_error() is thread-local."""
+    if status != OK:
+        L = lib()
+        name = L.fg_status_name(status).decode()
+        message = L.fg_last_error().decode(errors="replace")
+        raise Error(name, message)
+
+
+def _cstr(value, what):
+    """str/PathLike/None -> bytes/None for a const char * argument."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return os.fsencode(value)
+    raise TypeError(f"fusegen: {what} must be a string or a path, not {type(value).__name__}")
+
+
+def _torch_if_tensor(x):
+    """The torch module if x is a torch.Tensor, else None (never imports torch)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch
+    return None
+
+
+def version():
+    """The library's version string (fg_version)."""
+    return lib().fg_version().decode()
+
+
+# ---- contexts ------------------------------------------------------------------------------
+
+
+class Context:
+    """A device (or CPU only, device=-1), the kernel caches and options (fg_context_create).
+
+    cache_dir: the user cache (default $FUSEGEN_CACHE_DIR, $XDG_CACHE_HOME/fusegen or
+    ~/.cache/fusegen); cache_path: shipped read-only caches, colon-separated (default
+    $FUSEGEN_CACHE_PATH); arch: e.g. 'sm_90' (default: the device's); verbose: report compiles
+    and cache use on stderr.
+    """
+
+    def __init__(self, device=0, cache_dir=None, cache_path=None, arch=None, verbose=False):
+        self._handle = None  # first, so that close()/__del__ work whatever fails below
+        self._layers = weakref.WeakSet()
+        self._lock = threading.Lock()
+        L = lib()
+        opts = ContextOptions()
+        L.fg_context_options_init(ctypes.byref(opts))
+        opts.device = int(device)
+        # ctypes keeps these bytes objects alive only as long as `opts` lives; the C side
+        # copies what it keeps during fg_context_create.
+        opts.cache_dir = _cstr(cache_dir, "cache_dir")
+        opts.cache_path = _cstr(cache_path, "cache_path")
+        opts.arch = _cstr(arch, "arch")
+        opts.verbose = 1 if verbose else 0
+        handle = ctypes.c_void_p()
+        _check(L.fg_context_create(ctypes.byref(opts), ctypes.byref(handle)))
+        self._handle = handle.value
+        self.device = int(device)
+        self.cache_dir, self.cache_path, self.arch = cache_dir, cache_path, arch
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    @property
+    def has_device(self):
+        return self.device >= 0
+
+    def _live_handle(self):
+        if self._handle is None:
+            raise ValueError("fusegen: this Context is closed")
+        return self._handle
+
+    def _adopt(self, layer):
+        with self._lock:
+            self._layers.add(layer)
+
+    def close(self):
+        """Closes the context's live layers, then the context. Idempotent."""
+        if self._handle is None:
+            return
+        for layer in list(self._layers):
+            layer.close()
+        handle, self._handle = self._handle, None
+        _check(lib().fg_context_destroy(handle))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # Runs only once every layer is gone (layers hold a reference to their context).
+        # At interpreter exit module globals may already be torn down: never raise here.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        where = "cpu" if self.device < 0 else f"cuda:{self.device}"
+        return f"<fusegen.Context {where}{' closed' if self.closed else ''}>"
+
+
+_default_context = None
+_default_lock = threading.Lock()
+
+
+def default_context():
+    """The context a Layer gets when given none, created on first use: torch's current CUDA
+    device (normally 0) if torch is importable and sees a GPU, else CPU-only (device -1)."""
+    global _default_context
+    with _default_lock:
+        if _default_context is None or _default_context.closed:
+            device = -1
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    device = torch.cuda.current_device()
+            except Exception:  # not installed, or a broken CUDA install: CPU-only
+                pass
+            _default_context = Context(device=device)
+        return _default_context
+
+
+# ---- layers --------------------------------------------------------------------------------
+
+
+def _looks_like_path(spec):
+    # A spec's source always spans lines or ends in '}', so a one-line string ending in
+    # '.lua' is a file name, existing or not: a missing file is then reported as such
+    # instead of as a Lua syntax error in the "source" 'specs/kb97.lua'.
+    return isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec)
+
+
+class Layer:
+    """A layer spec loaded into a context (fg_layer_load_file / fg_layer_load_string).
+
+    spec: a path to a .lua file, or the spec's source text (then `name` stands for it in
+    messages). context: a Context; None uses default_context().
+
+    Calling the layer runs it: layer(x) with a torch CUDA tensor runs the generated kernels on
+    torch's current stream and returns a new CUDA tensor; with a NumPy array or a CPU torch
+    tensor it runs the CPU float64 reference and returns the same kind of object.
+    """
+
+    def __init__(self, spec, context=None, name=None):
+        self._handle = None
+        self._device_refs = {}  # tensors bound with bind_device, kept alive here
+        self.context = context if context is not None else default_context()
+        L = lib()
+        handle = ctypes.c_void_p()
+        ctx = self.context._live_handle()
+        if _looks_like_path(spec):
+            self.source = os.fspath(spec)
+            _check(L.fg_layer_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
+        elif isinstance(spec, (str, bytes)):
+            text = spec.encode() if isinstance(spec, str) else spec
+            self.source = name or "<string>"
+            _check(L.fg_layer_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
+        else:
+            raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+        self._handle = handle.value
+        self.context._adopt(self)
+        self._params = self._read_params()
+
+    # -- lifetime
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def _live_handle(self):
+        if self._handle is None:
+            raise ValueError("fusegen: this Layer is closed")
+        return self._handle
+
+    def close(self):
+        """Destroys the layer (its kernels, workspace and parameter copies). Idempotent."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        self._device_refs.clear()
+        _check(lib().fg_layer_destroy(handle))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self.closed:
+            return f"<fusegen.Layer {self.source} closed>"
+        return (
+            f"<fusegen.Layer {self.source}: input {list(self.input_shape('N'))} -> "
+            f"output {list(self.output_shape('N'))}, params {[n for n, _ in self._params]}>"
+        )
+
+    # -- shapes and parameters
+
+    def _read_params(self):
+        L, h = lib(), self._live_handle()
+        count = ctypes.c_int()
+        _check(L.fg_layer_param_count(h, ctypes.byref(count)))
+        out = []
+        for i in range(count.value):
+            name, rank, dims = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
+            _check(L.fg_layer_param_info(h, i, ctypes.byref(name), ctypes.byref(rank), dims))
+            out.append((name.value.decode(), tuple(dims[d] for d in range(rank.value))))
+        return out
+
+    @property
+    def params(self):
+        """[(state_dict name, shape), ...] in the spec's order."""
+        return list(self._params)
+
+    def _shape(self, fn, batch):
+        # batch 'N' (any non-int) gives the symbolic form, for messages
+        symbolic = not isinstance(batch, int)
+        rank, dims = ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
+        _check(fn(self._live_handle(), 1 if symbolic else batch, ctypes.byref(rank), dims))
+        shape = tuple(dims[d] for d in range(rank.value))
+        return (batch,) + shape[1:] if symbolic else shape
+
+    def input_shape(self, batch):
+        """The input's shape for `batch` samples (a tuple)."""
+        return self._shape(lib().fg_layer_input_shape, batch)
+
+    def output_shape(self, batch):
+        """The output's shape for `batch` samples (a tuple)."""
+        return self._shape(lib().fg_layer_output_shape, batch)
+
+    def _param_shape(self, name):
+        for n, shape in self._params:
+            if n == name:
+                return shape
+        return None
+
+    # -- binding
+
+    def _host_copy(self, name, value, shape):
+        """value (torch tensor on any device, NumPy array, nested lists) as a contiguous
+        float32 NumPy array of exactly `shape`."""
+        torch = _torch_if_tensor(value)
+        if torch is not None:
+            # The layer keeps its own copy (host and device), so a CPU staging copy is the
+            # simple safe choice whatever device the tensor is on.
+            if value.is_complex() or value.dtype == torch.bool:
+                raise TypeError(f"fusegen: parameter '{name}' has dtype {value.dtype}; expected a real number type")
+            arr = value.detach().float().contiguous().cpu().numpy()
+        else:
+            arr = np.asarray(value)
+            if arr.dtype.kind not in "fiu":
+                raise TypeError(f"fusegen: parameter '{name}' has dtype {arr.dtype}; expected a real number type")
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if tuple(arr.shape) != tuple(shape):
+            raise ValueError(
+                f"fusegen: parameter '{name}' has shape {list(arr.shape)} but layer {self.source} needs {list(shape)}"
+            )
+        return arr
+
+    def bind(self, name, value):
+        """Binds one parameter from a NumPy array or a torch tensor (any device): the layer
+        keeps a copy. An unknown name raises Error, with the nearest valid name."""
+        h = self._live_handle()
+        shape = self._param_shape(name)
+        if shape is None:
+            # let the library say it: its message names the layer and suggests a name
+            _check(lib().fg_layer_bind_host(h, name.encode(), _P_FLOAT(ctypes.c_float(0.0)), 4))
+            raise AssertionError("unreachable: fg_layer_bind_host accepted an unknown parameter")
+        arr = self._host_copy(name, value, shape)
+        _check(lib().fg_layer_bind_host(h, name.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
+        self._device_refs.pop(name, None)
+
+    def bind_device(self, name, tensor):
+        """Binds one parameter to a torch CUDA tensor without copying (fg_layer_bind_device).
+        The layer keeps a reference to the tensor; updates to it are seen by later runs. The
+        CPU reference path cannot use such a parameter (it needs a host copy)."""
+        h = self._live_handle()
+        torch = _torch_if_tensor(tensor)
+        if torch is None or not tensor.is_cuda:
+            raise TypeError(f"fusegen: bind_device('{name}') needs a torch CUDA tensor")
+        self._check_cuda_tensor(tensor, f"parameter '{name}'")
+        shape = self._param_shape(name)
+        if shape is not None and tuple(tensor.shape) != shape:
+            raise ValueError(
+                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but layer {self.source} needs {list(shape)}"
+            )
+        if not tensor.is_contiguous():
+            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
+        _check(lib().fg_layer_bind_device(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
+        self._device_refs[name] = tensor
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
+        arrays), like torch.nn.Module.load_state_dict. '*.num_batches_tracked' entries are
+        ignored. strict=True: missing or unexpected keys raise StateDictError (a KeyError)
+        naming them; nothing is bound then. Returns (missing_keys, unexpected_keys)."""
+        self._live_handle()
+        names = [n for n, _ in self._params]
+        keys = [k for k in state_dict if not k.endswith(".num_batches_tracked")]
+        missing = [n for n in names if n not in state_dict]
+        unexpected = [k for k in keys if self._param_shape(k) is None]
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append("missing keys: " + ", ".join(repr(k) for k in missing))
+            if unexpected:
+                hints = []
+                for k in unexpected:
+                    near = difflib.get_close_matches(k, missing or names, n=1)
+                    hints.append(repr(k) + (f" (did you mean '{near[0]}'?)" if near else ""))
+                parts.append("unexpected keys: " + ", ".join(hints))
+            raise StateDictError(
+                f"fusegen: the state_dict does not match layer {self.source}: " + "; ".join(parts), missing, unexpected
+            )
+        # convert and check everything before binding anything, so an error binds nothing
+        arrays = [(n, self._host_copy(n, state_dict[n], shape)) for n, shape in self._params if n in state_dict]
+        for name, arr in arrays:
+            _check(lib().fg_layer_bind_host(self._handle, name.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
+            self._device_refs.pop(name, None)
+        return IncompatibleKeys(missing, unexpected)
+
+    def load_safetensors(self, path, allow_extra=False):
+        """Binds every parameter from a safetensors file of F32 tensors named by state_dict
+        keys (fg_layer_bind_safetensors). Extra tensors are an error unless allow_extra."""
+        _check(lib().fg_layer_bind_safetensors(self._live_handle(), _cstr(path, "path"), 1 if allow_extra else 0))
+        self._device_refs.clear()
+
+    def prepare(self):
+        """Compiles (or loads from the caches) every kernel now rather than at the first run."""
+        _check(lib().fg_layer_prepare(self._live_handle()))
+
+    # -- running
+
+    def _check_input(self, shape):
+        if len(shape) < 1 or shape[0] < 1:
+            raise ValueError(f"fusegen: input shape {list(shape)} has no batch dimension")
+        want = self.input_shape(shape[0])
+        if tuple(shape) != want:
+            raise ValueError(
+                f"fusegen: input shape {list(shape)} does not match layer {self.source}'s input "
+                f"{list(self.input_shape('N'))}"
+            )
+        return shape[0]
+
+    def _check_cuda_tensor(self, t, what):
+        torch = sys.modules["torch"]
+        if t.dtype != torch.float32:
+            raise TypeError(f"fusegen: {what} is {t.dtype}; fusegen runs float32")
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        if index != self.context.device:
+            raise ValueError(f"fusegen: {what} is on {t.device} but the layer's context uses cuda:{self.context.device}")
+
+    def __call__(self, x, out=None):
+        """Runs the layer: a torch CUDA tensor on the GPU (asynchronously, on torch's current
+        stream of x's device), a NumPy array or CPU torch tensor with the CPU reference.
+        `out`, if given, receives the output (same kind as the result; contiguous float32)."""
+        torch = _torch_if_tensor(x)
+        if torch is not None and x.is_cuda:
+            return self._run_cuda(torch, x, out)
+        if torch is not None:
+            if out is not None and _torch_if_tensor(out) is None:
+                raise TypeError("fusegen: out must be a CPU torch tensor when x is one")
+            host_out = out.numpy() if out is not None else None
+            return torch.from_numpy(self.run_reference(x.detach().cpu().numpy(), out=host_out))
+        return self.run_reference(x, out=out)
+
+    def _run_cuda(self, torch, x, out):
+        h = self._live_handle()
+        if not self.context.has_device:
+            raise Error(
+                "FG_ERR_NO_DEVICE",
+                f"layer {self.source} belongs to a CPU-only context (device -1) but got a CUDA tensor; "
+                "create the layer with Context(device=N) to run on the GPU",
+            )
+        self._check_cuda_tensor(x, "the input")
+        x = x.contiguous()
+        batch = self._check_input(tuple(x.shape))
+        shape = self.output_shape(batch)
+        if out is None:
+            out = torch.empty(shape, device=x.device, dtype=torch.float32)
+        else:
+            if _torch_if_tensor(out) is None or not out.is_cuda:
+                raise TypeError("fusegen: out must be a CUDA tensor when the input is one")
+            self._check_cuda_tensor(out, "out")
+            if tuple(out.shape) != shape or not out.is_contiguous():
+                raise ValueError(f"fusegen: out must be a contiguous tensor of shape {list(shape)}")
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        # The launch is asynchronous on `stream`; x (perhaps a contiguous copy) may be freed
+        # when we return, which is safe: torch's allocator reuses memory in stream order.
+        _check(lib().fg_layer_run(h, x.data_ptr(), out.data_ptr(), batch, stream))
+        return out
+
+    def run_reference(self, x, out=None):
+        """The CPU float64 reference (fg_layer_run_cpu) on a NumPy array (converted to
+        float32, the API's input type); returns a float32 NumPy array. Needs host-bound
+        parameters (bind, load_state_dict or load_safetensors)."""
+        h = self._live_handle()
+        arr = np.asarray(x)
+        if arr.dtype.kind != "f":
+            raise TypeError(f"fusegen: the input has dtype {arr.dtype}; expected floating point")
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        batch = self._check_input(tuple(arr.shape))
+        shape = self.output_shape(batch)
+        if out is None:
+            out = np.empty(shape, dtype=np.float32)
+        elif (
+            not isinstance(out, np.ndarray)
+            or out.dtype != np.float32
+            or tuple(out.shape) != shape
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise ValueError(f"fusegen: out must be a writable C-contiguous float32 array of shape {list(shape)}")
+        _check(lib().fg_layer_run_cpu(h, arr.ctypes.data_as(_P_FLOAT), out.ctypes.data_as(_P_FLOAT), batch))
+        return out
+
+
+def library_path():
+    """Where libfusegen.so was loaded from (loads it if needed)."""
+    return _native.library_path()
