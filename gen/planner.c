@@ -2,6 +2,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct planner {
@@ -192,61 +193,125 @@ static int prepare_stats(planner *p, fg_pass *ps, int k)
     return 0;
 }
 
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static int round_up(int64_t x, int m)
+{
+    return (int)ceil_div(x, m) * m;
+}
+
+/* Conv extents in D, H, W order (2D convs have depth 1). */
+typedef struct conv_geometry {
+    int64_t in[3], out[3];
+    int k[3], s[3], d[3];
+    int64_t cin_g, cout_g, taps;
+} conv_geometry;
+
+static void geometry(const fg_op *conv, conv_geometry *g)
+{
+    int sp = conv->spatial, off = 3 - sp;
+    for (int i = 0; i < 3; i++) {
+        g->in[i] = g->out[i] = 1;
+        g->k[i] = g->s[i] = g->d[i] = 1;
+    }
+    for (int i = 0; i < sp; i++) {
+        g->in[off + i] = conv->in.dim[2 + i];
+        g->out[off + i] = conv->out.dim[2 + i];
+        g->k[off + i] = conv->kernel[i];
+        g->s[off + i] = conv->stride[i];
+        g->d[off + i] = conv->dilation[i];
+    }
+    g->cin_g = conv->in.dim[1] / conv->groups;
+    g->cout_g = conv->out_channels / conv->groups;
+    g->taps = (int64_t)g->k[0] * g->k[1] * g->k[2];
+}
+
+/* Shared memory for ci channels of the input tile and their weights. */
+static int64_t conv_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
+{
+    int64_t in = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    return 4 * ci * (in + g->taps * round_up(t->co_tile, 4));
+}
+
+enum { CONV_SMEM_BUDGET = 96 * 1024 }; /* two blocks per SM fit beside each other */
+
 static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps)
 {
     const fg_op *conv = &ir->ops[0];
-    const fg_shape *out = &conv->out;
+    conv_geometry g;
+    geometry(conv, &g);
     fg_conv_tiling *t = &ps->conv;
-    int sp = conv->spatial;
-    int64_t od = sp == 3 ? out->dim[2] : 1, oh = out->dim[sp == 3 ? 3 : 2], ow = out->dim[sp == 3 ? 4 : 3];
-    int64_t cout_g = conv->out_channels / conv->groups;
-    int64_t cin_g = conv->in.dim[1] / conv->groups;
-    /* A simple, always-valid tiling: 2 outputs along W and up to 8 channels per thread;
-     * a 32-wide x 8-high tile of threads in 2D, 4 x 4 x 16 in 3D. */
-    t->thread_w = ow >= 2 ? 2 : 1;
-    t->thread_co = (int)(cout_g < 8 ? cout_g : 8);
-    t->co_tile = (int)(cout_g < 16 ? cout_g : 16);
-    if (t->co_tile % t->thread_co)
-        t->co_tile = t->thread_co;
-    int tw = 16, th = 8, td = 1;
-    if (sp == 3) {
-        tw = 16;
-        th = 4;
-        td = 2;
+    /* Register tile: 2 rows x 4 outputs x 8 channels (64 accumulators) where the shape allows,
+     * shrunk until the unrolled body of one input channel stays under ~900 FMAs (compile time
+     * and the instruction cache) and the registers under ~120 (no spills at 2 blocks/SM). */
+    t->thread_co = g.cout_g >= 8 ? 8 : round_up(g.cout_g, 4);
+    t->thread_w = g.out[2] >= 16 ? 4 : g.out[2] >= 2 ? 2 : 1;
+    t->thread_h = g.out[1] >= 2 ? 2 : 1;
+    for (;;) {
+        int64_t acc = (int64_t)t->thread_co * t->thread_h * t->thread_w;
+        int64_t row = (int64_t)(t->thread_w - 1) * g.s[2] + (int64_t)(g.k[2] - 1) * g.d[2] + 1;
+        int64_t regs = acc + t->thread_h * row + t->thread_co + 32;
+        if ((acc * g.taps <= 900 && regs <= 128) || acc <= 4)
+            break;
+        if (t->thread_h > 1)
+            t->thread_h = 1;
+        else if (t->thread_w > 2)
+            t->thread_w /= 2;
+        else if (t->thread_co > 4)
+            t->thread_co = 4;
+        else
+            t->thread_w = 1;
     }
-    while (tw > 1 && (int64_t)(tw / 2) * t->thread_w >= ow)
-        tw /= 2;
-    while (th > 1 && th / 2 >= oh)
-        th /= 2;
-    while (td > 1 && td / 2 >= od)
-        td /= 2;
-    int co_threads = t->co_tile / t->thread_co;
-    t->threads[0] = td;
-    t->threads[1] = th;
-    t->threads[2] = tw * co_threads;
-    t->tile[0] = td;
-    t->tile[1] = th;
-    t->tile[2] = tw * t->thread_w;
-    t->ci_chunk = (int)(cin_g < 8 ? cin_g : 8);
-    t->ci_unroll = 1;
-    int64_t tiles = ((od + t->tile[0] - 1) / t->tile[0]) * ((oh + t->tile[1] - 1) / t->tile[1]) *
-                    ((ow + t->tile[2] - 1) / t->tile[2]);
-    ps->launch.block = td * th * tw * co_threads;
-    ps->launch.grid_x = tiles;
-    ps->launch.grid_y = conv->groups * ((cout_g + t->co_tile - 1) / t->co_tile);
-    ps->launch.per_sample = true;
-    /* shared memory: the input tile with halo for ci_chunk channels, and the weights */
-    int64_t in_tile = 1;
-    int k3[3] = {1, 1, 1}, s3[3] = {1, 1, 1}, d3[3] = {1, 1, 1};
-    for (int i = 0; i < sp; i++) {
-        k3[3 - sp + i] = conv->kernel[i];
-        s3[3 - sp + i] = conv->stride[i];
-        d3[3 - sp + i] = conv->dilation[i];
+    /* FUSEGEN_CONV_TILE="rows,cols,channels,unroll" overrides the thread tile: a knob for
+     * benchmarking candidates by hand (bench/NOTES.md); 0 keeps the planner's choice */
+    const char *force = getenv("FUSEGEN_CONV_TILE");
+    int f_h = 0, f_w = 0, f_c = 0, f_u = 0;
+    if (force && sscanf(force, "%d,%d,%d,%d", &f_h, &f_w, &f_c, &f_u) >= 3) {
+        if (f_h > 0)
+            t->thread_h = f_h;
+        if (f_w > 0)
+            t->thread_w = f_w;
+        if (f_c > 0 && f_c % 4 == 0)
+            t->thread_co = f_c;
     }
+    /* threads: up to 16 along W, then rows, then depth, aiming at 128..256 per block */
+    int tx = (int)(ceil_div(g.out[2], t->thread_w) < 16 ? ceil_div(g.out[2], t->thread_w) : 16);
+    int64_t rows = ceil_div(g.out[1], t->thread_h);
+    int ty = (int)(rows < 256 / tx ? rows : 256 / tx);
+    int tz = (int)(g.out[0] < 256 / (tx * ty) ? g.out[0] : 256 / (tx * ty));
+    t->threads[0] = tz;
+    t->threads[1] = ty;
+    t->threads[2] = tx;
+    t->tile[0] = tz;
+    t->tile[1] = ty * t->thread_h;
+    t->tile[2] = tx * t->thread_w;
     for (int i = 0; i < 3; i++)
-        in_tile *= (int64_t)(t->tile[i] - 1) * s3[i] + (int64_t)(k3[i] - 1) * d3[i] + 1;
-    int64_t taps = (int64_t)k3[0] * k3[1] * k3[2];
-    ps->launch.smem_bytes = (int)(4 * (in_tile * t->ci_chunk + (int64_t)t->co_tile * t->ci_chunk * taps));
+        t->in_tile[i] = (t->tile[i] - 1) * g.s[i] + (g.k[i] - 1) * g.d[i] + 1;
+    t->in_tile[2] = round_up(t->in_tile[2], 4);
+    /* a block covers every channel of its group when the whole input tile fits (the tile is
+     * staged once and reused for every channel tile); otherwise 32 channels, staged in chunks */
+    t->co_tile = round_up(g.cout_g, t->thread_co);
+    t->ci_chunk = (int)g.cin_g;
+    if (conv_smem(&g, t, g.cin_g) > CONV_SMEM_BUDGET) {
+        /* staged in chunks: one channel tile per block, so that each chunk is staged once */
+        t->co_tile = t->thread_co;
+        while (t->ci_chunk > 1 && conv_smem(&g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
+            t->ci_chunk = (t->ci_chunk + 1) / 2;
+    }
+    /* unroll the input-channel loop only while its body stays small (instruction cache) */
+    int64_t body = g.taps * t->thread_co * t->thread_h * t->thread_w;
+    t->ci_unroll = body <= 300 && t->ci_chunk % 2 == 0 ? 2 : 1;
+    if (f_u > 0 && t->ci_chunk % f_u == 0)
+        t->ci_unroll = f_u;
+    int64_t tiles = ceil_div(g.out[0], t->tile[0]) * ceil_div(g.out[1], t->tile[1]) * ceil_div(g.out[2], t->tile[2]);
+    ps->launch.block = tx * ty * tz;
+    ps->launch.grid_x = tiles;
+    ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
+    ps->launch.per_sample = true;
+    ps->launch.smem_bytes = (int)conv_smem(&g, t, t->ci_chunk);
 }
 
 static void map_launch(const fg_layer_ir *ir, fg_pass *ps)
@@ -623,9 +688,10 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         if (ps->kind == FG_PASS_CONV) {
             const fg_conv_tiling *t = &ps->conv;
             snprintf(line, sizeof line,
-                     "           tile %dx%dx%d outputs x %d channels per block; %d outputs x %d channels per "
-                     "thread; %d input channels staged at a time",
-                     t->tile[0], t->tile[1], t->tile[2], t->co_tile, t->thread_w, t->thread_co, t->ci_chunk);
+                     "           tile %dx%dx%d outputs x %d channels per block; %dx%d outputs x %d channels per "
+                     "thread; %d input channels staged at a time, unrolled x%d",
+                     t->tile[0], t->tile[1], t->tile[2], t->co_tile, t->thread_h, t->thread_w, t->thread_co,
+                     t->ci_chunk, t->ci_unroll);
             emit(ctx, line);
         }
         snprintf(line, sizeof line, "           launch: %d threads, grid %" PRId64 " x %" PRId64 " x %s, %d B shared",

@@ -87,15 +87,20 @@ typedef struct fg_launch {
     int smem_bytes;         /* dynamic shared memory */
 } fg_launch;
 
-/* Conv pass tiling (all extents in output elements). */
+/* Conv pass tiling (all extents in output elements). Every thread of a block works on the
+ * same output channels at the same time, so the weights it reads are warp-uniform
+ * (broadcast float4 loads from shared memory); its register tile is thread_h rows x
+ * thread_w consecutive outputs x thread_co channels. */
 typedef struct fg_conv_tiling {
-    int tile[3];            /* output tile per block: D, H, W */
-    int thread_w;           /* consecutive outputs along W per thread */
-    int thread_co;          /* output channels per thread */
-    int co_tile;            /* output channels per block (within one group) */
-    int ci_chunk;           /* input channels staged in shared memory at a time */
-    int ci_unroll;          /* unroll factor of the input-channel loop */
+    int tile[3];            /* output tile per block: D, H, W (threads x thread tile) */
     int threads[3];         /* threads along D, H, W */
+    int thread_h;           /* output rows per thread */
+    int thread_w;           /* consecutive outputs along W per thread */
+    int thread_co;          /* channels per thread = one channel tile; a multiple of 4 */
+    int co_tile;            /* channels per block (within a group): it loops over co_tile / thread_co tiles */
+    int ci_chunk;           /* input channels staged in shared memory at a time */
+    int ci_unroll;          /* unroll factor of the input-channel loop (the unrolling cliff) */
+    int in_tile[3];         /* staged input extents D, H, W (W padded to a multiple of 4) */
 } fg_conv_tiling;
 
 typedef struct fg_pass {

@@ -230,6 +230,8 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int3(L, "tile", t->tile, 3);
         set_int3(L, "threads", t->threads, 3);
         set_int(L, "thread_w", t->thread_w);
+        set_int(L, "thread_h", t->thread_h);
+        set_int3(L, "in_tile", t->in_tile, 3);
         set_int(L, "thread_co", t->thread_co);
         set_int(L, "co_tile", t->co_tile);
         set_int(L, "ci_chunk", t->ci_chunk);

@@ -1,157 +1,253 @@
 -- The conv pass: a direct convolution specialized to the layer's shapes, with the pass's
 -- chain of ops fused into its epilogue.
 --
--- Each block computes a tile of outputs (tile[0] x tile[1] x tile[2] along D, H, W) for
--- co_tile output channels of one group and one sample. The input tile with its halo and
--- the block's weights are staged in shared memory ci_chunk input channels at a time; each
--- thread keeps thread_co channels x thread_w consecutive outputs in registers. The tap
--- loops and the register tile are unrolled here, in the template; the input-channel loop
--- is unrolled by ci_unroll (the planner's choice: full unrolling falls off the
--- instruction-cache cliff).
+-- A block computes a tile of outputs (tile D x H x W) for every channel of one group (or a
+-- part, when the input is staged in chunks), one channel tile of thread_co channels at a
+-- time. All threads work on the same channels at the same time, so the weights they read
+-- are warp-uniform: float4 broadcast loads from shared memory, laid out [ci][tap][co]. Each
+-- thread keeps thread_h rows x thread_w outputs x thread_co channels in registers; for each
+-- input channel and kernel row it loads the input row segment it needs once and reuses it
+-- across the kernel's columns. Tap loops and the register tile are unrolled here; the
+-- input-channel loop is unrolled by the planner's ci_unroll only, because unrolling
+-- everything falls off the instruction-cache cliff (DESIGN.md).
 local lib = import("lib")
 local expr = import("expr")
 local feed = import("feed")
 
 local M = {}
 
--- 2D convolutions run as 3D with depth 1: returns {D, H, W}-ordered copies.
-local function dhw(conv, field, fill)
-  local v = conv[field]
-  if conv.spatial == 3 then return { v[0], v[1], v[2] } end
-  return { fill, v[0], v[1] }
+-- Geometry in D, H, W order (2D convs have depth 1).
+function M.geometry(layer)
+  local conv = layer.ops[0]
+  local sp = conv.spatial
+  local function dhw(v, fill)
+    if sp == 3 then return { v[0], v[1], v[2] } end
+    return { fill, v[0], v[1] }
+  end
+  local ins, outs = conv.in_shape, conv.out_shape
+  local g = {
+    sp = sp,
+    I = sp == 3 and { ins.dim[2], ins.dim[3], ins.dim[4] } or { 1, ins.dim[2], ins.dim[3] },
+    O = sp == 3 and { outs.dim[2], outs.dim[3], outs.dim[4] } or { 1, outs.dim[2], outs.dim[3] },
+    K = dhw(conv.kernel, 1), S = dhw(conv.stride, 1), P = dhw(conv.padding, 0), Dl = dhw(conv.dilation, 1),
+    cin_g = ins.dim[1] // conv.groups,
+    cout_g = conv.out_channels // conv.groups,
+    groups = conv.groups,
+    in_sample = ins.sample,
+    conv = conv,
+  }
+  g.taps = g.K[1] * g.K[2] * g.K[3]
+  g.in_plane = g.I[1] * g.I[2] * g.I[3]
+  return g
 end
 
-function M.render(layer, plan, pass, names, signature)
-  local conv = layer.ops[0]
-  local c = lib.code()
-  local t = pass.conv
-  local sp = conv.spatial
-  local inshape, outshape = conv.in_shape, conv.out_shape
-  local I = sp == 3 and { inshape.dim[2], inshape.dim[3], inshape.dim[4] } or { 1, inshape.dim[2], inshape.dim[3] }
-  local O = sp == 3 and { outshape.dim[2], outshape.dim[3], outshape.dim[4] } or { 1, outshape.dim[2], outshape.dim[3] }
-  local K, S, P, Dl = dhw(conv, "kernel", 1), dhw(conv, "stride", 1), dhw(conv, "padding", 0), dhw(conv, "dilation", 1)
-  local cin_g = inshape.dim[1] // conv.groups
-  local cout_g = conv.out_channels // conv.groups
-  local RW, RC, COT, CIC = t.thread_w, t.thread_co, t.co_tile, t.ci_chunk
-  local TD, TH, TW = t.tile[0], t.tile[1], t.tile[2]
-  local thd, thh, txs = t.threads[0], t.threads[1], TW // RW
-  local SPT = thd * thh * txs
-  local BLOCK = pass.launch.block
-  local NTD, NTH, NTW = (O[1] + TD - 1) // TD, (O[2] + TH - 1) // TH, (O[3] + TW - 1) // TW
-  local NCOT = (cout_g + COT - 1) // COT
-  local IT = {}
-  for i = 1, 3 do IT[i] = (({ TD, TH, TW })[i] - 1) * S[i] + (K[i] - 1) * Dl[i] + 1 end
-  local ITILE = IT[1] * IT[2] * IT[3]
-  local TAPS = K[1] * K[2] * K[3]
-  local in_plane = I[1] * I[2] * I[3]
+-- Shared-memory layout and thread tile of a pass (from the planner's tiling).
+function M.tiling(g, t)
+  local T = {
+    RC = t.thread_co, RH = t.thread_h, RW = t.thread_w,
+    TZ = t.threads[0], TY = t.threads[1], TX = t.threads[2],
+    TD = t.tile[0], TH = t.tile[1], TW = t.tile[2],
+    CIC = t.ci_chunk, COT = t.co_tile, unroll = t.ci_unroll,
+    IT = { t.in_tile[0], t.in_tile[1], t.in_tile[2] },
+  }
+  T.COT4 = ((T.COT + 3) // 4) * 4
+  T.ITILE = T.IT[1] * T.IT[2] * T.IT[3]
+  T.NCT = T.COT // T.RC
+  T.BLOCK = T.TX * T.TY * T.TZ
+  T.W_OFFSET = T.CIC * T.ITILE -- floats before the weights in shared memory
+  return T
+end
 
-  c:line("/* pass %d: direct conv%dd %d->%d (groups %d), kernel %dx%dx%d, stride %dx%dx%d, padding %dx%dx%d, dilation %dx%dx%d;",
-    pass.index, sp, inshape.dim[1], conv.out_channels, conv.groups, K[1], K[2], K[3], S[1], S[2], S[3], P[1], P[2], P[3],
-    Dl[1], Dl[2], Dl[3])
-  c:line(" * tile %dx%dx%d outputs x %d channels per block, %d outputs x %d channels per thread, ops v0..v%d fused */",
-    TD, TH, TW, COT, RW, RC, pass.last)
-  -- two resident blocks per SM at least: lets ptxas use up to 128 registers (its own
-  -- occupancy heuristic otherwise settles on 64 and spills)
-  c:line("extern \"C\" __global__ void __launch_bounds__(%d, 2) %s(%s)", BLOCK, pass.kernel, signature)
-  c:open("{")
-  c:line("extern __shared__ float fg_smem[];")
-  c:line("float *s_in = fg_smem;              /* [%d channels][%d][%d][%d] input tile with halo */", CIC, IT[1], IT[2], IT[3])
-  c:line("float *s_w = fg_smem + %d;           /* [%d out channels][%d in channels][%d taps] */", CIC * ITILE, COT, CIC, TAPS)
-  c:line("const int n = batch_base + (int)blockIdx.z;")
-  c:line("const int t = (int)threadIdx.x;")
-  c:line("const int cog = t / %d;", SPT)
-  c:line("const int tz = (t %% %d) / %d;", SPT, thh * txs)
-  c:line("const int ty = (t %% %d) / %d;", thh * txs, txs)
-  c:line("const int tx = t %% %d;", txs)
-  c:line("const int tile = (int)blockIdx.x;")
-  c:line("const int od0 = (tile / %d) * %d;", NTH * NTW, TD)
-  c:line("const int oh0 = ((tile / %d) %% %d) * %d;", NTW, NTH, TH)
-  c:line("const int ow0 = (tile %% %d) * %d;", NTW, TW)
-  c:line("const int g = (int)blockIdx.y / %d;", NCOT)
-  c:line("const int co0 = ((int)blockIdx.y %% %d) * %d;", NCOT, COT)
-  c:line("const float *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", names.input, inshape.sample, cin_g * in_plane)
-  c:line("const float *wg = %s + (fg_u64)(g * %d + co0) * %d;", names.param[conv.weight_param], cout_g, cin_g * TAPS)
-  c:line("const int id0 = od0 * %d - %d, ih0 = oh0 * %d - %d, iw0 = ow0 * %d - %d;", S[1], P[1], S[2], P[2], S[3], P[3])
-  c:line("float acc[%d][%d];", RC, RW)
-  c:line("for (int j = 0; j < %d; ++j)", RC)
-  c:line("    for (int p = 0; p < %d; ++p) acc[j][p] = 0.0f;", RW)
-
-  c:open("for (int ci0 = 0; ci0 < %d; ci0 += %d) {", cin_g, CIC)
-  c:line("__syncthreads();")
-  c:open("for (int e = t; e < %d; e += %d) {", CIC * ITILE, BLOCK)
-  c:line("const int ci = e / %d, r = e %% %d;", ITILE, ITILE)
-  c:line("const int id = id0 + r / %d, ih = ih0 + (r / %d) %% %d, iw = iw0 + r %% %d;", IT[2] * IT[3], IT[3], IT[2], IT[3])
+-- Stages input channels ci0 .. ci0+CIC-1 of the tile (zero outside the input and past the
+-- last channel) and their weights for the block's channels.
+function M.stage(c, g, T, names)
+  c:open("for (int e = t; e < %d; e += %d) {", T.CIC * T.ITILE, T.BLOCK)
+  c:line("const int ci = e / %d, r = e %% %d;", T.ITILE, T.ITILE)
+  c:line("const int a = r / %d, b = (r / %d) %% %d, cw = r %% %d;", T.IT[2] * T.IT[3], T.IT[3], T.IT[2], T.IT[3])
+  c:line("const int id = id0 + a, ih = ih0 + b, iw = iw0 + cw;")
   local checks = {}
-  if cin_g % CIC ~= 0 then checks[#checks + 1] = string.format("ci0 + ci < %d", cin_g) end
-  local names3 = { "id", "ih", "iw" }
+  if g.cin_g % T.CIC ~= 0 then checks[#checks + 1] = string.format("ci0 + ci < %d", g.cin_g) end
+  local vars = { "id", "ih", "iw" }
   for i = 1, 3 do
-    if not (sp == 2 and i == 1) then
-      if P[i] > 0 then checks[#checks + 1] = names3[i] .. " >= 0" end
-      checks[#checks + 1] = string.format("%s < %d", names3[i], I[i])
+    if not (g.sp == 2 and i == 1) then
+      if g.P[i] > 0 then checks[#checks + 1] = vars[i] .. " >= 0" end
+      checks[#checks + 1] = string.format("%s < %d", vars[i], g.I[i])
     end
   end
   c:line("float v = 0.0f;")
-  c:line("if (%s) v = xg[(fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw];", table.concat(checks, " && "), in_plane, I[2], I[3])
+  c:line("if (%s) v = xg[(fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw];", table.concat(checks, " && "),
+    g.in_plane, g.I[2], g.I[3])
   c:line("s_in[e] = v;")
   c:close()
-  c:open("for (int e = t; e < %d; e += %d) {", COT * CIC * TAPS, BLOCK)
-  c:line("const int co = e / %d, ci = (e / %d) %% %d, tap = e %% %d;", CIC * TAPS, TAPS, CIC, TAPS)
-  local wchecks = { string.format("co0 + co < %d", cout_g) }
-  if cin_g % CIC ~= 0 then wchecks[#wchecks + 1] = string.format("ci0 + ci < %d", cin_g) end
-  c:line("s_w[e] = (%s) ? wg[co * %d + (ci0 + ci) * %d + tap] : 0.0f;", table.concat(wchecks, " && "), cin_g * TAPS, TAPS)
+  c:open("for (int e = t; e < %d; e += %d) {", T.CIC * g.taps * T.COT4, T.BLOCK)
+  c:line("const int ci = e / %d, tap = (e / %d) %% %d, co = e %% %d;", g.taps * T.COT4, T.COT4, g.taps, T.COT4)
+  local wchecks = { string.format("co0 + co < %d", g.cout_g) }
+  if g.cin_g % T.CIC ~= 0 then wchecks[#wchecks + 1] = string.format("ci0 + ci < %d", g.cin_g) end
+  c:line("s_w[e] = (%s) ? wg[(fg_u64)co * %d + (ci0 + ci) * %d + tap] : 0.0f;", table.concat(wchecks, " && "),
+    g.cin_g * g.taps, g.taps)
   c:close()
-  c:line("__syncthreads();")
-  if t.ci_unroll > 1 then c:line("#pragma unroll %d", t.ci_unroll) else c:line("#pragma unroll 1") end
-  c:open("for (int ci = 0; ci < %d; ++ci) {", CIC)
-  c:line("const float *si = s_in + ci * %d + tz * %d + ty * %d + tx * %d;", ITILE, S[1] * IT[2] * IT[3], S[2] * IT[3], RW * S[3])
-  c:line("const float *sw = s_w + cog * %d + ci * %d;", RC * CIC * TAPS, TAPS)
-  local tap = 0
+end
+
+-- Loads `n` consecutive floats from shared memory at `base` + off into variables named
+-- prefix0.., using the widest aligned vector loads (the planner pads rows to 4 floats and
+-- `aligned` tells whether the thread's offset is a multiple of 4).
+local function load_row(c, prefix, base, off, n, aligned)
+  local j = 0
+  while j < n do
+    local left = n - j
+    local a = (off + j) % 4
+    if aligned and a == 0 and left >= 4 then
+      c:line("const float4 %sv%d = *(const float4 *)(%s + %d);", prefix, j, base, off + j)
+      c:line("const float %s%d = %sv%d.x, %s%d = %sv%d.y, %s%d = %sv%d.z, %s%d = %sv%d.w;", prefix, j, prefix, j, prefix,
+        j + 1, prefix, j, prefix, j + 2, prefix, j, prefix, j + 3, prefix, j)
+      j = j + 4
+    elseif aligned and a % 2 == 0 and left >= 2 then
+      c:line("const float2 %sv%d = *(const float2 *)(%s + %d);", prefix, j, base, off + j)
+      c:line("const float %s%d = %sv%d.x, %s%d = %sv%d.y;", prefix, j, prefix, j, prefix, j + 1, prefix, j)
+      j = j + 2
+    else
+      c:line("const float %s%d = %s[%d];", prefix, j, base, off + j)
+      j = j + 1
+    end
+  end
+end
+
+-- acc[RC][RH][RW] += the staged channels' contribution, for channel tile `ct`.
+function M.accumulate(c, g, T)
+  local S, K, Dl = g.S, g.K, g.Dl
+  local row_len = (T.RW - 1) * S[3] + (K[3] - 1) * Dl[3] + 1
+  local aligned = (T.RW * S[3]) % 4 == 0
+  local plane = T.IT[2] * T.IT[3]
+  c:line(T.unroll > 1 and string.format("#pragma unroll %d", T.unroll) or "#pragma unroll 1")
+  c:open("for (int ci = 0; ci < %d; ++ci) {", T.CIC)
+  c:line("const float *si = s_in + ci * %d + tz * %d + ty * %d + tx * %d;", T.ITILE, S[1] * plane, T.RH * S[2] * T.IT[3],
+    T.RW * S[3])
+  c:line("const float4 *sw = (const float4 *)(s_w + ci * %d + ct * %d);", g.taps * T.COT4, T.RC)
   for kd = 0, K[1] - 1 do
     for kh = 0, K[2] - 1 do
+      if g.sp == 3 then c:open("{ /* taps %d,%d,* */", kd, kh) else c:open("{ /* taps %d,* */", kh) end
+      for r = 0, T.RH - 1 do
+        load_row(c, "x" .. r .. "_", "si", kd * Dl[1] * plane + (r * S[2] + kh * Dl[2]) * T.IT[3], row_len, aligned)
+      end
       for kw = 0, K[3] - 1 do
-        local off = kd * Dl[1] * IT[2] * IT[3] + kh * Dl[2] * IT[3] + kw * Dl[3]
-        if sp == 3 then c:open("{ /* tap %d,%d,%d */", kd, kh, kw) else c:open("{ /* tap %d,%d */", kh, kw) end
-        for p = 0, RW - 1 do c:line("const float x%d = si[%d];", p, off + p * S[3]) end
-        for j = 0, RC - 1 do c:line("const float w%d = sw[%d];", j, j * CIC * TAPS + tap) end
-        for j = 0, RC - 1 do
+        local tap = (kd * K[2] + kh) * K[3] + kw
+        if g.sp == 3 then c:open("{ /* tap %d,%d,%d */", kd, kh, kw) else c:open("{ /* tap %d,%d */", kh, kw) end
+        for q = 0, T.RC // 4 - 1 do
+          c:line("const float4 w%d = sw[%d];", q, (tap * T.COT4) // 4 + q)
+        end
+        local comps = { "x", "y", "z", "w" }
+        for j = 0, T.RC - 1 do
+          local wv = string.format("w%d.%s", j // 4, comps[j % 4 + 1])
           local fmas = {}
-          for p = 0, RW - 1 do fmas[#fmas + 1] = string.format("acc[%d][%d] = fmaf(x%d, w%d, acc[%d][%d]);", j, p, p, j, j, p) end
+          for r = 0, T.RH - 1 do
+            for px = 0, T.RW - 1 do
+              local xi = px * S[3] + kw * Dl[3]
+              fmas[#fmas + 1] = string.format("acc[%d][%d][%d] = fmaf(x%d_%d, %s, acc[%d][%d][%d]);", j, r, px, r, xi, wv,
+                j, r, px)
+            end
+          end
           c:line(table.concat(fmas, " "))
         end
         c:close()
-        tap = tap + 1
       end
+      c:close()
     end
   end
   c:close()
-  c:close()
+end
 
-  -- epilogue: the fused chain, the stores, the statistics
+function M.render(layer, plan, pass, names, signature)
+  local g = M.geometry(layer)
+  local T = M.tiling(g, pass.conv)
+  local conv = g.conv
+  local O = g.O
+  local c = lib.code()
+  local NTD, NTH, NTW = (O[1] + T.TD - 1) // T.TD, (O[2] + T.TH - 1) // T.TH, (O[3] + T.TW - 1) // T.TW
+  local NCOB = (g.cout_g + T.COT - 1) // T.COT
+  local single_chunk = T.CIC == g.cin_g
+
+  c:line("/* pass %d: direct conv%dd %d->%d (groups %d), kernel %dx%dx%d, stride %dx%dx%d, padding %dx%dx%d,",
+    pass.index, g.sp, conv.in_shape.dim[1], conv.out_channels, g.groups, g.K[1], g.K[2], g.K[3], g.S[1], g.S[2], g.S[3],
+    g.P[1], g.P[2], g.P[3])
+  c:line(" * dilation %dx%dx%d; block tile %dx%dx%d outputs x %d channels, thread tile %dx%d outputs x %d channels;",
+    g.Dl[1], g.Dl[2], g.Dl[3], T.TD, T.TH, T.TW, T.COT, T.RH, T.RW, T.RC)
+  c:line(" * ops v0..v%d fused */", pass.last)
+  -- two resident blocks per SM at least: ptxas may then use up to 128 registers (its own
+  -- occupancy heuristic otherwise settles on 64 and spills)
+  c:line("extern \"C\" __global__ void __launch_bounds__(%d, 2) %s(%s)", T.BLOCK, pass.kernel, signature)
+  c:open("{")
+  c:line("extern __shared__ __align__(16) float fg_smem[];")
+  c:line("float *s_in = fg_smem;               /* [%d][%d][%d][%d] input tile with halo */", T.CIC, T.IT[1], T.IT[2], T.IT[3])
+  c:line("float *s_w = fg_smem + %d;           /* [%d ci][%d taps][%d co] weights */", T.W_OFFSET, T.CIC, g.taps, T.COT4)
+  c:line("const int n = batch_base + (int)blockIdx.z;")
+  c:line("const int t = (int)threadIdx.x;")
+  c:line("const int tx = t %% %d, ty = (t / %d) %% %d, tz = t / %d;", T.TX, T.TX, T.TY, T.TX * T.TY)
+  c:line("const int tile = (int)blockIdx.x;")
+  c:line("const int od0 = (tile / %d) * %d, oh0 = ((tile / %d) %% %d) * %d, ow0 = (tile %% %d) * %d;", NTH * NTW, T.TD,
+    NTW, NTH, T.TH, NTW, T.TW)
+  c:line("const int g = (int)blockIdx.y / %d, co0 = ((int)blockIdx.y %% %d) * %d;", NCOB, NCOB, T.COT)
+  c:line("const float *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", names.input, g.in_sample, g.cin_g * g.in_plane)
+  c:line("const float *wg = %s + (fg_u64)(g * %d + co0) * %d;", names.param[conv.weight_param], g.cout_g, g.cin_g * g.taps)
+  c:line("const int id0 = od0 * %d - %d, ih0 = oh0 * %d - %d, iw0 = ow0 * %d - %d;", g.S[1], g.P[1], g.S[2], g.P[2],
+    g.S[3], g.P[3])
+  c:line("(void)id0;")
+  c:line("float acc[%d][%d][%d];", T.RC, T.RH, T.RW)
+
+  -- the epilogue's evaluator and statistics
   local ev = expr.new(layer, plan, pass, c, names)
   local slots = 0
   local uniform = true
   for i = 0, pass.feeds.n - 1 do
     uniform = uniform and feed.uniform_per_channel(layer, plan, pass.feeds[i])
   end
-  if pass.feeds.n > 0 and uniform then slots = RC end
+  if pass.feeds.n > 0 and uniform then slots = T.RC end
+
+  if single_chunk then
+    c:line("const int ci0 = 0;")
+    M.stage(c, g, T, names)
+    c:line("__syncthreads();")
+  end
+  c:line("#pragma unroll 1")
+  c:open("for (int ct = 0; ct < %d; ++ct) {", T.NCT)
+  c:line("if (co0 + ct * %d >= %d) break; /* a block-uniform condition */", T.RC, g.cout_g)
+  c:line("#pragma unroll")
+  c:open("for (int j = 0; j < %d; ++j)", T.RC)
+  c:line("#pragma unroll")
+  c:open("for (int r = 0; r < %d; ++r)", T.RH)
+  c:line("#pragma unroll")
+  c:line("for (int p = 0; p < %d; ++p) acc[j][r][p] = 0.0f;", T.RW)
+  c.depth = c.depth - 2
+  if not single_chunk then
+    c:line("#pragma unroll 1")
+    c:open("for (int ci0 = 0; ci0 < %d; ci0 += %d) {", g.cin_g, T.CIC)
+    c:line("__syncthreads();")
+    M.stage(c, g, T, names)
+    c:line("__syncthreads();")
+  end
+  M.accumulate(c, g, T)
+  if not single_chunk then c:close() end
+
   feed.declare(c, plan, pass.feeds, slots)
   c:line("#pragma unroll")
-  c:open("for (int j = 0; j < %d; ++j) {", RC)
+  c:open("for (int j = 0; j < %d; ++j) {", T.RC)
   c:line("#pragma unroll")
-  c:open("for (int p = 0; p < %d; ++p) {", RW)
-  c:line("const int co = co0 + cog * %d + j;", RC)
-  c:line("const int c = g * %d + co;", cout_g)
-  if sp == 3 then c:line("const int od = od0 + tz;") end
-  c:line("const int oh = oh0 + ty, ow = ow0 + tx * %d + p;", RW)
-  local valid = { string.format("co < %d", cout_g), string.format("oh < %d", O[2]), string.format("ow < %d", O[3]) }
-  if sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
+  c:open("for (int r = 0; r < %d; ++r) {", T.RH)
+  c:line("#pragma unroll")
+  c:open("for (int p = 0; p < %d; ++p) {", T.RW)
+  c:line("const int co = co0 + ct * %d + j;", T.RC)
+  c:line("const int c = g * %d + co;", g.cout_g)
+  if g.sp == 3 then c:line("const int od = od0 + tz;") end
+  c:line("const int oh = oh0 + ty * %d + r, ow = ow0 + tx * %d + p;", T.RH, T.RW)
+  local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]), string.format("ow < %d", O[3]) }
+  if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
   c:open("if (%s) {", table.concat(valid, " && "))
-  local coords = sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
+  local coords = g.sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
   if conv.bias then
-    c:line("const float v0 = acc[j][p] + %s[c];", names.param[conv.bias_param])
+    c:line("const float v0 = acc[j][r][p] + %s[c];", names.param[conv.bias_param])
   else
-    c:line("const float v0 = acc[j][p];")
+    c:line("const float v0 = acc[j][r][p];")
   end
+  ev:push_scope()
   ev:remember(0, coords, "v0")
   local v = ev:eval(pass.last, coords)
   local dshape = layer.ops[pass.last].out_shape
@@ -164,14 +260,25 @@ function M.render(layer, plan, pass, names, signature)
   end
   for i = 0, pass.extra_stores.n - 1 do
     local b = pass.extra_stores[i]
-    local u = plan.buffers[b].value
-    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.buffer[b], dshape.sample, idx, ev:eval(u, coords))
+    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.buffer[b], dshape.sample, idx, ev:eval(plan.buffers[b].value, coords))
   end
   feed.element(c, ev, plan, pass.feeds, v, coords, slots > 0 and "j" or nil)
+  ev:pop_scope()
   c:close()
   c:close()
   c:close()
-  feed.finish(c, ev, plan, pass.feeds, slots)
+  c:close()
+  -- a slot is one channel of the tile: its statistic's key from the channel alone (the
+  -- planner chose per-slot partials only when the key does not depend on position)
+  local function slot_key(a, q)
+    local co = string.format("co0 + ct * %d + %s", T.RC, q)
+    local cc = { string.format("(g * %d + %s)", g.cout_g, co) }
+    for d = 2, conv.out_shape.rank - 1 do cc[d] = "0" end
+    return string.format("%s < %d ? %s : -1LL", co, g.cout_g, ev:accum_key(a, cc))
+  end
+  feed.finish(c, ev, plan, pass.feeds, slots, slot_key)
+  if not single_chunk then c:line("__syncthreads(); /* the next channel tile restages */") end
+  c:close()
   c:close()
   return c
 end

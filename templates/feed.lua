@@ -19,9 +19,11 @@ function M.declare(code, plan, feeds, slots)
     local kind = plan.accums[a].kind
     local init = kind == "max" and "__int_as_float(0xff800000)" or kind == "min" and "__int_as_float(0x7f800000)" or "0.0f"
     if slots > 0 then
-      code:line("long long fk%d[%d]; float fs%d[%d], fq%d[%d];", a, slots, a, slots, a, slots)
+      -- no keys kept: a slot's key is known from its channel (see finish)
+      code:line("float fs%d[%d], fq%d[%d];", a, slots, a, slots)
+      code:line("#pragma unroll") -- constant indices keep the partials in registers
       code:open("for (int q = 0; q < %d; ++q) {", slots)
-      code:line("fk%d[q] = -1; fs%d[q] = %s; fq%d[q] = 0.0f;", a, a, init, a)
+      code:line("fs%d[q] = %s; fq%d[q] = 0.0f;", a, init, a)
       code:close()
     else
       code:line("long long fk%d = -1; float fs%d = %s, fq%d = 0.0f;", a, a, init, a)
@@ -75,7 +77,6 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
     code:line("const long long %s = %s;", key, ev:accum_key(a, coords))
     local x = contribution(code, ev, plan, a, v, key)
     if slot then
-      code:line("fk%d[%s] = %s;", a, slot, key)
       combine(code, kind, string.format("fs%d[%s]", a, slot), string.format("fq%d[%s]", a, slot), x)
     else
       code:open("if (%s != fk%d) {", key, a)
@@ -90,8 +91,9 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
   end
 end
 
--- After the element loop, reached by every thread of the block (warp-collective).
-function M.finish(code, ev, plan, feeds, slots)
+-- After the element loop, reached by every thread of the block (warp-collective). With
+-- per-slot partials, slot_key(q) gives the C expression of slot q's key (or -1).
+function M.finish(code, ev, plan, feeds, slots, slot_key)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
     local kind = plan.accums[a].kind
@@ -106,8 +108,9 @@ function M.finish(code, ev, plan, feeds, slots)
       end
     end
     if slots > 0 then
+      code:line("#pragma unroll")
       code:open("for (int q = 0; q < %d; ++q) {", slots)
-      call(string.format("fk%d[q]", a), string.format("fs%d[q]", a), string.format("fq%d[q]", a))
+      call(string.format("(%s)", slot_key(a, "q")), string.format("fs%d[q]", a), string.format("fq%d[q]", a))
       code:close()
     else
       call("fk" .. a, "fs" .. a, "fq" .. a)
