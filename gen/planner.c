@@ -100,7 +100,7 @@ static fg_pass *new_pass(planner *p, fg_pass_kind kind)
     memset(ps, 0, sizeof *ps);
     ps->kind = kind;
     ps->source_buffer = ps->store_buffer = ps->finalize_accum = -1;
-    static const char *const kinds[] = {"conv", "map", "finalize", "cudnn"};
+    static const char *const kinds[] = {"conv", "map", "finalize", "cudnn", "resident"};
     snprintf(ps->kernel, sizeof ps->kernel, "fg_pass%d_%s", plan->n_passes, kinds[kind]);
     plan->n_passes++;
     return ps;
@@ -256,7 +256,10 @@ static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps)
         int64_t regs = acc + t->thread_h * row + t->thread_co + 32;
         if ((acc * g.taps <= 900 && regs <= 128) || acc <= 4)
             break;
-        if (t->thread_h > 1)
+        /* 3D kernels shrink along W first: 2 rows x 2 outputs ran faster than 1 x 4 (NOTES.md) */
+        if (g.taps > 9 && t->thread_w > 2)
+            t->thread_w /= 2;
+        else if (t->thread_h > 1)
             t->thread_h = 1;
         else if (t->thread_w > 2)
             t->thread_w /= 2;
@@ -377,7 +380,7 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
             add_arg(ps, FG_ARG_PARAM, op->var_param);
         }
     }
-    if (needs_stats(op) || is_big_reduce(op)) {
+    if ((needs_stats(op) || is_big_reduce(op)) && plan->op_accum[j] >= 0) {
         int a = plan->op_accum[j];
         if (plan->accums[a].finalized >= 0) {
             add_arg(ps, FG_ARG_STATS, a);
@@ -447,6 +450,163 @@ static fg_strategy choose_strategy(const fg_layer_ir *ir, int cut)
     return flops / 30e12 < bytes_saved / 4e12 ? FG_STRATEGY_RECOMPUTE : FG_STRATEGY_MATERIALIZE;
 }
 
+
+/* ---- the resident strategy ------------------------------------------------------------ */
+
+enum {
+    RESIDENT_KEEP_BUDGET = 160 * 1024, /* bytes of kept conv output per CTA */
+    RESIDENT_SMEM_LIMIT = 227 * 1024,  /* opt-in shared memory per block on sm_90 */
+};
+
+/* Whether ops first..last can be evaluated at one position from the kept value `kept` with
+ * the norm's statistics known: elementwise ops, then at most one reduction over the
+ * channels (dim 1 only), then elementwise ops again. Returns the reduction's index (or -1)
+ * through *reduce_op, false when something else appears. */
+static bool resident_tail_ok(const fg_layer_ir *ir, int norm, int kept, int *reduce_op)
+{
+    *reduce_op = -1;
+    for (int j = norm + 1; j < ir->n_ops; j++) {
+        const fg_op *op = &ir->ops[j];
+        fg_op_class c = fg_op_kind_class(op->kind);
+        if (op->operand == FG_OPERAND_VALUE) {
+            int v = op->operand_value;
+            bool same_positions = *reduce_op < 0 || v > *reduce_op;
+            if (!(v == kept || v >= norm) || !same_positions)
+                return false;
+        }
+        if (c == FG_CLASS_UNARY || c == FG_CLASS_BINARY)
+            continue;
+        if (c == FG_CLASS_REDUCE && op->reduce_mask == (1u << 1) && *reduce_op < 0 &&
+            op->in.dim[1] <= FG_INLINE_REDUCE_MAX) {
+            *reduce_op = j;
+            continue;
+        }
+        return false;
+    }
+    return true;
+}
+
+/* Plans the whole layer as one resident pass when the shape allows it: the conv and the ops
+ * before the first norm run tile by tile; their result stays in the shared memory of a
+ * cluster of CTAs that together own every position of a block of channels (whole norm
+ * groups); the norm's statistics are reduced over the cluster (distributed shared memory);
+ * the rest of the chain is applied in place and the output is written once. Nothing but the
+ * input and the output touches device memory. */
+static bool plan_resident(planner *p, int sm)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    const fg_op *conv = &ir->ops[0];
+    if (ir->precision != FG_PRECISION_FP32)
+        return false;
+    int t = 0;
+    while (t + 1 < ir->n_ops && inline_ok(p, 0, t + 1, true))
+        t++;
+    int k = t + 1;
+    if (k >= ir->n_ops)
+        return false;
+    const fg_op *norm = &ir->ops[k];
+    if (fg_op_kind_class(norm->kind) != FG_CLASS_NORM || !needs_stats(norm))
+        return false;
+    fg_stat_layout sl;
+    fg_norm_stat_layout(norm, &sl);
+    unsigned all_spatial = 0;
+    for (int d = 2; d < norm->in.rank; d++)
+        all_spatial |= 1u << d;
+    if (sl.over_batch || sl.mask != all_spatial)
+        return false;
+    int reduce_op;
+    if (!resident_tail_ok(ir, k, t, &reduce_op))
+        return false;
+    /* values of the conv chain other than the kept one cannot be read after the norm */
+    for (int v = 0; v < t; v++)
+        if (value_needed_after(ir, v, t))
+            return false;
+    conv_geometry g;
+    geometry(conv, &g);
+    int64_t channels = conv->out_channels;
+    /* channel block: all channels when a channel reduction follows, else whole statistic
+     * groups, at least 8 channels when that divides evenly (a full register tile) */
+    int64_t block = channels;
+    if (reduce_op < 0) {
+        block = sl.channel_group;
+        while (block < 8 && channels % (block * 2) == 0)
+            block *= 2;
+    }
+    if (block > g.cout_g || g.cout_g % block != 0)
+        return false; /* a cluster's channels must come from one conv group */
+    int64_t rows = g.out[0] * g.out[1];
+    int cluster;
+    for (;;) {
+        cluster = 1;
+        while (cluster <= 8 && ceil_div(rows, cluster) * g.out[2] * block * 4 > RESIDENT_KEEP_BUDGET)
+            cluster *= 2;
+        /* too big for 8 CTAs: fewer channels per cluster, down to one statistic group */
+        if (cluster <= 8 || reduce_op >= 0 || block / 2 < sl.channel_group || (block / 2) % sl.channel_group)
+            break;
+        block /= 2;
+    }
+    if (cluster > 8 || (cluster > 1 && sm < 90) || rows < cluster)
+        return false;
+
+    fg_pass *ps = new_pass(p, FG_PASS_RESIDENT);
+    if (!ps)
+        return false;
+    plan->strategy = FG_STRATEGY_RESIDENT;
+    ps->first = 0;
+    ps->last = ps->domain = ir->n_ops - 1;
+    ps->store_output = true;
+    ps->res.cluster = cluster;
+    ps->res.channel_block = (int)block;
+    ps->res.channel_group = (int)sl.channel_group;
+    ps->res.norm_op = k;
+    ps->res.reduce_op = reduce_op;
+    ps->res.rows = rows;
+    ps->res.slice = round_up(ceil_div(rows, cluster) * g.out[2], 4); /* keeps what follows 16-byte aligned */
+    for (int j = 0; j < ir->n_ops; j++)
+        p->ready[j] = true;
+
+    /* the conv inside: one output depth at a time, tiles of rows x columns */
+    fg_conv_tiling *ct = &ps->conv;
+    ct->thread_co = block >= 8 ? 8 : round_up(block, 4);
+    ct->thread_h = g.out[1] >= 2 ? 2 : 1;
+    ct->thread_w = g.out[2] >= 16 ? (ct->thread_co <= 4 ? 8 : 4) : g.out[2] >= 2 ? 2 : 1;
+    while ((int64_t)ct->thread_co * ct->thread_h * ct->thread_w * g.taps > 900 && ct->thread_h * ct->thread_w > 2) {
+        if (ct->thread_h > 1)
+            ct->thread_h = 1;
+        else
+            ct->thread_w /= 2;
+    }
+    int tx = (int)(ceil_div(g.out[2], ct->thread_w) < 32 ? ceil_div(g.out[2], ct->thread_w) : 32);
+    int ty = (int)(ceil_div(g.out[1], ct->thread_h) < 256 / tx ? ceil_div(g.out[1], ct->thread_h) : 256 / tx);
+    ct->threads[0] = 1;
+    ct->threads[1] = ty;
+    ct->threads[2] = tx;
+    ct->tile[0] = 1;
+    ct->tile[1] = ty * ct->thread_h;
+    ct->tile[2] = tx * ct->thread_w;
+    ct->in_tile[0] = (g.k[0] - 1) * g.d[0] + 1;
+    ct->in_tile[1] = (ct->tile[1] - 1) * g.s[1] + (g.k[1] - 1) * g.d[1] + 1;
+    ct->in_tile[2] = round_up((int64_t)(ct->tile[2] - 1) * g.s[2] + (int64_t)(g.k[2] - 1) * g.d[2] + 1, 4);
+    ct->co_tile = (int)round_up(block, ct->thread_co);
+    int64_t kept = block * ps->res.slice * 4;
+    ct->ci_chunk = (int)g.cin_g;
+    while (ct->ci_chunk > 1 && kept + conv_smem(&g, ct, ct->ci_chunk) > RESIDENT_SMEM_LIMIT - 4096)
+        ct->ci_chunk = (ct->ci_chunk + 1) / 2;
+    if (kept + conv_smem(&g, ct, ct->ci_chunk) > RESIDENT_SMEM_LIMIT - 4096) {
+        plan->n_passes--;
+        plan->strategy = FG_STRATEGY_MATERIALIZE;
+        return false;
+    }
+    ct->ci_unroll = 1;
+    ps->launch.block = tx * ty;
+    ps->launch.grid_x = cluster;
+    ps->launch.grid_y = channels / block;
+    ps->launch.per_sample = true;
+    ps->launch.smem_bytes = (int)(kept + conv_smem(&g, ct, ct->ci_chunk));
+    return true;
+}
+
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err)
 {
     memset(plan, 0, sizeof *plan);
@@ -459,6 +619,30 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         plan->inline_loop[k] = is_window(&ir->ops[k]);
     int last_op = ir->n_ops - 1;
 
+    int sm = opts && opts->sm ? opts->sm : 90;
+    int wanted = opts && opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
+    /* FUSEGEN_STRATEGY overrides "auto" in specs: a knob for benchmarking (bench/NOTES.md) */
+    const char *env = getenv("FUSEGEN_STRATEGY");
+    if (wanted < 0 && env && *env) {
+        static const char *const names[] = {"materialize", "recompute", "resident"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(env, names[i]) == 0)
+                wanted = i;
+    }
+    /* "auto" does not pick resident: measured on the H200 it is still slower than materialize
+     * (bench/NOTES.md, v3); a spec (or FUSEGEN_STRATEGY) can ask for it */
+    if (wanted == FG_STRATEGY_RESIDENT) {
+        if (plan_resident(&p, sm)) {
+            pass_args(ir, plan, &p, &plan->passes[0]);
+            return 0;
+        }
+        if (wanted == FG_STRATEGY_RESIDENT)
+            return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
+                                "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "
+                                "most one channel reduction after it, and a norm group that fits in 8 CTAs' shared "
+                                "memory; use \"auto\"",
+                           ir->file, sm);
+    }
     fg_pass *ps;
     if (ir->precision == FG_PRECISION_TF32) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
@@ -495,8 +679,9 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         plan->strategy = FG_STRATEGY_MATERIALIZE;
         if (t < last_op && needs_stats(&ir->ops[t + 1]) &&
             fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
-            int forced = opts && opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
-            plan->strategy = forced >= 0 ? (fg_strategy)forced : choose_strategy(ir, t);
+            plan->strategy = wanted == FG_STRATEGY_MATERIALIZE || wanted == FG_STRATEGY_RECOMPUTE
+                                 ? (fg_strategy)wanted
+                                 : choose_strategy(ir, t);
             /* recompute cannot serve a value some later op reads back */
             for (int v = 0; v <= t; v++)
                 if (value_needed_after(ir, v, t))
@@ -592,6 +777,14 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
     return 0;
 }
 
+int fg_arch_sm(const char *arch)
+{
+    int sm = 0;
+    if (!arch || sscanf(arch, "sm_%d", &sm) != 1 || sm < 10)
+        return 0;
+    return sm;
+}
+
 uint32_t fg_accum_clear_pattern(const fg_accum *a)
 {
     /* floats are accumulated as order-preserving ints: i >= 0 ? i : i ^ 0x7fffffff */
@@ -645,9 +838,11 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                    void *ctx)
 {
     char line[1024];
-    snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes,
-             plan->strategy == FG_STRATEGY_RECOMPUTE ? "recompute (conv runs twice, no intermediate)"
-                                                     : "materialize (the value before each statistic is stored once)");
+    static const char *const strategies[] = {
+        "materialize (the value before each statistic is stored once)",
+        "recompute (the conv runs twice, no intermediate)",
+        "resident (one kernel; a cluster keeps each norm group in shared memory)"};
+    snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes, strategies[plan->strategy]);
     emit(ctx, line);
     for (int i = 0; i < plan->n_passes; i++) {
         const fg_pass *ps = &plan->passes[i];
@@ -658,6 +853,31 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                            ps->kernel, ps->finalize_accum, a->value, a->op, fg_op_kind_name(ir->ops[a->op].kind));
         } else {
             const char *from = ps->kind == FG_PASS_CONV ? "conv" : "";
+            if (ps->kind == FG_PASS_RESIDENT) {
+                const struct fg_resident *r = &ps->res;
+                snprintf(line, sizeof line,
+                         "  pass %d resident %s: conv v0..v%d kept in shared memory, statistics of op %d over "
+                         "clusters of %d CTAs, then v%d..v%d, writes the output",
+                         i, ps->kernel, r->norm_op - 1, r->norm_op, r->cluster, r->norm_op, ps->last);
+                emit(ctx, line);
+                snprintf(line, sizeof line,
+                         "           a cluster owns %d channels (norm groups of %d) of one sample; each CTA %lld rows, "
+                         "%lld floats per channel",
+                         r->channel_block, r->channel_group, (long long)((r->rows + r->cluster - 1) / r->cluster),
+                         (long long)r->slice);
+                emit(ctx, line);
+                const fg_conv_tiling *t = &ps->conv;
+                snprintf(line, sizeof line,
+                         "           conv tiles %dx%d outputs, %dx%d outputs x %d channels per thread, %d input channels "
+                         "staged at a time",
+                         t->tile[1], t->tile[2], t->thread_h, t->thread_w, t->thread_co, t->ci_chunk);
+                emit(ctx, line);
+                snprintf(line, sizeof line, "           launch: %d threads, grid %lld x %lld x N, %d B shared",
+                         ps->launch.block, (long long)ps->launch.grid_x, (long long)ps->launch.grid_y,
+                         ps->launch.smem_bytes);
+                emit(ctx, line);
+                continue;
+            }
             if (ps->kind == FG_PASS_CUDNN) {
                 snprintf(line, sizeof line, "  pass %d cudnn    cuDNN's convolution (TF32 allowed) computes v0%s", i,
                          ps->store_output ? " and writes the output" : ", stored in b0");

@@ -32,6 +32,7 @@ typedef enum fg_pass_kind {
     FG_PASS_MAP,      /* one thread per domain element (or a few), from a buffer */
     FG_PASS_FINALIZE, /* one thread per statistic */
     FG_PASS_CUDNN,    /* value 0 by cuDNN's convolution (precision = "tf32"); no generated kernel */
+    FG_PASS_RESIDENT, /* the whole layer in one kernel: a cluster keeps a norm's groups in shared memory */
 } fg_pass_kind;
 
 typedef enum fg_accum_kind {
@@ -119,6 +120,15 @@ typedef struct fg_pass {
     int n_zero;
     int zero[4];            /* accumulators the runtime clears before this pass */
     fg_conv_tiling conv;
+    struct fg_resident {
+        int cluster;            /* CTAs per cluster (1, 2, 4, 8) */
+        int channel_block;      /* output channels a cluster owns, all positions of them */
+        int channel_group;      /* channels per statistic of the norm */
+        int norm_op;            /* the norm whose statistics the cluster reduces */
+        int reduce_op;          /* the channel reduction applied after it, -1 if none */
+        int64_t rows;           /* output rows (D x H) of a sample */
+        int64_t slice;          /* floats per channel one CTA keeps: its rows x W at most */
+    } res;
     fg_launch launch;
     int n_args;
     fg_arg args[FG_MAX_ARGS];
@@ -127,6 +137,7 @@ typedef struct fg_pass {
 typedef enum fg_strategy {
     FG_STRATEGY_MATERIALIZE, /* the conv pass writes the pre-norm value once */
     FG_STRATEGY_RECOMPUTE,   /* the conv pass runs again after the statistics are known */
+    FG_STRATEGY_RESIDENT,    /* one kernel: conv output kept in (distributed) shared memory */
 } fg_strategy;
 
 typedef struct fg_plan {
@@ -146,9 +157,13 @@ typedef struct fg_plan {
 
 typedef struct fg_plan_options {
     int force_strategy;     /* -1: choose by cost; else an fg_strategy */
+    int sm;                 /* target compute capability x 10 (80, 90); 0: 90 */
 } fg_plan_options;
 
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err);
+
+/* "sm_90" / "sm_90a" -> 90; 0 when the text is not an architecture. */
+int fg_arch_sm(const char *arch);
 
 /* Bytes of workspace a run with `batch` samples needs, and each piece's offset. */
 typedef struct fg_workspace_layout {

@@ -193,14 +193,15 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir)
     lua_setfield(L, -2, "params");
 }
 
-static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn"};
+static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn", "resident"};
 static const char *const accum_kind_names[] = {"moments", "sum", "max", "min", "sumexp"};
 static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
 
 static void push_plan(lua_State *L, const fg_plan *plan)
 {
     lua_createtable(L, 0, 8);
-    set_str(L, "strategy", plan->strategy == FG_STRATEGY_RECOMPUTE ? "recompute" : "materialize");
+    static const char *const strategies[] = {"materialize", "recompute", "resident"};
+    set_str(L, "strategy", strategies[plan->strategy]);
     set_int(L, "n_passes", plan->n_passes);
     lua_createtable(L, plan->n_passes, 1);
     for (int i = 0; i < plan->n_passes; i++) {
@@ -237,6 +238,15 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "ci_chunk", t->ci_chunk);
         set_int(L, "ci_unroll", t->ci_unroll);
         lua_setfield(L, -2, "conv");
+        lua_createtable(L, 0, 8);
+        set_int(L, "cluster", ps->res.cluster);
+        set_int(L, "channel_block", ps->res.channel_block);
+        set_int(L, "channel_group", ps->res.channel_group);
+        set_int(L, "norm_op", ps->res.norm_op);
+        set_int(L, "reduce_op", ps->res.reduce_op);
+        set_int(L, "rows", ps->res.rows);
+        set_int(L, "slice", ps->res.slice);
+        lua_setfield(L, -2, "res");
         lua_createtable(L, 0, 6);
         set_int(L, "block", ps->launch.block);
         set_int(L, "elems", ps->launch.elems_per_thread);

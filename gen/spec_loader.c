@@ -752,8 +752,8 @@ static int walk(lua_State *L)
     static const char *const precisions[] = {"fp32", "tf32"};
     ir->precision = opt_choice(L, w, body, "precision", precisions, 2, 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
     /* the planner chooses by cost; a spec may insist (benchmarks, tests) */
-    static const char *const strategies[] = {"auto", "materialize", "recompute"};
-    ir->strategy = opt_choice(L, w, body, "strategy", strategies, 3, 0) - 1;
+    static const char *const strategies[] = {"auto", "materialize", "recompute", "resident"};
+    ir->strategy = opt_choice(L, w, body, "strategy", strategies, 4, 0) - 1;
 
     if (n == 0)
         raise(L, w, line, "layer: has no ops; the first must be conv2d or conv3d");

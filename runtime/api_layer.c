@@ -42,7 +42,9 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
-    if (fg_plan_layer(&layer->ir, NULL, &layer->plan, &err) != 0) {
+    /* the plan depends on the architecture (clusters need sm_90) */
+    fg_plan_options popts = {.force_strategy = -1, .sm = fg_arch_sm(ctx->arch)};
+    if (fg_plan_layer(&layer->ir, &popts, &layer->plan, &err) != 0) {
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }

@@ -74,10 +74,11 @@ function M.stage(c, g, T, names)
       checks[#checks + 1] = string.format("%s < %d", vars[i], g.I[i])
     end
   end
-  c:line("float v = 0.0f;")
-  c:line("if (%s) v = xg[(fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw];", table.concat(checks, " && "),
+  -- cp.async: every copy of the tile is in flight at once (a plain load-then-store loop
+  -- waits for each load's latency in turn); outside the input it zero-fills
+  c:line("const bool in = %s;", table.concat(checks, " && "))
+  c:line("fg_cp_async4(s_in + e, in ? xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw : xg, in);",
     g.in_plane, g.I[2], g.I[3])
-  c:line("s_in[e] = v;")
   c:close()
   c:open("for (int e = t; e < %d; e += %d) {", T.CIC * g.taps * T.COT4, T.BLOCK)
   c:line("const int ci = e / %d, tap = (e / %d) %% %d, co = e %% %d;", g.taps * T.COT4, T.COT4, g.taps, T.COT4)
@@ -86,6 +87,7 @@ function M.stage(c, g, T, names)
   c:line("s_w[e] = (%s) ? wg[(fg_u64)co * %d + (ci0 + ci) * %d + tap] : 0.0f;", table.concat(wchecks, " && "),
     g.cin_g * g.taps, g.taps)
   c:close()
+  c:line("fg_cp_async_wait_all();")
 end
 
 -- Loads `n` consecutive floats from shared memory at `base` + off into variables named

@@ -282,8 +282,15 @@ function Eval:compute(k, coords)
         self.names.param[op.var_param], coords[1], flit(op.eps))
     else
       local st = self:fresh("st")
-      local a = self.plan.op[k].accum
-      self.code:line("const fg_stat %s = %s[%s];", st, self.names.stats[a], self:norm_key(op, coords))
+      -- where the statistics live: finalized in device memory, or (resident passes) an
+      -- expression the pass provides
+      local src
+      if self.norm_stats then
+        src = self.norm_stats(k, op, coords)
+      else
+        src = string.format("%s[%s]", self.names.stats[self.plan.op[k].accum], self:norm_key(op, coords))
+      end
+      self.code:line("const fg_stat %s = %s;", st, src)
       e = string.format("(%s - %s.a) * %s.b", x, st, st)
     end
     if op.affine then

@@ -9,6 +9,7 @@ local renderers = {
   conv = import("conv"),
   map = import("map"),
   finalize = import("finalize"),
+  resident = import("resident"),
 }
 
 -- Kernel parameters, in the plan's order (the runtime passes them in the same order).
@@ -72,6 +73,13 @@ function M.render(layer, plan)
   c:line(" */")
   c:blank()
   for l in ops.prelude:gmatch("([^\n]*)\n") do c:line(l) end
+  for i = 0, plan.n_passes - 1 do
+    local pass = plan.passes[i]
+    if pass.kind == "resident" and pass.res.cluster > 1 then
+      for l in renderers.resident.prelude:gmatch("([^\n]*)\n") do c:line(l) end
+      break
+    end
+  end
   c:blank()
   for i = 0, plan.n_passes - 1 do
     local pass = plan.passes[i]

@@ -70,6 +70,18 @@ struct fg_stat { float a, b; }; /* a norm: mean, 1/sqrt(var+eps); softmax: max, 
 __device__ __forceinline__ float fg_maximum(float a, float b) { return (a > b || a != a) ? a : b; }
 __device__ __forceinline__ float fg_minimum(float a, float b) { return (a < b || a != a) ? a : b; }
 
+/* cp.async (sm_80+): a 4-byte global -> shared copy that does not occupy a register;
+ * with `valid` false it writes zero (src-size 0) and reads nothing. */
+__device__ __forceinline__ void fg_cp_async4(float *dst, const float *src, bool valid)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void fg_cp_async_wait_all(void)
+{
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+}
+
 /* floats as order-preserving ints, so that atomicMax/atomicMin on int compare them */
 __device__ __forceinline__ int fg_ordered(float f) { int i = __float_as_int(f); return i >= 0 ? i : i ^ 0x7fffffff; }
 __device__ __forceinline__ float fg_unordered(int i) { return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff); }

@@ -71,7 +71,7 @@ static int setup(void **state)
     fg_error err;
     f->ir = malloc(sizeof *f->ir);
     f->plan = malloc(sizeof *f->plan);
-    fg_plan_options opts = {-1};
+    fg_plan_options opts = {.force_strategy = -1};
     if (fg_spec_load_string("cache_test.lua", small_spec, strlen(small_spec), f->ir, &err) ||
         fg_plan_layer(f->ir, &opts, f->plan, &err) || fg_render(f->ir, f->plan, &f->src, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);

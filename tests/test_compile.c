@@ -114,6 +114,22 @@ static void recompute_variant(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* The resident variants of kb79 (cluster of 8, max over channels) and kb21 (a cluster per norm
+ * group) for sm_90, the only architecture with thread-block clusters. */
+static void resident_variants(void **state)
+{
+    (void)state;
+    static const char *const sm90[] = {"sm_90"};
+    int problems = 0;
+    static const char *const names[] = {"kb79", "kb21"};
+    for (int i = 0; i < 2; i++) {
+        fg_layer_ir *ir = fgt_load_spec(names[i]);
+        problems += compile_ir(ir, FG_STRATEGY_RESIDENT, sm90, 1);
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* A layer with every op kind: the templates of each compile. */
 static void every_op_kind(void **state)
 {
@@ -234,6 +250,7 @@ int main(void)
         cmocka_unit_test(version_and_options),
         cmocka_unit_test(ptxas_report_parser),
         cmocka_unit_test(reference_specs),
+        cmocka_unit_test(resident_variants),
         cmocka_unit_test(recompute_variant),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),

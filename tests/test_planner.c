@@ -516,7 +516,7 @@ static void named_value_behind_a_statistic(void **state)
                          "}\n");
     plan = malloc(sizeof *plan);
     fg_error err = {{0}};
-    fg_plan_options opts = {FG_STRATEGY_MATERIALIZE}; /* recompute would fuse r into the second conv pass */
+    fg_plan_options opts = {.force_strategy = FG_STRATEGY_MATERIALIZE}; /* recompute would fuse r into the second conv pass */
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
     fgt_assert_contains(err.msg, "test.lua:5:");
     fgt_assert_contains(err.msg, "value 'r' is read after a statistic");
@@ -548,6 +548,60 @@ typedef struct text_sink {
     char buf[1 << 16];
     size_t len;
 } text_sink;
+
+/* strategy = "resident": one pass, a cluster per sample (kb79: all 16 channels, since a max
+ * over the channels follows) or per norm group (kb21: 4 channels); refused on sm_80, where
+ * there are no thread-block clusters, and for layers it cannot serve. */
+static const char kb79_resident[] = "return layer \"kb79r\" {\n"
+                                    "  input = { \"N\", 3, 16, 32, 32 }, strategy = \"resident\",\n"
+                                    "  conv3d { out_channels = 16, kernel = 3 },\n"
+                                    "  mul { param = \"multiplier\", shape = { 16, 1, 1, 1 } },\n"
+                                    "  instance_norm {}, clamp { min = -1, max = 1 },\n"
+                                    "  mul { param = \"multiplier\" }, max { dim = 1 },\n"
+                                    "}\n";
+
+static void resident_on_request(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string(kb79_resident);
+    fg_plan *plan = malloc(sizeof *plan);
+    assert_non_null(plan);
+    fg_error err = {{0}};
+    fg_plan_options opts = {.force_strategy = -1, .sm = 90};
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
+    assert_int_equal(plan->strategy, FG_STRATEGY_RESIDENT);
+    assert_int_equal(plan->n_passes, 1);
+    const fg_pass *ps = &plan->passes[0];
+    assert_int_equal(ps->kind, FG_PASS_RESIDENT);
+    assert_string_equal(ps->kernel, "fg_pass0_resident");
+    assert_true(ps->store_output);
+    assert_int_equal(ps->res.channel_block, 16); /* the max over channels needs them all */
+    assert_int_equal(ps->res.channel_group, 1);
+    assert_int_equal(ps->res.norm_op, 2);
+    assert_int_equal(ps->res.reduce_op, 5);
+    assert_int_equal(ps->res.cluster, 8);        /* 806 KB per sample over 8 CTAs */
+    assert_int_equal(ps->res.rows, 14 * 30);
+    assert_true(ps->res.slice % 4 == 0 && ps->res.slice >= (14 * 30 + 7) / 8 * 30);
+    assert_true(ps->launch.smem_bytes <= 227 * 1024);
+    assert_int_equal(plan->n_buffers, 0);
+    assert_int_equal(plan->n_accums, 0);
+
+    /* no clusters before sm_90 */
+    opts.sm = 80;
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
+    fgt_assert_contains(err.msg, "strategy \"resident\" is not possible");
+    fgt_assert_contains(err.msg, "sm_80");
+
+    /* a layer without a norm after the conv cannot be resident */
+    fg_layer_ir *plain = fgt_load_string("return layer \"plain\" { input = { \"N\", 3, 8, 8 }, strategy = \"resident\",\n"
+                                         "  conv2d { out_channels = 4, kernel = 3 }, relu {} }\n");
+    opts.sm = 90;
+    assert_int_equal(fg_plan_layer(plain, &opts, plan, &err), -1);
+    fgt_assert_contains(err.msg, "is not possible for this layer");
+    free(plain);
+    free(plan);
+    free(ir);
+}
 
 static void collect_line(void *ctx, const char *line)
 {
@@ -602,6 +656,7 @@ int main(void)
         cmocka_unit_test(named_value_behind_a_statistic),
         cmocka_unit_test(unary_only_layer_is_one_pass),
         cmocka_unit_test(plan_print_mentions_every_pass),
+        cmocka_unit_test(resident_on_request),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);

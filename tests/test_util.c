@@ -141,7 +141,7 @@ fg_plan *fgt_plan_at(const fg_layer_ir *ir, int force_strategy, const char *file
 {
     fg_plan *plan = malloc(sizeof *plan);
     assert_non_null(plan);
-    fg_plan_options opts = {force_strategy};
+    fg_plan_options opts = {.force_strategy = force_strategy};
     fg_error err = {{0}};
     if (fg_plan_layer(ir, &opts, plan, &err) != 0)
         FAIL_AT(file, line, "planning %s failed: %s", ir->name, err.msg);

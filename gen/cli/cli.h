@@ -24,8 +24,8 @@ void cli_error(const char *fmt, ...) FG_PRINTF(1, 2);
 /* Prints a usage error and the hint to run --help; returns EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) FG_PRINTF(2, 3);
 
-/* Loads and plans a spec, printing any error; returns 0 or -1. */
-int cli_load_and_plan(const char *path, fg_layer_ir *ir, fg_plan *plan);
+/* Loads a spec and plans it for `arch` ("sm_90"), printing any error; returns 0 or -1. */
+int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_plan *plan);
 
 /* Splits "sm_80,sm_90" into at most `cap` entries; checks each looks like sm_NN[a]. */
 int cli_parse_archs(const char *list, char archs[][16], int cap);

@@ -160,7 +160,8 @@ int cmd_build(int argc, char **argv)
 
     fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
     fg_plan *plan = malloc(sizeof *plan);
-    fg_rendered *srcs = calloc((size_t)n_specs, sizeof *srcs);
+    /* one source per spec and architecture: the plan depends on the architecture */
+    fg_rendered *srcs = calloc((size_t)(n_specs * n_archs), sizeof *srcs);
     work *items = calloc((size_t)(n_specs * n_archs), sizeof *items);
     int rc = EXIT_OK;
     if (!irs || !plan || !srcs || !items) {
@@ -170,19 +171,19 @@ int cmd_build(int argc, char **argv)
     }
     double t0 = now();
     for (int s = 0; s < n_specs; s++) {
-        if (cli_load_and_plan(argv[optind + s], &irs[s], plan) != 0) {
-            rc = EXIT_FAIL;
-            goto out;
-        }
-        if (fg_render(&irs[s], plan, &srcs[s], &err) != 0) {
-            fprintf(stderr, "%s\n", err.msg);
-            rc = EXIT_FAIL;
-            goto out;
-        }
         for (int a = 0; a < n_archs; a++) {
             work *w = &items[s * n_archs + a];
+            if (cli_load_and_plan(argv[optind + s], archs[a], &irs[s], plan) != 0) {
+                rc = EXIT_FAIL;
+                goto out;
+            }
+            if (fg_render(&irs[s], plan, &srcs[s * n_archs + a], &err) != 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                rc = EXIT_FAIL;
+                goto out;
+            }
             w->ir = &irs[s];
-            w->source = srcs[s].source;
+            w->source = srcs[s * n_archs + a].source;
             w->arch = archs[a];
         }
     }
@@ -216,7 +217,7 @@ int cmd_build(int argc, char **argv)
         fg_built_free(&items[i].built);
 out:
     if (srcs)
-        for (int s = 0; s < n_specs; s++)
+        for (int s = 0; s < n_specs * n_archs; s++)
             fg_rendered_free(&srcs[s]);
     free(srcs);
     free(items);

@@ -8,19 +8,21 @@
 #include "render.h"
 
 static const char usage[] =
-    "usage: fusegen gen SPEC [-o DIR]\n"
+    "usage: fusegen gen [--arch ARCH] SPEC [-o DIR]\n"
     "\n"
     "Writes the CUDA C++ generated for SPEC: to stdout, or with -o to DIR/<layer>.cu.\n"
     "The source is self-contained (no #include) and is exactly what NVRTC compiles.\n"
     "\n"
     "options:\n"
-    "  -o, --output DIR   directory to write <layer>.cu into (created if missing)\n";
+    "  -o, --output DIR   directory to write <layer>.cu into (created if missing)\n"
+    "  --arch ARCH        generate for this architecture (default sm_90)\n";
 
 int cmd_gen(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"help", no_argument, 0, 'h'}, {"output", required_argument, 0, 'o'}, {0, 0, 0, 0}};
-    const char *outdir = NULL;
+        {"help", no_argument, 0, 'h'}, {"output", required_argument, 0, 'o'},
+        {"arch", required_argument, 0, 'a'}, {0, 0, 0, 0}};
+    const char *outdir = NULL, *arch = "sm_90";
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
@@ -30,6 +32,10 @@ int cmd_gen(int argc, char **argv)
         }
         if (c == 'o')
             outdir = optarg;
+        else if (c == 'a' && fg_arch_sm(optarg) >= 80)
+            arch = optarg;
+        else if (c == 'a')
+            return cli_usage_error("gen", "--arch expects sm_80 or newer, got '%s'", optarg);
         else
             return cli_usage_error("gen", "unknown option");
     }
@@ -37,7 +43,7 @@ int cmd_gen(int argc, char **argv)
         return cli_usage_error("gen", "expects exactly one SPEC");
     static fg_layer_ir ir;
     static fg_plan plan;
-    if (cli_load_and_plan(argv[optind], &ir, &plan) != 0)
+    if (cli_load_and_plan(argv[optind], arch, &ir, &plan) != 0)
         return EXIT_FAIL;
     fg_rendered src;
     fg_error err;

@@ -5,11 +5,15 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: fusegen plan SPEC\n"
+    "usage: fusegen plan [--arch ARCH] SPEC\n"
     "\n"
     "Loads SPEC, prints every op with its inferred output shape (the batch N is bound at run\n"
     "time), the parameters it binds (state_dict names and shapes), and the kernel plan: the\n"
-    "passes, what each computes and stores, the statistics between them, launch geometry.\n";
+    "passes, what each computes and stores, the statistics between them, launch geometry.\n"
+    "\n"
+    "options:\n"
+    "  --arch ARCH   plan for this architecture (default sm_90; sm_80 has no thread-block\n"
+    "                clusters, so it plans differently)\n";
 
 static void print_line(void *ctx, const char *line)
 {
@@ -19,7 +23,9 @@ static void print_line(void *ctx, const char *line)
 
 int cmd_plan(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option longopts[] = {
+        {"help", no_argument, 0, 'h'}, {"arch", required_argument, 0, 'a'}, {0, 0, 0, 0}};
+    const char *arch = "sm_90";
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -27,13 +33,19 @@ int cmd_plan(int argc, char **argv)
             fputs(usage, stdout);
             return EXIT_OK;
         }
+        if (c == 'a' && fg_arch_sm(optarg) >= 80) {
+            arch = optarg;
+            continue;
+        }
+        if (c == 'a')
+            return cli_usage_error("plan", "--arch expects sm_80 or newer, got '%s'", optarg);
         return cli_usage_error("plan", "unknown option");
     }
     if (argc - optind != 1)
         return cli_usage_error("plan", "expects exactly one SPEC");
     static fg_layer_ir ir;
     static fg_plan plan;
-    if (cli_load_and_plan(argv[optind], &ir, &plan) != 0)
+    if (cli_load_and_plan(argv[optind], arch, &ir, &plan) != 0)
         return EXIT_FAIL;
     fg_ir_print(&ir, print_line, NULL);
     fg_plan_print(&ir, &plan, print_line, NULL);

@@ -48,14 +48,15 @@ int cli_usage_error(const char *command, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-int cli_load_and_plan(const char *path, fg_layer_ir *ir, fg_plan *plan)
+int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_plan *plan)
 {
     fg_error err;
     if (fg_spec_load_file(path, ir, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
-    if (plan && fg_plan_layer(ir, NULL, plan, &err) != 0) {
+    fg_plan_options opts = {.force_strategy = -1, .sm = fg_arch_sm(arch)};
+    if (plan && fg_plan_layer(ir, &opts, plan, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
