@@ -11,8 +11,13 @@
  * NULL, destroyed or foreign handles are rejected with FG_ERR_INVALID_ARGUMENT.
  *
  * Thread safety: a context may be shared by threads; a layer may be run from several
- * threads (runs are serialized per layer, since they share the layer's workspace).
- * Binding parameters while another thread runs the same layer is not allowed.
+ * threads and on several streams: its runs share the layer's workspace, so they are queued
+ * one at a time and a run on another stream than the previous run waits for that run on
+ * the GPU (an event). Binding parameters while another thread runs the same layer is not
+ * allowed.
+ *
+ * CUDA context: fusegen works in the device's primary context, the one the CUDA runtime
+ * (and so PyTorch) uses, so device pointers and streams from the runtime can be passed in.
  *
  * Example (see docs/api.md for a complete program):
  *

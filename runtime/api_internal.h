@@ -45,6 +45,8 @@ struct fg_layer {
     CUdeviceptr workspace;
     size_t workspace_bytes;
     pthread_mutex_t lock;   /* one run at a time: runs share the workspace */
+    CUevent done;           /* recorded after each run; a run on another stream waits for it */
+    CUstream last_stream;
 };
 
 /* Sets the calling thread's last error and returns `status`. */

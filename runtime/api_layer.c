@@ -87,6 +87,8 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
         cu->CtxSetCurrent(layer->ctx->cuctx);
     for (int i = 0; i < layer->ir.n_params; i++)
         release_binding(layer, i);
+    if (cu && layer->done)
+        cu->EventDestroy(layer->done);
     if (cu && layer->workspace)
         cu->MemFree(layer->workspace);
     if (cu && layer->module)
@@ -412,6 +414,15 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
         }
         layer->workspace_bytes = mem.layout.total;
     }
+    /* runs share the workspace: a run queued on another stream than the last one must not
+     * start before the last one has finished on the GPU */
+    if (layer->done && stream != layer->last_stream) {
+        CUresult r = cu->StreamWaitEvent(stream, layer->done, 0);
+        if (r != CUDA_SUCCESS) {
+            fg_cuda_fail(&err, r, "ordering this run after the previous one (cuStreamWaitEvent)");
+            return fg_api_fail_error(FG_ERR_CUDA, &err);
+        }
+    }
     mem.input = (CUdeviceptr)input;
     mem.output = (CUdeviceptr)output;
     mem.workspace = layer->workspace;
@@ -421,6 +432,14 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
         mem.params[i] = layer->params[i].device;
     if (fg_launch_plan(cu, &layer->plan, layer->functions, &mem, batch, stream, &err) != 0)
         return fg_api_fail_error(FG_ERR_CUDA, &err);
+    CUresult r = layer->done ? CUDA_SUCCESS : cu->EventCreate(&layer->done, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS)
+        r = cu->EventRecord(layer->done, stream);
+    if (r != CUDA_SUCCESS) {
+        fg_cuda_fail(&err, r, "recording the end of the run (cuEventRecord)");
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
+    }
+    layer->last_stream = stream;
     return FG_OK;
 }
 

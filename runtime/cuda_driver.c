@@ -64,6 +64,7 @@ static void load(void)
     SYM(EventRecord, "cuEventRecord");
     SYM(EventSynchronize, "cuEventSynchronize");
     SYM(EventElapsedTime, "cuEventElapsedTime_v2");
+    SYM(StreamWaitEvent, "cuStreamWaitEvent");
     SYM(GetErrorName, "cuGetErrorName");
     SYM(GetErrorString, "cuGetErrorString");
 #undef SYM

@@ -40,6 +40,7 @@ typedef struct fg_cuda {
     CUresult (*EventRecord)(CUevent, CUstream);
     CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
 } fg_cuda;
