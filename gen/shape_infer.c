@@ -293,7 +293,7 @@ static int infer_reduce(infer_ctx *c, fg_op *op, const fg_shape *in)
     }
     if (op->kind == FG_OP_SOFTMAX) {
         if (op->n_dims != 1)
-            return op_fail(c, "dim", "softmax takes one dim");
+            return op_fail(c, "dim", "must name exactly one dim (got %d)", op->n_dims);
         op->out = *in;
         return 0;
     }

@@ -120,8 +120,12 @@ static int op_constructor(lua_State *L)
 {
     const char *name = lua_tostring(L, lua_upvalueindex(1));
     int line = current_line(L);
-    if (lua_gettop(L) == 0 || lua_isnil(L, 1))
-        lua_newtable(L), lua_replace(L, 1);
+    if (lua_gettop(L) == 0) {
+        lua_newtable(L); /* relu() */
+    } else if (lua_isnil(L, 1)) {
+        lua_newtable(L);
+        lua_replace(L, 1);
+    }
     if (!lua_istable(L, 1))
         return luaL_error(L, "%s expects a table of fields: write %s { ... } (got a %s)", name, name,
                           luaL_typename(L, 1));

@@ -1,8 +1,10 @@
 /* The layer half of the public API (include/fusegen.h): loading, binding, JIT, running. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../gen/render.h"
 #include "../gen/spec_loader.h"
@@ -36,6 +38,10 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     layer->ctx = ctx;
     fg_error err;
+    if (is_file && access(source, R_OK) != 0) {
+        free(layer);
+        return fg_api_fail(FG_ERR_IO, "%s: cannot read the spec: %s", source, strerror(errno));
+    }
     int rc = is_file ? fg_spec_load_file(source, &layer->ir, &err)
                      : fg_spec_load_string(name ? name : "<string>", source, len, &layer->ir, &err);
     if (rc != 0) {
@@ -399,8 +405,11 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     if (fg_plan_workspace(&layer->plan, batch, &mem.layout, &err) != 0)
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     if (mem.layout.total > layer->workspace_bytes) {
-        /* the old workspace may still be in use by work queued on this stream */
+        /* the old workspace may still be in use by work queued on this stream, or by the
+         * previous run on another stream */
         CUresult r = cu->StreamSynchronize(stream);
+        if (r == CUDA_SUCCESS && layer->done)
+            r = cu->EventSynchronize(layer->done);
         if (r == CUDA_SUCCESS && layer->workspace)
             r = cu->MemFree(layer->workspace);
         layer->workspace = 0;
@@ -473,8 +482,8 @@ FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *ou
     if (!input || !output)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_cpu: input or output is NULL");
     if (batch < 1 || batch > INT32_MAX)
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_cpu: batch must be at least 1 (got %lld)",
-                           (long long)batch);
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_cpu: batch must be between 1 and %d (got %lld)",
+                           INT32_MAX, (long long)batch);
     fg_status s = check_bound(layer, true);
     if (s != FG_OK)
         return s;

@@ -152,6 +152,8 @@ int cmd_build(int argc, char **argv)
         cli_error("%s", err.msg);
         return EXIT_FAIL;
     }
+    /* build fills one cache completely: entries already in $FUSEGEN_CACHE_PATH do not count */
+    cache.n_shipped = 0;
     int major, minor;
     if (fg_nvrtc_version(&major, &minor, &err) != 0) {
         cli_error("%s", err.msg);
