@@ -199,6 +199,12 @@ function M.render(layer, plan, pass, names, signature)
     end
     return sc
   end
+  local function write_output(oc)
+    ev:push_scope()
+    local out = ev:eval(pass.last, oc)
+    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.output, OUT.sample, lib.lin(OUT, oc), out)
+    ev:pop_scope()
+  end
   if R.reduce_op >= 0 then
     -- the block holds every channel: reduce over them at each position
     c:line("#pragma unroll 1")
@@ -210,10 +216,7 @@ function M.render(layer, plan, pass, names, signature)
     local after = red.keepdim and { "0" } or {}
     for _, x in ipairs(after) do oc[#oc + 1] = x end
     for _, x in ipairs(sc) do oc[#oc + 1] = x end
-    ev:push_scope()
-    local out = ev:eval(pass.last, oc)
-    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.output, OUT.sample, lib.lin(OUT, oc), out)
-    ev:pop_scope()
+    write_output(oc)
     c:close()
   else
     c:line("#pragma unroll 1")
@@ -222,10 +225,7 @@ function M.render(layer, plan, pass, names, signature)
     local sc = spatial(c)
     local oc = { "c" }
     for _, x in ipairs(sc) do oc[#oc + 1] = x end
-    ev:push_scope()
-    local out = ev:eval(pass.last, oc)
-    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.output, OUT.sample, lib.lin(OUT, oc), out)
-    ev:pop_scope()
+    write_output(oc)
     c:close()
   end
   c:close()

@@ -228,3 +228,20 @@ double fgt_now(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+
+/* A layer with every op kind (and most options), for the render and compile tests. */
+const char fgt_every_op_spec[] =
+    "return layer \"all\" {\n"
+    "  input = { \"N\", 4, 12, 16 },\n"
+    "  conv2d { out_channels = 8, kernel = 3, padding = 1, groups = 2, as = \"c\" },\n"
+    "  relu {}, leaky_relu { negative_slope = 0.1 }, gelu {}, gelu { approximate = \"tanh\" }, sigmoid {}, tanh {},\n"
+    "  softplus { beta = 2, threshold = 10 }, mish {}, silu {}, hardswish {}, hardsigmoid {}, hardtanh {},\n"
+    "  clamp { min = -0.5, max = 2 }, exp {}, log {}, abs {}, neg {},\n"
+    "  add { scalar = 1 }, sub { param = \"p\", shape = { 8, 1, 1 } }, mul { value = \"c\" }, div { scalar = 3 },\n"
+    "  min { scalar = 0.5 }, max { param = \"q\", shape = { 16 } },\n"
+    "  group_norm { groups = 4 }, instance_norm {}, batch_norm { name = \"bn\" },\n"
+    "  batch_norm { name = \"bn2\", stats = \"running\" }, layer_norm { normalized_shape = { 12, 16 } },\n"
+    "  max_pool { kernel = 2, padding = 1 }, avg_pool2d { kernel = 2, stride = 1, padding = 1, count_include_pad = false },\n"
+    "  softmax { dim = 1 }, logsumexp { dim = 3, keepdim = true }, sum { dim = 2, keepdim = true },\n"
+    "  min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },\n"
+    "}\n";

@@ -67,4 +67,7 @@ int fgt_find_param(const fg_layer_ir *ir, const char *name);
 
 double fgt_now(void);
 
+/* A layer that uses every op kind. */
+extern const char fgt_every_op_spec[];
+
 #endif
