@@ -1,6 +1,7 @@
 #include "render.h"
 
 #include <lauxlib.h>
+#include <pthread.h>
 #include <lualib.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -377,23 +378,25 @@ void fg_rendered_free(fg_rendered *r)
     }
 }
 
+static char templates_digest[33];
+
+static void compute_templates_digest(void)
+{
+    unsigned char h[16];
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof h);
+    for (int i = 0; i < fg_embedded_file_count; i++) {
+        crypto_generichash_update(&st, (const unsigned char *)fg_embedded_files[i].path,
+                                  strlen(fg_embedded_files[i].path) + 1);
+        crypto_generichash_update(&st, (const unsigned char *)fg_embedded_files[i].data, fg_embedded_files[i].size);
+    }
+    crypto_generichash_final(&st, h, sizeof h);
+    sodium_bin2hex(templates_digest, sizeof templates_digest, h, sizeof h);
+}
+
 const char *fg_templates_digest(void)
 {
-    static char hex[33];
-    if (!hex[0]) {
-        unsigned char h[16];
-        crypto_generichash_state st;
-        crypto_generichash_init(&st, NULL, 0, sizeof h);
-        for (int i = 0; i < fg_embedded_file_count; i++) {
-            crypto_generichash_update(&st, (const unsigned char *)fg_embedded_files[i].path,
-                                      strlen(fg_embedded_files[i].path) + 1);
-            crypto_generichash_update(&st, (const unsigned char *)fg_embedded_files[i].data,
-                                      fg_embedded_files[i].size);
-        }
-        crypto_generichash_final(&st, h, sizeof h);
-        char tmp[33];
-        sodium_bin2hex(tmp, sizeof tmp, h, sizeof h);
-        memcpy(hex, tmp, sizeof hex); /* benign race: every thread writes the same bytes */
-    }
-    return hex;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, compute_templates_digest);
+    return templates_digest;
 }

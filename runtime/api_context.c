@@ -134,7 +134,10 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
     }
     pthread_mutex_init(&ctx->lock, NULL);
     if (fg_handle_add(ctx, FG_HANDLE_CONTEXT) != 0) {
-        fg_context_destroy(ctx);
+        if (ctx->cu)
+            ctx->cu->DevicePrimaryCtxRelease(ctx->dev);
+        pthread_mutex_destroy(&ctx->lock);
+        free(ctx);
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     }
     *out = ctx;
