@@ -47,6 +47,14 @@ struct fg_layer {
     pthread_mutex_t lock;   /* one run at a time: runs share the workspace */
     CUevent done;           /* recorded after each run; a run on another stream waits for it */
     CUstream last_stream;
+    /* The last run's launches captured as a CUDA graph and replayed while nothing they bake
+     * in changes (one launch instead of one per pass and per memset). */
+    CUgraphExec graph;
+    CUstream capture_stream;
+    int64_t graph_batch;
+    CUdeviceptr graph_input, graph_output, graph_workspace;
+    unsigned binding_generation, graph_generation; /* bumped by every bind */
+    bool graphs_off;        /* FUSEGEN_NO_GRAPHS, a cuDNN pass, or a failed capture */
 };
 
 /* Sets the calling thread's last error and returns `status`. */

@@ -54,6 +54,11 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
+    const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
+    layer->graphs_off = (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0) || layer->plan.n_passes < 2;
+    for (int i = 0; i < layer->plan.n_passes; i++)
+        if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
+            layer->graphs_off = true; /* cuDNN's algorithm search cannot run inside a capture */
     pthread_mutex_init(&layer->lock, NULL);
     if (fg_handle_add(layer, FG_HANDLE_LAYER) != 0) {
         pthread_mutex_destroy(&layer->lock);
@@ -93,6 +98,10 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
         cu->CtxSetCurrent(layer->ctx->cuctx);
     for (int i = 0; i < layer->ir.n_params; i++)
         release_binding(layer, i);
+    if (cu && layer->graph)
+        cu->GraphExecDestroy(layer->graph);
+    if (cu && layer->capture_stream)
+        cu->StreamDestroy(layer->capture_stream);
     if (cu && layer->done)
         cu->EventDestroy(layer->done);
     if (cu && layer->workspace)
@@ -196,6 +205,7 @@ FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const v
     release_binding(layer, i);
     layer->params[i].bound = true;
     layer->params[i].device = (CUdeviceptr)device_ptr;
+    layer->binding_generation++;
     return FG_OK;
 }
 
@@ -239,6 +249,7 @@ FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const flo
     b->host = copy;
     b->device = dev;
     b->owned = dev;
+    layer->binding_generation++;
     return FG_OK;
 }
 
@@ -396,6 +407,50 @@ static fg_status check_bound(const fg_layer *layer, bool host)
     return FG_OK;
 }
 
+/* Whether the captured graph was made for exactly these pointers, batch and bindings. */
+static bool graph_matches(const fg_layer *layer, const fg_launch_memory *mem, int64_t batch)
+{
+    return layer->graph && layer->graph_batch == batch && layer->graph_input == mem->input &&
+           layer->graph_output == mem->output && layer->graph_workspace == mem->workspace &&
+           layer->graph_generation == layer->binding_generation;
+}
+
+/* Captures the plan's launches (and the memsets that clear its statistics) into a CUDA graph
+ * on a private stream; the caller's stream then runs it with one launch. */
+static int capture_graph(fg_layer *layer, const fg_launch_memory *mem, int64_t batch)
+{
+    const fg_cuda *cu = layer->ctx->cu;
+    fg_error err;
+    if (layer->graph) {
+        cu->GraphExecDestroy(layer->graph);
+        layer->graph = NULL;
+    }
+    if (!layer->capture_stream && cu->StreamCreate(&layer->capture_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        return -1;
+    if (cu->StreamBeginCapture(layer->capture_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS)
+        return -1;
+    int rc = fg_launch_plan(cu, &layer->plan, layer->functions, mem, batch, layer->capture_stream, &err);
+    CUgraph graph = NULL;
+    CUresult r = cu->StreamEndCapture(layer->capture_stream, &graph);
+    if (rc != 0 || r != CUDA_SUCCESS || !graph) {
+        if (graph)
+            cu->GraphDestroy(graph);
+        return -1;
+    }
+    r = cu->GraphInstantiate(&layer->graph, graph, 0);
+    cu->GraphDestroy(graph);
+    if (r != CUDA_SUCCESS) {
+        layer->graph = NULL;
+        return -1;
+    }
+    layer->graph_batch = batch;
+    layer->graph_input = mem->input;
+    layer->graph_output = mem->output;
+    layer->graph_workspace = mem->workspace;
+    layer->graph_generation = layer->binding_generation;
+    return 0;
+}
+
 static fg_status run_locked(fg_layer *layer, const void *input, void *output, int64_t batch, CUstream stream)
 {
     const fg_cuda *cu = layer->ctx->cu;
@@ -439,8 +494,17 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.conv = &layer->ir.ops[0];
     for (int i = 0; i < layer->ir.n_params; i++)
         mem.params[i] = layer->params[i].device;
-    if (fg_launch_plan(cu, &layer->plan, layer->functions, &mem, batch, stream, &err) != 0)
+    if (!layer->graphs_off && !graph_matches(layer, &mem, batch) && capture_graph(layer, &mem, batch) != 0)
+        layer->graphs_off = true; /* a capture that fails is not retried: plain launches work */
+    if (!layer->graphs_off && layer->graph) {
+        CUresult g = cu->GraphLaunch(layer->graph, stream);
+        if (g != CUDA_SUCCESS) {
+            fg_cuda_fail(&err, g, "launching the layer's CUDA graph");
+            return fg_api_fail_error(FG_ERR_CUDA, &err);
+        }
+    } else if (fg_launch_plan(cu, &layer->plan, layer->functions, &mem, batch, stream, &err) != 0) {
         return fg_api_fail_error(FG_ERR_CUDA, &err);
+    }
     CUresult r = layer->done ? CUDA_SUCCESS : cu->EventCreate(&layer->done, CU_EVENT_DISABLE_TIMING);
     if (r == CUDA_SUCCESS)
         r = cu->EventRecord(layer->done, stream);

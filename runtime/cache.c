@@ -123,16 +123,23 @@ int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_pat
     memset(cache, 0, sizeof *cache);
     if (!user_dir || !user_dir[0])
         user_dir = getenv("FUSEGEN_CACHE_DIR");
+    /* a path that does not fit is refused: truncated, it would name another directory */
+    int n;
     if (user_dir && user_dir[0]) {
-        snprintf(cache->user_dir, sizeof cache->user_dir, "%s", user_dir);
+        n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s", user_dir);
     } else {
         const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
         if (xdg && xdg[0])
-            snprintf(cache->user_dir, sizeof cache->user_dir, "%s/fusegen", xdg);
+            n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s/fusegen", xdg);
         else if (home && home[0])
-            snprintf(cache->user_dir, sizeof cache->user_dir, "%s/.cache/fusegen", home);
+            n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s/.cache/fusegen", home);
         else
             return fg_fail(err, "no cache directory: set FUSEGEN_CACHE_DIR, XDG_CACHE_HOME or HOME");
+    }
+    if (n < 0 || (size_t)n >= sizeof cache->user_dir) {
+        cache->user_dir[0] = '\0';
+        return fg_fail(err, "the cache directory's path is too long (%d bytes; at most %zu)", n,
+                       sizeof cache->user_dir - 1);
     }
     if (!shipped_path)
         shipped_path = getenv("FUSEGEN_CACHE_PATH");
@@ -141,7 +148,10 @@ int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_pat
         while (*p) {
             const char *colon = strchr(p, ':');
             size_t len = colon ? (size_t)(colon - p) : strlen(p);
-            if (len > 0 && len < sizeof cache->shipped[0]) {
+            if (len >= sizeof cache->shipped[0])
+                return fg_fail(err, "a path in FUSEGEN_CACHE_PATH is too long (%zu bytes; at most %zu)", len,
+                               sizeof cache->shipped[0] - 1);
+            if (len > 0) {
                 if (cache->n_shipped == FG_CACHE_MAX_SHIPPED)
                     return fg_fail(err, "FUSEGEN_CACHE_PATH lists more than %d caches", FG_CACHE_MAX_SHIPPED);
                 memcpy(cache->shipped[cache->n_shipped], p, len);
@@ -340,6 +350,9 @@ int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char
             return fg_fail(err, "%s is a shipped (read-only) cache; not writing to it", dir);
     if (!is_key(key) || strlen(arch) >= 16)
         return fg_fail(err, "bad cache key or arch");
+    if (strlen(dir) >= sizeof cache->user_dir) /* the paths below would be truncated */
+        return fg_fail(err, "the cache directory's path is too long (%zu bytes; at most %zu)", strlen(dir),
+                       sizeof cache->user_dir - 1);
     char sub[1100];
     snprintf(sub, sizeof sub, "%s/%.2s", dir, key);
     if (mkdir_p(sub, err))

@@ -65,6 +65,12 @@ static void load(void)
     SYM(EventSynchronize, "cuEventSynchronize");
     SYM(EventElapsedTime, "cuEventElapsedTime_v2");
     SYM(StreamWaitEvent, "cuStreamWaitEvent");
+    SYM(StreamBeginCapture, "cuStreamBeginCapture_v2");
+    SYM(StreamEndCapture, "cuStreamEndCapture");
+    SYM(GraphInstantiate, "cuGraphInstantiateWithFlags");
+    SYM(GraphLaunch, "cuGraphLaunch");
+    SYM(GraphExecDestroy, "cuGraphExecDestroy");
+    SYM(GraphDestroy, "cuGraphDestroy");
     SYM(GetErrorName, "cuGetErrorName");
     SYM(GetErrorString, "cuGetErrorString");
 #undef SYM

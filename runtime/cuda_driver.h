@@ -41,6 +41,12 @@ typedef struct fg_cuda {
     CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
+    CUresult (*StreamBeginCapture)(CUstream, CUstreamCaptureMode);
+    CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*GraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*GraphExecDestroy)(CUgraphExec);
+    CUresult (*GraphDestroy)(CUgraph);
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
 } fg_cuda;

@@ -74,6 +74,9 @@ int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
 
     /* `fusegen build --cache DIR` looks in DIR (its own output) as well */
     fg_cache lookup = *cache;
+    if (store_dir && strlen(store_dir) >= sizeof lookup.user_dir) /* truncated, it would name another */
+        return fg_fail(err, "the cache directory's path is too long (%zu bytes; at most %zu)", strlen(store_dir),
+                       sizeof lookup.user_dir - 1);
     if (store_dir)
         snprintf(lookup.user_dir, sizeof lookup.user_dir, "%s", store_dir);
     fg_cache_entry entry;
