@@ -72,6 +72,13 @@ void fgt_isolate_environment(const char *dir)
     unsetenv("FUSEGEN_CACHE_PATH");
     setenv("TMPDIR", dir, 1); /* NVRTC failures save their source under $TMPDIR */
     setenv("FGT_TMPDIR_BASE", dir, 1);
+    /* FGT_TEST_FILTER / FGT_TEST_SKIP: run only / skip the cases whose names match (cmocka's
+     * wildcards * and ?); scripts/valgrind-tests skips the slowest NVRTC cases with them */
+    const char *only = getenv("FGT_TEST_FILTER"), *skip_these = getenv("FGT_TEST_SKIP");
+    if (only && only[0])
+        cmocka_set_test_filter(only);
+    if (skip_these && skip_these[0])
+        cmocka_set_skip_filter(skip_these);
 }
 
 unsigned char *fgt_read_file(const char *path, size_t *len)

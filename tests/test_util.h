@@ -23,7 +23,8 @@ char *fgt_tmpdir(const char *tag);
 /* Removes a directory tree (making read-only folders writable first). */
 void fgt_rmtree(const char *path);
 /* Points every cache default ($FUSEGEN_CACHE_DIR, $XDG_CACHE_HOME, $FUSEGEN_CACHE_PATH,
- * $TMPDIR) into `dir`, so that nothing a test runs can reach the user's caches. */
+ * $TMPDIR) into `dir`, so that nothing a test runs can reach the user's caches. Also
+ * applies $FGT_TEST_FILTER / $FGT_TEST_SKIP (cmocka name patterns) when set. */
 void fgt_isolate_environment(const char *dir);
 
 /* Whole-file helpers; read returns a malloc'd buffer (NUL-terminated) or NULL. */

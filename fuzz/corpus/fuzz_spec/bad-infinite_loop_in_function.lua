@@ -1,0 +1,4 @@
+local function spin()
+  while true do end
+end
+spin()

@@ -1,0 +1,1 @@
+return layer { input = { "N", 4, 8, 8 } }

@@ -1,0 +1,3 @@
+return layer "t" {
+  input = { "N", 4, 8, 8 },
+}

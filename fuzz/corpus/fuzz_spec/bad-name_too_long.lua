@@ -1,0 +1,4 @@
+return layer "t" {
+  input = { "N", 4, 8, 8 },
+  conv2d { name = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", out_channels = 6, kernel = 3 },
+}

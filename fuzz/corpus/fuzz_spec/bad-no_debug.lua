@@ -1,0 +1,1 @@
+local d = debug.getinfo(1)

@@ -1,0 +1,1 @@
+local f = loadstring("return 1")

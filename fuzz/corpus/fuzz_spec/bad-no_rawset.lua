@@ -1,0 +1,1 @@
+rawset(_ENV, "x", 1)

@@ -1,0 +1,1 @@
+local r = string.rep("x", 10)

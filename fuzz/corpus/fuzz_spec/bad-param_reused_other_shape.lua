@@ -1,0 +1,6 @@
+return layer "t" {
+  input = { "N", 4, 8, 8 },
+  conv2d { out_channels = 6, kernel = 3 },
+  mul { param = "m", shape = { 6, 1, 1 } },
+  add { param = "m", shape = { 6, 1 } },
+}

@@ -1,0 +1,1 @@
+return { input = { "N", 4, 8, 8 } }

@@ -1,0 +1,2 @@
+local t = {}
+local y = t.missing + 1
