@@ -103,11 +103,7 @@ static int teardown(void **state)
 
 static char *subdir(const fixture *f, const char *name)
 {
-    size_t cap = strlen(f->root) + strlen(name) + 2;
-    char *p = malloc(cap);
-    assert_non_null(p);
-    snprintf(p, cap, "%s/%s", f->root, name);
-    return p;
+    return fgt_join(f->root, name);
 }
 
 static void init_cache(fg_cache *cache, const char *user_dir, const char *shipped, warnings *w)

@@ -83,6 +83,21 @@ static int setup(void **state)
     return 0;
 }
 
+/* The message a forked child wrote to the pipe before exiting (NUL-terminated). */
+static void read_child_message(int fd, char *msg, size_t cap)
+{
+    size_t got = 0;
+    msg[0] = '\0';
+    while (got < cap) {
+        ssize_t n = read(fd, msg + got, cap - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    msg[cap - 1] = '\0';
+    close(fd);
+}
+
 static int teardown(void **state)
 {
     fixture *f = *state;
@@ -97,11 +112,7 @@ static int teardown(void **state)
 
 static char *subdir(const fixture *f, const char *name)
 {
-    size_t cap = strlen(f->root) + strlen(name) + 2;
-    char *p = malloc(cap);
-    assert_non_null(p);
-    snprintf(p, cap, "%s/%s", f->root, name);
-    return p;
+    return fgt_join(f->root, name);
 }
 
 static void init_cache(fg_cache *cache, const char *dir)
@@ -435,16 +446,8 @@ static void full_disk_direct_store(void **state)
         _exit(rc);
     }
     close(fds[1]);
-    char msg[1024] = "";
-    size_t got = 0;
-    while (got < sizeof msg) {
-        ssize_t n = read(fds[0], msg + got, sizeof msg - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    msg[sizeof msg - 1] = '\0';
-    close(fds[0]);
+    char msg[1024];
+    read_child_message(fds[0], msg, sizeof msg);
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
@@ -566,16 +569,8 @@ static void full_disk_tmpfs(void **state)
         _exit(rc);
     }
     close(fds[1]);
-    char msg[1024] = "";
-    size_t got = 0;
-    while (got < sizeof msg) {
-        ssize_t n = read(fds[0], msg + got, sizeof msg - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    msg[sizeof msg - 1] = '\0';
-    close(fds[0]);
+    char msg[1024];
+    read_child_message(fds[0], msg, sizeof msg);
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     free(dir);

@@ -252,3 +252,12 @@ const char fgt_every_op_spec[] =
     "  softmax { dim = 1 }, logsumexp { dim = 3, keepdim = true }, sum { dim = 2, keepdim = true },\n"
     "  min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },\n"
     "}\n";
+
+char *fgt_join(const char *dir, const char *name)
+{
+    size_t cap = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(cap);
+    assert_non_null(p);
+    snprintf(p, cap, "%s/%s", dir, name);
+    return p;
+}

@@ -68,6 +68,9 @@ int fgt_find_param(const fg_layer_ir *ir, const char *name);
 
 double fgt_now(void);
 
+/* "dir/name", malloc'd. */
+char *fgt_join(const char *dir, const char *name);
+
 /* A layer that uses every op kind. */
 extern const char fgt_every_op_spec[];
 
