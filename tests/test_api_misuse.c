@@ -492,6 +492,78 @@ static void specs_are_isolated(void **state)
     EXPECT(fg_context_destroy(ctx), FG_OK);
 }
 
+/* ---- one context shared by threads ---------------------------------------------------------------------- */
+
+static const char *const shared_spec = "return layer \"shared\" {\n"
+                                        "  input = { \"N\", 3, 9, 9 },\n"
+                                        "  conv2d { out_channels = 5, kernel = 3 },\n"
+                                        "  group_norm { groups = 5 },\n"
+                                        "  max { dim = 1 },\n"
+                                        "}\n";
+
+typedef struct shared_run {
+    fg_context *ctx;
+    const float *x, *w, *b, *gw, *gb;
+    const float *expect; /* 49 outputs */
+    int ok;
+} shared_run;
+
+/* Loads, binds and runs its own layer on the shared context, several times over. */
+static void *shared_worker(void *p)
+{
+    shared_run *r = p;
+    r->ok = 1;
+    for (int rep = 0; rep < 5 && r->ok; rep++) {
+        fg_layer *layer = NULL;
+        float y[49];
+        r->ok = fg_layer_load_string(r->ctx, "shared.lua", shared_spec, &layer) == FG_OK &&
+                fg_layer_bind_host(layer, "conv.weight", r->w, 5 * 3 * 9 * sizeof(float)) == FG_OK &&
+                fg_layer_bind_host(layer, "conv.bias", r->b, 5 * sizeof(float)) == FG_OK &&
+                fg_layer_bind_host(layer, "group_norm.weight", r->gw, 5 * sizeof(float)) == FG_OK &&
+                fg_layer_bind_host(layer, "group_norm.bias", r->gb, 5 * sizeof(float)) == FG_OK &&
+                fg_layer_run_cpu(layer, r->x, y, 1) == FG_OK && memcmp(y, r->expect, sizeof y) == 0;
+        if (layer && fg_layer_destroy(layer) != FG_OK)
+            r->ok = 0;
+    }
+    return NULL;
+}
+
+static void threads_share_a_context(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    float x[3 * 81], w[5 * 27], b[5], gw[5], gb[5], expect[49];
+    for (int i = 0; i < 3 * 81; i++)
+        x[i] = (float)((i * 37) % 101) / 101.0f;
+    for (int i = 0; i < 5 * 27; i++)
+        w[i] = (float)((i * 53) % 97) / 97.0f - 0.5f;
+    for (int i = 0; i < 5; i++) {
+        b[i] = 0.1f * (float)i;
+        gw[i] = 1.0f + 0.2f * (float)i;
+        gb[i] = -0.3f * (float)i;
+    }
+    fg_layer *layer = NULL;
+    EXPECT(fg_layer_load_string(ctx, "shared.lua", shared_spec, &layer), FG_OK);
+    EXPECT(fg_layer_bind_host(layer, "conv.weight", w, sizeof w), FG_OK);
+    EXPECT(fg_layer_bind_host(layer, "conv.bias", b, sizeof b), FG_OK);
+    EXPECT(fg_layer_bind_host(layer, "group_norm.weight", gw, sizeof gw), FG_OK);
+    EXPECT(fg_layer_bind_host(layer, "group_norm.bias", gb, sizeof gb), FG_OK);
+    EXPECT(fg_layer_run_cpu(layer, x, expect, 1), FG_OK);
+    enum { THREADS = 8 };
+    shared_run runs[THREADS];
+    pthread_t threads[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        runs[i] = (shared_run){.ctx = ctx, .x = x, .w = w, .b = b, .gw = gw, .gb = gb, .expect = expect};
+        assert_int_equal(pthread_create(&threads[i], NULL, shared_worker, &runs[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        assert_true(runs[i].ok);
+    }
+    EXPECT(fg_layer_destroy(layer), FG_OK);
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -505,6 +577,7 @@ int main(void)
         cmocka_unit_test(status_names),
         cmocka_unit_test(last_error_is_per_thread),
         cmocka_unit_test(specs_are_isolated),
+        cmocka_unit_test(threads_share_a_context),
     };
     char *dir = fgt_tmpdir("api-misuse-env");
     fgt_isolate_environment(dir);
