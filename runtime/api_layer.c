@@ -13,6 +13,7 @@
 #include "handles.h"
 #include "kernel_build.h"
 #include "launcher.h"
+#include "random_init.h"
 #include "safetensors.h"
 
 #define CHECK_LAYER(layer, fn)                                                                                 \
@@ -251,6 +252,23 @@ FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const flo
     b->owned = dev;
     layer->binding_generation++;
     return FG_OK;
+}
+
+fg_status fg_layer_bind_random(fg_layer *layer, uint64_t seed)
+{
+    const fg_layer_ir *ir = &layer->ir;
+    float *params[FG_MAX_PARAMS] = {0};
+    fg_status s = FG_OK;
+    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
+        if (!(params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count)))
+            s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory for the parameters");
+    if (s == FG_OK)
+        fg_random_params(ir, seed, params);
+    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
+        s = fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count);
+    for (int i = 0; i < ir->n_params; i++)
+        free(params[i]);
+    return s;
 }
 
 static bool shapes_match(const fg_param *p, const fg_tensor *t)

@@ -242,7 +242,7 @@ int cmd_bench(int argc, char **argv)
     int rc = EXIT_FAIL;
     fg_layer *layer = NULL;
     CUdeviceptr dx = 0, dy = 0;
-    float *x = NULL, *params[FG_MAX_PARAMS] = {0};
+    float *x = NULL;
     double *times = NULL;
     if (gpu_open(&g, cache) != 0)
         goto out;
@@ -273,18 +273,10 @@ int cmd_bench(int argc, char **argv)
         goto out;
     }
     fg_random_uniform(x, (size_t)n_in, 0, 1, 0.0f, 1.0f);
-    for (int i = 0; i < ir->n_params; i++)
-        if (!(params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count))) {
-            cli_error("out of memory");
-            goto out;
-        }
-    fg_random_params(ir, 0, params);
-    for (int i = 0; i < ir->n_params; i++)
-        if (fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count) !=
-            FG_OK) {
-            cli_error("%s", fg_last_error());
-            goto out;
-        }
+    if (fg_layer_bind_random(layer, 0) != FG_OK) {
+        cli_error("%s", fg_last_error());
+        goto out;
+    }
     if (fg_layer_prepare(layer) != FG_OK) {
         cli_error("%s", fg_last_error());
         goto out;
@@ -331,7 +323,5 @@ out:
     gpu_close(&g);
     free(x);
     free(times);
-    for (int i = 0; i < FG_MAX_PARAMS; i++)
-        free(params[i]);
     return rc;
 }

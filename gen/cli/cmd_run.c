@@ -187,28 +187,11 @@ static int bind_params(const run_opts *o, fg_layer *layer)
         }
         return 0;
     }
-    const fg_layer_ir *ir = &layer->ir;
-    float *params[FG_MAX_PARAMS];
-    int rc = 0;
-    for (int i = 0; i < ir->n_params; i++)
-        params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count);
-    for (int i = 0; i < ir->n_params; i++)
-        if (!params[i])
-            rc = -1;
-    if (rc == 0) {
-        fg_random_params(ir, (uint64_t)o->seed, params);
-        for (int i = 0; i < ir->n_params && rc == 0; i++)
-            if (fg_layer_bind_host(layer, ir->params[i].name, params[i],
-                                   sizeof(float) * (size_t)ir->params[i].count) != FG_OK) {
-                cli_error("%s", fg_last_error());
-                rc = -1;
-            }
-    } else {
-        cli_error("out of memory for the parameters");
+    if (fg_layer_bind_random(layer, (uint64_t)o->seed) != FG_OK) {
+        cli_error("%s", fg_last_error());
+        return -1;
     }
-    for (int i = 0; i < ir->n_params; i++)
-        free(params[i]);
-    return rc;
+    return 0;
 }
 
 /* Runs on the GPU: copies in, poisons the output with NaN so unwritten elements show,

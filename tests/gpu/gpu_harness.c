@@ -82,7 +82,7 @@ gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source,
     gpu_result r;
     memset(&r, 0, sizeof r);
     fg_layer *layer = NULL;
-    float *x = NULL, *y = NULL, *ref = NULL, *params[FG_MAX_PARAMS] = {0};
+    float *x = NULL, *y = NULL, *ref = NULL;
     CUdeviceptr dx = 0, dy = 0;
     const fg_cuda *cu = ctx->cu;
     if (fg_layer_load_string(ctx, name, source, &layer) != FG_OK) {
@@ -95,16 +95,11 @@ gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source,
     x = malloc(sizeof(float) * (size_t)n_in);
     y = malloc(sizeof(float) * (size_t)n_out);
     ref = malloc(sizeof(float) * (size_t)n_out);
-    for (int i = 0; i < ir->n_params; i++)
-        params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count);
     fg_random_uniform(x, (size_t)n_in, seed, 1, 0.0f, 1.0f);
-    fg_random_params(ir, seed, params);
-    for (int i = 0; i < ir->n_params; i++)
-        if (fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count) !=
-            FG_OK) {
-            snprintf(r.error, sizeof r.error, "bind: %s", fg_last_error());
-            goto out;
-        }
+    if (fg_layer_bind_random(layer, seed) != FG_OK) {
+        snprintf(r.error, sizeof r.error, "bind: %s", fg_last_error());
+        goto out;
+    }
     fg_api_enter(ctx);
     CUresult e;
     if ((e = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) || (e = cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out)) ||
@@ -137,8 +132,6 @@ out:
     free(x);
     free(y);
     free(ref);
-    for (int i = 0; i < FG_MAX_PARAMS; i++)
-        free(params[i]);
     if (layer)
         fg_layer_destroy(layer);
     return r;

@@ -46,25 +46,26 @@ static int check_cudnn(fg_context *ctx, const char *name, const char *src, int64
     int64_t n_out = batch * fg_shape_sample_count(&ir->ops[0].out);
     float *x = malloc(sizeof(float) * (size_t)n_in), *y = malloc(sizeof(float) * (size_t)n_out);
     float *yc = malloc(sizeof(float) * (size_t)n_out), *ref = malloc(sizeof(float) * (size_t)n_out);
-    float *params[FG_MAX_PARAMS] = {0};
     CUdeviceptr dx = 0, dy = 0, dyc = 0, dw = 0, db = 0;
     fg_cudnn_conv *conv = NULL;
     fg_error err;
     int failed = 1;
-    for (int i = 0; i < ir->n_params; i++)
-        params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count);
     fg_random_uniform(x, (size_t)n_in, seed, 1, 0.0f, 1.0f);
-    fg_random_params(ir, seed, params);
     const fg_op *c = &ir->ops[0];
-    for (int i = 0; i < ir->n_params; i++)
-        fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count);
+    if (fg_layer_bind_random(layer, seed) != FG_OK) {
+        printf("FAILED %s: bind: %s\n", name, fg_last_error());
+        goto out;
+    }
+    /* cuDNN gets the same weights the layer was bound with */
+    const float *weight = layer->params[c->weight_param].host;
+    const float *bias = c->bias ? layer->params[c->bias_param].host : NULL;
     fg_api_enter(ctx);
     size_t wbytes = sizeof(float) * (size_t)ir->params[c->weight_param].count;
     if (cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in) || cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out) ||
         cu->MemAlloc(&dyc, sizeof(float) * (size_t)n_out) || cu->MemAlloc(&dw, wbytes) ||
         (c->bias && cu->MemAlloc(&db, sizeof(float) * (size_t)c->out_channels)) ||
-        cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in) || cu->MemcpyHtoD(dw, params[c->weight_param], wbytes) ||
-        (c->bias && cu->MemcpyHtoD(db, params[c->bias_param], sizeof(float) * (size_t)c->out_channels)) ||
+        cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in) || cu->MemcpyHtoD(dw, weight, wbytes) ||
+        (c->bias && cu->MemcpyHtoD(db, bias, sizeof(float) * (size_t)c->out_channels)) ||
         cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)n_out, NULL) ||
         cu->MemsetD32Async(dyc, 0x7fc00000u, (size_t)n_out, NULL)) {
         printf("FAILED %s: device buffers\n", name);
@@ -112,8 +113,6 @@ out:
     free(y);
     free(yc);
     free(ref);
-    for (int i = 0; i < FG_MAX_PARAMS; i++)
-        free(params[i]);
     fg_layer_destroy(layer);
     return failed;
 }
