@@ -234,17 +234,24 @@ static void parent_is_a_file(void **state)
     free(file);
 }
 
+/* root/<name>/d/d/...: a path of about 1200 bytes, longer than the cache keeps (1023). */
+static char *long_path(const fixture *f, const char *name)
+{
+    size_t cap = strlen(f->root) + strlen(name) + 1300;
+    char *dir = malloc(cap);
+    assert_non_null(dir);
+    int len = snprintf(dir, cap, "%s/%s", f->root, name);
+    while (len < 1200)
+        len += snprintf(dir + len, cap - (size_t)len, "/d");
+    return dir;
+}
+
 /* A cache path longer than the cache keeps (1023 bytes) is refused, never truncated: the
  * truncated path would name another directory, which would then be created and written. */
 static void path_too_long(void **state)
 {
     fixture *f = *state;
-    size_t cap = strlen(f->root) + 1300;
-    char *dir = malloc(cap);
-    assert_non_null(dir);
-    int len = snprintf(dir, cap, "%s/long", f->root);
-    while (len < 1200)
-        len += snprintf(dir + len, cap - (size_t)len, "/d");
+    char *dir = long_path(f, "long");
     char *top = subdir(f, "long");
     fg_cache cache;
     fg_error err = {{0}};
@@ -683,12 +690,7 @@ static void cli_missing_directory(void **state)
 static void cli_path_too_long(void **state)
 {
     fixture *f = *state;
-    size_t cap = strlen(f->root) + 1300;
-    char *dir = malloc(cap);
-    assert_non_null(dir);
-    int len = snprintf(dir, cap, "%s/cli_long", f->root);
-    while (len < 1200)
-        len += snprintf(dir + len, cap - (size_t)len, "/d");
+    char *dir = long_path(f, "cli_long");
     cli_result *r = malloc(sizeof *r);
     assert_non_null(r);
     run_cli_build(f, dir, CLI_PLAIN, r);
