@@ -12,6 +12,7 @@ typedef struct planner {
     bool stored[FG_MAX_OPS];     /* value has a buffer */
     int buffer_of[FG_MAX_OPS];
     bool ready[FG_MAX_OPS];      /* the accumulators op k needs are finalized */
+    int auto_cut;                /* "auto" tried recompute after value auto_cut; -1 otherwise */
 } planner;
 
 static int64_t reduce_extent(const fg_op *op)
@@ -238,12 +239,140 @@ static int64_t conv_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_
 
 enum { CONV_SMEM_BUDGET = 96 * 1024 }; /* two blocks per SM fit beside each other */
 
-static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps)
+/* The MMA engine's reduction steps per staged chunk of ci input channels: (8 channels, tap)
+ * steps when blocked, else the flattened (channel, tap) index in steps of 8. */
+static int64_t mma_ksteps(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
+{
+    return t->k_blocked ? ci / 8 * g->taps : ceil_div(ci * g->taps, 8);
+}
+
+/* Shared memory of the MMA engine: ci staged channels, and the weights of co_tile channels
+ * for them as ready-made A fragments (hi and lo halves, 32 lanes x 4 floats each). */
+static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
+{
+    int buffers = ci == g->cin_g ? 2 : 1; /* one staging at a time when chunked */
+    int64_t table = t->k_blocked ? 0 : mma_ksteps(g, t, ci) * 8; /* offsets per reduction index */
+    return 4 * (buffers * ci * t->ch_pitch + mma_ksteps(g, t, ci) * (t->co_tile / 16) * 2 * 128 + table);
+}
+
+/* Unblocked steps read their offsets from a table in shared memory; they are fully
+ * unrolled, so at most this many per chunk (KB79's 3 channels x 27 taps is 11). */
+enum { MMA_TABLE_STEPS = 16 };
+
+/* Tiling for the tensor-core engine; false when the shape does not suit it (few output
+ * channels, a tiny reduction, or a reduction that neither blocks by 8 nor fits the table). */
+static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps)
+{
+    fg_conv_tiling *t = &ps->conv;
+    int64_t k = g->cin_g * g->taps;
+    if (g->cout_g < 8 || k < 8)
+        return false;
+    /* Measured on the H200 (bench/NOTES.md, v4): tensor cores win on long reductions (KB17,
+     * 576: 7.7 vs 11.5 ms) and on narrow layers (<= 32 channels: KB21, KB79, KB23); with
+     * 64 channels and a short reduction the FMA engine's broadcast weights win (KB85 0.76
+     * vs 1.00 ms, KB92 1.01 vs 1.25). */
+    if (k < 128 && g->cout_g > 32)
+        return false;
+    memset(t, 0, sizeof *t);
+    t->engine = FG_CONV_MMA;
+    /* a warp: 32 accumulators per lane, n-tiles of 8 outputs along W (or several short rows
+     * when W is narrow). Two m-tiles only on long reductions: on short ones the epilogue's
+     * values compete for the 128 registers (KB21: 16 channels x 64 outputs 2.23 ms, no
+     * spills; 32 x 32 spilled, 2.31 ms). 64 accumulators ran KB17 12 % faster (6.7 vs 7.5 ms)
+     * but spill; the compile test keeps every reference layer spill-free. */
+    t->warp_mt = k >= 128 && g->cout_g > 16 ? 2 : 1;
+    int ntiles = 8 / t->warp_mt;
+    int64_t row_tiles = ceil_div(g->out[2], 8);
+    t->warp_ntw = (int)(row_tiles < ntiles ? row_tiles : ntiles);
+    /* a narrow row (W < 64) is one warp's work: stacking two rows spilled KB79's conv (8
+     * bytes) for no measurable gain (0.237 vs 0.239 ms) */
+    t->warp_rows = 1;
+    /* FUSEGEN_MMA_WARP="mt,rows,ntw" overrides the warp tile (bench/NOTES.md) */
+    const char *force = getenv("FUSEGEN_MMA_WARP");
+    int f_mt = 0, f_rows = 0, f_ntw = 0;
+    if (force && sscanf(force, "%d,%d,%d", &f_mt, &f_rows, &f_ntw) == 3 && f_mt >= 1 && f_mt <= 4 && f_rows >= 1 &&
+        f_ntw >= 1 && f_rows * f_ntw <= 16) {
+        t->warp_mt = f_mt;
+        t->warp_rows = f_rows;
+        t->warp_ntw = f_ntw;
+    }
+    if (t->warp_rows > g->out[1])
+        t->warp_rows = (int)g->out[1];
+    /* 8 warps: two depths x four row groups for 3D (less halo than eight rows), else rows,
+     * then along W while the rows run out */
+    int64_t row_groups = ceil_div(g->out[1], t->warp_rows);
+    t->warps[0] = g->out[0] >= 2 ? 2 : 1;
+    t->warps[1] = (int)(row_groups < 8 / t->warps[0] ? row_groups : 8 / t->warps[0]);
+    t->warps[2] = 1;
+    while (t->warps[0] * t->warps[1] * t->warps[2] < 8 && (int64_t)t->warps[2] * t->warp_ntw * 8 < g->out[2])
+        t->warps[2] *= 2;
+    t->tile[0] = t->warps[0];
+    t->tile[1] = t->warps[1] * t->warp_rows;
+    t->tile[2] = t->warps[2] * t->warp_ntw * 8;
+    for (int i = 0; i < 3; i++)
+        t->in_tile[i] = (t->tile[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1;
+    t->in_tile[2] = round_up(t->in_tile[2], 4);
+    int64_t volume = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    /* blocked steps load 4 channels x 8 outputs per instruction: a channel pitch of 8 (mod
+     * 32) floats puts them in 32 distinct banks (with unit stride along W) */
+    t->k_blocked = g->cin_g % 8 == 0;
+    t->ch_pitch = (int)(t->k_blocked ? volume + (8 - volume % 32 + 32) % 32 : volume);
+    t->ci_chunk = (int)g->cin_g;
+    if (!t->k_blocked) {
+        if (g->taps > 8 * MMA_TABLE_STEPS)
+            return false;
+        while (mma_ksteps(g, t, t->ci_chunk) > MMA_TABLE_STEPS)
+            t->ci_chunk--;
+    }
+    t->co_tile = round_up(g->cout_g, 16 * t->warp_mt);
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
+        t->co_tile = 16 * t->warp_mt; /* one channel tile per block: each chunk staged once */
+    while (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET && t->ci_chunk > 8)
+        t->ci_chunk = t->k_blocked ? round_up(t->ci_chunk / 2, 8) : t->ci_chunk / 2;
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
+        return false;
+    int warps = t->warps[0] * t->warps[1] * t->warps[2];
+    int64_t tiles = ceil_div(g->out[0], t->tile[0]) * ceil_div(g->out[1], t->tile[1]) * ceil_div(g->out[2], t->tile[2]);
+    /* several tiles per block amortize the weights' staging and hide the input's behind
+     * compute; a sample keeps >= 8 blocks so that small batches still spread over the GPU.
+     * FUSEGEN_MMA_TILES=R overrides (bench/NOTES.md). */
+    t->tiles_per_block = 1;
+    if (t->ci_chunk == g->cin_g) {
+        int64_t r = tiles / 8;
+        const char *env = getenv("FUSEGEN_MMA_TILES");
+        if (env && atoi(env) > 0)
+            r = atoi(env);
+        t->tiles_per_block = (int)(r < 1 ? 1 : r > 8 ? 8 : r);
+    }
+    ps->launch.block = 32 * warps;
+    ps->launch.grid_x = ceil_div(tiles, t->tiles_per_block);
+    ps->launch.smem_bytes = (int)mma_smem(g, t, t->ci_chunk);
+    return true;
+}
+
+/* FUSEGEN_CONV_ENGINE="fma" or "mma" overrides the planner's engine: a knob for tests and
+ * benchmarks (bench/NOTES.md). */
+static bool want_mma(int sm)
+{
+    const char *env = getenv("FUSEGEN_CONV_ENGINE");
+    if (env && strcmp(env, "fma") == 0)
+        return false;
+    return sm >= 80; /* mma.sync with TF32 operands starts at sm_80 */
+}
+
+static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
 {
     const fg_op *conv = &ir->ops[0];
     conv_geometry g;
     geometry(conv, &g);
     fg_conv_tiling *t = &ps->conv;
+    ps->launch.per_sample = true;
+    if (want_mma(sm) && conv_tiling_mma(&g, ps)) {
+        ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
+        return;
+    }
+    memset(t, 0, sizeof *t);
+    t->engine = FG_CONV_FMA;
     /* Register tile: 2 rows x 4 outputs x 8 channels (64 accumulators) where the shape allows,
      * shrunk until the unrolled body of one input channel stays under ~900 FMAs (compile time
      * and the instruction cache) and the registers under ~120 (no spills at 2 blocks/SM). */
@@ -315,6 +444,7 @@ static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps)
     ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
     ps->launch.per_sample = true;
     ps->launch.smem_bytes = (int)conv_smem(&g, t, t->ci_chunk);
+    t->ch_pitch = t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
 }
 
 static void map_launch(const fg_layer_ir *ir, fg_pass *ps)
@@ -438,18 +568,20 @@ static bool value_needed_after(const fg_layer_ir *ir, int v, int after)
 /* The conv pass can be run twice (recompute) instead of writing and re-reading its output
  * (materialize) when the first cut after it is a norm. Rough costs on a GPU like the H200:
  * 4 TB/s for bytes, 30 TFLOP/s for a direct conv. */
-static fg_strategy choose_strategy(const fg_layer_ir *ir, int cut)
+/* "auto" plans recompute first and keeps it only when it pays (fg_plan_layer): when the
+ * second conv pass runs through to the layer's output with no intermediate tensor, and that
+ * output is at most a quarter of the value before the norm. Measured on the H200 (bench/
+ * NOTES.md, v4): recompute won only there (KB23: 0.61 vs 1.01 ms); wherever the second pass
+ * still had to store a tensor (a max over channels, a pool after the norm) or the output
+ * is as large as the conv's, running the conv twice cost more than the tensor it saved
+ * (KB79 0.33 vs 0.21 ms, KB21 2.46 vs 2.31 ms). */
+static bool recompute_pays(const fg_layer_ir *ir, const fg_plan *plan, int cut)
 {
-    const fg_op *conv = &ir->ops[0];
-    int64_t out = fg_shape_sample_count(&conv->out);
-    int64_t taps = 1;
-    for (int i = 0; i < conv->spatial; i++)
-        taps *= conv->kernel[i];
-    double flops = 2.0 * (double)out * (double)(conv->in.dim[1] / conv->groups) * (double)taps;
-    double bytes_saved = 2.0 * 4.0 * (double)fg_shape_sample_count(&ir->ops[cut].out);
-    return flops / 30e12 < bytes_saved / 4e12 ? FG_STRATEGY_RECOMPUTE : FG_STRATEGY_MATERIALIZE;
+    if (plan->n_buffers > 0)
+        return false;
+    int64_t out = fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
+    return 4 * out <= fg_shape_sample_count(&ir->ops[cut].out);
 }
-
 
 /* ---- the resident strategy ------------------------------------------------------------ */
 
@@ -599,6 +731,7 @@ static bool plan_resident(planner *p, int sm)
         return false;
     }
     ct->ci_unroll = 1;
+    ct->ch_pitch = ct->in_tile[0] * ct->in_tile[1] * ct->in_tile[2];
     ps->launch.block = tx * ty;
     ps->launch.grid_x = cluster;
     ps->launch.grid_y = channels / block;
@@ -610,7 +743,7 @@ static bool plan_resident(planner *p, int sm)
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err)
 {
     memset(plan, 0, sizeof *plan);
-    planner p = {.ir = ir, .plan = plan, .err = err};
+    planner p = {.ir = ir, .plan = plan, .err = err, .auto_cut = -1};
     for (int k = 0; k < FG_MAX_OPS; k++) {
         plan->op_accum[k] = plan->op_max_accum[k] = -1;
         p.buffer_of[k] = -1;
@@ -679,9 +812,8 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         plan->strategy = FG_STRATEGY_MATERIALIZE;
         if (t < last_op && needs_stats(&ir->ops[t + 1]) &&
             fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
-            plan->strategy = wanted == FG_STRATEGY_MATERIALIZE || wanted == FG_STRATEGY_RECOMPUTE
-                                 ? (fg_strategy)wanted
-                                 : choose_strategy(ir, t);
+            plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
+            p.auto_cut = wanted < 0 ? t : -1; /* decided once the recompute plan is known */
             /* recompute cannot serve a value some later op reads back */
             for (int v = 0; v <= t; v++)
                 if (value_needed_after(ir, v, t))
@@ -767,12 +899,16 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         if (q->kind == FG_PASS_CUDNN)
             continue; /* the runtime calls cuDNN; no kernel, no arguments */
         if (q->kind == FG_PASS_CONV)
-            conv_tiling(ir, q);
+            conv_tiling(ir, q, sm);
         else if (q->kind == FG_PASS_MAP)
             map_launch(ir, q);
         else
             finalize_launch(plan, q);
         pass_args(ir, plan, &p, q);
+    }
+    if (p.auto_cut >= 0 && plan->strategy == FG_STRATEGY_RECOMPUTE && !recompute_pays(ir, plan, p.auto_cut)) {
+        fg_plan_options again = {.force_strategy = FG_STRATEGY_MATERIALIZE, .sm = sm};
+        return fg_plan_layer(ir, &again, plan, err);
     }
     return 0;
 }
@@ -905,7 +1041,16 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         }
         emit(ctx, line);
         const fg_launch *l = &ps->launch;
-        if (ps->kind == FG_PASS_CONV) {
+        if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_MMA) {
+            const fg_conv_tiling *t = &ps->conv;
+            snprintf(line, sizeof line,
+                     "           3xTF32 tensor cores: tile %dx%dx%d outputs x %d channels per block; %dx%d outputs x "
+                     "%d channels per warp; %d tiles per block; %d input channels staged at a time, %s steps",
+                     t->tile[0], t->tile[1], t->tile[2], t->co_tile, t->warp_rows, t->warp_ntw * 8,
+                     t->warp_mt * 16, t->tiles_per_block, t->ci_chunk,
+                     t->k_blocked ? "(8 channels, tap)" : "(channel x tap) / 8");
+            emit(ctx, line);
+        } else if (ps->kind == FG_PASS_CONV) {
             const fg_conv_tiling *t = &ps->conv;
             snprintf(line, sizeof line,
                      "           tile %dx%dx%d outputs x %d channels per block; %dx%d outputs x %d channels per "

@@ -88,11 +88,22 @@ typedef struct fg_launch {
     int smem_bytes;         /* dynamic shared memory */
 } fg_launch;
 
-/* Conv pass tiling (all extents in output elements). Every thread of a block works on the
- * same output channels at the same time, so the weights it reads are warp-uniform
- * (broadcast float4 loads from shared memory); its register tile is thread_h rows x
- * thread_w consecutive outputs x thread_co channels. */
+/* How the conv pass multiplies. */
+typedef enum fg_conv_engine {
+    /* CUDA-core FMAs: every thread of a block works on the same output channels at the same
+     * time, so the weights it reads are warp-uniform (broadcast float4 loads from shared
+     * memory); its register tile is thread_h rows x thread_w consecutive outputs x thread_co
+     * channels. */
+    FG_CONV_FMA = 0,
+    /* Tensor cores (mma.sync m16n8k8 TF32, sm_80+) with every product split in three
+     * (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi): fp32 accuracy at tensor-core speed. The conv is an
+     * implicit GEMM per warp: 16 output channels x 8 consecutive outputs per MMA. */
+    FG_CONV_MMA = 1,
+} fg_conv_engine;
+
+/* Conv pass tiling (all extents in output elements). */
 typedef struct fg_conv_tiling {
+    int engine;             /* an fg_conv_engine */
     int tile[3];            /* output tile per block: D, H, W (threads x thread tile) */
     int threads[3];         /* threads along D, H, W */
     int thread_h;           /* output rows per thread */
@@ -102,6 +113,20 @@ typedef struct fg_conv_tiling {
     int ci_chunk;           /* input channels staged in shared memory at a time */
     int ci_unroll;          /* unroll factor of the input-channel loop (the unrolling cliff) */
     int in_tile[3];         /* staged input extents D, H, W (W padded to a multiple of 4) */
+    int ch_pitch;           /* floats between two staged input channels (>= the tile; padded so
+                             * that the MMA engine's loads of 4 channels hit distinct banks) */
+    /* FG_CONV_MMA only: a warp computes warp_mt x 16 channels of warp_rows rows x warp_ntw x 8
+     * consecutive outputs; warps[] warps along D, H, W make the block. threads[],
+     * thread_h/w/co are unused. */
+    int warp_mt, warp_rows, warp_ntw;
+    int warps[3];
+    /* 1: the reduction runs over (8 input channels, tap) steps (ci_chunk % 8 == 0); 0: over
+     * the flattened (channel, tap) index padded to 8, each lane's offsets in a table */
+    int k_blocked;
+    /* tiles one block computes in turn (the weights staged once, the next tile's input
+     * copied while this one computes: double-buffered); 1 when the input is staged in
+     * chunks */
+    int tiles_per_block;
 } fg_conv_tiling;
 
 typedef struct fg_pass {

@@ -238,6 +238,14 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "co_tile", t->co_tile);
         set_int(L, "ci_chunk", t->ci_chunk);
         set_int(L, "ci_unroll", t->ci_unroll);
+        set_int(L, "engine", t->engine);
+        set_int(L, "ch_pitch", t->ch_pitch);
+        set_int(L, "warp_mt", t->warp_mt);
+        set_int(L, "warp_rows", t->warp_rows);
+        set_int(L, "warp_ntw", t->warp_ntw);
+        set_int3(L, "warps", t->warps, 3);
+        set_int(L, "k_blocked", t->k_blocked);
+        set_int(L, "tiles_per_block", t->tiles_per_block);
         lua_setfield(L, -2, "conv");
         lua_createtable(L, 0, 8);
         set_int(L, "cluster", ps->res.cluster);

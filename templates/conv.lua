@@ -52,15 +52,16 @@ function M.tiling(g, t)
   }
   T.COT4 = ((T.COT + 3) // 4) * 4
   T.ITILE = T.IT[1] * T.IT[2] * T.IT[3]
-  T.NCT = T.COT // T.RC
+  T.NCT = T.RC > 0 and T.COT // T.RC or 0 -- FMA engine only
   T.BLOCK = T.TX * T.TY * T.TZ
-  T.W_OFFSET = T.CIC * T.ITILE -- floats before the weights in shared memory
+  T.CP = t.ch_pitch > 0 and t.ch_pitch or T.ITILE -- floats between staged channels
+  T.W_OFFSET = T.CIC * T.CP -- floats before the weights in shared memory
   return T
 end
 
--- Stages input channels ci0 .. ci0+CIC-1 of the tile (zero outside the input and past the
--- last channel) and their weights for the block's channels.
-function M.stage(c, g, T, names)
+-- Issues the copies of input channels ci0 .. ci0+CIC-1 of the tile into s_in (zero outside
+-- the input and past the last channel), channel planes T.CP floats apart.
+function M.stage_input(c, g, T)
   c:open("for (int e = t; e < %d; e += %d) {", T.CIC * T.ITILE, T.BLOCK)
   c:line("const int ci = e / %d, r = e %% %d;", T.ITILE, T.ITILE)
   c:line("const int a = r / %d, b = (r / %d) %% %d, cw = r %% %d;", T.IT[2] * T.IT[3], T.IT[3], T.IT[2], T.IT[3])
@@ -77,9 +78,15 @@ function M.stage(c, g, T, names)
   -- cp.async: every copy of the tile is in flight at once (a plain load-then-store loop
   -- waits for each load's latency in turn); outside the input it zero-fills
   c:line("const bool in = %s;", table.concat(checks, " && "))
-  c:line("fg_cp_async4(s_in + e, in ? xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw : xg, in);",
-    g.in_plane, g.I[2], g.I[3])
+  c:line("fg_cp_async4(s_in + %s, in ? xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw : xg, in);",
+    T.CP == T.ITILE and "e" or string.format("ci * %d + r", T.CP), g.in_plane, g.I[2], g.I[3])
   c:close()
+end
+
+-- Stages input channels ci0 .. ci0+CIC-1 of the tile and their weights for the block's
+-- channels, laid out [ci][tap][co].
+function M.stage(c, g, T, names)
+  M.stage_input(c, g, T)
   c:open("for (int e = t; e < %d; e += %d) {", T.CIC * g.taps * T.COT4, T.BLOCK)
   c:line("const int ci = e / %d, tap = (e / %d) %% %d, co = e %% %d;", g.taps * T.COT4, T.COT4, g.taps, T.COT4)
   local wchecks = { string.format("co0 + co < %d", g.cout_g) }
@@ -122,7 +129,7 @@ function M.accumulate(c, g, T)
   local plane = T.IT[2] * T.IT[3]
   c:line(T.unroll > 1 and string.format("#pragma unroll %d", T.unroll) or "#pragma unroll 1")
   c:open("for (int ci = 0; ci < %d; ++ci) {", T.CIC)
-  c:line("const float *si = s_in + ci * %d + tz * %d + ty * %d + tx * %d;", T.ITILE, S[1] * plane, T.RH * S[2] * T.IT[3],
+  c:line("const float *si = s_in + ci * %d + tz * %d + ty * %d + tx * %d;", T.CP, S[1] * plane, T.RH * S[2] * T.IT[3],
     T.RW * S[3])
   c:line("const float4 *sw = (const float4 *)(s_w + ci * %d + ct * %d);", g.taps * T.COT4, T.RC)
   for kd = 0, K[1] - 1 do
@@ -156,6 +163,141 @@ function M.accumulate(c, g, T)
     end
   end
   c:close()
+end
+
+-- The epilogue of a conv pass: the chain of ops after the conv at every output a thread
+-- holds, the stores, and the statistics fed. `th` describes how the thread's values are
+-- laid out: `loops` ({variable, extent}, unrolled), `value` (the accumulator), `co` (the
+-- channel within the group), `od`/`oh`/`ow` (output coordinates), `slot` (the loop variable
+-- naming a statistics slot when `slots` > 0), slot_co(q) (the channel of slot q) and
+-- `merge_lanes` (slots of neighbouring lanes may share a statistic: add them up across the
+-- warp before the atomics).
+-- The key expression of statistics slot q (per-slot partials: one channel each).
+local function slot_key_fn(g, ev, th)
+  return function(a, q)
+    local co = th.slot_co(q)
+    local cc = { string.format("(g * %d + %s)", g.cout_g, co) }
+    for d = 2, g.conv.out_shape.rank - 1 do cc[d] = "0" end
+    return string.format("%s < %d ? %s : -1LL", co, g.cout_g, ev:accum_key(a, cc))
+  end
+end
+
+-- The statistics partials of an epilogue, declared before it and fed after it: callers
+-- that run several epilogues into the same slots (one per tile) call these themselves and
+-- pass th.feeds_outside.
+function M.feeds_declare(c, plan, pass, slots)
+  feed.declare(c, plan, pass.feeds, slots)
+end
+
+function M.feeds_finish(c, g, plan, pass, ev, slots, th)
+  feed.finish(c, ev, plan, pass.feeds, slots, slot_key_fn(g, ev, th), th.merge_lanes)
+end
+
+-- The epilogue of a conv pass: the chain of ops after the conv at every output a thread
+-- holds, the stores, and the statistics fed. `th` describes how the thread's values are
+-- laid out: `loops` ({variable, extent}, unrolled; the first picks the channel), `value`
+-- (the accumulator), `co` (the channel within the group), `od`/`oh`/`ow` (output
+-- coordinates), `slot` (the loop variable naming a statistics slot when `slots` > 0),
+-- slot_co(q) (the channel of slot q), `merge_lanes` (slots of neighbouring lanes may share
+-- a statistic: add them up across the warp before the atomics), `pair` (the last loop runs
+-- over two consecutive outputs along W) and `full` (a condition under which every output
+-- the thread holds exists: that case runs without per-output checks, so the compiler can
+-- interleave the outputs' work instead of branching around each).
+function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
+  local conv, O = g.conv, g.O
+  if not th.feeds_outside then M.feeds_declare(c, plan, pass, slots) end
+  -- with W even a pair's outputs are 8-byte aligned: one float2 store per target
+  local pair = th.pair and O[3] % 2 == 0
+  local loops = th.loops
+  local dshape = layer.ops[pass.last].out_shape
+  local targets = {} -- { array, value index (nil: the pass's domain value) }
+  if pass.store_output then targets[#targets + 1] = { names.output } end
+  if pass.store_buffer >= 0 then targets[#targets + 1] = { names.buffer[pass.store_buffer] } end
+  for i = 0, pass.extra_stores.n - 1 do
+    local b = pass.extra_stores[i]
+    targets[#targets + 1] = { names.buffer[b], plan.buffers[b].value }
+  end
+  local coords = g.sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
+  -- one output: the chain of ops, then store(k, index, value) for each target
+  local function element(store, checked)
+    c:line("const int co = %s;", th.co)
+    c:line("const int c = g * %d + co;", g.cout_g)
+    if g.sp == 3 then c:line("const int od = %s;", th.od) end
+    c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
+    if checked then
+      local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]),
+        string.format("ow < %d", O[3]) }
+      if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
+      c:open("if (%s) {", table.concat(valid, " && "))
+    else
+      c:open("{")
+    end
+    if conv.bias then
+      local bias = string.format("%s[c]", names.param[conv.bias_param])
+      c:line("const float v0 = %s + %s;", th.value, ev:hoisted("float", bias, { "c" }) or bias)
+    else
+      c:line("const float v0 = %s;", th.value)
+    end
+    ev:push_scope()
+    ev:remember(0, coords, "v0")
+    local v = ev:eval(pass.last, coords)
+    local idx = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin(dshape, coords))
+    for k, tg in ipairs(targets) do store(k, idx, tg[2] and ev:eval(tg[2], coords) or v) end
+    feed.element(c, ev, plan, pass.feeds, v, coords, slots > 0 and th.slot or nil)
+    ev:pop_scope()
+    c:close()
+  end
+  local function body(checked)
+    for i = 1, pair and #loops - 1 or #loops do
+      c:line("#pragma unroll")
+      c:open("for (int %s = 0; %s < %d; ++%s) {", loops[i][1], loops[i][1], loops[i][2], loops[i][1])
+      if i == 1 then
+        -- the first loop picks the channel: per-channel loads are hoisted here
+        c:line("const int c = g * %d + (%s); /* the channel of the outputs below */", g.cout_g, th.co)
+        ev:set_hoist({ at = #c.lines + 1, depth = c.depth, channel = "c",
+          guard = string.format("c < %d", g.cout_g * g.groups) }) -- in bounds; read by valid outputs only
+      end
+    end
+    if pair then
+      local var = loops[#loops][1]
+      c:line("fg_u64 si0 = 0, si1 = 0;")
+      c:line("bool sk0 = %s, sk1 = %s;", checked and "false" or "true", checked and "false" or "true")
+      for k = 1, #targets do c:line("float sv%d_0 = 0.0f, sv%d_1 = 0.0f;", k, k) end
+      for e = 0, 1 do
+        c:open("{")
+        c:line("const int %s = %d;", var, e)
+        element(function(k, idx, v)
+          if k == 1 then c:line("si%d = %s;%s", e, idx, checked and string.format(" sk%d = true;", e) or "") end
+          c:line("sv%d_%d = %s;", k, e, v)
+        end, checked)
+        c:close()
+      end
+      for k, tg in ipairs(targets) do
+        c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & 7) == 0)) {", tg[1])
+        c:line("*(float2 *)(%s + si0) = make_float2(sv%d_0, sv%d_1);", tg[1], k, k)
+        c:close("} else {")
+        c.depth = c.depth + 1
+        c:line("if (sk0) %s[si0] = sv%d_0;", tg[1], k)
+        c:line("if (sk1) %s[si1] = sv%d_1;", tg[1], k)
+        c:close()
+      end
+    else
+      element(function(k, idx, v) c:line("%s[%s] = %s;", targets[k][1], idx, v) end, checked)
+    end
+    for _ = 1, pair and #loops - 1 or #loops do c:close() end
+    ev:set_hoist(nil)
+  end
+  if th.full then
+    c:open("if (%s) { /* every output of this thread exists */", th.full)
+    body(false)
+    c:close("} else {")
+    c.depth = c.depth + 1
+    body(true)
+    c:close()
+  else
+    body(true)
+  end
+  if not th.feeds_outside then M.feeds_finish(c, g, plan, pass, ev, slots, th) end
 end
 
 function M.render(layer, plan, pass, names, signature)
@@ -197,12 +339,7 @@ function M.render(layer, plan, pass, names, signature)
 
   -- the epilogue's evaluator and statistics
   local ev = expr.new(layer, plan, pass, c, names)
-  local slots = 0
-  local uniform = true
-  for i = 0, pass.feeds.n - 1 do
-    uniform = uniform and feed.uniform_per_channel(layer, plan, pass.feeds[i])
-  end
-  if pass.feeds.n > 0 and uniform then slots = T.RC end
+  local slots = feed.conv_slots(layer, plan, pass.feeds, T.RC)
 
   if single_chunk then
     c:line("const int ci0 = 0;")
@@ -229,56 +366,21 @@ function M.render(layer, plan, pass, names, signature)
   M.accumulate(c, g, T)
   if not single_chunk then c:close() end
 
-  feed.declare(c, plan, pass.feeds, slots)
-  c:line("#pragma unroll")
-  c:open("for (int j = 0; j < %d; ++j) {", T.RC)
-  c:line("#pragma unroll")
-  c:open("for (int r = 0; r < %d; ++r) {", T.RH)
-  c:line("#pragma unroll")
-  c:open("for (int p = 0; p < %d; ++p) {", T.RW)
-  c:line("const int co = co0 + ct * %d + j;", T.RC)
-  c:line("const int c = g * %d + co;", g.cout_g)
-  if g.sp == 3 then c:line("const int od = od0 + tz;") end
-  c:line("const int oh = oh0 + ty * %d + r, ow = ow0 + tx * %d + p;", T.RH, T.RW)
-  local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]), string.format("ow < %d", O[3]) }
-  if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
-  c:open("if (%s) {", table.concat(valid, " && "))
-  local coords = g.sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
-  if conv.bias then
-    c:line("const float v0 = acc[j][r][p] + %s[c];", names.param[conv.bias_param])
-  else
-    c:line("const float v0 = acc[j][r][p];")
-  end
-  ev:push_scope()
-  ev:remember(0, coords, "v0")
-  local v = ev:eval(pass.last, coords)
-  local dshape = layer.ops[pass.last].out_shape
-  local idx = lib.lin(dshape, coords)
-  if pass.store_output then
-    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.output, dshape.sample, idx, v)
-  end
-  if pass.store_buffer >= 0 then
-    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.buffer[pass.store_buffer], dshape.sample, idx, v)
-  end
-  for i = 0, pass.extra_stores.n - 1 do
-    local b = pass.extra_stores[i]
-    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.buffer[b], dshape.sample, idx, ev:eval(plan.buffers[b].value, coords))
-  end
-  feed.element(c, ev, plan, pass.feeds, v, coords, slots > 0 and "j" or nil)
-  ev:pop_scope()
-  c:close()
-  c:close()
-  c:close()
-  c:close()
-  -- a slot is one channel of the tile: its statistic's key from the channel alone (the
-  -- planner chose per-slot partials only when the key does not depend on position)
-  local function slot_key(a, q)
-    local co = string.format("co0 + ct * %d + %s", T.RC, q)
-    local cc = { string.format("(g * %d + %s)", g.cout_g, co) }
-    for d = 2, conv.out_shape.rank - 1 do cc[d] = "0" end
-    return string.format("%s < %d ? %s : -1LL", co, g.cout_g, ev:accum_key(a, cc))
-  end
-  feed.finish(c, ev, plan, pass.feeds, slots, slot_key)
+  local full = { string.format("oh0 + ty * %d + %d <= %d", T.RH, T.RH, O[2]),
+    string.format("ow0 + tx * %d + %d <= %d", T.RW, T.RW, O[3]),
+    string.format("co0 + ct * %d + %d <= %d", T.RC, T.RC, g.cout_g) }
+  if g.sp == 3 then table.insert(full, 1, string.format("od0 + tz < %d", O[1])) end
+  M.epilogue(c, g, layer, plan, pass, names, ev, slots, {
+    loops = { { "j", T.RC }, { "r", T.RH }, { "p", T.RW } },
+    value = "acc[j][r][p]",
+    co = string.format("co0 + ct * %d + j", T.RC),
+    od = "od0 + tz",
+    oh = string.format("oh0 + ty * %d + r", T.RH),
+    ow = string.format("ow0 + tx * %d + p", T.RW),
+    slot = "j",
+    slot_co = function(q) return string.format("co0 + ct * %d + %s", T.RC, q) end,
+    full = table.concat(full, " && "),
+  })
   if not single_chunk then c:line("__syncthreads(); /* the next channel tile restages */") end
   c:close()
   c:close()

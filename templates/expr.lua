@@ -69,19 +69,47 @@ function Eval:eval(k, coords)
   return v
 end
 
+-- Hoisting: a conv epilogue visits many outputs of one channel in a row. hoist = { code
+-- position `at` and `depth` in self.code, `channel` (the coordinate text of that channel),
+-- `guard` (when the channel exists) } makes loads that depend on the channel alone (a
+-- per-channel parameter, a norm's statistic over whole channels) happen once there instead
+-- of at every output.
+function Eval:set_hoist(h)
+  if h then h.cache = {} end
+  self.hoist = h
+end
+
+function Eval:hoisted(ctype, text, coords)
+  local h = self.hoist
+  if not h or coords[1] ~= h.channel then return nil end
+  local v = h.cache[text]
+  if v then return v end
+  v = self:fresh("hc")
+  local zero = ctype == "float" and "0.0f" or ctype .. "{}"
+  table.insert(self.code.lines, h.at, string.rep("    ", h.depth) ..
+    string.format("const %s %s = (%s) ? %s : %s;", ctype, v, h.guard, text, zero))
+  h.at = h.at + 1
+  h.cache[text] = v
+  return v
+end
+
 -- A parameter broadcast against `shape` (right-aligned, PyTorch rules).
 function Eval:param_at(p, shape, coords)
   local param = self.layer.params[p]
   local terms, stride = {}, 1
+  local channel_only = true
   for pd = param.rank - 1, 0, -1 do
     local d = shape.rank - param.rank + pd
     if param.dim[pd] ~= 1 and d >= 1 then
+      channel_only = channel_only and d == 1
       terms[#terms + 1] = stride == 1 and coords[d] or string.format("(%s) * %d", coords[d], stride)
     end
     stride = stride * param.dim[pd]
   end
   local idx = #terms == 0 and "0" or table.concat(terms, " + ")
-  return string.format("%s[%s]", self.names.param[p], idx)
+  local text = string.format("%s[%s]", self.names.param[p], idx)
+  if channel_only then return self:hoisted("float", text, coords) or text end
+  return text
 end
 
 -- Key of a norm's statistic for an element at `coords` of its input.
@@ -281,7 +309,7 @@ function Eval:compute(k, coords)
       e = string.format("(%s - %s[%s]) / sqrtf(%s[%s] + %s)", x, self.names.param[op.mean_param], coords[1],
         self.names.param[op.var_param], coords[1], flit(op.eps))
     else
-      local st = self:fresh("st")
+      local st
       -- where the statistics live: finalized in device memory, or (resident passes) an
       -- expression the pass provides
       local src
@@ -289,8 +317,15 @@ function Eval:compute(k, coords)
         src = self.norm_stats(k, op, coords)
       else
         src = string.format("%s[%s]", self.names.stats[self.plan.op[k].accum], self:norm_key(op, coords))
+        -- statistics over whole channels depend on the channel alone
+        local whole = true
+        for d = 2, op.in_shape.rank - 1 do whole = whole and (op.stat.mask >> d) & 1 == 1 end
+        if whole then st = self:hoisted("fg_stat", src, coords) end
       end
-      self.code:line("const fg_stat %s = %s;", st, src)
+      if not st then
+        st = self:fresh("st")
+        self.code:line("const fg_stat %s = %s;", st, src)
+      end
       e = string.format("(%s - %s.a) * %s.b", x, st, st)
     end
     if op.affine then
@@ -301,6 +336,8 @@ function Eval:compute(k, coords)
       else
         w = string.format("%s[%s]", self.names.param[op.weight_param], coords[1])
         b = string.format("%s[%s]", self.names.param[op.bias_param], coords[1])
+        w = self:hoisted("float", w, coords) or w
+        b = self:hoisted("float", b, coords) or b
       end
       e = string.format("fmaf(%s, %s, %s)", e, w, b)
     end

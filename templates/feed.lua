@@ -92,13 +92,28 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
 end
 
 -- After the element loop, reached by every thread of the block (warp-collective). With
--- per-slot partials, slot_key(q) gives the C expression of slot q's key (or -1).
-function M.finish(code, ev, plan, feeds, slots, slot_key)
+-- per-slot partials, slot_key(q) gives the C expression of slot q's key (or -1). With
+-- `merge_lanes`, lanes holding the same key add up across the warp first (fg_merge_lanes,
+-- fg_merge_lanes_extreme):
+-- the MMA engine spreads one channel over four lanes and neighbouring channels over others.
+function M.finish(code, ev, plan, feeds, slots, slot_key, merge_lanes)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
     local kind = plan.accums[a].kind
     local acc = ev.names.accum[a]
     local function call(k, s, q)
+      if merge_lanes then
+        code:open("{")
+        code:line("long long mk = %s;", k)
+        if is_max(kind) then
+          code:line("float ms = %s;", s)
+          code:line("fg_merge_lanes_extreme(mk, ms, %s);", kind == "max" and "true" or "false")
+        else
+          code:line("double ms = (double)%s, mq = (double)%s;", s, q)
+          code:line("fg_merge_lanes(mk, ms, mq);")
+        end
+        k, s, q = "mk", "ms", "mq"
+      end
       if kind == "moments" then
         code:line("fg_feed2(%s, %s, (double)%s, (double)%s);", acc, k, s, q)
       elseif is_max(kind) then
@@ -106,6 +121,7 @@ function M.finish(code, ev, plan, feeds, slots, slot_key)
       else
         code:line("fg_feed1(%s, %s, (double)%s);", acc, k, s)
       end
+      if merge_lanes then code:close("}") end
     end
     if slots > 0 then
       code:line("#pragma unroll")
@@ -116,6 +132,16 @@ function M.finish(code, ev, plan, feeds, slots, slot_key)
       call("fk" .. a, "fs" .. a, "fq" .. a)
     end
   end
+end
+
+-- Statistics slots of a conv epilogue: `per_thread` (the channels a thread holds) when every
+-- accumulator fed has one key per channel, else 0 (running partials).
+function M.conv_slots(layer, plan, feeds, per_thread)
+  if feeds.n == 0 then return 0 end
+  for i = 0, feeds.n - 1 do
+    if not M.uniform_per_channel(layer, plan, feeds[i]) then return 0 end
+  end
+  return per_thread
 end
 
 -- Whether all elements of one conv output channel (of one sample) share accumulator a's key.

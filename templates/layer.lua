@@ -7,6 +7,7 @@ local M = {}
 
 local renderers = {
   conv = import("conv"),
+  conv_mma = import("conv_mma"),
   map = import("map"),
   finalize = import("finalize"),
   resident = import("resident"),
@@ -89,7 +90,8 @@ function M.render(layer, plan)
       c:line("/* pass %d: cuDNN's convolution computes v0 (no generated kernel) */", i)
     else
       local sig, names = signature(plan, pass)
-      c:append(renderers[pass.kind].render(layer, plan, pass, names, sig))
+      local kind = pass.kind == "conv" and pass.conv.engine == 1 and "conv_mma" or pass.kind
+      c:append(renderers[kind].render(layer, plan, pass, names, sig))
     end
     c:blank()
   end

@@ -16,14 +16,17 @@ function ops.unary(op, x)
     end
     return string.format("(0.5f * %s * (1.0f + erff(%s * 0.707106781f)))", x, x)
   end
-  if k == "SIGMOID" then return string.format("(1.0f / (1.0f + expf(-%s)))", x) end
+  -- __fdividef: one reciprocal and a multiply (within 2 ulp), where IEEE division adds a
+  -- range check and a slow-path call per element; the denominator is >= 1, and past
+  -- 2^126 (x < -87) the result is 0 either way within fp32's range
+  if k == "SIGMOID" then return string.format("__fdividef(1.0f, 1.0f + expf(-%s))", x) end
   if k == "TANH" then return string.format("tanhf(%s)", x) end
   if k == "SOFTPLUS" then
     local b = flit(op.beta)
     return string.format("(%s * %s > %s ? %s : log1pf(expf(%s * %s)) / %s)", b, x, flit(op.threshold), x, b, x, b)
   end
   if k == "MISH" then return string.format("(%s * tanhf(%s > 20.0f ? %s : log1pf(expf(%s))))", x, x, x, x) end
-  if k == "SILU" then return string.format("(%s / (1.0f + expf(-%s)))", x, x) end
+  if k == "SILU" then return string.format("__fdividef(%s, 1.0f + expf(-%s))", x, x) end
   if k == "HARDSWISH" then return string.format("(%s * fminf(fmaxf(%s + 3.0f, 0.0f), 6.0f) / 6.0f)", x, x) end
   if k == "HARDSIGMOID" then return string.format("(fminf(fmaxf(%s + 3.0f, 0.0f), 6.0f) / 6.0f)", x) end
   if k == "HARDTANH" or k == "CLAMP" then
@@ -80,6 +83,30 @@ __device__ __forceinline__ void fg_cp_async4(float *dst, const float *src, bool 
 __device__ __forceinline__ void fg_cp_async_wait_all(void)
 {
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+}
+/* double buffering: close a group of copies; wait for all but the newest group */
+__device__ __forceinline__ void fg_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void fg_cp_async_wait_but1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void fg_cp_async_wait0(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+/* 3xTF32 (mma.sync with TF32 operands, sm_80+): x = hi + lo, hi rounded to TF32's 10-bit
+ * mantissa (round half away from zero, in the bits), lo = x - hi exactly; the tensor core
+ * reads TF32's bits of lo. a_hi*b_hi + a_hi*b_lo + a_lo*b_hi then misses only a_lo*b_lo and
+ * lo's low bits, about 2^-21 of each product: fp32 accuracy. (An infinite x gives a NaN
+ * lo; finite inputs that large overflow the conv anyway.) */
+__device__ __forceinline__ float fg_tf32_hi(float x)
+{
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+}
+/* d += a * b for one m16n8k8 tile: a is 16x8 (row major, 4 registers a lane), b 8x8 (2
+ * registers), d 16x8 fp32 (4). */
+__device__ __forceinline__ void fg_mma_tf32(float *d, float4 a, float b0, float b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
+          "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
 /* floats as order-preserving ints, so that atomicMax/atomicMin on int compare them */
@@ -139,6 +166,37 @@ __device__ __forceinline__ void fg_feed_max(int *acc, long long key, float v)
         if ((int)(threadIdx.x & 31) == leader) atomicMax(acc + lk, e);
     } else if (key >= 0) {
         atomicMax(acc + key, e);
+    }
+}
+
+/* Before a feed: lanes holding the same key add up their partials, lane pairs 1, 2, 4, 8 and
+ * 16 apart in turn, wherever every pair of the warp agrees (or one side holds nothing, key
+ * < 0). One lane of each merged set keeps the sum, the others are left with nothing. */
+__device__ __forceinline__ bool fg_lanes_agree(long long key, long long other)
+{
+    return __all_sync(0xffffffffu, other == key || other < 0 || key < 0);
+}
+__device__ __forceinline__ void fg_merge_lanes(long long &key, double &a, double &b)
+{
+    const unsigned full = 0xffffffffu, lane = threadIdx.x & 31;
+    for (unsigned d = 1; d < 32; d <<= 1) {
+        long long o = __shfl_xor_sync(full, key, d);
+        if (!fg_lanes_agree(key, o)) continue;
+        double pa = __shfl_xor_sync(full, a, d), pb = __shfl_xor_sync(full, b, d);
+        if (lane & d) { key = -1; a = 0.0; b = 0.0; }
+        else { key = key > o ? key : o; a += pa; b += pb; }
+    }
+}
+/* the same for a max (take_max) or min partial */
+__device__ __forceinline__ void fg_merge_lanes_extreme(long long &key, float &v, bool take_max)
+{
+    const unsigned full = 0xffffffffu, lane = threadIdx.x & 31;
+    for (unsigned d = 1; d < 32; d <<= 1) {
+        long long o = __shfl_xor_sync(full, key, d);
+        if (!fg_lanes_agree(key, o)) continue;
+        float p = __shfl_xor_sync(full, v, d);
+        if (lane & d) { key = -1; }
+        else { key = key > o ? key : o; v = take_max ? fg_maximum(v, p) : fg_minimum(v, p); }
     }
 }
 

@@ -191,11 +191,16 @@ static void kb21(void **state)
     assert_non_null(find_arg(p, FG_ARG_PARAM, fgt_find_param(ir, "group_norm.bias")));
     assert_null(find_arg(p, FG_ARG_PARAM, fgt_find_param(ir, "conv.weight")));
     assert_non_null(find_arg(p, FG_ARG_STATS, 0));
-    /* the conv's grid covers the 254x254 outputs with its tiles, and every channel */
+    /* the conv's grid covers the 254x254 outputs with its tiles (several per block on
+     * tensor cores), and every channel */
     const fg_conv_tiling *t = &plan->passes[0].conv;
-    assert_true(t->thread_co * (t->co_tile / t->thread_co) == t->co_tile);
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_int_equal(t->co_tile % (16 * t->warp_mt), 0);
+    assert_int_equal(t->tile[1], t->warps[1] * t->warp_rows);
+    assert_int_equal(t->tile[2], t->warps[2] * t->warp_ntw * 8);
     int64_t tiles_w = (254 + t->tile[2] - 1) / t->tile[2], tiles_h = (254 + t->tile[1] - 1) / t->tile[1];
-    assert_int_equal(plan->passes[0].launch.grid_x, tiles_w * tiles_h);
+    assert_int_equal(plan->passes[0].launch.grid_x, (tiles_w * tiles_h + t->tiles_per_block - 1) / t->tiles_per_block);
+    assert_int_equal(plan->passes[0].launch.block, 32 * t->warps[0] * t->warps[1] * t->warps[2]);
     assert_int_equal(plan->passes[0].launch.grid_y, (32 + t->co_tile - 1) / t->co_tile);
     /* shared memory within what one block may use on every supported arch (sm_80: 163 KB) */
     assert_true(plan->passes[0].launch.smem_bytes > 0 && plan->passes[0].launch.smem_bytes <= 163 * 1024);
@@ -207,7 +212,21 @@ static void kb23(void **state)
 {
     (void)state;
     fg_layer_ir *ir = fgt_load_spec("kb23");
+    /* "auto" recomputes the conv: the second conv pass runs through to the mean with no
+     * intermediate tensor, and the output is far smaller than the conv's */
     fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+    static const want_pass recomputed[] = {
+        {FG_PASS_CONV, 0, 0, -1, -1, false, 1, 0, -1},
+        {FG_PASS_FINALIZE, 0, 0, -1, -1, false, 0, 0, 0},
+        {FG_PASS_CONV, 0, 1, -1, -1, false, 1, 1, -1},
+        {FG_PASS_MAP, 2, 2, -1, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, recomputed, N_WANT(recomputed));
+    assert_int_equal(plan->n_buffers, 0);
+    free(plan);
+
+    plan = fgt_plan(ir, FG_STRATEGY_MATERIALIZE);
     /* the mean over 475200 elements is too big to loop over inline: the group norm's map pass
      * feeds a sum, and the last pass reads that accumulator directly (no buffer) */
     static const want_pass want[] = {
@@ -459,22 +478,41 @@ static void recompute_runs_the_conv_twice(void **state)
     free(plan);
     free(ir21);
 
-    /* when the conv is cheap relative to its output the planner picks recompute itself */
-    fg_layer_ir *cheap = fgt_load_string("return layer \"cheap\" {\n"
-                                         "  input = { \"N\", 1, 64, 64 },\n"
-                                         "  conv2d { out_channels = 64, kernel = 1 },\n"
-                                         "  instance_norm {},\n"
-                                         "}\n");
-    plan = fgt_plan(cheap, -1);
+    /* "auto" keeps recompute only where the second conv pass ends the layer with no
+     * intermediate tensor and a small output: a norm followed by a reduction... */
+    fg_layer_ir *reduced = fgt_load_string("return layer \"reduced\" {\n"
+                                           "  input = { \"N\", 1, 64, 64 },\n"
+                                           "  conv2d { out_channels = 64, kernel = 1 },\n"
+                                           "  instance_norm {},\n"
+                                           "  mean { dims = { 2, 3 } },\n"
+                                           "}\n");
+    plan = fgt_plan(reduced, -1);
     assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
-    assert_int_equal(plan->n_passes, 3);
     assert_int_equal(plan->passes[2].kind, FG_PASS_CONV);
+    assert_int_equal(plan->n_buffers, 0);
     free(plan);
-    plan = fgt_plan(cheap, FG_STRATEGY_MATERIALIZE);
-    assert_int_equal(plan->strategy, FG_STRATEGY_MATERIALIZE);
-    assert_int_equal(plan->passes[2].kind, FG_PASS_MAP);
-    free(plan);
-    free(cheap);
+    free(reduced);
+    /* ...not where the output is as large as the conv's (the conv twice costs more than
+     * the tensor it saves, measured) nor where the second pass must still store a tensor
+     * (a max over the channels cannot run inside the conv's epilogue) */
+    static const char *const materialized[] = {
+        "return layer \"same_size\" {\n  input = { \"N\", 1, 64, 64 },\n"
+        "  conv2d { out_channels = 64, kernel = 1 },\n  instance_norm {},\n}\n",
+        "return layer \"channel_max\" {\n  input = { \"N\", 1, 64, 64 },\n"
+        "  conv2d { out_channels = 64, kernel = 1 },\n  instance_norm {},\n  max { dim = 1 },\n}\n",
+    };
+    for (int i = 0; i < 2; i++) {
+        fg_layer_ir *m = fgt_load_string(materialized[i]);
+        plan = fgt_plan(m, -1);
+        assert_int_equal(plan->strategy, FG_STRATEGY_MATERIALIZE);
+        assert_int_equal(plan->passes[2].kind, FG_PASS_MAP);
+        free(plan);
+        plan = fgt_plan(m, FG_STRATEGY_RECOMPUTE); /* still possible when asked for */
+        assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+        assert_int_equal(plan->passes[2].kind, FG_PASS_CONV);
+        free(plan);
+        free(m);
+    }
     free(ir);
 }
 
@@ -619,7 +657,7 @@ static void plan_print_mentions_every_pass(void **state)
 {
     (void)state;
     fg_layer_ir *ir = fgt_load_spec("kb23");
-    fg_plan *plan = fgt_plan(ir, -1);
+    fg_plan *plan = fgt_plan(ir, FG_STRATEGY_MATERIALIZE);
     text_sink *t = calloc(1, sizeof *t);
     assert_non_null(t);
     fg_plan_print(ir, plan, collect_line, t);

@@ -128,15 +128,24 @@ static void common_checks(const rendered_layer *r)
     fgt_assert_not_contains(s, "#import");
     assert_int_equal(check_signatures(r), r->plan->n_passes);
     assert_int_equal(fgt_count(s, "__launch_bounds__("), r->plan->n_passes);
-    /* every conv pass unrolls every tap of the kernel, each once */
+    /* every conv pass unrolls every tap of the kernel, each once; the tensor-core engine's
+     * unblocked reduction unrolls its steps of 8 (channel, tap) pairs instead */
     const fg_op *conv = &r->ir->ops[0];
     int taps = 1;
     for (int i = 0; i < conv->spatial; i++)
         taps *= conv->kernel[i];
-    int conv_passes = 0;
-    for (int i = 0; i < r->plan->n_passes; i++)
-        conv_passes += r->plan->passes[i].kind == FG_PASS_CONV;
-    assert_int_equal(fgt_count(s, "/* tap "), taps * conv_passes);
+    int want_taps = 0, want_steps = 0;
+    for (int i = 0; i < r->plan->n_passes; i++) {
+        const fg_pass *p = &r->plan->passes[i];
+        if (p->kind != FG_PASS_CONV)
+            continue;
+        if (p->conv.engine == FG_CONV_MMA && !p->conv.k_blocked)
+            want_steps += (p->conv.ci_chunk * taps + 7) / 8;
+        else
+            want_taps += taps;
+    }
+    assert_int_equal(fgt_count(s, "/* tap "), want_taps);
+    assert_int_equal(fgt_count(s, "/* step "), want_steps);
     /* NVRTC rejects sources with NUL bytes or non-ASCII; keep the text plain */
     for (size_t i = 0; i < r->src.length; i++)
         if ((unsigned char)s[i] > 0x7e || ((unsigned char)s[i] < 0x20 && s[i] != '\n'))
@@ -145,10 +154,15 @@ static void common_checks(const rendered_layer *r)
 
 /* ---- the reference layers ------------------------------------------------------------------- */
 
+/* The CUDA-core engine's text (FUSEGEN_CONV_ENGINE=fma; sm_90 plans pick tensor cores for
+ * these layers, tested below). */
 static void kb79(void **state)
 {
     (void)state;
+    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
     rendered_layer *r = render_spec("kb79", -1);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(r->plan->passes[0].conv.engine, FG_CONV_FMA);
     common_checks(r);
     char *conv = kernel_text(r->src.source, "fg_pass0_conv");
     fgt_assert_contains(conv, "tap 0,0,0");
@@ -172,7 +186,10 @@ static void kb79(void **state)
 static void kb21(void **state)
 {
     (void)state;
+    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
     rendered_layer *r = render_spec("kb21", -1);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(r->plan->passes[0].conv.engine, FG_CONV_FMA);
     common_checks(r);
     char *conv = kernel_text(r->src.source, "fg_pass0_conv");
     fgt_assert_contains(conv, "tap 0,0");
@@ -192,6 +209,62 @@ static void kb21(void **state)
     free_rendered(r);
 }
 
+/* The tensor-core engine: 3xTF32 MMAs (three per tile and step), the weights staged as
+ * fragments, a blocked reduction (8 channels x tap) or an offset table (3 channels). */
+static void tensor_core_engine(void **state)
+{
+    (void)state;
+    rendered_layer *r = render_spec("kb21", -1);
+    common_checks(r);
+    const fg_conv_tiling *t = &r->plan->passes[0].conv;
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_true(t->k_blocked);
+    assert_int_equal(t->ch_pitch % 32, 8); /* 4 channels x 8 outputs: 32 banks */
+    assert_true(t->tiles_per_block > 1);
+    char *conv = kernel_text(r->src.source, "fg_pass0_conv");
+    fgt_assert_contains(conv, "/* tap 8 */");
+    fgt_assert_not_contains(conv, "tap 9");
+    fgt_assert_contains(conv, "fg_tf32_hi(w)");  /* weights split once, at staging */
+    fgt_assert_contains(conv, "fg_cp_async_wait_but1()"); /* double-buffered tiles */
+    fgt_assert_contains(conv, "oh < 254");
+    fgt_assert_contains(conv, "2064512");
+    /* 9 taps x (32 channels / 16 per m-tile) x n-tiles x 3 products */
+    int mmas = fgt_count(conv, "fg_mma_tf32(acc");
+    int ntiles = t->warp_rows * t->warp_ntw;
+    assert_int_equal(mmas, 9 * t->warp_mt * ntiles * 3);
+    free(conv);
+    fgt_assert_contains(r->src.source, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32");
+    free_rendered(r);
+
+    r = render_spec("kb79", -1);
+    common_checks(r);
+    t = &r->plan->passes[0].conv;
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_false(t->k_blocked);
+    conv = kernel_text(r->src.source, "fg_pass0_conv");
+    fgt_assert_contains(conv, "s_ko[");
+    fgt_assert_contains(conv, "/* step 10 */"); /* 3 x 27 = 81 -> 11 steps of 8 */
+    fgt_assert_not_contains(conv, "/* step 11 */");
+    fgt_assert_contains(conv, "od < 14");
+    free(conv);
+    free_rendered(r);
+
+    /* sm_80 has mma.sync too; before it (and when asked) the FMA engine */
+    fg_layer_ir *ir = fgt_load_spec("kb21");
+    fg_plan_options opts = {.force_strategy = -1, .sm = 80};
+    fg_plan *plan = calloc(1, sizeof *plan);
+    assert_non_null(plan);
+    fg_error err;
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
+    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_MMA);
+    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
+    free(plan);
+    free(ir);
+}
+
 static void kb23_kb85_kb17_kb92(void **state)
 {
     (void)state;
@@ -199,9 +272,9 @@ static void kb23_kb85_kb17_kb92(void **state)
         const char *spec;
         const char *constants[4];
     } cases[] = {
-        {"kb23", {"475200", "22", "tap 2,2,2"}},   /* 24*22*30*30; the mean reads a sum */
-        {"kb85", {"1016064", "126", "tap 2,2"}},   /* 64*126*126 */
-        {"kb17", {"2032128", "126", "tap 2,2"}},   /* 128*126*126 */
+        {"kb23", {"475200", "od < 22"}},           /* 24*22*30*30; the mean reads a sum */
+        {"kb85", {"1016064", "126", "tap 2,2"}},   /* 64*126*126 (FMA engine: 64 channels) */
+        {"kb17", {"2032128", "126", "tap 8 "}},    /* 128*126*126 (tensor cores) */
         {"kb92", {"1016064", "15876", "tap 2,2"}}, /* 126*126: the logsumexp output */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -282,7 +355,7 @@ static void recompute(void **state)
     common_checks(r);
     fgt_assert_contains(r->src.source, " fg_pass0_conv(");
     fgt_assert_contains(r->src.source, " fg_pass2_conv(");
-    assert_int_equal(fgt_count(r->src.source, "/* tap 2,2 */"), 2);
+    assert_int_equal(fgt_count(r->src.source, "/* tap 8 */"), 2);
     free_rendered(r);
 }
 
@@ -317,6 +390,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kb79),
         cmocka_unit_test(kb21),
+        cmocka_unit_test(tensor_core_engine),
         cmocka_unit_test(kb23_kb85_kb17_kb92),
         cmocka_unit_test(every_reference_spec_has_its_kernels),
         cmocka_unit_test(deterministic),
