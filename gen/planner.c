@@ -275,14 +275,15 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps)
         return false;
     memset(t, 0, sizeof *t);
     t->engine = FG_CONV_MMA;
-    /* a warp: 32 accumulators per lane, n-tiles of 8 outputs along W (or several short rows
-     * when W is narrow). Two m-tiles only on long reductions: on short ones the epilogue's
-     * values compete for the 128 registers (KB21: 16 channels x 64 outputs 2.23 ms, no
-     * spills; 32 x 32 spilled, 2.31 ms). 64 accumulators ran KB17 12 % faster (6.7 vs 7.5 ms)
-     * but spill; the compile test keeps every reference layer spill-free. */
-    t->warp_mt = k >= 128 && g->cout_g > 16 ? 2 : 1;
-    int ntiles = 8 / t->warp_mt;
+    /* a warp: 32 accumulators per lane, n-tiles of 8 outputs along W. Two m-tiles on long
+     * reductions, and where a row is too short for 8 n-tiles (KB23: 32 channels x 32 outputs
+     * 0.61 ms, 16 x 32 0.97 ms); otherwise one, as the epilogue's values compete for the 128
+     * registers (KB21: 16 channels x 64 outputs 2.23 ms, no spills; 32 x 32 spilled, 2.31
+     * ms). 64 accumulators ran KB17 12 % faster (6.7 vs 7.5 ms) but spill; the compile test
+     * keeps every reference layer spill-free. */
     int64_t row_tiles = ceil_div(g->out[2], 8);
+    t->warp_mt = g->cout_g > 16 && (k >= 128 || row_tiles < 8) ? 2 : 1;
+    int ntiles = 8 / t->warp_mt;
     t->warp_ntw = (int)(row_tiles < ntiles ? row_tiles : ntiles);
     /* a narrow row (W < 64) is one warp's work: stacking two rows spilled KB79's conv (8
      * bytes) for no measurable gain (0.237 vs 0.239 ms) */
