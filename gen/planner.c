@@ -250,7 +250,8 @@ static int64_t mma_ksteps(const conv_geometry *g, const fg_conv_tiling *t, int64
  * for them as ready-made A fragments (hi and lo halves, 32 lanes x 4 floats each). */
 static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
 {
-    int buffers = ci == g->cin_g ? 2 : 1; /* one staging at a time when chunked */
+    /* a second input buffer only where a block computes several tiles (never when chunked) */
+    int buffers = ci == g->cin_g && t->tiles_per_block > 1 ? 2 : 1;
     int64_t table = t->k_blocked ? 0 : mma_ksteps(g, t, ci) * 8; /* offsets per reduction index */
     return 4 * (buffers * ci * t->ch_pitch + mma_ksteps(g, t, ci) * (t->co_tile / 16) * 2 * 128 + table);
 }
@@ -259,9 +260,11 @@ static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t
  * unrolled, so at most this many per chunk (KB79's 3 channels x 27 taps is 11). */
 enum { MMA_TABLE_STEPS = 16 };
 
-/* Tiling for the tensor-core engine; false when the shape does not suit it (few output
- * channels, a tiny reduction, or a reduction that neither blocks by 8 nor fits the table). */
-static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps)
+/* Tiling for the tensor-core engine; false when it cannot run the shape (fewer than 8
+ * channels or a reduction under 8; a reduction that neither blocks by 8 nor fits the step
+ * table; shared memory over budget) or, unless `forced`, when the FMA engine measured faster
+ * for such shapes. */
+static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
 {
     fg_conv_tiling *t = &ps->conv;
     int64_t k = g->cin_g * g->taps;
@@ -271,7 +274,7 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps)
      * 576: 7.7 vs 11.5 ms) and on narrow layers (<= 32 channels: KB21, KB79, KB23); with
      * 64 channels and a short reduction the FMA engine's broadcast weights win (KB85 0.76
      * vs 1.00 ms, KB92 1.01 vs 1.25). */
-    if (k < 128 && g->cout_g > 32)
+    if (k < 128 && g->cout_g > 32 && !forced)
         return false;
     memset(t, 0, sizeof *t);
     t->engine = FG_CONV_MMA;
@@ -325,40 +328,46 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps)
         while (mma_ksteps(g, t, t->ci_chunk) > MMA_TABLE_STEPS)
             t->ci_chunk--;
     }
-    t->co_tile = round_up(g->cout_g, 16 * t->warp_mt);
-    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
-        t->co_tile = 16 * t->warp_mt; /* one channel tile per block: each chunk staged once */
-    while (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET && t->ci_chunk > 8)
-        t->ci_chunk = t->k_blocked ? round_up(t->ci_chunk / 2, 8) : t->ci_chunk / 2;
-    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
-        return false;
     int warps = t->warps[0] * t->warps[1] * t->warps[2];
     int64_t tiles = ceil_div(g->out[0], t->tile[0]) * ceil_div(g->out[1], t->tile[1]) * ceil_div(g->out[2], t->tile[2]);
     /* several tiles per block amortize the weights' staging and hide the input's behind
-     * compute; a sample keeps >= 8 blocks so that small batches still spread over the GPU.
-     * FUSEGEN_MMA_TILES=R overrides (bench/NOTES.md). */
-    t->tiles_per_block = 1;
-    if (t->ci_chunk == g->cin_g) {
-        int64_t r = tiles / 8;
-        const char *env = getenv("FUSEGEN_MMA_TILES");
-        if (env && atoi(env) > 0)
-            r = atoi(env);
-        t->tiles_per_block = (int)(r < 1 ? 1 : r > 8 ? 8 : r);
-    }
+     * compute (two input buffers); a sample keeps >= 8 blocks so that small batches still
+     * spread over the GPU. FUSEGEN_MMA_TILES=R overrides (bench/NOTES.md). */
+    int64_t r = tiles / 8;
+    const char *env = getenv("FUSEGEN_MMA_TILES");
+    if (env && atoi(env) > 0)
+        r = atoi(env);
+    t->tiles_per_block = (int)(r < 1 ? 1 : r > 8 ? 8 : r);
+    /* within the budget: first one channel tile per block, then one tile (one buffer), then
+     * the input channels in halving chunks (one tile per block) */
+    t->co_tile = round_up(g->cout_g, 16 * t->warp_mt);
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
+        t->co_tile = 16 * t->warp_mt;
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
+        t->tiles_per_block = 1;
+    while (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET && t->ci_chunk > 8)
+        t->ci_chunk = t->k_blocked ? round_up(t->ci_chunk / 2, 8) : t->ci_chunk / 2;
+    if (t->ci_chunk != g->cin_g)
+        t->tiles_per_block = 1; /* chunked staging: one tile per block, one buffer */
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
+        return false;
     ps->launch.block = 32 * warps;
     ps->launch.grid_x = ceil_div(tiles, t->tiles_per_block);
     ps->launch.smem_bytes = (int)mma_smem(g, t, t->ci_chunk);
     return true;
 }
 
-/* FUSEGEN_CONV_ENGINE="fma" or "mma" overrides the planner's engine: a knob for tests and
- * benchmarks (bench/NOTES.md). */
-static bool want_mma(int sm)
+/* FUSEGEN_CONV_ENGINE="fma" or "mma" overrides the planner's engine where the shape allows
+ * it: a knob for tests and benchmarks (bench/NOTES.md). */
+static const char *engine_knob(void)
 {
     const char *env = getenv("FUSEGEN_CONV_ENGINE");
-    if (env && strcmp(env, "fma") == 0)
-        return false;
-    return sm >= 80; /* mma.sync with TF32 operands starts at sm_80 */
+    return env ? env : "";
+}
+
+static bool want_mma(int sm)
+{
+    return sm >= 80 && strcmp(engine_knob(), "fma") != 0; /* mma.sync with TF32 starts at sm_80 */
 }
 
 static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
@@ -368,7 +377,7 @@ static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
     geometry(conv, &g);
     fg_conv_tiling *t = &ps->conv;
     ps->launch.per_sample = true;
-    if (want_mma(sm) && conv_tiling_mma(&g, ps)) {
+    if (want_mma(sm) && conv_tiling_mma(&g, ps, strcmp(engine_knob(), "mma") == 0)) {
         ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
         return;
     }
@@ -567,8 +576,7 @@ static bool value_needed_after(const fg_layer_ir *ir, int v, int after)
 /* ---- strategy ------------------------------------------------------------------------- */
 
 /* The conv pass can be run twice (recompute) instead of writing and re-reading its output
- * (materialize) when the first cut after it is a norm. Rough costs on a GPU like the H200:
- * 4 TB/s for bytes, 30 TFLOP/s for a direct conv. */
+ * (materialize) when the first cut after it is a norm. */
 /* "auto" plans recompute first and keeps it only when it pays (fg_plan_layer): when the
  * second conv pass runs through to the layer's output with no intermediate tensor, and that
  * output is at most a quarter of the value before the norm. Measured on the H200 (bench/

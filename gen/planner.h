@@ -104,7 +104,8 @@ typedef enum fg_conv_engine {
 /* Conv pass tiling (all extents in output elements). */
 typedef struct fg_conv_tiling {
     int engine;             /* an fg_conv_engine */
-    int tile[3];            /* output tile per block: D, H, W (threads x thread tile) */
+    int tile[3];            /* output tile per block: D, H, W (FMA: threads x thread tile;
+                             * MMA: warps x warp tile) */
     int threads[3];         /* threads along D, H, W */
     int thread_h;           /* output rows per thread */
     int thread_w;           /* consecutive outputs along W per thread */

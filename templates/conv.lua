@@ -1,7 +1,9 @@
 -- The conv pass: a direct convolution specialized to the layer's shapes, with the pass's
--- chain of ops fused into its epilogue.
+-- chain of ops fused into its epilogue. This file holds the FMA engine (below), the
+-- geometry and input staging both engines use, and the epilogue they share (M.epilogue);
+-- conv_mma.lua is the tensor-core engine.
 --
--- A block computes a tile of outputs (tile D x H x W) for every channel of one group (or a
+-- FMA engine: a block computes a tile of outputs (tile D x H x W) for every channel of one group (or a
 -- part, when the input is staged in chunks), one channel tile of thread_co channels at a
 -- time. All threads work on the same channels at the same time, so the weights they read
 -- are warp-uniform: float4 broadcast loads from shared memory, laid out [ci][tap][co]. Each
@@ -165,13 +167,6 @@ function M.accumulate(c, g, T)
   c:close()
 end
 
--- The epilogue of a conv pass: the chain of ops after the conv at every output a thread
--- holds, the stores, and the statistics fed. `th` describes how the thread's values are
--- laid out: `loops` ({variable, extent}, unrolled), `value` (the accumulator), `co` (the
--- channel within the group), `od`/`oh`/`ow` (output coordinates), `slot` (the loop variable
--- naming a statistics slot when `slots` > 0), slot_co(q) (the channel of slot q) and
--- `merge_lanes` (slots of neighbouring lanes may share a statistic: add them up across the
--- warp before the atomics).
 -- The key expression of statistics slot q (per-slot partials: one channel each).
 local function slot_key_fn(g, ev, th)
   return function(a, q)

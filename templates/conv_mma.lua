@@ -14,7 +14,7 @@
 --
 -- Reduction order: with ci_chunk % 8 == 0 a step is (8 channels, one tap): lane tig reads
 -- channels tig and tig+4 at a compile-time tap offset, the channel pitch padded so the 32
--- lanes hit 32 banks. Otherwise (few channels, e.g. 3) the flattened (channel, tap) index
+-- lanes hit 32 banks (with unit stride along W; strides > 1 conflict). Otherwise (few channels, e.g. 3) the flattened (channel, tap) index
 -- is padded to a multiple of 8 and each lane keeps its two offsets per step in registers.
 local lib = import("lib")
 local conv = import("conv")
@@ -60,8 +60,10 @@ function M.render(layer, plan, pass, names, signature)
   c:line("extern \"C\" __global__ void __launch_bounds__(%d, 2) %s(%s)", T.BLOCK, pass.kernel, signature)
   c:open("{")
   c:line("extern __shared__ __align__(16) float fg_smem[];")
-  -- single chunk: two input buffers (the next tile's copies land while this one computes)
-  local buffers = single_chunk and 2 or 1
+  -- several tiles per block: two input buffers (the next tile's copies land while this one
+  -- computes)
+  local R = single_chunk and t.tiles_per_block or 1
+  local buffers = R > 1 and 2 or 1
   c:line("/* [%d buffer(s)][%d channels][%d floats: %dx%dx%d] input tiles with halo, then */", buffers, T.CIC, T.CP,
     T.IT[1], T.IT[2], T.IT[3])
   c:line("/* [%d steps][%d m-tiles][hi, lo][32 lanes][4] weights as A fragments */", KS, MTB)
@@ -181,7 +183,6 @@ function M.render(layer, plan, pass, names, signature)
   -- accumulator (mt, nt, i): channel mt*16 + gid + 8*(i>>1), output 2*tig + (i&1) of n-tile
   -- nt; a statistics slot q is one (mt, i>>1) channel. With one channel tile per warp and R
   -- tiles per block, the slots run through all R tiles and feed once at the end.
-  local R = single_chunk and t.tiles_per_block or 1
   local feeds_outside = NCT == 1 and R > 1
   local ctv = feeds_outside and "0" or "ct"
   local full = { string.format("oh0 + wy * %d + %d <= %d", RH, RH, O[2]),
@@ -234,7 +235,7 @@ function M.render(layer, plan, pass, names, signature)
     c:close()
   end
 
-  if single_chunk then
+  if R > 1 then
     -- R tiles in turn, double-buffered: tile r+1's copies are in flight while r computes
     c:line("float *s_in0 = fg_smem, *s_in1 = fg_smem + %d;", T.W_OFFSET)
     if feeds_outside then conv.feeds_declare(c, plan, pass, slots) end
@@ -274,6 +275,12 @@ function M.render(layer, plan, pass, names, signature)
   else
     c:line("const int tile = (int)blockIdx.x;")
     decode_tile()
+    if single_chunk then
+      c:line("const int ci0 = 0;")
+      c:line("float *s_in = fg_smem;")
+      stage()
+      c:line("__syncthreads();")
+    end
     compute_tile("fg_smem")
   end
   c:close()

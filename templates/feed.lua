@@ -73,8 +73,12 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
     local kind = plan.accums[a].kind
-    local key = ev:fresh("key")
-    code:line("const long long %s = %s;", key, ev:accum_key(a, coords))
+    -- per-slot partials know their key from the slot; only sumexp reads it per element
+    local key
+    if not slot or plan.accums[a].kind == "sumexp" then
+      key = ev:fresh("key")
+      code:line("const long long %s = %s;", key, ev:accum_key(a, coords))
+    end
     local x = contribution(code, ev, plan, a, v, key)
     if slot then
       combine(code, kind, string.format("fs%d[%s]", a, slot), string.format("fq%d[%s]", a, slot), x)

@@ -92,8 +92,8 @@ __device__ __forceinline__ void fg_cp_async_wait0(void) { asm volatile("cp.async
 /* 3xTF32 (mma.sync with TF32 operands, sm_80+): x = hi + lo, hi rounded to TF32's 10-bit
  * mantissa (round half away from zero, in the bits), lo = x - hi exactly; the tensor core
  * reads TF32's bits of lo. a_hi*b_hi + a_hi*b_lo + a_lo*b_hi then misses only a_lo*b_lo and
- * lo's low bits, about 2^-21 of each product: fp32 accuracy. (An infinite x gives a NaN
- * lo; finite inputs that large overflow the conv anyway.) */
+ * lo's low bits, about 2^-21 of each product: fp32 accuracy. (Within 2^-12 of FLT_MAX, or
+ * infinite, x rounds hi to infinity and the product becomes NaN.) */
 __device__ __forceinline__ float fg_tf32_hi(float x)
 {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
@@ -116,9 +116,16 @@ __device__ __forceinline__ float fg_unordered(int i) { return __int_as_float(i >
 /* Warp-aggregated accumulation. Every lane of the warp must call these together; a lane
  * with nothing to add passes key < 0. When all contributing lanes share one key (the usual
  * case: neighbouring elements belong to one statistic) the warp adds up first and one lane
- * does the atomics; otherwise each lane does its own. */
+ * does the atomics; otherwise each lane does its own. A warp with fewer than 32 threads (a
+ * block that is not a multiple of 32) does its own atomics too: shuffles would read lanes
+ * that do not exist. */
+__device__ __forceinline__ bool fg_whole_warp(void) { return __activemask() == 0xffffffffu; }
 __device__ __forceinline__ void fg_feed2(double *acc, long long key, double a, double b)
 {
+    if (!fg_whole_warp()) {
+        if (key >= 0) { atomicAdd(acc + 2 * key, a); atomicAdd(acc + 2 * key + 1, b); }
+        return;
+    }
     const unsigned full = 0xffffffffu;
     unsigned valid = __ballot_sync(full, key >= 0);
     if (valid == 0) return;
@@ -139,6 +146,10 @@ __device__ __forceinline__ void fg_feed2(double *acc, long long key, double a, d
 
 __device__ __forceinline__ void fg_feed1(double *acc, long long key, double a)
 {
+    if (!fg_whole_warp()) {
+        if (key >= 0) atomicAdd(acc + key, a);
+        return;
+    }
     const unsigned full = 0xffffffffu;
     unsigned valid = __ballot_sync(full, key >= 0);
     if (valid == 0) return;
@@ -155,6 +166,10 @@ __device__ __forceinline__ void fg_feed1(double *acc, long long key, double a)
 
 __device__ __forceinline__ void fg_feed_max(int *acc, long long key, float v)
 {
+    if (!fg_whole_warp()) {
+        if (key >= 0) atomicMax(acc + key, fg_ordered(v));
+        return;
+    }
     const unsigned full = 0xffffffffu;
     unsigned valid = __ballot_sync(full, key >= 0);
     if (valid == 0) return;
@@ -171,7 +186,8 @@ __device__ __forceinline__ void fg_feed_max(int *acc, long long key, float v)
 
 /* Before a feed: lanes holding the same key add up their partials, lane pairs 1, 2, 4, 8 and
  * 16 apart in turn, wherever every pair of the warp agrees (or one side holds nothing, key
- * < 0). One lane of each merged set keeps the sum, the others are left with nothing. */
+ * < 0). One lane of each merged set keeps the sum, the others are left with nothing. Only
+ * the tensor-core engine merges; its blocks are whole warps. */
 __device__ __forceinline__ bool fg_lanes_agree(long long key, long long other)
 {
     return __all_sync(0xffffffffu, other == key || other < 0 || key < 0);
@@ -202,6 +218,10 @@ __device__ __forceinline__ void fg_merge_lanes_extreme(long long &key, float &v,
 
 __device__ __forceinline__ void fg_feed_min(int *acc, long long key, float v)
 {
+    if (!fg_whole_warp()) {
+        if (key >= 0) atomicMin(acc + key, fg_ordered(v));
+        return;
+    }
     const unsigned full = 0xffffffffu;
     unsigned valid = __ballot_sync(full, key >= 0);
     if (valid == 0) return;
