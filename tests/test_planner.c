@@ -653,6 +653,101 @@ static void collect_line(void *ctx, const char *line)
     }
 }
 
+/* The conv engine and the tensor-core tiling: which layers run on tensor cores, how many
+ * tiles a block takes, and shared memory as the template lays it out. */
+static int64_t mma_smem_expected(const fg_conv_tiling *t, int64_t taps)
+{
+    int64_t steps = t->k_blocked ? t->ci_chunk / 8 * taps : (t->ci_chunk * taps + 7) / 8;
+    int64_t buffers = t->tiles_per_block > 1 ? 2 : 1;
+    int64_t table = t->k_blocked ? 0 : steps * 8;
+    return 4 * (buffers * t->ci_chunk * t->ch_pitch + steps * (t->co_tile / 16) * 256 + table);
+}
+
+static void tensor_core_tiling(void **state)
+{
+    (void)state;
+    /* KB21: tensor cores, one m-tile x 8 n-tiles, 8 tiles per block double-buffered */
+    fg_layer_ir *ir = fgt_load_spec("kb21");
+    fg_plan *plan = fgt_plan(ir, -1);
+    const fg_conv_tiling *t = &plan->passes[0].conv;
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_int_equal(t->warp_mt * 16 * t->warp_rows * t->warp_ntw * 8 / 32, 32); /* accumulators a lane */
+    assert_int_equal(t->tiles_per_block, 8);
+    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
+    assert_int_equal(t->ch_pitch % 32, 8);
+    assert_true(t->ch_pitch >= t->in_tile[0] * t->in_tile[1] * t->in_tile[2]);
+    free(plan);
+    free(ir);
+
+    /* KB17: a long reduction, staged in chunks: one tile per block, one input buffer */
+    ir = fgt_load_spec("kb17");
+    plan = fgt_plan(ir, -1);
+    t = &plan->passes[0].conv;
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_int_equal(t->warp_mt, 2);
+    assert_true(t->ci_chunk < 64 && t->ci_chunk % 8 == 0);
+    assert_int_equal(t->tiles_per_block, 1);
+    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
+    assert_true(plan->passes[0].launch.smem_bytes <= 96 * 1024);
+    free(plan);
+    free(ir);
+
+    /* KB79: 3 input channels, the offset table; a narrow row per warp */
+    ir = fgt_load_spec("kb79");
+    plan = fgt_plan(ir, -1);
+    t = &plan->passes[0].conv;
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_false(t->k_blocked);
+    assert_int_equal(t->warp_rows, 1);
+    assert_int_equal(t->warp_ntw, 4);
+    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 27));
+    free(plan);
+    free(ir);
+
+    /* KB85: 64 channels and a reduction of 72 stay on FMAs unless forced */
+    ir = fgt_load_spec("kb85");
+    plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
+    free(plan);
+    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
+    plan = fgt_plan(ir, -1);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_MMA);
+    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(&plan->passes[0].conv, 9));
+    free(plan);
+    /* before sm_80 there is no mma.sync with TF32: FMAs whatever is asked */
+    fg_plan_options old = {.force_strategy = -1, .sm = 75};
+    plan = calloc(1, sizeof *plan);
+    assert_non_null(plan);
+    fg_error err;
+    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
+    assert_int_equal(fg_plan_layer(ir, &old, plan, &err), 0);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
+    free(plan);
+    free(ir);
+
+    /* a tiny output: one tile per sample, so one tile per block and no second buffer;
+     * FUSEGEN_MMA_TILES asks for more and gets the second buffer */
+    ir = fgt_load_string("return layer \"tiny\" {\n  input = { \"N\", 8, 10, 10 },\n"
+                         "  conv2d { out_channels = 16, kernel = 3 },\n  relu {},\n}\n");
+    plan = fgt_plan(ir, -1);
+    t = &plan->passes[0].conv;
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_int_equal(t->tiles_per_block, 1);
+    assert_int_equal(plan->passes[0].launch.grid_x, 1);
+    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
+    free(plan);
+    setenv("FUSEGEN_MMA_TILES", "3", 1);
+    plan = fgt_plan(ir, -1);
+    unsetenv("FUSEGEN_MMA_TILES");
+    t = &plan->passes[0].conv;
+    assert_int_equal(t->tiles_per_block, 3);
+    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
+    free(plan);
+    free(ir);
+}
+
 static void plan_print_mentions_every_pass(void **state)
 {
     (void)state;
@@ -693,6 +788,7 @@ int main(void)
         cmocka_unit_test(recompute_runs_the_conv_twice),
         cmocka_unit_test(named_value_behind_a_statistic),
         cmocka_unit_test(unary_only_layer_is_one_pass),
+        cmocka_unit_test(tensor_core_tiling),
         cmocka_unit_test(plan_print_mentions_every_pass),
         cmocka_unit_test(resident_on_request),
     };
