@@ -663,13 +663,20 @@ static int64_t mma_smem_expected(const fg_conv_tiling *t, int64_t taps)
     return 4 * (buffers * t->ci_chunk * t->ch_pitch + steps * (t->co_tile / 16) * 256 + table);
 }
 
+/* Plans a spec (or spec text) and returns its first pass's conv tiling. */
+static const fg_conv_tiling *first_conv(fg_layer_ir *ir, fg_plan **plan)
+{
+    *plan = fgt_plan(ir, -1);
+    return &(*plan)->passes[0].conv;
+}
+
 static void tensor_core_tiling(void **state)
 {
     (void)state;
+    fg_plan *plan;
     /* KB21: tensor cores, one m-tile x 8 n-tiles, 8 tiles per block double-buffered */
     fg_layer_ir *ir = fgt_load_spec("kb21");
-    fg_plan *plan = fgt_plan(ir, -1);
-    const fg_conv_tiling *t = &plan->passes[0].conv;
+    const fg_conv_tiling *t = first_conv(ir, &plan);
     assert_int_equal(t->engine, FG_CONV_MMA);
     assert_int_equal(t->warp_mt * 16 * t->warp_rows * t->warp_ntw * 8 / 32, 32); /* accumulators a lane */
     assert_int_equal(t->tiles_per_block, 8);
@@ -677,12 +684,24 @@ static void tensor_core_tiling(void **state)
     assert_int_equal(t->ch_pitch % 32, 8);
     assert_true(t->ch_pitch >= t->in_tile[0] * t->in_tile[1] * t->in_tile[2]);
     free(plan);
+    /* sm_80 has mma.sync with TF32 too; before it, FMAs whatever is asked */
+    fg_plan_options opts = {.force_strategy = -1, .sm = 80};
+    plan = calloc(1, sizeof *plan);
+    assert_non_null(plan);
+    fg_error err;
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
+    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_MMA);
+    opts.sm = 75;
+    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
+    free(plan);
     free(ir);
 
     /* KB17: a long reduction, staged in chunks: one tile per block, one input buffer */
     ir = fgt_load_spec("kb17");
-    plan = fgt_plan(ir, -1);
-    t = &plan->passes[0].conv;
+    t = first_conv(ir, &plan);
     assert_int_equal(t->engine, FG_CONV_MMA);
     assert_int_equal(t->warp_mt, 2);
     assert_true(t->ci_chunk < 64 && t->ci_chunk % 8 == 0);
@@ -694,8 +713,7 @@ static void tensor_core_tiling(void **state)
 
     /* KB79: 3 input channels, the offset table; a narrow row per warp */
     ir = fgt_load_spec("kb79");
-    plan = fgt_plan(ir, -1);
-    t = &plan->passes[0].conv;
+    t = first_conv(ir, &plan);
     assert_int_equal(t->engine, FG_CONV_MMA);
     assert_false(t->k_blocked);
     assert_int_equal(t->warp_rows, 1);
@@ -704,26 +722,21 @@ static void tensor_core_tiling(void **state)
     free(plan);
     free(ir);
 
-    /* KB85: 64 channels and a reduction of 72 stay on FMAs unless forced */
+    /* KB85: 64 channels and a reduction of 72 stay on FMAs unless forced; FMAs when asked */
     ir = fgt_load_spec("kb85");
-    plan = fgt_plan(ir, -1);
-    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
+    assert_int_equal(first_conv(ir, &plan)->engine, FG_CONV_FMA);
     free(plan);
     setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
-    plan = fgt_plan(ir, -1);
+    t = first_conv(ir, &plan);
     unsetenv("FUSEGEN_CONV_ENGINE");
-    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_MMA);
-    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(&plan->passes[0].conv, 9));
+    assert_int_equal(t->engine, FG_CONV_MMA);
+    assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);
-    /* before sm_80 there is no mma.sync with TF32: FMAs whatever is asked */
-    fg_plan_options old = {.force_strategy = -1, .sm = 75};
-    plan = calloc(1, sizeof *plan);
-    assert_non_null(plan);
-    fg_error err;
-    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
-    assert_int_equal(fg_plan_layer(ir, &old, plan, &err), 0);
+    free(ir);
+    ir = fgt_load_spec("kb21");
+    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
+    assert_int_equal(first_conv(ir, &plan)->engine, FG_CONV_FMA);
     unsetenv("FUSEGEN_CONV_ENGINE");
-    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
     free(plan);
     free(ir);
 
@@ -731,17 +744,15 @@ static void tensor_core_tiling(void **state)
      * FUSEGEN_MMA_TILES asks for more and gets the second buffer */
     ir = fgt_load_string("return layer \"tiny\" {\n  input = { \"N\", 8, 10, 10 },\n"
                          "  conv2d { out_channels = 16, kernel = 3 },\n  relu {},\n}\n");
-    plan = fgt_plan(ir, -1);
-    t = &plan->passes[0].conv;
+    t = first_conv(ir, &plan);
     assert_int_equal(t->engine, FG_CONV_MMA);
     assert_int_equal(t->tiles_per_block, 1);
     assert_int_equal(plan->passes[0].launch.grid_x, 1);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);
     setenv("FUSEGEN_MMA_TILES", "3", 1);
-    plan = fgt_plan(ir, -1);
+    t = first_conv(ir, &plan);
     unsetenv("FUSEGEN_MMA_TILES");
-    t = &plan->passes[0].conv;
     assert_int_equal(t->tiles_per_block, 3);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);

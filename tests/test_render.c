@@ -210,7 +210,8 @@ static void kb21(void **state)
 }
 
 /* The tensor-core engine: 3xTF32 MMAs (three per tile and step), the weights staged as
- * fragments, a blocked reduction (8 channels x tap) or an offset table (3 channels). */
+ * fragments, a blocked reduction (8 channels x tap) or an offset table (3 channels). Which
+ * layers get it is test_planner's tensor_core_tiling. */
 static void tensor_core_engine(void **state)
 {
     (void)state;
@@ -248,21 +249,6 @@ static void tensor_core_engine(void **state)
     fgt_assert_contains(conv, "od < 14");
     free(conv);
     free_rendered(r);
-
-    /* sm_80 has mma.sync too; before it (and when asked) the FMA engine */
-    fg_layer_ir *ir = fgt_load_spec("kb21");
-    fg_plan_options opts = {.force_strategy = -1, .sm = 80};
-    fg_plan *plan = calloc(1, sizeof *plan);
-    assert_non_null(plan);
-    fg_error err;
-    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
-    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_MMA);
-    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
-    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
-    unsetenv("FUSEGEN_CONV_ENGINE");
-    assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
-    free(plan);
-    free(ir);
 }
 
 static void kb23_kb85_kb17_kb92(void **state)
