@@ -18,6 +18,8 @@ struct fg_sandbox {
     lua_State *L;
     fg_sandbox_limits limits;
     size_t used;
+    size_t allocated;   /* bytes allocated since the run was armed (churn) */
+    bool churned;       /* an allocation was refused for the churn limit */
     long long executed;
     struct timespec started;
 };
@@ -26,7 +28,10 @@ struct fg_sandbox {
 enum { HOOK_EVERY = 1000 };
 
 /* Refusing an allocation makes Lua raise "not enough memory", which the protected call
- * catches: a memory bomb ends as an ordinary error. */
+ * catches: a memory bomb ends as an ordinary error. Besides the live heap, the bytes
+ * allocated in all are capped: a loop that keeps building strings under the heap limit
+ * (s = s .. #s) would otherwise push gigabytes through malloc until the time limit, and
+ * under a sanitizer's allocator that alone ran a fuzzer out of memory. */
 static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     fg_sandbox *sb = ud;
@@ -38,6 +43,14 @@ static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     }
     if (nsize > old && sb->used - old + nsize > sb->limits.memory_bytes)
         return NULL;
+    if (nsize > old) {
+        size_t cap = sb->limits.allocated_bytes ? sb->limits.allocated_bytes : 16 * sb->limits.memory_bytes;
+        if (sb->allocated + (nsize - old) > cap) {
+            sb->churned = true;
+            return NULL;
+        }
+        sb->allocated += nsize - old;
+    }
     void *p = realloc(ptr, nsize);
     if (p)
         sb->used = sb->used - old + nsize;
@@ -110,6 +123,8 @@ lua_State *fg_sandbox_state(fg_sandbox *sb)
 static void arm(fg_sandbox *sb)
 {
     sb->executed = 0;
+    sb->allocated = 0;
+    sb->churned = false;
     clock_gettime(CLOCK_MONOTONIC, &sb->started);
     lua_sethook(sb->L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
 }
@@ -137,7 +152,12 @@ static void copy_chunk_message(fg_sandbox *sb, int status, const char *chunkname
     const char *name = chunkname[0] == '@' || chunkname[0] == '=' ? chunkname + 1 : chunkname;
     const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "error object is not a string";
     size_t nlen = strlen(name), slen = strlen(short_src);
-    if (status == LUA_ERRMEM)
+    if (status == LUA_ERRMEM && sb->churned)
+        snprintf(msg, cap,
+                 "%s: the spec ran past its memory limit (%zu bytes allocated in all; a spec is data, not a "
+                 "program: is there an endless loop?)",
+                 name, sb->limits.allocated_bytes ? sb->limits.allocated_bytes : 16 * sb->limits.memory_bytes);
+    else if (status == LUA_ERRMEM)
         snprintf(msg, cap, "%s: the spec ran past its memory limit (%zu bytes)", name, sb->limits.memory_bytes);
     else if (strncmp(m, name, nlen) == 0 && m[nlen] == ':')
         snprintf(msg, cap, "%s", m);
