@@ -204,7 +204,7 @@ static const bad_case cases[] = {
     {.name = "time_limit", .source = "local x = 0\nwhile true do x = x + 1 end\n", .expect = {"bad.lua:2:", "time limit (0.2 s)"}, .limits = SHORT_TIME, .max_seconds = 2.0},
     {.name = "memory_bomb_table", .source = "local t = {}\nfor i = 1, 1e9 do t[i] = i end\n", .expect = {"bad.lua", "memory limit"}, .limits = SMALL_MEMORY, .max_seconds = 2.0},
     {.name = "memory_bomb_table_default_limits", .source = "local t = {}\nfor i = 1, 1e9 do t[i] = { i } end\n", .expect = {"bad.lua", "memory limit"}, .limits = DEFAULT_LIMITS, .max_seconds = 2.0},
-    {.name = "memory_churn_concat", .source = "local s = \"x\"\nwhile true do s = s .. #s end\n", .expect = {"bad.lua", "allocated in all"}, .limits = DEFAULT_LIMITS, .max_seconds = 1.0},
+    {.name = "memory_churn_concat", .source = "local s = \"x\"\nwhile true do s = s .. #s end\n", .expect = {"bad.lua", "allocated in all"}, .limits = SMALL_MEMORY, .max_seconds = 1.0},
     {.name = "memory_bomb_concat", .source = "local s = \"x\"\nwhile true do s = s .. s end\n", .expect = {"bad.lua", "memory limit"}, .limits = DEFAULT_LIMITS, .max_seconds = 2.0},
     {.name = "unbounded_recursion", .source = "local function f(n) return f(n + 1) + 1 end\nreturn f(1)\n", .expect = {"bad.lua", "memory limit|stack overflow"}, .limits = DEFAULT_LIMITS, .max_seconds = 2.0},
     {.name = "unbounded_recursion_small_memory", .source = "local function f(n) return f(n + 1) + 1 end\nreturn f(1)\n", .expect = {"bad.lua", "memory limit|stack overflow"}, .limits = SMALL_MEMORY, .max_seconds = 2.0},
