@@ -177,13 +177,9 @@ local function slot_key_fn(g, ev, th)
   end
 end
 
--- The statistics partials of an epilogue, declared before it and fed after it: callers
--- that run several epilogues into the same slots (one per tile) call these themselves and
--- pass th.feeds_outside.
-function M.feeds_declare(c, plan, pass, slots)
-  feed.declare(c, plan, pass.feeds, slots)
-end
-
+-- The statistics partials of an epilogue are declared before it (feed.declare) and fed after
+-- it (this): callers that run several epilogues into the same slots (one per tile) do both
+-- themselves and pass th.feeds_outside.
 function M.feeds_finish(c, g, plan, pass, ev, slots, th)
   feed.finish(c, ev, plan, pass.feeds, slots, slot_key_fn(g, ev, th), th.merge_lanes)
 end
@@ -200,7 +196,7 @@ end
 -- interleave the outputs' work instead of branching around each).
 function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local conv, O = g.conv, g.O
-  if not th.feeds_outside then M.feeds_declare(c, plan, pass, slots) end
+  if not th.feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
   -- with W even a pair's outputs are 8-byte aligned: one float2 store per target
   local pair = th.pair and O[3] % 2 == 0
   local loops = th.loops

@@ -238,7 +238,7 @@ function M.render(layer, plan, pass, names, signature)
   if R > 1 then
     -- R tiles in turn, double-buffered: tile r+1's copies are in flight while r computes
     c:line("float *s_in0 = fg_smem, *s_in1 = fg_smem + %d;", T.W_OFFSET)
-    if feeds_outside then conv.feeds_declare(c, plan, pass, slots) end
+    if feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
     c:line("const int ci0 = 0;")
     stage_weights()
     c:line("const int tile0 = (int)blockIdx.x * %d;", R)

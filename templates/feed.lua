@@ -12,12 +12,17 @@ local M = {}
 
 local function is_max(kind) return kind == "max" or kind == "min" end
 
+-- What a partial of this kind starts from (-inf for a max, +inf for a min, else 0).
+local function partial_init(kind)
+  return kind == "max" and "__int_as_float(0xff800000)" or kind == "min" and "__int_as_float(0x7f800000)" or "0.0f"
+end
+
 -- Declarations before the element loop. `slots` > 0 selects per-slot partials.
 function M.declare(code, plan, feeds, slots)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
     local kind = plan.accums[a].kind
-    local init = kind == "max" and "__int_as_float(0xff800000)" or kind == "min" and "__int_as_float(0x7f800000)" or "0.0f"
+    local init = partial_init(kind)
     if slots > 0 then
       -- no keys kept: a slot's key is known from its channel (see finish)
       code:line("float fs%d[%d], fq%d[%d];", a, slots, a, slots)
@@ -75,7 +80,7 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
     local kind = plan.accums[a].kind
     -- per-slot partials know their key from the slot; only sumexp reads it per element
     local key
-    if not slot or plan.accums[a].kind == "sumexp" then
+    if not slot or kind == "sumexp" then
       key = ev:fresh("key")
       code:line("const long long %s = %s;", key, ev:accum_key(a, coords))
     end
@@ -87,7 +92,7 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
       code:open("if (fk%d >= 0) {", a)
       flush_plain(code, ev, kind, a, "fk" .. a, "fs" .. a, "fq" .. a)
       code:close()
-      local init = kind == "max" and "__int_as_float(0xff800000)" or kind == "min" and "__int_as_float(0x7f800000)" or "0.0f"
+      local init = partial_init(kind)
       code:line("fk%d = %s; fs%d = %s; fq%d = 0.0f;", a, key, a, init, a)
       code:close()
       combine(code, kind, "fs" .. a, "fq" .. a, x)
@@ -98,8 +103,8 @@ end
 -- After the element loop, reached by every thread of the block (warp-collective). With
 -- per-slot partials, slot_key(q) gives the C expression of slot q's key (or -1). With
 -- `merge_lanes`, lanes holding the same key add up across the warp first (fg_merge_lanes,
--- fg_merge_lanes_extreme):
--- the MMA engine spreads one channel over four lanes and neighbouring channels over others.
+-- fg_merge_lanes_extreme): the MMA engine spreads one channel over four lanes and
+-- neighbouring channels over others.
 function M.finish(code, ev, plan, feeds, slots, slot_key, merge_lanes)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
