@@ -88,10 +88,45 @@ def version():
     return lib().fg_version().decode()
 
 
+# ---- lifetime ------------------------------------------------------------------------------
+
+
+class _Handle:
+    """What Context and Layer share about owning a C handle: `closed`, `with` blocks,
+    a check before use, and closing when garbage-collected. A subclass sets self._handle
+    (None first, so that close() and __del__ work whatever its __init__ raises) and
+    defines close()."""
+
+    _handle = None
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def _live_handle(self):
+        if self._handle is None:
+            raise ValueError(f"fusegen: this {type(self).__name__} is closed")
+        return self._handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # A context runs this only once every layer is gone (layers hold a reference to their
+        # context). At interpreter exit module globals may already be torn down: never raise.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 # ---- contexts ------------------------------------------------------------------------------
 
 
-class Context:
+class Context(_Handle):
     """A device (or CPU only, device=-1), the kernel caches and options (fg_context_create).
 
     cache_dir: the user cache (default $FUSEGEN_CACHE_DIR, $XDG_CACHE_HOME/fusegen or
@@ -121,17 +156,8 @@ class Context:
         self.cache_dir, self.cache_path, self.arch = cache_dir, cache_path, arch
 
     @property
-    def closed(self):
-        return self._handle is None
-
-    @property
     def has_device(self):
         return self.device >= 0
-
-    def _live_handle(self):
-        if self._handle is None:
-            raise ValueError("fusegen: this Context is closed")
-        return self._handle
 
     def _adopt(self, layer):
         with self._lock:
@@ -145,20 +171,6 @@ class Context:
             layer.close()
         handle, self._handle = self._handle, None
         _check(lib().fg_context_destroy(handle))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        # Runs only once every layer is gone (layers hold a reference to their context).
-        # At interpreter exit module globals may already be torn down: never raise here.
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         where = "cpu" if self.device < 0 else f"cuda:{self.device}"
@@ -197,7 +209,7 @@ def _looks_like_path(spec):
     return isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec)
 
 
-class Layer:
+class Layer(_Handle):
     """A layer spec loaded into a context (fg_layer_load_file / fg_layer_load_string).
 
     spec: a path to a .lua file, or the spec's source text (then `name` stands for it in
@@ -230,15 +242,6 @@ class Layer:
 
     # -- lifetime
 
-    @property
-    def closed(self):
-        return self._handle is None
-
-    def _live_handle(self):
-        if self._handle is None:
-            raise ValueError("fusegen: this Layer is closed")
-        return self._handle
-
     def close(self):
         """Destroys the layer (its kernels, workspace and parameter copies). Idempotent."""
         if self._handle is None:
@@ -246,18 +249,6 @@ class Layer:
         handle, self._handle = self._handle, None
         self._device_refs.clear()
         _check(lib().fg_layer_destroy(handle))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         if self.closed:
