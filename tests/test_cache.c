@@ -43,9 +43,7 @@ static const char *const small_spec = "return layer \"cache_test\" {\n"
 
 typedef struct fixture {
     char *root;        /* this test's directory */
-    fg_layer_ir *ir;
-    fg_plan *plan;
-    fg_rendered src;
+    fgt_rendered_layer layer; /* small_spec, loaded, planned and rendered */
     char key[FG_CACHE_KEY_HEX + 1]; /* of (src, ARCH) */
 } fixture;
 
@@ -69,14 +67,8 @@ static int setup(void **state)
         return -1;
     f->root = fgt_tmpdir("cache");
     fg_error err;
-    f->ir = malloc(sizeof *f->ir);
-    f->plan = malloc(sizeof *f->plan);
-    fg_plan_options opts = {.force_strategy = -1};
-    if (fg_spec_load_string("cache_test.lua", small_spec, strlen(small_spec), f->ir, &err) ||
-        fg_plan_layer(f->ir, &opts, f->plan, &err) || fg_render(f->ir, f->plan, &f->src, &err)) {
-        fprintf(stderr, "setup: %s\n", err.msg);
+    if (fgt_render_layer("cache_test.lua", small_spec, &f->layer) != 0)
         return -1;
-    }
     int major, minor;
     if (fg_nvrtc_version(&major, &minor, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
@@ -84,7 +76,7 @@ static int setup(void **state)
     }
     char options[256];
     fg_nvrtc_options_string(ARCH, options, sizeof options);
-    fg_cache_key(f->src.source, f->src.length, ARCH, options, major, minor, f->key);
+    fg_cache_key(f->layer.src.source, f->layer.src.length, ARCH, options, major, minor, f->key);
     *state = f;
     return 0;
 }
@@ -94,9 +86,7 @@ static int teardown(void **state)
     fixture *f = *state;
     fgt_rmtree(f->root);
     free(f->root);
-    fg_rendered_free(&f->src);
-    free(f->plan);
-    free(f->ir);
+    fgt_rendered_layer_free(&f->layer);
     free(f);
     return 0;
 }
@@ -121,13 +111,13 @@ static void init_cache(fg_cache *cache, const char *user_dir, const char *shippe
 static void build(const fixture *f, fg_cache *cache, const char *store_dir, fg_built *out)
 {
     fg_error err = {{0}};
-    if (fg_build_cubin(cache, store_dir, f->ir, f->src.source, ARCH, out, &err) != 0)
+    if (fg_build_cubin(cache, store_dir, f->layer.ir, f->layer.src.source, ARCH, out, &err) != 0)
         fail_msg("fg_build_cubin: %s", err.msg);
     assert_non_null(out->cubin);
     assert_true(out->cubin_size > 64);
     assert_memory_equal(out->cubin, "\x7f" "ELF", 4);
     assert_string_equal(out->key, f->key);
-    assert_int_equal(out->n_kernels, f->plan->n_passes);
+    assert_int_equal(out->n_kernels, f->layer.plan->n_passes);
 }
 
 static int count_entries_visit(void *ctx, const char *path, const char *key)
@@ -175,8 +165,8 @@ static void keys_and_paths(void **state)
 {
     fixture *f = *state;
     char a[FG_CACHE_KEY_HEX + 1], b[FG_CACHE_KEY_HEX + 1];
-    const char *src = f->src.source;
-    size_t len = f->src.length;
+    const char *src = f->layer.src.source;
+    size_t len = f->layer.src.length;
     fg_cache_key(src, len, "sm_90", "opts", 13, 0, a);
     assert_int_equal(strlen(a), FG_CACHE_KEY_HEX);
     for (const char *p = a; *p; p++)
@@ -284,7 +274,7 @@ static void miss_then_hit(void **state)
     assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), 0);
     char layer[128];
     fg_kernel_resources k[8];
-    assert_int_equal(fg_describe_parse(e.meta_json, layer, sizeof layer, k, 8), f->plan->n_passes);
+    assert_int_equal(fg_describe_parse(e.meta_json, layer, sizeof layer, k, 8), f->layer.plan->n_passes);
     assert_string_equal(layer, "cache_test");
     assert_string_equal(k[0].name, "fg_pass0_conv");
     assert_int_equal(e.cubin_size, first.cubin_size);
@@ -307,7 +297,7 @@ static void miss_then_hit(void **state)
     /* another architecture is another key, another entry */
     fg_built other;
     fg_error e2 = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, "sm_80", &other, &e2), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, "sm_80", &other, &e2), 0);
     assert_false(other.from_cache);
     assert_string_not_equal(other.key, f->key);
     assert_int_equal(count_entries(dir), 2);
@@ -509,7 +499,7 @@ static void wrong_arch(void **state)
     assert_int_equal(fg_nvrtc_version(&major, &minor, &err), 0);
     char options[256], key80[FG_CACHE_KEY_HEX + 1];
     fg_nvrtc_options_string("sm_80", options, sizeof options);
-    fg_cache_key(f->src.source, f->src.length, "sm_80", options, major, minor, key80);
+    fg_cache_key(f->layer.src.source, f->layer.src.length, "sm_80", options, major, minor, key80);
     /* plant the sm_90 cubin under the sm_80 key, labelled sm_90 */
     assert_int_equal(fg_cache_store(&cache, NULL, key80, "sm_90", b90.cubin, b90.cubin_size, "{}", &err), 0);
     char path[1200];
@@ -522,7 +512,7 @@ static void wrong_arch(void **state)
     fgt_assert_contains(w.last, "entry is for sm_90, not sm_80");
 
     fg_built b80;
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, "sm_80", &b80, &err), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, "sm_80", &b80, &err), 0);
     assert_false(b80.from_cache);
     assert_true(b80.stored);
     assert_string_equal(b80.key, key80);
@@ -547,7 +537,7 @@ static int readonly_case(const fixture *f, const char *dir)
         return 2;
     }
     fg_built b;
-    if (fg_build_cubin(&cache, NULL, f->ir, f->src.source, ARCH, &b, &err) != 0) {
+    if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
         fprintf(stderr, "readonly: the build failed: %s\n", err.msg);
         return 3;
     }
@@ -782,7 +772,7 @@ static void concurrent_builders(void **state)
                 _exit(11);
             }
             fg_built b;
-            if (fg_build_cubin(&cache, NULL, f->ir, f->src.source, ARCH, &b, &err) != 0) {
+            if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.msg);
                 _exit(12);
             }

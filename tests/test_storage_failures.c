@@ -55,9 +55,7 @@ static const char *const small_spec = "return layer \"storage_test\" {\n"
 
 typedef struct fixture {
     char *root;
-    fg_layer_ir *ir;
-    fg_plan *plan;
-    fg_rendered src;
+    fgt_rendered_layer layer; /* small_spec, loaded, planned and rendered */
     char spec_path[1200]; /* small_spec as a file, for the CLI */
 } fixture;
 
@@ -67,15 +65,8 @@ static int setup(void **state)
     if (!f)
         return -1;
     f->root = fgt_tmpdir("storage");
-    f->ir = malloc(sizeof *f->ir);
-    f->plan = malloc(sizeof *f->plan);
-    fg_error err;
-    fg_plan_options opts = {.force_strategy = -1};
-    if (fg_spec_load_string("storage_test.lua", small_spec, strlen(small_spec), f->ir, &err) ||
-        fg_plan_layer(f->ir, &opts, f->plan, &err) || fg_render(f->ir, f->plan, &f->src, &err)) {
-        fprintf(stderr, "setup: %s\n", err.msg);
+    if (fgt_render_layer("storage_test.lua", small_spec, &f->layer) != 0)
         return -1;
-    }
     snprintf(f->spec_path, sizeof f->spec_path, "%s/storage_test.lua", f->root);
     if (fgt_write_file(f->spec_path, small_spec, strlen(small_spec)) != 0)
         return -1;
@@ -103,9 +94,7 @@ static int teardown(void **state)
     fixture *f = *state;
     fgt_rmtree(f->root);
     free(f->root);
-    fg_rendered_free(&f->src);
-    free(f->plan);
-    free(f->ir);
+    fgt_rendered_layer_free(&f->layer);
     free(f);
     return 0;
 }
@@ -191,7 +180,7 @@ static void missing_directory_is_created(void **state)
     init_cache(&cache, dir);
     fg_built b;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
     assert_cubin(&b);
     assert_false(b.from_cache);
     if (!b.stored)
@@ -200,7 +189,7 @@ static void missing_directory_is_created(void **state)
     assert_clean_cache(dir, 1);
     fg_built_free(&b);
     /* and found there next time */
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
     assert_true(b.from_cache);
     fg_built_free(&b);
     free(dir);
@@ -216,7 +205,7 @@ static void parent_is_a_file(void **state)
     init_cache(&cache, dir);
     fg_built b;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
     assert_cubin(&b);
     assert_false(b.from_cache);
     assert_false(b.stored);
@@ -268,7 +257,7 @@ static void path_too_long(void **state)
     assert_int_equal(fg_cache_store(&cache, dir, key, ARCH, "\x7f" "ELF", 4, "{}", &err), -1);
     fgt_assert_contains(err.msg, "path is too long");
     fg_built b;
-    assert_int_equal(fg_build_cubin(&cache, dir, f->ir, f->src.source, ARCH, &b, &err), -1);
+    assert_int_equal(fg_build_cubin(&cache, dir, f->layer.ir, f->layer.src.source, ARCH, &b, &err), -1);
     fgt_assert_contains(err.msg, "path is too long");
     fg_built_free(&b);
     /* nothing was created, under the long path or a truncation of it */
@@ -315,7 +304,7 @@ static child_result build_with_file_size_limit(const fixture *f, const char *dir
             if (fg_cache_init(&cache, dir, "", &err) != 0) {
                 r.rc = -101;
                 snprintf(r.message, sizeof r.message, "%s", err.msg);
-            } else if (fg_build_cubin(&cache, NULL, f->ir, f->src.source, arch, &b, &err) != 0) {
+            } else if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, arch, &b, &err) != 0) {
                 r.rc = -1;
                 snprintf(r.message, sizeof r.message, "%s", err.msg);
             } else {
@@ -358,7 +347,7 @@ static void full_disk_case(const fixture *f, const char *name, rlim_t limit)
     init_cache(&cache, dir);
     fg_built other;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, OTHER_ARCH, &other, &err), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, OTHER_ARCH, &other, &err), 0);
     assert_true(other.stored);
     char other_path[1200];
     fg_cache_entry_path(dir, other.key, other_path, sizeof other_path);
@@ -395,7 +384,7 @@ static void full_disk_case(const fixture *f, const char *name, rlim_t limit)
 
     /* with room again, the same build stores, and both entries are found */
     fg_built b;
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
     assert_false(b.from_cache);
     if (!b.stored)
         fail_msg("not stored once there was room: %s", b.store_error);
@@ -406,7 +395,7 @@ static void full_disk_case(const fixture *f, const char *name, rlim_t limit)
     assert_memory_equal(b.cubin, "\x7f" "ELF", 4);
     fg_built_free(&b);
     assert_clean_cache(dir, 2);
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->ir, f->src.source, OTHER_ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, OTHER_ARCH, &b, &err), 0);
     assert_true(b.from_cache);
     fg_built_free(&b);
     fg_built_free(&other);
@@ -504,7 +493,7 @@ static int enospc_child(const fixture *f, const char *dir, char *msg, size_t cap
     fg_error err = {{0}};
     fg_built b;
     if (fg_cache_init(&cache, dir, "", &err) != 0 ||
-        fg_build_cubin(&cache, NULL, f->ir, f->src.source, OTHER_ARCH, &b, &err) != 0) {
+        fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, OTHER_ARCH, &b, &err) != 0) {
         snprintf(msg, cap, "the first build failed: %s", err.msg);
         return 1;
     }
@@ -532,7 +521,7 @@ static int enospc_child(const fixture *f, const char *dir, char *msg, size_t cap
         return 1;
     }
     int rc = 0;
-    if (fg_build_cubin(&cache, NULL, f->ir, f->src.source, ARCH, &b, &err) != 0) {
+    if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
         snprintf(msg, cap, "the build on a full disk failed: %s", err.msg);
         return 1;
     }

@@ -261,3 +261,29 @@ char *fgt_join(const char *dir, const char *name)
     snprintf(p, cap, "%s/%s", dir, name);
     return p;
 }
+
+int fgt_render_layer(const char *name, const char *source, fgt_rendered_layer *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ir = malloc(sizeof *out->ir);
+    out->plan = malloc(sizeof *out->plan);
+    fg_error err = {{0}};
+    fg_plan_options opts = {.force_strategy = -1};
+    if (!out->ir || !out->plan) {
+        fprintf(stderr, "%s: out of memory\n", name);
+        return -1;
+    }
+    if (fg_spec_load_string(name, source, strlen(source), out->ir, &err) ||
+        fg_plan_layer(out->ir, &opts, out->plan, &err) || fg_render(out->ir, out->plan, &out->src, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+void fgt_rendered_layer_free(fgt_rendered_layer *r)
+{
+    fg_rendered_free(&r->src);
+    free(r->plan);
+    free(r->ir);
+}

@@ -13,6 +13,7 @@
 
 #include "ir.h"
 #include "planner.h"
+#include "render.h"
 
 /* The six reference specs of PROBLEMS.md, in specs/. */
 #define FGT_N_REFERENCE_SPECS 6
@@ -67,6 +68,17 @@ int fgt_assert_param_at(const fg_layer_ir *ir, const char *name, const int64_t *
 int fgt_find_param(const fg_layer_ir *ir, const char *name);
 
 double fgt_now(void);
+
+/* A layer loaded from source text (`name` in messages), planned with the default options and
+ * rendered: what the cache tests compile and store. Returns 0, or -1 with the reason on
+ * stderr (for cmocka setup functions, which report failure by their return value). */
+typedef struct fgt_rendered_layer {
+    fg_layer_ir *ir;
+    fg_plan *plan;
+    fg_rendered src;
+} fgt_rendered_layer;
+int fgt_render_layer(const char *name, const char *source, fgt_rendered_layer *out);
+void fgt_rendered_layer_free(fgt_rendered_layer *r);
 
 /* "dir/name", malloc'd. */
 char *fgt_join(const char *dir, const char *name);
