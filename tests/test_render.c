@@ -35,6 +35,16 @@ static rendered_layer *render_spec(const char *name, int force_strategy)
     return render_ir(fgt_load_spec(name), force_strategy);
 }
 
+/* The same on the CUDA-core engine (FUSEGEN_CONV_ENGINE=fma). */
+static rendered_layer *render_spec_fma(const char *name)
+{
+    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
+    rendered_layer *r = render_spec(name, -1);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(r->plan->passes[0].conv.engine, FG_CONV_FMA);
+    return r;
+}
+
 static void free_rendered(rendered_layer *r)
 {
     fg_rendered_free(&r->src);
@@ -159,10 +169,7 @@ static void common_checks(const rendered_layer *r)
 static void kb79(void **state)
 {
     (void)state;
-    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
-    rendered_layer *r = render_spec("kb79", -1);
-    unsetenv("FUSEGEN_CONV_ENGINE");
-    assert_int_equal(r->plan->passes[0].conv.engine, FG_CONV_FMA);
+    rendered_layer *r = render_spec_fma("kb79");
     common_checks(r);
     char *conv = kernel_text(r->src.source, "fg_pass0_conv");
     fgt_assert_contains(conv, "tap 0,0,0");
@@ -186,10 +193,7 @@ static void kb79(void **state)
 static void kb21(void **state)
 {
     (void)state;
-    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
-    rendered_layer *r = render_spec("kb21", -1);
-    unsetenv("FUSEGEN_CONV_ENGINE");
-    assert_int_equal(r->plan->passes[0].conv.engine, FG_CONV_FMA);
+    rendered_layer *r = render_spec_fma("kb21");
     common_checks(r);
     char *conv = kernel_text(r->src.source, "fg_pass0_conv");
     fgt_assert_contains(conv, "tap 0,0");
