@@ -93,8 +93,8 @@ def write_safetensors(path, tensors):
             f.write(blob)
 
 
-class CpuReferenceTest(unittest.TestCase):
-    """The C library's CPU reference against the NumPy implementation above."""
+class CpuContextTest(unittest.TestCase):
+    """Tests sharing one CPU-only context."""
 
     @classmethod
     def setUpClass(cls):
@@ -103,6 +103,10 @@ class CpuReferenceTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.ctx.close()
+
+
+class CpuReferenceTest(CpuContextTest):
+    """The C library's CPU reference against the NumPy implementation above."""
 
     def setUp(self):
         self.rng = np.random.default_rng(79)
@@ -177,14 +181,7 @@ class CpuReferenceTest(unittest.TestCase):
         self.assertEqual(unexpected, ["extra"])
 
 
-class ErrorTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.ctx = fusegen.Context(device=-1)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.ctx.close()
+class ErrorTest(CpuContextTest):
 
     def setUp(self):
         self.layer = fusegen.Layer(spec("kb79"), self.ctx)
