@@ -182,7 +182,6 @@ class CpuReferenceTest(CpuContextTest):
 
 
 class ErrorTest(CpuContextTest):
-
     def setUp(self):
         self.layer = fusegen.Layer(spec("kb79"), self.ctx)
         self.params = random_params(self.layer, np.random.default_rng(1))
