@@ -6,6 +6,7 @@
 
 #include "api_internal.h"
 #include "handles.h"
+#include "nvrtc_compiler.h"
 
 static _Thread_local char last_error[4096];
 
@@ -126,6 +127,7 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     }
     if (ctx->device >= 0) {
+        fg_nvrtc_preload(); /* overlaps the driver's start-up */
         fg_status s = open_device(ctx);
         if (s != FG_OK) {
             free(ctx);

@@ -354,6 +354,7 @@ static fg_status prepare_locked(fg_layer *layer)
     fg_rendered src;
     if (fg_render(&layer->ir, &layer->plan, &src, &err) != 0)
         return fg_api_fail_error(FG_ERR_INTERNAL, &err);
+    double t_rendered = seconds_now();
     fg_built built;
     int rc = fg_build_cubin(&ctx->cache, NULL, &layer->ir, src.source, ctx->arch, &built, &err);
     fg_rendered_free(&src);
@@ -366,6 +367,7 @@ static fg_status prepare_locked(fg_layer *layer)
     if (!built.from_cache && !built.stored)
         fprintf(stderr, "fusegen: warning: kernels for %s compiled but not cached: %s\n", layer->ir.name,
                 built.store_error);
+    double t_built = seconds_now();
     const fg_cuda *cu = ctx->cu;
     CUresult r = cu->ModuleLoadData(&layer->module, built.cubin);
     fg_built_free(&built);
@@ -396,8 +398,20 @@ static fg_status prepare_locked(fg_layer *layer)
         }
     }
     layer->from_cache = built.from_cache;
-    layer->prepare_seconds = seconds_now() - t0;
+    double t_end = seconds_now();
+    layer->prepare_seconds.total = t_end - t0;
+    layer->prepare_seconds.render = t_rendered - t0;
+    layer->prepare_seconds.build = t_built - t_rendered;
+    layer->prepare_seconds.load = t_end - t_built;
     return FG_OK;
+}
+
+void fg_layer_describe_prepare(const fg_layer *layer, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "kernels %s in %.1f ms (rendering %.1f, %s %.1f, module load %.1f)",
+             layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds.total * 1e3,
+             layer->prepare_seconds.render * 1e3, layer->from_cache ? "cache lookup" : "compile",
+             layer->prepare_seconds.build * 1e3, layer->prepare_seconds.load * 1e3);
 }
 
 FG_API fg_status fg_layer_prepare(fg_layer *layer)

@@ -65,6 +65,28 @@ static void load_api(void)
 #undef SYM
 }
 
+/* Loading libnvrtc (~100 MB, relocated at dlopen) takes 6-10 ms: started on its own thread
+ * while a GPU context initializes (which takes longer), it is off the path of the first
+ * layer loaded from a warm cache, whose key still needs NVRTC's version. */
+static void *preload_thread(void *unused)
+{
+    (void)unused;
+    pthread_once(&api_once, load_api);
+    return NULL;
+}
+
+void fg_nvrtc_preload(void)
+{
+    pthread_t th;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0)
+        return;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* no thread: the first fg_nvrtc_version loads the library itself */
+    (void)pthread_create(&th, &attr, preload_thread, NULL);
+    pthread_attr_destroy(&attr);
+}
+
 static int ensure_api(fg_error *err)
 {
     pthread_once(&api_once, load_api);

@@ -27,7 +27,10 @@ typedef struct fg_compiled {
     double seconds;
 } fg_compiled;
 
-/* NVRTC's version ("13.0"), loading the library if needed. */
+/* Starts loading libnvrtc on a background thread (once per process; a no-op after that). */
+void fg_nvrtc_preload(void);
+
+/* NVRTC's version ("13.0"), loading the library if needed (or waiting for the preload). */
 int fg_nvrtc_version(int *major, int *minor, fg_error *err);
 
 /* The options every compile uses for `arch` ("sm_90"), as one string (part of cache keys). */

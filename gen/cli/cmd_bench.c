@@ -281,7 +281,8 @@ int cmd_bench(int argc, char **argv)
         cli_error("%s", fg_last_error());
         goto out;
     }
-    double prepare_ms = layer->prepare_seconds * 1e3;
+    char prepared[160];
+    fg_layer_describe_prepare(layer, prepared, sizeof prepared);
     fg_api_enter(g.ctx);
     if (check(g.cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in), "input") ||
         check(g.cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out), "output") ||
@@ -308,10 +309,10 @@ int cmd_bench(int argc, char **argv)
     double flops = conv_flops(ir, batch), bytes = compulsory_bytes(ir, batch);
     double floor_ms = fmax(flops / (fma * 1e12), bytes / (bw * 1e12)) * 1e3;
     printf("%s on %s, batch %ld: median %.4f ms (p10 %.4f, p90 %.4f, %ld runs), %.1f TFLOP/s, %.2f TB/s compulsory, "
-           "floor %.4f ms = %.0f%% of the floor's speed; kernels %s in %.1f ms\n",
+           "floor %.4f ms = %.0f%% of the floor's speed; %s\n",
            ir->name, g.ctx->device_name, batch, med, lo, hi, iters, flops / (med * 1e-3) / 1e12,
            bytes / (med * 1e-3) / 1e12, floor_ms, 100.0 * floor_ms / med,
-           layer->from_cache ? "loaded from the cache" : "compiled", prepare_ms);
+           prepared);
     rc = EXIT_OK;
 out:
     if (dx)

@@ -227,8 +227,9 @@ static int run_gpu(fg_layer *layer, const float *x, int64_t n_in, float *y, int6
         goto out;
     }
     double first = now() - t0;
-    fprintf(stderr, "first run %.1f ms (kernels %s in %.1f ms)\n", first * 1e3,
-            layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds * 1e3);
+    char prepared[160];
+    fg_layer_describe_prepare(layer, prepared, sizeof prepared);
+    fprintf(stderr, "first run %.1f ms; %s\n", first * 1e3, prepared);
     if ((r = cu->MemcpyDtoH(y, dy, sizeof(float) * (size_t)n_out)) != CUDA_SUCCESS) {
         fg_cuda_fail(&err, r, "copying the output back");
         cli_error("%s", err.msg);
