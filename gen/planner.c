@@ -246,25 +246,14 @@ static int64_t mma_ksteps(const conv_geometry *g, const fg_conv_tiling *t, int64
     return t->k_blocked ? ci / 8 * g->taps : ceil_div(ci * g->taps, 8);
 }
 
-/* Shared memory of the MMA engine: ci staged channels as copied (one buffer, or two where
- * a block computes several tiles: never when chunked) and split (2 x ci x ch_pitch floats:
- * ci / 2 planes of ch_pitch float4s, or hi and lo planes of ch_pitch floats), and the weights of co_tile channels for them as ready-made A
- * fragments (hi and lo halves, 32 lanes x 4 floats each). */
+/* Shared memory of the MMA engine: ci staged channels, and the weights of co_tile channels
+ * for them as ready-made A fragments (hi and lo halves, 32 lanes x 4 floats each). */
 static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
 {
+    /* a second input buffer only where a block computes several tiles (never when chunked) */
     int buffers = ci == g->cin_g && t->tiles_per_block > 1 ? 2 : 1;
-    int64_t volume = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
     int64_t table = t->k_blocked ? 0 : mma_ksteps(g, t, ci) * 8; /* offsets per reduction index */
-    return 4 * (buffers * ci * volume + 2 * ci * t->ch_pitch + mma_ksteps(g, t, ci) * (t->co_tile / 16) * 2 * 128 +
-                table);
-}
-
-/* The MMA engine's shared memory per block: two blocks per SM side by side (Hopper has 228
- * KB an SM, 1 KB of it reserved per block; Ampere's sm_80 164 KB, which the common budget
- * fits). */
-static int64_t mma_smem_budget(int sm)
-{
-    return sm >= 90 ? 112 * 1024 : CONV_SMEM_BUDGET;
+    return 4 * (buffers * ci * t->ch_pitch + mma_ksteps(g, t, ci) * (t->co_tile / 16) * 2 * 128 + table);
 }
 
 /* Unblocked steps read their offsets from a table in shared memory; they are fully
@@ -275,9 +264,8 @@ enum { MMA_TABLE_STEPS = 16 };
  * channels or a reduction under 8; a reduction that neither blocks by 8 nor fits the step
  * table; shared memory over budget) or, unless `forced`, when the FMA engine measured faster
  * for such shapes. */
-static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced, int sm)
+static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
 {
-    const int64_t budget = mma_smem_budget(sm);
     fg_conv_tiling *t = &ps->conv;
     int64_t k = g->cin_g * g->taps;
     if (g->cout_g < 8 || k < 8)
@@ -329,11 +317,10 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced, in
         t->in_tile[i] = (t->tile[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1;
     t->in_tile[2] = round_up(t->in_tile[2], 4);
     int64_t volume = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
-    /* blocked steps load a float4 (two channels' hi and lo) per lane, for 4 channel pairs x 8
-     * outputs, a quarter-warp (4 pairs x 2 outputs) at a time: planes 2 (mod 8) float4s apart
-     * put each quarter in distinct banks (with unit stride along W) */
+    /* blocked steps load 4 channels x 8 outputs per instruction: a channel pitch of 8 (mod
+     * 32) floats puts them in 32 distinct banks (with unit stride along W) */
     t->k_blocked = g->cin_g % 8 == 0;
-    t->ch_pitch = (int)(t->k_blocked ? volume + (2 - volume % 8 + 8) % 8 : volume);
+    t->ch_pitch = (int)(t->k_blocked ? volume + (8 - volume % 32 + 32) % 32 : volume);
     t->ci_chunk = (int)g->cin_g;
     if (!t->k_blocked) {
         if (g->taps > 8 * MMA_TABLE_STEPS)
@@ -354,15 +341,15 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced, in
     /* within the budget: first one channel tile per block, then one tile (one buffer), then
      * the input channels in halving chunks (one tile per block) */
     t->co_tile = round_up(g->cout_g, 16 * t->warp_mt);
-    if (mma_smem(g, t, t->ci_chunk) > budget)
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
         t->co_tile = 16 * t->warp_mt;
-    if (mma_smem(g, t, t->ci_chunk) > budget)
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
         t->tiles_per_block = 1;
-    while (mma_smem(g, t, t->ci_chunk) > budget && t->ci_chunk > 8)
+    while (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET && t->ci_chunk > 8)
         t->ci_chunk = t->k_blocked ? round_up(t->ci_chunk / 2, 8) : t->ci_chunk / 2;
     if (t->ci_chunk != g->cin_g)
         t->tiles_per_block = 1; /* chunked staging: one tile per block, one buffer */
-    if (mma_smem(g, t, t->ci_chunk) > budget)
+    if (mma_smem(g, t, t->ci_chunk) > CONV_SMEM_BUDGET)
         return false;
     ps->launch.block = 32 * warps;
     ps->launch.grid_x = ceil_div(tiles, t->tiles_per_block);
@@ -390,7 +377,7 @@ static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
     geometry(conv, &g);
     fg_conv_tiling *t = &ps->conv;
     ps->launch.per_sample = true;
-    if (want_mma(sm) && conv_tiling_mma(&g, ps, strcmp(engine_knob(), "mma") == 0, sm)) {
+    if (want_mma(sm) && conv_tiling_mma(&g, ps, strcmp(engine_knob(), "mma") == 0)) {
         ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
         return;
     }

@@ -114,9 +114,8 @@ typedef struct fg_conv_tiling {
     int ci_chunk;           /* input channels staged in shared memory at a time */
     int ci_unroll;          /* unroll factor of the input-channel loop (the unrolling cliff) */
     int in_tile[3];         /* staged input extents D, H, W (W padded to a multiple of 4) */
-    int ch_pitch;           /* floats between two staged input channels (>= the tile); for the
-                             * MMA engine's blocked split tile, float4s between its planes of
-                             * channel pairs, padded so that its loads hit distinct banks */
+    int ch_pitch;           /* floats between two staged input channels (>= the tile; padded so
+                             * that the MMA engine's loads of 4 channels hit distinct banks) */
     /* FG_CONV_MMA only: a warp computes warp_mt x 16 channels of warp_rows rows x warp_ntw x 8
      * consecutive outputs; warps[] warps along D, H, W make the block. threads[],
      * thread_h/w/co are unused. */

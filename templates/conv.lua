@@ -62,11 +62,8 @@ function M.tiling(g, t)
 end
 
 -- Issues the copies of input channels ci0 .. ci0+CIC-1 of the tile into s_in (zero outside
--- the input and past the last channel), channel planes T.CP floats apart. `rolled`: keep
--- the loop rolled (its unrolled copies' precomputed offsets can cost a kernel that holds
--- many accumulators across it a spill).
-function M.stage_input(c, g, T, rolled)
-  if rolled then c:line("#pragma unroll 1") end
+-- the input and past the last channel), channel planes T.CP floats apart.
+function M.stage_input(c, g, T)
   c:open("for (int e = t; e < %d; e += %d) {", T.CIC * T.ITILE, T.BLOCK)
   c:line("const int ci = e / %d, r = e %% %d;", T.ITILE, T.ITILE)
   c:line("const int a = r / %d, b = (r / %d) %% %d, cw = r %% %d;", T.IT[2] * T.IT[3], T.IT[3], T.IT[2], T.IT[3])

@@ -9,19 +9,13 @@
 -- through the whole reduction and feed the same epilogue as the FMA engine (conv.lua).
 --
 -- The weights are staged once per block as ready-made A fragments, hi and lo halves, so a
--- lane loads each with one 16-byte shared load. The input is split once per staged tile:
--- its copies land in a raw buffer, then the block rewrites them split into the tile the
--- MMAs read. (Splitting at each read cost three instructions per B value in the reduction
--- loop, and every staged value is read by every tap and channel tile.)
+-- lane loads each with one 16-byte shared load; the input's halves are split as loaded
+-- (two integer ops and a subtraction), each B value serving every m-tile of the warp.
 --
 -- Reduction order: with ci_chunk % 8 == 0 a step is (8 channels, one tap): lane tig reads
--- channels tig and tig+4 at a compile-time tap offset. The split tile keeps, per output
--- position, (hi c, hi c+4, lo c, lo c+4) of channels c and c+4 in one float4, so both B
--- fragments of a step are one 16-byte load; its planes (8 channel blocks x 4 pairs) are
--- ch_pitch float4s apart, 2 mod 8, so that each quarter-warp's 8 loads hit distinct banks
--- (with unit stride along W; strides > 1 conflict). Otherwise (few channels, e.g. 3) the
--- flattened (channel, tap) index is padded to a multiple of 8, each step reads its two
--- offsets from a table, and the split tile is planar: the hi planes, then the lo planes.
+-- channels tig and tig+4 at a compile-time tap offset, the channel pitch padded so the 32
+-- lanes hit 32 banks (with unit stride along W; strides > 1 conflict). Otherwise (few channels, e.g. 3) the flattened (channel, tap) index
+-- is padded to a multiple of 8 and each lane keeps its two offsets per step in registers.
 local lib = import("lib")
 local conv = import("conv")
 local expr = import("expr")
@@ -70,26 +64,10 @@ function M.render(layer, plan, pass, names, signature)
   -- computes)
   local R = single_chunk and t.tiles_per_block or 1
   local buffers = R > 1 and 2 or 1
-  -- the raw copies are dense ([channel][tile]); the split tile has the padded pitch
-  local RAW = {}
-  for k, v in pairs(T) do RAW[k] = v end
-  RAW.CP = T.ITILE
-  local RAW_FLOATS = T.CIC * T.ITILE
-  local SPLIT = buffers * RAW_FLOATS -- float offset of the split tile
-  c:line("/* [%d buffer(s)][%d channels][%dx%dx%d] input tiles with halo as copied, then */", buffers, T.CIC,
+  c:line("/* [%d buffer(s)][%d channels][%d floats: %dx%dx%d] input tiles with halo, then */", buffers, T.CIC, T.CP,
     T.IT[1], T.IT[2], T.IT[3])
-  -- the split tile: 2 x CIC x CP floats either way
-  local LO = T.CIC * T.CP -- unblocked: floats from a hi value to its lo
-  if blocked then
-    c:line("/* [%d channel blocks][4 channel pairs][%d float4: (hi c, hi c+4, lo c, lo c+4)] the split tile, then */",
-      T.CIC // 8, T.CP)
-    c:line("float4 *s_split = (float4 *)(fg_smem + %d);", SPLIT)
-  else
-    c:line("/* [hi, lo][%d channels][%d floats] the split tile, then */", T.CIC, T.CP)
-    c:line("float *s_split = fg_smem + %d;", SPLIT)
-  end
   c:line("/* [%d steps][%d m-tiles][hi, lo][32 lanes][4] weights as A fragments */", KS, MTB)
-  c:line("float *s_w = fg_smem + %d;", SPLIT + 2 * T.CIC * T.CP)
+  c:line("float *s_w = fg_smem + %d;", buffers * T.W_OFFSET)
   c:line("const int n = batch_base + (int)blockIdx.z;")
   c:line("const int t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;")
   c:line("const int gid = lane >> 2, tig = lane & 3; /* the MMA fragments' row group and column pair */")
@@ -120,41 +98,15 @@ function M.render(layer, plan, pass, names, signature)
     c:close()
   end
 
-  -- rewrites the raw tile at s_in (its copies complete and visible to the block: after a wait
-  -- and a barrier) split into s_split, four positions at a time; the caller's barrier follows
-  local function split_input(s_in)
-    local ITILE4 = T.ITILE // 4
-    if blocked then
-      -- e: (channel pair cp, four positions); the pair is channels (cp / 4) * 8 + cp % 4 and +4
-      c:open("for (int e = t; e < %d; e += %d) {", (T.CIC // 2) * ITILE4, T.BLOCK)
-      c:line("const int cp = e / %d, r4 = e %% %d, ca = (cp >> 2) * 8 + (cp & 3);", ITILE4, ITILE4)
-      c:line("const float4 xa = ((const float4 *)%s)[ca * %d + r4], xb = ((const float4 *)%s)[(ca + 4) * %d + r4];",
-        s_in, ITILE4, s_in, ITILE4)
-      c:line("float4 *d = s_split + cp * %d + r4 * 4;", T.CP)
-      c:line("d[0] = fg_tf32_split2(xa.x, xb.x); d[1] = fg_tf32_split2(xa.y, xb.y);")
-      c:line("d[2] = fg_tf32_split2(xa.z, xb.z); d[3] = fg_tf32_split2(xa.w, xb.w);")
-    else
-      c:open("for (int e = t; e < %d; e += %d) {", T.CIC * ITILE4, T.BLOCK)
-      c:line("const float4 x = ((const float4 *)%s)[e];", s_in)
-      c:line("const float4 h = make_float4(fg_tf32_hi(x.x), fg_tf32_hi(x.y), fg_tf32_hi(x.z), fg_tf32_hi(x.w));")
-      c:line("float4 *d = (float4 *)(s_split + (e / %d) * %d) + e %% %d;", ITILE4, T.CP, ITILE4)
-      c:line("d[0] = h;")
-      c:line("d[%d] = make_float4(x.x - h.x, x.y - h.y, x.z - h.z, x.w - h.w);", LO // 4)
-    end
-    c:close()
-  end
-
   local function stage()
-    conv.stage_input(c, g, RAW, true)
+    conv.stage_input(c, g, T)
     stage_weights()
     c:line("fg_cp_async_wait_all();")
-    c:line("__syncthreads();")
-    split_input("s_in")
   end
 
-  -- one reduction step: A fragments at float4 index `frag` (+ m-tile) of `wbase`; B of
-  -- channels tig and tig + 4 at offset o0 from `bbase` (blocked: one float4 holds both), or
-  -- of reduction indices tig and tig + 4 at offsets o0 and o1 (unblocked: hi and lo planes)
+  -- one reduction step: A fragments at float4 index `frag` (+ m-tile) of `wbase`, B at
+  -- offsets o0/o1 from `bbase`, one n-tile at a time (its B values split, then its MMAs:
+  -- loading every n-tile's B first holds 6 registers per n-tile at once and spilled)
   local function step(wbase, frag, bbase, o0, o1)
     for mt = 0, MT - 1 do
       c:line("const float4 ah%d = %s[%s + %d], al%d = %s[%s + %d];", mt, wbase, frag, mt * 64, mt, wbase, frag,
@@ -163,18 +115,14 @@ function M.render(layer, plan, pass, names, signature)
     for nt = 0, NT - 1 do
       local off = (nt // NTW) * S[2] * T.IT[3] + (nt % NTW) * 8 * S[3]
       c:open("{")
-      if blocked then
-        c:line("const float4 b = %s[%s + %d];", bbase, o0, off)
-      else
-        c:line("const float4 b = make_float4(%s[%s + %d], %s[%s + %d], %s[%s + %d], %s[%s + %d]);", bbase, o0, off,
-          bbase, o1, off, bbase, o0, off + LO, bbase, o1, off + LO)
-      end
-      -- b: (hi 0, hi 1, lo 0, lo 1). The small products first; consecutive MMAs go to
-      -- different m-tiles where there are two
-      for _, pr in ipairs({ { "al", "b.x, b.y" }, { "ah", "b.z, b.w" }, { "ah", "b.x, b.y" } }) do
+      c:line("const float b0 = %s[%s + %d], b1 = %s[%s + %d];", bbase, o0, off, bbase, o1, off)
+      c:line("const float h0 = fg_tf32_hi(b0), h1 = fg_tf32_hi(b1), l0 = b0 - h0, l1 = b1 - h1;")
+      -- the small products first; consecutive MMAs go to different m-tiles where there are two
+      for _, pr in ipairs({ { "al", "h" }, { "ah", "l" }, { "ah", "h" } }) do
         local calls = {}
         for mt = 0, MT - 1 do
-          calls[#calls + 1] = string.format("fg_mma_tf32(acc[%d][%d], %s%d, %s);", mt, nt, pr[1], mt, pr[2])
+          calls[#calls + 1] = string.format("fg_mma_tf32(acc[%d][%d], %s%d, %s0, %s1);", mt, nt, pr[1], mt, pr[2],
+            pr[2])
         end
         c:line(table.concat(calls, " "))
       end
@@ -189,10 +137,10 @@ function M.render(layer, plan, pass, names, signature)
       c:line("#pragma unroll 1")
       c:open("for (int c8 = 0; c8 < %d; ++c8) {", T.CIC // 8)
       c:line("const float4 *wc = wf + c8 * %d;", g.taps * MTB * 64)
-      c:line("const float4 *sc = sb + c8 * %d;", 4 * T.CP)
+      c:line("const float *sc = sb + c8 * %d;", 8 * T.CP)
       for tap = 0, g.taps - 1 do
         c:open("{ /* tap %d */", tap)
-        step("wc", tostring(tap * MTB * 64), "sc", tostring(tap_offset(tap)), nil)
+        step("wc", tostring(tap * MTB * 64), "sc", tostring(tap_offset(tap)), tostring(tap_offset(tap) + 4 * T.CP))
         c:close()
       end
       c:close()
@@ -259,10 +207,9 @@ function M.render(layer, plan, pass, names, signature)
   }
 
   -- the work on one staged tile: every channel tile of the block, then its epilogue
-  local function compute_tile()
-    -- the lane's B column (output gid of each n-tile) in the split tile
-    c:line("const %s *sb = s_split + wz * %d + wy * %d + (wx * %d + gid) * %d%s;", blocked and "float4" or "float",
-      S[1] * plane,
+  local function compute_tile(s_in)
+    -- the lane's B column (output gid of each n-tile) in the staged tile
+    c:line("const float *sb = %s + wz * %d + wy * %d + (wx * %d + gid) * %d%s;", s_in, S[1] * plane,
       RH * S[2] * T.IT[3], NTW * 8, S[3], blocked and string.format(" + tig * %d", T.CP) or "")
     c:line("#pragma unroll 1")
     c:open("for (int ct = 0; ct < %d; ++ct) {", NCT)
@@ -290,7 +237,7 @@ function M.render(layer, plan, pass, names, signature)
 
   if R > 1 then
     -- R tiles in turn, double-buffered: tile r+1's copies are in flight while r computes
-    c:line("float *s_in0 = fg_smem, *s_in1 = fg_smem + %d;", RAW_FLOATS)
+    c:line("float *s_in0 = fg_smem, *s_in1 = fg_smem + %d;", T.W_OFFSET)
     if feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
     c:line("const int ci0 = 0;")
     stage_weights()
@@ -299,7 +246,7 @@ function M.render(layer, plan, pass, names, signature)
     c:line("const int tile = tile0;")
     decode_tile()
     c:line("float *s_in = s_in0;")
-    conv.stage_input(c, g, RAW, true)
+    conv.stage_input(c, g, T)
     c:close()
     c:line("fg_cp_async_commit();")
     c:line("#pragma unroll 1")
@@ -311,7 +258,7 @@ function M.render(layer, plan, pass, names, signature)
     c:line("const int tile = tile0 + rt + 1;")
     decode_tile()
     c:line("float *s_in = (rt & 1) ? s_in0 : s_in1;")
-    conv.stage_input(c, g, RAW, true)
+    conv.stage_input(c, g, T)
     c:close()
     c:line("fg_cp_async_commit();")
     c:line("fg_cp_async_wait_but1();")
@@ -319,11 +266,9 @@ function M.render(layer, plan, pass, names, signature)
     c.depth = c.depth + 1
     c:line("fg_cp_async_wait0();")
     c:close()
-    c:line("__syncthreads(); /* this tile's copies are in; the last tile's compute is done */")
-    split_input("((rt & 1) ? s_in1 : s_in0)")
     c:line("__syncthreads();")
     decode_tile()
-    compute_tile()
+    compute_tile("((rt & 1) ? s_in1 : s_in0)")
     c:line("__syncthreads(); /* before the next prefetch overwrites this buffer */")
     c:close()
     if feeds_outside then conv.feeds_finish(c, g, plan, pass, ev, slots, th) end
@@ -336,7 +281,7 @@ function M.render(layer, plan, pass, names, signature)
       stage()
       c:line("__syncthreads();")
     end
-    compute_tile()
+    compute_tile("fg_smem")
   end
   c:close()
   return c

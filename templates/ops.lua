@@ -98,12 +98,6 @@ __device__ __forceinline__ float fg_tf32_hi(float x)
 {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
 }
-/* (hi a, hi b, lo a, lo b): two values split for the B fragments of one 3xTF32 step */
-__device__ __forceinline__ float4 fg_tf32_split2(float a, float b)
-{
-    const float ha = fg_tf32_hi(a), hb = fg_tf32_hi(b);
-    return make_float4(ha, hb, a - ha, b - hb);
-}
 /* d += a * b for one m16n8k8 tile: a is 16x8 (row major, 4 registers a lane), b 8x8 (2
  * registers), d 16x8 fp32 (4). */
 __device__ __forceinline__ void fg_mma_tf32(float *d, float4 a, float b0, float b1)

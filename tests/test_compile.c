@@ -64,21 +64,16 @@ static int check_resources(const char *what, const fg_plan *plan, const fg_compi
     return problems;
 }
 
-/* Plans, renders and compiles the layer for each arch (plans depend on it: shared-memory
- * budgets); returns the number of resource problems. */
+/* Compiles (ir, plan) for each arch; returns the number of resource problems. */
 static int compile_ir(fg_layer_ir *ir, int force_strategy, const char *const *arch_list, int n_archs)
 {
+    fg_plan *plan = fgt_plan(ir, force_strategy);
+    fg_rendered src;
+    fg_error err = {{0}};
+    if (fg_render(ir, plan, &src, &err) != 0)
+        fail_msg("%s: %s", ir->name, err.msg);
     int problems = 0;
     for (int a = 0; a < n_archs; a++) {
-        fg_plan *plan = malloc(sizeof *plan);
-        assert_non_null(plan);
-        fg_plan_options opts = {.force_strategy = force_strategy, .sm = atoi(arch_list[a] + 3)};
-        fg_error err = {{0}};
-        if (fg_plan_layer(ir, &opts, plan, &err) != 0)
-            fail_msg("%s for %s: planning failed: %s", ir->name, arch_list[a], err.msg);
-        fg_rendered src;
-        if (fg_render(ir, plan, &src, &err) != 0)
-            fail_msg("%s: %s", ir->name, err.msg);
         fg_compiled c;
         char what[256];
         snprintf(what, sizeof what, "%s for %s", ir->name, arch_list[a]);
@@ -91,9 +86,9 @@ static int compile_ir(fg_layer_ir *ir, int force_strategy, const char *const *ar
         problems += check_resources(what, plan, &c);
         fg_compiled_free(&c);
         assert_null(c.cubin);
-        fg_rendered_free(&src);
-        free(plan);
     }
+    fg_rendered_free(&src);
+    free(plan);
     return problems;
 }
 
