@@ -31,6 +31,12 @@ function M.render(layer, plan, pass, names, signature)
     end
   end
   feed.declare(c, plan, pass.feeds, 0)
+  if M.vectorizable(layer, plan, pass) then
+    M.render_vectorized(c, ev, layer, plan, pass, names)
+    feed.finish(c, ev, plan, pass.feeds, 0)
+    c:close()
+    return c
+  end
   c:open("for (int e = 0; e < %d; ++e) {", per_thread)
   c:line("const long long li = ((long long)blockIdx.x * %d + e) * %d + (int)threadIdx.x;", per_thread, block)
   c:open("if (li < %d) {", dshape.sample)
@@ -53,6 +59,106 @@ function M.render(layer, plan, pass, names, signature)
   feed.finish(c, ev, plan, pass.feeds, 0)
   c:close()
   return c
+end
+
+-- The values the pass loads from buffers with its domain's shape: at an element's own
+-- coordinates they are four consecutive floats of four consecutive elements.
+local function domain_buffers(layer, plan, pass)
+  local dshape = layer.ops[pass.domain].out_shape
+  local list = {}
+  local function add(b)
+    local shape = layer.ops[plan.buffers[b].value].out_shape
+    if shape.sample == dshape.sample and shape.rank == dshape.rank then list[#list + 1] = b end
+  end
+  if pass.source_buffer >= 0 then add(pass.source_buffer) end
+  for a = 0, pass.args.n - 1 do
+    local arg = pass.args[a]
+    if arg.kind == "buffer" and arg.index ~= pass.store_buffer and arg.index ~= pass.source_buffer then
+      local is_store = false
+      for i = 0, pass.extra_stores.n - 1 do is_store = is_store or pass.extra_stores[i] == arg.index end
+      if not is_store then add(arg.index) end
+    end
+  end
+  return list
+end
+
+-- Four consecutive elements a thread (16-byte loads and stores) when every op of the pass is
+-- elementwise over the domain's shape, the sample is a multiple of 4 and a thread's share
+-- is whole groups of four: then each load is at the element's own coordinates. (Pooling,
+-- reductions and softmax read other elements; they keep one element at a time.)
+function M.vectorizable(layer, plan, pass)
+  local dshape = layer.ops[pass.domain].out_shape
+  if dshape.sample % 4 ~= 0 or pass.launch.elems % 4 ~= 0 then return false end
+  for k = pass.first, pass.last do
+    local op = layer.ops[k]
+    local cls = op.class
+    if not (cls == "unary" or cls == "binary" or cls == "norm") then return false end
+    if op.out_shape.sample ~= dshape.sample or op.out_shape.rank ~= dshape.rank then return false end
+  end
+  return true
+end
+
+function M.render_vectorized(c, ev, layer, plan, pass, names)
+  local dshape = layer.ops[pass.domain].out_shape
+  local block, groups = pass.launch.block, pass.launch.elems // 4
+  local vec = domain_buffers(layer, plan, pass)
+  c:open("for (int e = 0; e < %d; ++e) {", groups)
+  c:line("const long long gi = ((long long)blockIdx.x * %d + e) * %d + (int)threadIdx.x;", groups, block)
+  c:open("if (gi < %d) {", dshape.sample // 4)
+  c:line("const int i0 = (int)gi * 4;")
+  -- a buffer's four values, loaded once; its loader hands out a component where the
+  -- coordinates are the element's own, and loads one float anywhere else
+  local scalar_loader, current = {}, {}
+  for _, b in ipairs(vec) do
+    local v = plan.buffers[b].value
+    c:line("const float4 q%d = *(const float4 *)(%s + (fg_u64)n * %d + i0);", b, names.buffer[b], dshape.sample)
+    scalar_loader[v] = ev.loaders[v]
+    ev.loaders[v] = function(coords)
+      if current.coords and #coords == #current.coords then
+        local same = true
+        for d = 1, #coords do same = same and coords[d] == current.coords[d] end
+        if same then return string.format("q%d.%s", b, current.lane) end
+      end
+      return scalar_loader[v](coords)
+    end
+  end
+  local stores = {}
+  if pass.store_output then stores[#stores + 1] = { names.output, pass.last } end
+  if pass.store_buffer >= 0 then stores[#stores + 1] = { names.buffer[pass.store_buffer], pass.last } end
+  for i = 0, pass.extra_stores.n - 1 do
+    local b = pass.extra_stores[i]
+    stores[#stores + 1] = { names.buffer[b], plan.buffers[b].value }
+  end
+  for si = 1, #stores do c:line("float4 r%d;", si) end
+  local lanes = { "x", "y", "z", "w" }
+  for j = 1, 4 do
+    c:open("{")
+    c:line("const int i = i0 + %d;", j - 1)
+    ev:push_scope()
+    local coords = lib.unravel(c, dshape, "i", "o")
+    current.coords, current.lane = coords, lanes[j]
+    local v = ev:eval(pass.last, coords)
+    for si, st in ipairs(stores) do
+      c:line("r%d.%s = %s;", si, lanes[j], st[2] == pass.last and v or ev:eval(st[2], coords))
+    end
+    feed.element(c, ev, plan, pass.feeds, v, coords, nil)
+    ev:pop_scope()
+    current.coords = nil
+    c:close()
+  end
+  for si, st in ipairs(stores) do
+    if st[1] == names.output then
+      -- the caller's output may sit at any float (a view); the workspace is 256-byte aligned
+      c:line("float *y%d = %s + (fg_u64)n * %d + i0;", si, st[1], dshape.sample)
+      c:line("if (((fg_u64)y%d & 15) == 0) *(float4 *)y%d = r%d;", si, si, si)
+      c:line("else { y%d[0] = r%d.x; y%d[1] = r%d.y; y%d[2] = r%d.z; y%d[3] = r%d.w; }", si, si, si, si, si, si, si, si)
+    else
+      c:line("*(float4 *)(%s + (fg_u64)n * %d + i0) = r%d;", st[1], dshape.sample, si)
+    end
+  end
+  c:close()
+  c:close()
+  for v, f in pairs(scalar_loader) do ev.loaders[v] = f end
 end
 
 return M

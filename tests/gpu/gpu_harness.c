@@ -79,6 +79,12 @@ static void compare(const float *out, const float *ref, size_t n, double tol, gp
 gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                           double tol)
 {
+    return gpu_check_spec_at(ctx, name, source, batch, seed, tol, 0);
+}
+
+gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
+                             double tol, int out_offset)
+{
     gpu_result r;
     memset(&r, 0, sizeof r);
     fg_layer *layer = NULL;
@@ -102,17 +108,18 @@ gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source,
     }
     fg_api_enter(ctx);
     CUresult e;
-    if ((e = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) || (e = cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out)) ||
+    if ((e = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) || (e = cu->MemAlloc(&dy, sizeof(float) * (size_t)(n_out + out_offset))) ||
         (e = cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in)) ||
-        (e = cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)n_out, NULL))) {
+        (e = cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)(n_out + out_offset), NULL))) {
         snprintf(r.error, sizeof r.error, "device buffers: CUDA error %d", (int)e);
         goto out;
     }
-    if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK) {
+    CUdeviceptr out = dy + sizeof(float) * (size_t)out_offset;
+    if (fg_layer_run(layer, (void *)dx, (void *)out, batch, NULL) != FG_OK) {
         snprintf(r.error, sizeof r.error, "run: %s", fg_last_error());
         goto out;
     }
-    if ((e = cu->StreamSynchronize(NULL)) || (e = cu->MemcpyDtoH(y, dy, sizeof(float) * (size_t)n_out))) {
+    if ((e = cu->StreamSynchronize(NULL)) || (e = cu->MemcpyDtoH(y, out, sizeof(float) * (size_t)n_out))) {
         fg_error err;
         fg_cuda_fail(&err, e, "running");
         snprintf(r.error, sizeof r.error, "%s", err.msg);

@@ -27,6 +27,10 @@ typedef struct gpu_result {
  * GPU and on the CPU reference, compares at atol = rtol = tol. */
 gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                           double tol);
+/* The same with the output written `out_offset` floats into its allocation (as from a view
+ * of a larger tensor: not 16-byte aligned unless out_offset % 4 == 0). */
+gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
+                             double tol, int out_offset);
 
 /* Reads a whole file (specs). */
 char *gpu_read_file(const char *path);

@@ -1,6 +1,7 @@
 /* Every spec in specs/ on the GPU against the CPU float64 reference: batch 1 and an odd
  * batch, fresh random inputs and parameters each time, the output poisoned with NaN before
- * each run so that an unwritten element fails. */
+ * each run so that an unwritten element fails. The odd batch writes its output one float
+ * past a 16-byte boundary (a view's pointer), where vectorized stores must not be used. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,16 +39,16 @@ int main(int argc, char **argv)
         }
         for (int b = 0; b < 2; b++) {
             uint64_t seed = 100 + (uint64_t)(i * 2 + b);
-            gpu_result r = gpu_check_spec(ctx, names[i], src, batches[b], seed, 1e-4);
+            gpu_result r = gpu_check_spec_at(ctx, names[i], src, batches[b], seed, 1e-4, b);
             cases++;
             if (!r.ok || !r.pass)
                 failed++;
             if (!r.ok)
                 printf("FAILED %-24s batch %lld: %s\n", names[i], (long long)batches[b], r.error);
             else
-                printf("%s %-24s batch %lld: max abs %.3g, rel L2 %.3g, %lld/%lld outside 1e-4%s\n",
-                       r.pass ? "ok    " : "FAILED", names[i], (long long)batches[b], r.max_abs, r.rel_l2, r.bad,
-                       r.count, r.nan ? " (NaN)" : "");
+                printf("%s %-24s batch %lld%s: max abs %.3g, rel L2 %.3g, %lld/%lld outside 1e-4%s\n",
+                       r.pass ? "ok    " : "FAILED", names[i], (long long)batches[b], b ? " (output unaligned)" : "",
+                       r.max_abs, r.rel_l2, r.bad, r.count, r.nan ? " (NaN)" : "");
         }
         free(src);
     }
