@@ -42,7 +42,8 @@ struct fg_layer {
     fg_cudnn_conv *cudnn;   /* when the plan has a cuDNN pass */
     bool from_cache;        /* the kernels came from a cache (no compile) */
     struct {
-        double total, render, build, load; /* seconds: all, rendering the source, cache lookup or
+        double total, render, build, load; /* seconds: all, rendering the source (-1: skipped,
+                                              the plan alias led to the entry), cache lookup or
                                               compile (build), module load (load) */
     } prepare_seconds;
     CUdeviceptr workspace;

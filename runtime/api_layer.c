@@ -351,14 +351,8 @@ static fg_status prepare_locked(fg_layer *layer)
     fg_context *ctx = layer->ctx;
     double t0 = seconds_now();
     fg_error err;
-    fg_rendered src;
-    if (fg_render(&layer->ir, &layer->plan, &src, &err) != 0)
-        return fg_api_fail_error(FG_ERR_INTERNAL, &err);
-    double t_rendered = seconds_now();
     fg_built built;
-    int rc = fg_build_cubin(&ctx->cache, NULL, &layer->ir, src.source, ctx->arch, &built, &err);
-    fg_rendered_free(&src);
-    if (rc != 0)
+    if (fg_build_layer(&ctx->cache, NULL, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
     if (ctx->verbose)
         fprintf(stderr, "fusegen: %s for %s: %s%s\n", layer->ir.name, ctx->arch,
@@ -400,18 +394,21 @@ static fg_status prepare_locked(fg_layer *layer)
     layer->from_cache = built.from_cache;
     double t_end = seconds_now();
     layer->prepare_seconds.total = t_end - t0;
-    layer->prepare_seconds.render = t_rendered - t0;
-    layer->prepare_seconds.build = t_built - t_rendered;
+    layer->prepare_seconds.render = built.rendered ? built.render_seconds : -1;
+    layer->prepare_seconds.build = t_built - t0 - (built.rendered ? built.render_seconds : 0);
     layer->prepare_seconds.load = t_end - t_built;
     return FG_OK;
 }
 
 void fg_layer_describe_prepare(const fg_layer *layer, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "kernels %s in %.1f ms (rendering %.1f, %s %.1f, module load %.1f)",
-             layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds.total * 1e3,
-             layer->prepare_seconds.render * 1e3, layer->from_cache ? "cache lookup" : "compile",
-             layer->prepare_seconds.build * 1e3, layer->prepare_seconds.load * 1e3);
+    char rendering[48] = "found by the plan alias, not rendered";
+    if (layer->prepare_seconds.render >= 0)
+        snprintf(rendering, sizeof rendering, "rendering %.1f", layer->prepare_seconds.render * 1e3);
+    snprintf(buf, cap, "kernels %s in %.1f ms (%s, %s %.1f, module load %.1f)",
+             layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds.total * 1e3, rendering,
+             layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
+             layer->prepare_seconds.load * 1e3);
 }
 
 FG_API fg_status fg_layer_prepare(fg_layer *layer)

@@ -88,19 +88,37 @@ static void decode_header(const unsigned char *p, entry_header *h)
 
 /* ---- keys and paths ------------------------------------------------------------------------ */
 
-void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
-                  int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+/* BLAKE2b-256 of the generator's identity (with `what` appended), then `parts`. */
+static void hash_key(const char *what, const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
+                     const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
 {
     unsigned char h[32];
     crypto_generichash_state st;
     char ident[512];
-    int n = snprintf(ident, sizeof ident, "fusegen %s|templates %s|nvrtc %d.%d|arch %s|options %s|format %u",
-                     FUSEGEN_VERSION, fg_templates_digest(), nvrtc_major, nvrtc_minor, arch, options, ENTRY_FORMAT);
+    int n = snprintf(ident, sizeof ident, "fusegen %s|templates %s|nvrtc %d.%d|arch %s|options %s|format %u%s",
+                     FUSEGEN_VERSION, fg_templates_digest(), nvrtc_major, nvrtc_minor, arch, options, ENTRY_FORMAT,
+                     what);
     crypto_generichash_init(&st, NULL, 0, sizeof h);
     crypto_generichash_update(&st, (const unsigned char *)ident, (size_t)n + 1);
-    crypto_generichash_update(&st, (const unsigned char *)source, len);
+    for (int i = 0; i < n_parts; i++)
+        crypto_generichash_update(&st, parts[i], sizes[i]);
     crypto_generichash_final(&st, h, sizeof h);
     sodium_bin2hex(key, FG_CACHE_KEY_HEX + 1, h, sizeof h);
+}
+
+void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
+                  int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+{
+    const void *parts[] = {source};
+    hash_key("", parts, &len, 1, arch, options, nvrtc_major, nvrtc_minor, key);
+}
+
+void fg_cache_plan_key(const void *ir, size_t ir_size, const void *plan, size_t plan_size, const char *arch,
+                       const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+{
+    const void *parts[] = {ir, plan};
+    const size_t sizes[] = {ir_size, plan_size};
+    hash_key("|plan", parts, sizes, 2, arch, options, nvrtc_major, nvrtc_minor, key);
 }
 
 void fg_cache_entry_path(const char *dir, const char *key, char *buf, size_t cap)
@@ -164,8 +182,7 @@ int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_pat
     return 0;
 }
 
-static void warn(fg_cache *cache, const char *fmt, ...) FG_PRINTF(2, 3);
-static void warn(fg_cache *cache, const char *fmt, ...)
+void fg_cache_warn(fg_cache *cache, const char *fmt, ...)
 {
     char msg[2048];
     va_list ap;
@@ -291,7 +308,7 @@ int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache
             out->shipped = true;
             return 1;
         }
-        warn(cache, "ignoring a bad entry in the shipped cache: %s", e.msg);
+        fg_cache_warn(cache, "ignoring a bad entry in the shipped cache: %s", e.msg);
     }
     fg_cache_entry_path(cache->user_dir, key, path, sizeof path);
     if (access(path, F_OK) != 0)
@@ -299,7 +316,7 @@ int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache
     fg_error e;
     if (fg_cache_read_entry(path, key, arch, out, &e) == 0)
         return 1;
-    warn(cache, "ignoring a bad cache entry (it will be rebuilt): %s", e.msg);
+    fg_cache_warn(cache, "ignoring a bad cache entry (it will be rebuilt): %s", e.msg);
     return 0;
 }
 
@@ -340,22 +357,60 @@ static int write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
+/* Writes `parts` as one file `final_path` in directory `sub`: into a temporary file there
+ * (named after `name`), fsync'ed, mode 0644, renamed into place. Readers never see a
+ * partial file; on failure nothing is left behind. */
+static int write_atomically(const char *sub, const char *name, const char *final_path, const void *const *parts,
+                            const size_t *sizes, int n_parts, const char *dir, fg_error *err)
+{
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", sub, name);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return fg_fail(err, "cannot write to the cache %s: %s", dir, strerror(errno));
+    int rc = 0;
+    for (int i = 0; i < n_parts && rc == 0; i++)
+        if (write_all(fd, parts[i], sizes[i]))
+            rc = fg_fail(err, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
+    if (rc == 0 && fchmod(fd, 0644) != 0) /* mkstemp makes 0600; a cache may be shared or shipped */
+        rc = fg_fail(err, "cannot set permissions on %s: %s", tmp, strerror(errno));
+    else if (rc == 0 && fsync(fd) != 0)
+        rc = fg_fail(err, "cannot flush %s: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = fg_fail(err, "cannot close %s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, final_path) != 0)
+        rc = fg_fail(err, "cannot move the entry into place (%s): %s", final_path, strerror(errno));
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* Checks that `dir` (the user cache when NULL) may take a file named after `key` and makes
+ * its subdirectory `sub`; *dir is set to the directory used. */
+static int prepare_store(const fg_cache *cache, const char **dir, const char *key, char *sub, size_t sub_cap,
+                         fg_error *err)
+{
+    if (!*dir)
+        *dir = cache->user_dir;
+    for (int i = 0; i < cache->n_shipped; i++)
+        if (strcmp(cache->shipped[i], *dir) == 0)
+            return fg_fail(err, "%s is a shipped (read-only) cache; not writing to it", *dir);
+    if (!is_key(key))
+        return fg_fail(err, "bad cache key");
+    if (strlen(*dir) >= sizeof cache->user_dir) /* the paths below would be truncated */
+        return fg_fail(err, "the cache directory's path is too long (%zu bytes; at most %zu)", strlen(*dir),
+                       sizeof cache->user_dir - 1);
+    snprintf(sub, sub_cap, "%s/%.2s", *dir, key);
+    return mkdir_p(sub, err);
+}
+
 int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char *arch, const void *cubin,
                    size_t cubin_size, const char *meta_json, fg_error *err)
 {
-    if (!dir)
-        dir = cache->user_dir;
-    for (int i = 0; i < cache->n_shipped; i++)
-        if (strcmp(cache->shipped[i], dir) == 0)
-            return fg_fail(err, "%s is a shipped (read-only) cache; not writing to it", dir);
-    if (!is_key(key) || strlen(arch) >= 16)
-        return fg_fail(err, "bad cache key or arch");
-    if (strlen(dir) >= sizeof cache->user_dir) /* the paths below would be truncated */
-        return fg_fail(err, "the cache directory's path is too long (%zu bytes; at most %zu)", strlen(dir),
-                       sizeof cache->user_dir - 1);
+    if (strlen(arch) >= 16)
+        return fg_fail(err, "bad arch");
     char sub[1100];
-    snprintf(sub, sizeof sub, "%s/%.2s", dir, key);
-    if (mkdir_p(sub, err))
+    if (prepare_store(cache, &dir, key, sub, sizeof sub, err))
         return -1;
 
     entry_header h;
@@ -385,33 +440,77 @@ int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char
     crypto_generichash_update(&st, (const unsigned char *)meta_json, meta_size);
     crypto_generichash_final(&st, sum, sizeof sum);
 
-    char tmp[1200], final_path[1100];
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", sub, key);
+    char final_path[1100];
     fg_cache_entry_path(dir, key, final_path, sizeof final_path);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return fg_fail(err, "cannot write to the cache %s: %s", dir, strerror(errno));
-    int rc = 0;
-    if (write_all(fd, head, sizeof head) || write_all(fd, cubin, cubin_size) ||
-        write_all(fd, meta_json, meta_size) || write_all(fd, sum, sizeof sum))
-        rc = fg_fail(err, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
-    else if (fchmod(fd, 0644) != 0) /* mkstemp makes 0600; a cache may be shared or shipped */
-        rc = fg_fail(err, "cannot set permissions on %s: %s", tmp, strerror(errno));
-    else if (fsync(fd) != 0)
-        rc = fg_fail(err, "cannot flush %s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == 0)
-        rc = fg_fail(err, "cannot close %s: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, final_path) != 0)
-        rc = fg_fail(err, "cannot move the entry into place (%s): %s", final_path, strerror(errno));
-    if (rc != 0)
-        unlink(tmp);
-    return rc;
+    const void *parts[] = {head, cubin, meta_json, sum};
+    const size_t sizes[] = {sizeof head, cubin_size, meta_size, sizeof sum};
+    return write_atomically(sub, key, final_path, parts, sizes, 4, dir, err);
+}
+
+/* ---- plan aliases --------------------------------------------------------------------------- */
+
+#define ALIAS_MAGIC "FGPLAN 1\n"
+enum { ALIAS_BYTES = sizeof ALIAS_MAGIC - 1 + FG_CACHE_KEY_HEX + 1 };
+
+void fg_cache_alias_path(const char *dir, const char *plan_key, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%.2s/%s.fgp", dir, plan_key, plan_key);
+}
+
+int fg_cache_read_alias(const char *path, char key[FG_CACHE_KEY_HEX + 1], fg_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fg_fail(err, "%s: %s", path, strerror(errno));
+    char buf[ALIAS_BYTES + 1];
+    size_t got = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    if (got != ALIAS_BYTES || memcmp(buf, ALIAS_MAGIC, sizeof ALIAS_MAGIC - 1) != 0 || buf[ALIAS_BYTES - 1] != '\n')
+        return fg_fail(err, "%s: not a fusegen plan alias (%zu bytes; expected \"FGPLAN 1\" and a key)", path, got);
+    memcpy(key, buf + sizeof ALIAS_MAGIC - 1, FG_CACHE_KEY_HEX);
+    key[FG_CACHE_KEY_HEX] = '\0';
+    if (!is_key(key))
+        return fg_fail(err, "%s: the plan alias holds no valid key", path);
+    return 0;
+}
+
+int fg_cache_lookup_alias(fg_cache *cache, const char *plan_key, char key[FG_CACHE_KEY_HEX + 1])
+{
+    char path[1100];
+    for (int i = 0; i <= cache->n_shipped; i++) {
+        bool user = i == cache->n_shipped;
+        fg_cache_alias_path(user ? cache->user_dir : cache->shipped[i], plan_key, path, sizeof path);
+        if (access(path, F_OK) != 0)
+            continue;
+        fg_error e;
+        if (fg_cache_read_alias(path, key, &e) == 0)
+            return 1;
+        fg_cache_warn(cache, "ignoring a bad plan alias%s: %s", user ? " (it will be rewritten)" : " in the shipped cache",
+             e.msg);
+    }
+    return 0;
+}
+
+int fg_cache_store_alias(fg_cache *cache, const char *dir, const char *plan_key, const char *key, fg_error *err)
+{
+    if (!is_key(key))
+        return fg_fail(err, "bad cache key");
+    char sub[1100];
+    if (prepare_store(cache, &dir, plan_key, sub, sizeof sub, err))
+        return -1;
+    char text[ALIAS_BYTES + 1], final_path[1100];
+    snprintf(text, sizeof text, "%s%s\n", ALIAS_MAGIC, key);
+    fg_cache_alias_path(dir, plan_key, final_path, sizeof final_path);
+    const void *parts[] = {text};
+    const size_t sizes[] = {ALIAS_BYTES};
+    return write_atomically(sub, plan_key, final_path, parts, sizes, 1, dir, err);
 }
 
 /* ---- walking ------------------------------------------------------------------------------- */
 
-int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
-                  fg_error *err)
+/* Visits every <dir>/<xx>/<key><suffix> file. */
+static int walk_files(const char *dir, const char *suffix, int (*visit)(void *ctx, const char *path, const char *key),
+                      void *ctx, fg_error *err)
 {
     DIR *top = opendir(dir);
     if (!top) {
@@ -432,7 +531,7 @@ int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, con
         struct dirent *e;
         while (!stop && (e = readdir(inner)) != NULL) {
             size_t len = strlen(e->d_name);
-            if (len != FG_CACHE_KEY_HEX + 4 || strcmp(e->d_name + FG_CACHE_KEY_HEX, ".fgc") != 0)
+            if (len != FG_CACHE_KEY_HEX + strlen(suffix) || strcmp(e->d_name + FG_CACHE_KEY_HEX, suffix) != 0)
                 continue;
             char key[FG_CACHE_KEY_HEX + 1];
             memcpy(key, e->d_name, FG_CACHE_KEY_HEX);
@@ -447,4 +546,16 @@ int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, con
     }
     closedir(top);
     return 0;
+}
+
+int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
+                  fg_error *err)
+{
+    return walk_files(dir, ".fgc", visit, ctx, err);
+}
+
+int fg_cache_walk_aliases(const char *dir, int (*visit)(void *ctx, const char *path, const char *plan_key), void *ctx,
+                          fg_error *err)
+{
+    return walk_files(dir, ".fgp", visit, ctx, err);
 }

@@ -39,6 +39,14 @@ int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_pat
 void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
                   int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
 
+/* The key of a plan alias: the same identity, over the bytes of a layer IR and its plan
+ * (both zero-initialized structs without pointers, so their bytes are their value). */
+void fg_cache_plan_key(const void *ir, size_t ir_size, const void *plan, size_t plan_size, const char *arch,
+                       const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
+
+/* Tells the user about a cache problem through cache->warn (else on stderr). */
+void fg_cache_warn(fg_cache *cache, const char *fmt, ...) FG_PRINTF(2, 3);
+
 typedef struct fg_cache_entry {
     unsigned char *cubin;
     size_t cubin_size;
@@ -72,6 +80,22 @@ int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *exp
  * stop. */
 int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
                   fg_error *err);
+
+/* Plan aliases: <dir>/<plan_key[0..1]>/<plan_key>.fgp holds "FGPLAN 1\n<key>\n", the key of
+ * the source that a (layer IR, plan) pair renders to, so that a warm load finds its entry
+ * without rendering (kernel_build.h, fg_plan_key). An alias only points: the entry it names
+ * is verified as usual, and a missing or bad one means rendering after all. Written
+ * atomically like entries; read from the shipped caches first, then the user cache. */
+void fg_cache_alias_path(const char *dir, const char *plan_key, char *buf, size_t cap);
+/* 1 and `key` when an alias for plan_key is found (bad ones are reported through warn), else 0. */
+int fg_cache_lookup_alias(fg_cache *cache, const char *plan_key, char key[FG_CACHE_KEY_HEX + 1]);
+/* Reads one alias file (lookup, `cache verify`). */
+int fg_cache_read_alias(const char *path, char key[FG_CACHE_KEY_HEX + 1], fg_error *err);
+/* Writes an alias into the user cache (or `dir`). */
+int fg_cache_store_alias(fg_cache *cache, const char *dir, const char *plan_key, const char *key, fg_error *err);
+/* Visits every alias file under dir. */
+int fg_cache_walk_aliases(const char *dir, int (*visit)(void *ctx, const char *path, const char *plan_key), void *ctx,
+                          fg_error *err);
 
 /* Builds "<dir>/<key[0..1]>/<key>.fgc". */
 void fg_cache_entry_path(const char *dir, const char *key, char *buf, size_t cap);

@@ -1,5 +1,7 @@
 #include "kernel_build.h"
 
+#include "../gen/render.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,37 @@ int fg_describe_parse(const char *json, char *layer, size_t layer_cap, fg_kernel
     return n;
 }
 
+/* 1 with `out` holding the entry's cubin and resources when `key` is in the caches, 0 when
+ * not, -1 on an error. */
+static int lookup_entry(fg_cache *cache, const char *key, const char *arch, fg_built *out, fg_error *err)
+{
+    fg_cache_entry entry;
+    int found = fg_cache_lookup(cache, key, arch, &entry, err);
+    if (found <= 0)
+        return found;
+    out->cubin = entry.cubin;
+    out->cubin_size = entry.cubin_size;
+    out->from_cache = true;
+    out->shipped = entry.shipped;
+    out->n_kernels = fg_describe_parse(entry.meta_json, NULL, 0, out->kernels, FG_MAX_KERNELS);
+    if (out->n_kernels < 0)
+        out->n_kernels = 0;
+    free(entry.meta_json);
+    return 1;
+}
+
+/* The caches to look in: `fusegen build --cache DIR` looks in DIR (its own output) as well. */
+static int lookup_caches(const fg_cache *cache, const char *store_dir, fg_cache *lookup, fg_error *err)
+{
+    *lookup = *cache;
+    if (store_dir && strlen(store_dir) >= sizeof lookup->user_dir) /* truncated, it would name another */
+        return fg_fail(err, "the cache directory's path is too long (%zu bytes; at most %zu)", strlen(store_dir),
+                       sizeof lookup->user_dir - 1);
+    if (store_dir)
+        snprintf(lookup->user_dir, sizeof lookup->user_dir, "%s", store_dir);
+    return 0;
+}
+
 int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const char *source,
                    const char *arch, fg_built *out, fg_error *err)
 {
@@ -72,28 +105,12 @@ int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
     fg_nvrtc_options_string(arch, options, sizeof options);
     fg_cache_key(source, strlen(source), arch, options, major, minor, out->key);
 
-    /* `fusegen build --cache DIR` looks in DIR (its own output) as well */
-    fg_cache lookup = *cache;
-    if (store_dir && strlen(store_dir) >= sizeof lookup.user_dir) /* truncated, it would name another */
-        return fg_fail(err, "the cache directory's path is too long (%zu bytes; at most %zu)", strlen(store_dir),
-                       sizeof lookup.user_dir - 1);
-    if (store_dir)
-        snprintf(lookup.user_dir, sizeof lookup.user_dir, "%s", store_dir);
-    fg_cache_entry entry;
-    int found = fg_cache_lookup(&lookup, out->key, arch, &entry, err);
-    if (found < 0)
+    fg_cache lookup;
+    if (lookup_caches(cache, store_dir, &lookup, err))
         return -1;
-    if (found) {
-        out->cubin = entry.cubin;
-        out->cubin_size = entry.cubin_size;
-        out->from_cache = true;
-        out->shipped = entry.shipped;
-        out->n_kernels = fg_describe_parse(entry.meta_json, NULL, 0, out->kernels, FG_MAX_KERNELS);
-        if (out->n_kernels < 0)
-            out->n_kernels = 0;
-        free(entry.meta_json);
-        return 0;
-    }
+    int found = lookup_entry(&lookup, out->key, arch, out, err);
+    if (found != 0)
+        return found < 0 ? -1 : 0;
 
     char name[FG_NAME_MAX + 8];
     snprintf(name, sizeof name, "%s.cu", ir->name);
@@ -115,6 +132,70 @@ int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
         snprintf(out->store_error, sizeof out->store_error, "%s", store_err.msg);
     }
     free(meta);
+    return 0;
+}
+
+int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, char key[FG_CACHE_KEY_HEX + 1],
+                fg_error *err)
+{
+    int major, minor;
+    if (fg_nvrtc_version(&major, &minor, err))
+        return -1;
+    char options[256];
+    fg_nvrtc_options_string(arch, options, sizeof options);
+    /* the spec's path is only for messages: the source does not name it (docs/cli.md) */
+    fg_layer_ir *copy = malloc(sizeof *copy);
+    if (!copy)
+        return fg_fail(err, "out of memory");
+    memcpy(copy, ir, sizeof *copy);
+    memset(copy->file, 0, sizeof copy->file);
+    fg_cache_plan_key(copy, sizeof *copy, plan, sizeof *plan, arch, options, major, minor, key);
+    free(copy);
+    return 0;
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const fg_plan *plan,
+                   const char *arch, fg_built *out, fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    char plan_key[FG_CACHE_KEY_HEX + 1], key[FG_CACHE_KEY_HEX + 1];
+    fg_cache lookup;
+    if (fg_plan_key(ir, plan, arch, plan_key, err) || lookup_caches(cache, store_dir, &lookup, err))
+        return -1;
+    if (fg_cache_lookup_alias(&lookup, plan_key, key)) {
+        int found = lookup_entry(&lookup, key, arch, out, err);
+        if (found < 0)
+            return -1;
+        if (found) {
+            memcpy(out->key, key, sizeof out->key);
+            return 0;
+        }
+    }
+    /* no alias, or it names an entry that is gone or bad: render */
+    double t0 = seconds_now();
+    fg_rendered src;
+    if (fg_render(ir, plan, &src, err) != 0)
+        return -1;
+    double render_seconds = seconds_now() - t0;
+    int rc = fg_build_cubin(cache, store_dir, ir, src.source, arch, out, err);
+    fg_rendered_free(&src);
+    if (rc != 0)
+        return -1;
+    out->rendered = true;
+    out->render_seconds = render_seconds;
+    /* An entry found in a read-only cache leaves no alias, silently (such a cache is read-only
+     * on purpose); one just stored should take its alias too. */
+    fg_error alias_err;
+    if ((out->from_cache || out->stored) && fg_cache_store_alias(cache, store_dir, plan_key, out->key, &alias_err) != 0 &&
+        out->stored)
+        fg_cache_warn(cache, "cannot record the plan alias (the next load renders again): %s", alias_err.msg);
     return 0;
 }
 

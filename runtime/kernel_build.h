@@ -1,6 +1,6 @@
-/* Getting a layer's cubin for one architecture: render, look the source up in the caches,
- * compile with NVRTC on a miss, store the result. Shared by `fusegen build`, the runtime's
- * JIT and the tests. */
+/* Getting a layer's cubin for one architecture: find it through its plan alias, or render,
+ * look the source up in the caches, compile with NVRTC on a miss, store the result. Shared
+ * by `fusegen build`, the runtime's JIT and the tests. */
 #ifndef FG_KERNEL_BUILD_H
 #define FG_KERNEL_BUILD_H
 
@@ -20,6 +20,8 @@ typedef struct fg_built {
     bool stored;         /* compiled and written to the cache */
     char store_error[1024]; /* why it could not be stored, when compiled but not stored */
     double compile_seconds;
+    bool rendered;       /* fg_build_layer rendered the source (no plan alias led to the entry) */
+    double render_seconds;
     int n_kernels;
     fg_kernel_resources kernels[FG_MAX_KERNELS];
 } fg_built;
@@ -28,6 +30,18 @@ typedef struct fg_built {
 int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const char *source,
                    const char *arch, fg_built *out, fg_error *err);
 void fg_built_free(fg_built *b);
+
+/* The plan alias key of (ir, plan) for arch (cache.h): fg_render is a function of the IR,
+ * the plan and the templates alone, so this names the source without rendering it. The
+ * spec's path is left out: the source does not contain it. */
+int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, char key[FG_CACHE_KEY_HEX + 1],
+                fg_error *err);
+
+/* A layer's cubin for arch: through its plan alias when that names a valid entry (no
+ * rendering), else renders, fg_build_cubin's, and records the alias (in store_dir, or the
+ * user cache) once the entry is in a cache. */
+int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const fg_plan *plan,
+                   const char *arch, fg_built *out, fg_error *err);
 
 /* The description stored with an entry (JSON): layer, spec, arch, kernels and resources. */
 char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const fg_compiled *c);

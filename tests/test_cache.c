@@ -1,7 +1,8 @@
 /* The cubin cache: a miss then a hit; corrupt, truncated, empty and mismatched entries are
  * reported, ignored and rebuilt; unwritable caches cost the store but not the cubin;
  * shipped caches are read first and never written; concurrent builders of one key all
- * succeed and leave one valid entry. Every test works in its own temporary directory. */
+ * succeed and leave one valid entry; plan aliases skip rendering and, when bad, cost only
+ * the rendering. Every test works in its own temporary directory. */
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
@@ -858,6 +859,167 @@ static void walk_sees_entries_only(void **state)
     free(dir);
 }
 
+/* ---- plan aliases ------------------------------------------------------------------------- */
+
+/* fg_build_layer on the fixture's layer; checks the cubin is the fixture's source's. */
+static void build_layer(const fixture *f, fg_cache *cache, fg_built *out)
+{
+    fg_error err = {{0}};
+    if (fg_build_layer(cache, NULL, f->layer.ir, f->layer.plan, ARCH, out, &err) != 0)
+        fail_msg("fg_build_layer: %s", err.msg);
+    assert_string_equal(out->key, f->key);
+    assert_memory_equal(out->cubin, "\x7f" "ELF", 4);
+    assert_int_equal(out->n_kernels, f->layer.plan->n_passes);
+}
+
+static void alias_path(const fixture *f, const char *dir, char *buf, size_t cap)
+{
+    char plan_key[FG_CACHE_KEY_HEX + 1];
+    fg_error err = {{0}};
+    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, plan_key, &err), 0);
+    fg_cache_alias_path(dir, plan_key, buf, cap);
+}
+
+/* The first build renders, compiles and records the alias; the next one loads the same
+ * cubin through it without rendering. */
+static void plan_alias_skips_rendering(void **state)
+{
+    fixture *f = *state;
+    char *dir = subdir(f, "alias");
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, dir, NULL, &w);
+    fg_built first, second;
+    build_layer(f, &cache, &first);
+    assert_true(first.rendered);
+    assert_false(first.from_cache);
+    assert_true(first.stored);
+    char path[1200], key[FG_CACHE_KEY_HEX + 1];
+    alias_path(f, dir, path, sizeof path);
+    fg_error err = {{0}};
+    assert_int_equal(fg_cache_read_alias(path, key, &err), 0);
+    assert_string_equal(key, f->key);
+    build_layer(f, &cache, &second);
+    assert_false(second.rendered);
+    assert_true(second.from_cache);
+    assert_int_equal(second.cubin_size, first.cubin_size);
+    assert_memory_equal(second.cubin, first.cubin, first.cubin_size);
+    assert_int_equal(w.count, 0);
+    fg_built_free(&first);
+    fg_built_free(&second);
+    free(dir);
+}
+
+/* The plan key covers the IR and the plan, not the spec's path. */
+static void plan_key_inputs(void **state)
+{
+    fixture *f = *state;
+    char a[FG_CACHE_KEY_HEX + 1], b[FG_CACHE_KEY_HEX + 1];
+    fg_error err = {{0}};
+    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, a, &err), 0);
+    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, b, &err), 0);
+    assert_string_equal(a, b);
+    assert_string_not_equal(a, f->key); /* its own key space */
+    fg_layer_ir *ir = malloc(sizeof *ir);
+    fg_plan *plan = malloc(sizeof *plan);
+    assert_non_null(ir);
+    assert_non_null(plan);
+    memcpy(ir, f->layer.ir, sizeof *ir);
+    memcpy(plan, f->layer.plan, sizeof *plan);
+    snprintf(ir->file, sizeof ir->file, "/elsewhere/cache_test.lua");
+    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    assert_string_equal(a, b);
+    ir->ops[0].line++; /* the source's comments name spec lines */
+    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    assert_string_not_equal(a, b);
+    ir->ops[0].line--;
+    plan->passes[0].launch.block *= 2;
+    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    assert_string_not_equal(a, b);
+    plan->passes[0].launch.block /= 2;
+    assert_int_equal(fg_plan_key(ir, plan, "sm_80", b, &err), 0);
+    assert_string_not_equal(a, b);
+    free(ir);
+    free(plan);
+}
+
+/* A malformed alias is reported and ignored (the layer renders, finds its entry by the
+ * source's key) and is written again; one naming a missing entry means a compile. */
+static void bad_plan_alias(void **state)
+{
+    fixture *f = *state;
+    char *dir = subdir(f, "bad-alias");
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, dir, NULL, &w);
+    fg_built b;
+    build_layer(f, &cache, &b);
+    fg_built_free(&b);
+    char path[1200], key[FG_CACHE_KEY_HEX + 1];
+    alias_path(f, dir, path, sizeof path);
+    /* empty, truncated, another format, and a right-sized one whose key is a path */
+    static const char *const bad[] = {
+        "", "FGPLAN 1\n", "FGPLAN 2\n0000000000000000000000000000000000000000000000000000000000000000\n",
+        "FGPLAN 1\n../../../../etc/passwd/" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(fgt_write_file(path, bad[i], strlen(bad[i])), 0);
+        fg_error err = {{0}};
+        assert_int_equal(fg_cache_read_alias(path, key, &err), -1);
+        fgt_assert_contains(err.msg, path);
+        w.count = 0;
+        build_layer(f, &cache, &b);
+        assert_true(b.rendered);
+        assert_true(b.from_cache);
+        assert_int_equal(w.count, 1);
+        fgt_assert_contains(w.last, "bad plan alias");
+        fg_built_free(&b);
+        assert_int_equal(fg_cache_read_alias(path, key, &err), 0); /* rewritten */
+        assert_string_equal(key, f->key);
+    }
+    /* an alias naming an entry that is gone: compiled and stored again */
+    char entry[1200];
+    entry_path(dir, f->key, entry, sizeof entry);
+    assert_int_equal(unlink(entry), 0);
+    w.count = 0;
+    build_layer(f, &cache, &b);
+    assert_true(b.rendered);
+    assert_false(b.from_cache);
+    assert_true(b.stored);
+    assert_int_equal(w.count, 0);
+    fg_built_free(&b);
+    verify_entry(entry, f->key, ARCH);
+    free(dir);
+}
+
+/* `fusegen build --cache DIR` writes aliases too: a shipped cache serves them read-only. */
+static void shipped_plan_alias(void **state)
+{
+    fixture *f = *state;
+    char *ship = subdir(f, "ship-alias"), *user = subdir(f, "user-alias");
+    fg_cache builder;
+    init_cache(&builder, user, NULL, NULL);
+    fg_built b;
+    fg_error err = {{0}};
+    assert_int_equal(fg_build_layer(&builder, ship, f->layer.ir, f->layer.plan, ARCH, &b, &err), 0);
+    assert_true(b.stored);
+    fg_built_free(&b);
+    assert_int_equal(count_entries(user), 0);
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, user, ship, &w);
+    build_layer(f, &cache, &b);
+    assert_false(b.rendered);
+    assert_true(b.shipped);
+    fg_built_free(&b);
+    char path[1200];
+    alias_path(f, user, path, sizeof path);
+    assert_int_not_equal(access(path, F_OK), 0); /* nothing written to the user cache */
+    assert_int_equal(count_entries(user), 0);
+    assert_int_equal(w.count, 0);
+    free(ship);
+    free(user);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -876,6 +1038,10 @@ int main(void)
         cmocka_unit_test(shipped_cache),
         cmocka_unit_test(concurrent_builders),
         cmocka_unit_test(walk_sees_entries_only),
+        cmocka_unit_test(plan_alias_skips_rendering),
+        cmocka_unit_test(plan_key_inputs),
+        cmocka_unit_test(bad_plan_alias),
+        cmocka_unit_test(shipped_plan_alias),
     };
     char *dir = fgt_tmpdir("cache-env");
     fgt_isolate_environment(dir);

@@ -61,7 +61,11 @@ entries=$(find "$cache" -type f -name '*.fgc' | wc -l)
 [ "$entries" -eq "$expected" ] || die "$entries entry files on disk, expected $expected"
 leftovers=$(find "$cache" -name '.*.tmp.*')
 [ -z "$leftovers" ] || die "temporary files left in the cache: $leftovers"
-others=$(find "$cache" -type f ! -name '*.fgc')
+aliases=$(find "$cache" -type f -name '*.fgp' | wc -l)
+[ "$aliases" -eq "$expected" ] || die "$aliases plan aliases on disk, expected $expected (one per entry)"
+echo "$verify_out" | grep -q "bytes of cubins, $expected plan aliases" ||
+  die "cache verify should count $expected plan aliases"
+others=$(find "$cache" -type f ! -name '*.fgc' ! -name '*.fgp')
 [ -z "$others" ] || die "unexpected files in the cache: $others"
 
 # a ninth build finds everything and compiles nothing

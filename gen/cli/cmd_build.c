@@ -30,9 +30,11 @@ typedef struct work {
     const fg_layer_ir *ir;
     const char *source;
     const char *arch;
+    char plan_key[FG_CACHE_KEY_HEX + 1]; /* recorded as an alias of the source's key */
     fg_built built;
     int failed;
     char error[4096];
+    char alias_error[1024]; /* why the plan alias could not be stored, or "" */
 } work;
 
 typedef struct pool {
@@ -41,7 +43,7 @@ typedef struct pool {
     int n, next, done;
     fg_cache *cache;
     const char *store_dir;
-    int compiled, cached, failed, unstored;
+    int compiled, cached, failed, unstored, unaliased;
     double started;
 } pool;
 
@@ -69,14 +71,21 @@ static void report(pool *p, work *w)
             max_regs = b->kernels[i].registers;
         spills += b->kernels[i].spill_stores + b->kernels[i].spill_loads;
     }
+    if (w->alias_error[0])
+        p->unaliased++;
     if (b->from_cache) {
         p->cached++;
-        fprintf(stderr, "in the cache%s (%d kernels)\n", b->shipped ? " (shipped)" : "", b->n_kernels);
+        fprintf(stderr, "in the cache%s (%d kernels)", b->shipped ? " (shipped)" : "", b->n_kernels);
+        if (w->alias_error[0])
+            fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
+        fprintf(stderr, "\n");
     } else {
         p->compiled++;
         fprintf(stderr, "compiled in %.2f s, %d kernels, up to %d registers, %s", b->compile_seconds, b->n_kernels,
                 max_regs, spills ? "SPILLS" : "no spills");
         if (b->stored) {
+            if (w->alias_error[0])
+                fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
             fprintf(stderr, "\n");
         } else {
             p->unstored++;
@@ -99,6 +108,9 @@ static void *worker(void *arg)
         if (fg_build_cubin(p->cache, p->store_dir, w->ir, w->source, w->arch, &w->built, &err) != 0) {
             w->failed = 1;
             snprintf(w->error, sizeof w->error, "%s", err.msg);
+        } else if ((w->built.from_cache || w->built.stored) &&
+                   fg_cache_store_alias(p->cache, p->store_dir, w->plan_key, w->built.key, &err) != 0) {
+            snprintf(w->alias_error, sizeof w->alias_error, "%s", err.msg);
         }
         pthread_mutex_lock(&p->lock);
         report(p, w);
@@ -184,6 +196,11 @@ int cmd_build(int argc, char **argv)
                 rc = EXIT_FAIL;
                 goto out;
             }
+            if (fg_plan_key(&irs[s], plan, archs[a], w->plan_key, &err) != 0) {
+                cli_error("%s", err.msg);
+                rc = EXIT_FAIL;
+                goto out;
+            }
             w->ir = &irs[s];
             w->source = srcs[s * n_archs + a].source;
             w->arch = archs[a];
@@ -213,6 +230,9 @@ int cmd_build(int argc, char **argv)
     if (p.unstored)
         fprintf(stderr, "warning: %d compiled kernel set%s could not be stored in %s\n", p.unstored,
                 p.unstored == 1 ? "" : "s", dest);
+    if (p.unaliased) /* not a failure: those layers' first load renders their source first */
+        fprintf(stderr, "warning: %d plan alias%s could not be stored in %s\n", p.unaliased,
+                p.unaliased == 1 ? "" : "es", dest);
     if (p.failed || p.unstored)
         rc = EXIT_FAIL;
     for (int i = 0; i < p.n; i++)

@@ -1,4 +1,5 @@
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,27 +12,51 @@ static const char usage[] =
     "usage: fusegen cache ls|verify|clear [--cache DIR]\n"
     "\n"
     "  ls       list the entries: key, architecture, layer, size, kernels and registers\n"
-    "  verify   read every entry and check its header and checksum; exit 1 if any is bad\n"
-    "  clear    delete every entry\n"
+    "  verify   read every entry and check its header and checksum, and every plan alias;\n"
+    "           exit 1 if any is bad\n"
+    "  clear    delete every entry and plan alias\n"
     "\n"
     "options:\n"
     "  --cache DIR   the cache to work on (default: the user cache)\n";
 
 typedef struct walk_state {
     const char *mode;
-    int entries, bad;
+    int entries, bad, aliases;
     long long bytes;
 } walk_state;
+
+/* In clear mode, removes the file and returns true. */
+static bool cleared(const walk_state *w, const char *path)
+{
+    if (strcmp(w->mode, "clear") != 0)
+        return false;
+    if (unlink(path) != 0)
+        cli_error("cannot remove %s", path);
+    return true;
+}
+
+/* A plan alias (runtime/cache.h): removed by clear, checked by verify, counted by ls. */
+static int visit_alias(void *ctx, const char *path, const char *plan_key)
+{
+    walk_state *w = ctx;
+    w->aliases++;
+    if (cleared(w, path))
+        return 0;
+    char key[FG_CACHE_KEY_HEX + 1];
+    fg_error err;
+    if (!strcmp(w->mode, "verify") && fg_cache_read_alias(path, key, &err) != 0) {
+        w->bad++;
+        printf("BAD  %.16s  %s\n", plan_key, err.msg);
+    }
+    return 0;
+}
 
 static int visit(void *ctx, const char *path, const char *key)
 {
     walk_state *w = ctx;
     w->entries++;
-    if (!strcmp(w->mode, "clear")) {
-        if (unlink(path) != 0)
-            cli_error("cannot remove %s", path);
+    if (cleared(w, path))
         return 0;
-    }
     fg_cache_entry e;
     fg_error err;
     if (fg_cache_read_entry(path, key, NULL, &e, &err) != 0) {
@@ -85,14 +110,16 @@ int cmd_cache(int argc, char **argv)
         return EXIT_FAIL;
     }
     walk_state w = {.mode = mode};
-    if (fg_cache_walk(cache.user_dir, visit, &w, &err) != 0) {
+    if (fg_cache_walk(cache.user_dir, visit, &w, &err) != 0 ||
+        fg_cache_walk_aliases(cache.user_dir, visit_alias, &w, &err) != 0) {
         cli_error("%s", err.msg);
         return EXIT_FAIL;
     }
     if (!strcmp(mode, "clear"))
-        fprintf(stderr, "removed %d entries from %s\n", w.entries, cache.user_dir);
+        fprintf(stderr, "removed %d entries and %d plan aliases from %s\n", w.entries, w.aliases, cache.user_dir);
     else
-        fprintf(stderr, "%s: %d entries, %d bad, %lld bytes of cubins\n", cache.user_dir, w.entries, w.bad, w.bytes);
+        fprintf(stderr, "%s: %d entries, %d bad, %lld bytes of cubins, %d plan aliases\n", cache.user_dir, w.entries,
+                w.bad, w.bytes, w.aliases);
     /* only verify fails on bad entries; ls lists them */
     return w.bad && !strcmp(mode, "verify") ? EXIT_FAIL : EXIT_OK;
 }
