@@ -411,7 +411,8 @@ def results_markdown(results):
             "Seconds from a fresh process's start to its first synchronized output (importing torch, "
             "CUDA init and building the model included); in parentheses the first call alone, and for "
             "fusegen how long `Layer.prepare()` took to compile or load the kernels (its part of the first "
-            "call). fusegen JIT: empty kernel cache; fusegen warm cache: the same cache after the JIT run; "
+            "call). fusegen JIT: empty kernel cache and NVRTC's own cache off (CUDA_CACHE_DISABLE=1); "
+            "fusegen warm cache: the same kernel cache after the JIT run; "
             "torch.compile: empty Inductor and Triton caches.",
             "",
             cold,
@@ -715,6 +716,10 @@ def run_cold_start(ld, args, scratch):
             env["TRITON_CACHE_DIR"] = os.path.join(inductor, "triton")
         if impl.startswith("fusegen"):
             env["FUSEGEN_CACHE_DIR"] = fg_cache
+        if impl == "fusegen_jit":
+            # NVRTC (CUDA 12.9+) keeps its own cache of compiled programs where a driver is
+            # present: a JIT run after the tests compiled the same sources would hit it
+            env["CUDA_CACHE_DISABLE"] = "1"
         cmd = [sys.executable, os.path.abspath(__file__), "--cold-start-child", impl, ld.key,
                "--batch", str(args.batch), "--seed", str(args.seed),
                "--compile-precision", args.compile_precision]  # fmt: skip

@@ -75,14 +75,20 @@ static void report(pool *p, work *w)
         p->unaliased++;
     if (b->from_cache) {
         p->cached++;
-        fprintf(stderr, "in the cache%s (%d kernels)", b->shipped ? " (shipped)" : "", b->n_kernels);
+        if (b->n_kernels > 0)
+            fprintf(stderr, "in the cache%s (%d kernels)", b->shipped ? " (shipped)" : "", b->n_kernels);
+        else
+            fprintf(stderr, "in the cache%s (registers and spills unknown: no ptxas report)", b->shipped ? " (shipped)" : "");
         if (w->alias_error[0])
             fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
         fprintf(stderr, "\n");
     } else {
         p->compiled++;
-        fprintf(stderr, "compiled in %.2f s, %d kernels, up to %d registers, %s", b->compile_seconds, b->n_kernels,
-                max_regs, spills ? "SPILLS" : "no spills");
+        if (b->n_kernels > 0)
+            fprintf(stderr, "compiled in %.2f s, %d kernels, up to %d registers, %s", b->compile_seconds, b->n_kernels,
+                    max_regs, spills ? "SPILLS" : "no spills");
+        else /* NVRTC answered from its own cache (CUDA_CACHE_DISABLE=0 was set) */
+            fprintf(stderr, "compiled in %.2f s, registers and spills unknown (no ptxas report)", b->compile_seconds);
         if (b->stored) {
             if (w->alias_error[0])
                 fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
@@ -158,6 +164,10 @@ int cmd_build(int argc, char **argv)
     if (n_archs < 0)
         return EXIT_USAGE;
 
+    /* NVRTC (CUDA 12.9+) keeps compiled programs in the CUDA compute cache where a driver is
+     * present, and a program it serves from there comes without ptxas' report of registers
+     * and spills, which build records with each entry. Off unless the user asked for it. */
+    setenv("CUDA_CACHE_DISABLE", "1", 0);
     fg_cache cache;
     fg_error err;
     if (fg_cache_init(&cache, cache_dir, NULL, &err) != 0) {

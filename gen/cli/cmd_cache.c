@@ -74,8 +74,11 @@ static int visit(void *ctx, const char *path, const char *key)
             regs = k[i].registers > regs ? k[i].registers : regs;
             spills += k[i].spill_loads + k[i].spill_stores;
         }
-        printf("%.16s  %-7s %-48s %8zu B  %d kernels, <= %d regs%s\n", key, e.arch, layer, e.cubin_size, n, regs,
-               spills ? ", SPILLS" : "");
+        if (n > 0)
+            printf("%.16s  %-7s %-48s %8zu B  %d kernels, <= %d regs%s\n", key, e.arch, layer, e.cubin_size, n, regs,
+                   spills ? ", SPILLS" : "");
+        else /* compiled from NVRTC's own cache: no ptxas report */
+            printf("%.16s  %-7s %-48s %8zu B  registers unknown\n", key, e.arch, layer, e.cubin_size);
     }
     fg_cache_entry_free(&e);
     return 0;
