@@ -168,7 +168,7 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir)
 {
     lua_createtable(L, 0, 8);
     set_str(L, "name", ir->name);
-    set_str(L, "file", ir->file);
+    /* no "file": the source must not depend on the spec's path (plan aliases leave it out) */
     set_str(L, "precision", ir->precision == FG_PRECISION_TF32 ? "tf32" : "fp32");
     push_shape(L, &ir->input);
     lua_setfield(L, -2, "input");

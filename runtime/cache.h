@@ -39,8 +39,10 @@ int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_pat
 void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
                   int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
 
-/* The key of a plan alias: the same identity, over the bytes of a layer IR and its plan
- * (both zero-initialized structs without pointers, so their bytes are their value). */
+/* The key of a plan alias: the same identity plus a digest of the generator's C sources
+ * (cmake/digest.cmake, gen/ sources: what feeds the IR and plan to the templates), over the
+ * bytes of a layer IR and its plan (both zero-initialized structs without pointers, so
+ * their bytes are their value). */
 void fg_cache_plan_key(const void *ir, size_t ir_size, const void *plan, size_t plan_size, const char *arch,
                        const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
 

@@ -63,22 +63,31 @@ int fg_describe_parse(const char *json, char *layer, size_t layer_cap, fg_kernel
     return n;
 }
 
-/* 1 with `out` holding the entry's cubin and resources when `key` is in the caches, 0 when
- * not, -1 on an error. */
-static int lookup_entry(fg_cache *cache, const char *key, const char *arch, fg_built *out, fg_error *err)
+/* 1 with `out` holding the entry's cubin and resources when `key` is in the caches (and,
+ * with `layer`, describes that layer), 0 when not, -1 on an error. */
+static int lookup_entry(fg_cache *cache, const char *key, const char *arch, const char *layer, fg_built *out,
+                        fg_error *err)
 {
     fg_cache_entry entry;
     int found = fg_cache_lookup(cache, key, arch, &entry, err);
     if (found <= 0)
         return found;
+    char described[FG_NAME_MAX + 8];
+    out->n_kernels = fg_describe_parse(entry.meta_json, described, sizeof described, out->kernels, FG_MAX_KERNELS);
+    if (out->n_kernels < 0)
+        out->n_kernels = 0;
+    free(entry.meta_json);
+    if (layer && strcmp(described, layer) != 0) { /* an alias can only be trusted so far */
+        fg_cache_warn(cache, "ignoring a plan alias of layer %s: its entry %.16s... holds layer %s", layer, key,
+                      described);
+        free(entry.cubin);
+        out->n_kernels = 0;
+        return 0;
+    }
     out->cubin = entry.cubin;
     out->cubin_size = entry.cubin_size;
     out->from_cache = true;
     out->shipped = entry.shipped;
-    out->n_kernels = fg_describe_parse(entry.meta_json, NULL, 0, out->kernels, FG_MAX_KERNELS);
-    if (out->n_kernels < 0)
-        out->n_kernels = 0;
-    free(entry.meta_json);
     return 1;
 }
 
@@ -108,7 +117,7 @@ int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
     fg_cache lookup;
     if (lookup_caches(cache, store_dir, &lookup, err))
         return -1;
-    int found = lookup_entry(&lookup, out->key, arch, out, err);
+    int found = lookup_entry(&lookup, out->key, arch, NULL, out, err);
     if (found != 0)
         return found < 0 ? -1 : 0;
 
@@ -170,7 +179,7 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
     if (fg_plan_key(ir, plan, arch, plan_key, err) || lookup_caches(cache, store_dir, &lookup, err))
         return -1;
     if (fg_cache_lookup_alias(&lookup, plan_key, key)) {
-        int found = lookup_entry(&lookup, key, arch, out, err);
+        int found = lookup_entry(&lookup, key, arch, ir->name, out, err);
         if (found < 0)
             return -1;
         if (found) {
@@ -190,8 +199,9 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
         return -1;
     out->rendered = true;
     out->render_seconds = render_seconds;
-    /* An entry found in a read-only cache leaves no alias, silently (such a cache is read-only
-     * on purpose); one just stored should take its alias too. */
+    /* The alias goes where the entry would be stored (the user cache, or store_dir). Failing
+     * that is only worth a warning for an entry just stored there: a cache that the entry
+     * was found in may be read-only on purpose. */
     fg_error alias_err;
     if ((out->from_cache || out->stored) && fg_cache_store_alias(cache, store_dir, plan_key, out->key, &alias_err) != 0 &&
         out->stored)

@@ -75,7 +75,9 @@ static void *preload_thread(void *unused)
     return NULL;
 }
 
-void fg_nvrtc_preload(void)
+static pthread_once_t preload_once = PTHREAD_ONCE_INIT;
+
+static void start_preload(void)
 {
     pthread_t th;
     pthread_attr_t attr;
@@ -85,6 +87,11 @@ void fg_nvrtc_preload(void)
     /* no thread: the first fg_nvrtc_version loads the library itself */
     (void)pthread_create(&th, &attr, preload_thread, NULL);
     pthread_attr_destroy(&attr);
+}
+
+void fg_nvrtc_preload(void)
+{
+    pthread_once(&preload_once, start_preload); /* one thread per process, not per context */
 }
 
 static int ensure_api(fg_error *err)

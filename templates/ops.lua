@@ -106,11 +106,11 @@ __device__ __forceinline__ void fg_mma_tf32(float *d, float4 a, float b0, float 
           "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
-/* floats as order-preserving ints, so that atomicMax/atomicMin on int compare them */
 /* 1 / (1 + e^-x) in four instructions: ex2.approx of -x log2(e) (2 ulp; the product's
  * rounding adds |x| 2^-24 relative) and rcp.approx (1 ulp) of 1 + that: within ~1e-6
- * relative for |x| < 20, and exact at the ends (e^-x = inf gives 0, e^-x = 0 gives 1).
- * expf and a division cost ~14 instructions an element in the conv epilogue. */
+ * relative for |x| < 20 (~5e-6 near x = -80, below 2^-126 flushed to 0, as before), and
+ * exact at the ends (e^-x = inf gives 0, e^-x = 0 gives 1; NaN stays NaN). expf and a
+ * division cost ~14 instructions an element in the conv epilogue. */
 __device__ __forceinline__ float fg_sigmoid(float x)
 {
     float e, r;
@@ -118,6 +118,7 @@ __device__ __forceinline__ float fg_sigmoid(float x)
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
     return r;
 }
+/* floats as order-preserving ints, so that atomicMax/atomicMin on int compare them */
 __device__ __forceinline__ int fg_ordered(float f) { int i = __float_as_int(f); return i >= 0 ? i : i ^ 0x7fffffff; }
 __device__ __forceinline__ float fg_unordered(int i) { return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff); }
 

@@ -991,6 +991,34 @@ static void bad_plan_alias(void **state)
     free(dir);
 }
 
+/* An alias that names a valid entry of another layer (a collision, or a generator bug) is
+ * reported and ignored: the layer gets its own kernels. */
+static void alias_to_another_layer(void **state)
+{
+    fixture *f = *state;
+    char *dir = subdir(f, "other-layer");
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, dir, NULL, &w);
+    static const char other[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    fg_error err = {{0}};
+    assert_int_equal(fg_cache_store(&cache, NULL, other, ARCH, "\x7f" "ELF", 4, "{\"layer\":\"someone_else\"}", &err), 0);
+    char plan_key[FG_CACHE_KEY_HEX + 1];
+    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, plan_key, &err), 0);
+    assert_int_equal(fg_cache_store_alias(&cache, NULL, plan_key, other, &err), 0);
+    fg_built b;
+    build_layer(f, &cache, &b); /* its own key and cubin, checked there */
+    assert_true(b.rendered);
+    assert_int_equal(w.count, 1);
+    fgt_assert_contains(w.last, "holds layer someone_else");
+    fg_built_free(&b);
+    char path[1200], key[FG_CACHE_KEY_HEX + 1];
+    alias_path(f, dir, path, sizeof path);
+    assert_int_equal(fg_cache_read_alias(path, key, &err), 0); /* rewritten to its own entry */
+    assert_string_equal(key, f->key);
+    free(dir);
+}
+
 /* `fusegen build --cache DIR` writes aliases too: a shipped cache serves them read-only. */
 static void shipped_plan_alias(void **state)
 {
@@ -1041,6 +1069,7 @@ int main(void)
         cmocka_unit_test(plan_alias_skips_rendering),
         cmocka_unit_test(plan_key_inputs),
         cmocka_unit_test(bad_plan_alias),
+        cmocka_unit_test(alias_to_another_layer),
         cmocka_unit_test(shipped_plan_alias),
     };
     char *dir = fgt_tmpdir("cache-env");
