@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../gen/render.h"
@@ -15,6 +14,7 @@
 #include "launcher.h"
 #include "random_init.h"
 #include "safetensors.h"
+#include "clock.h"
 
 #define CHECK_LAYER(layer, fn)                                                                                 \
     do {                                                                                                       \
@@ -336,20 +336,13 @@ FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, in
     return s;
 }
 
-static double seconds_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Loads the layer's kernels (from the caches, or compiled now). Context lock held. */
 static fg_status prepare_locked(fg_layer *layer)
 {
     if (layer->module)
         return FG_OK;
     fg_context *ctx = layer->ctx;
-    double t0 = seconds_now();
+    double t0 = fg_seconds_now();
     fg_error err;
     fg_built built;
     if (fg_build_layer(&ctx->cache, NULL, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
@@ -361,7 +354,7 @@ static fg_status prepare_locked(fg_layer *layer)
     if (!built.from_cache && !built.stored)
         fprintf(stderr, "fusegen: warning: kernels for %s compiled but not cached: %s\n", layer->ir.name,
                 built.store_error);
-    double t_built = seconds_now();
+    double t_built = fg_seconds_now();
     const fg_cuda *cu = ctx->cu;
     CUresult r = cu->ModuleLoadData(&layer->module, built.cubin);
     fg_built_free(&built);
@@ -392,7 +385,7 @@ static fg_status prepare_locked(fg_layer *layer)
         }
     }
     layer->from_cache = built.from_cache;
-    double t_end = seconds_now();
+    double t_end = fg_seconds_now();
     layer->prepare_seconds.total = t_end - t0;
     layer->prepare_seconds.render = built.rendered ? built.render_seconds : -1;
     layer->prepare_seconds.build = t_built - t0 - (built.rendered ? built.render_seconds : 0);

@@ -1,6 +1,7 @@
 #include "kernel_build.h"
 
 #include "../gen/render.h"
+#include "clock.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -163,13 +164,6 @@ int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, ch
     return 0;
 }
 
-static double seconds_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const fg_plan *plan,
                    const char *arch, fg_built *out, fg_error *err)
 {
@@ -188,11 +182,11 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
         }
     }
     /* no alias, or it names an entry that is gone or bad: render */
-    double t0 = seconds_now();
+    double t0 = fg_seconds_now();
     fg_rendered src;
     if (fg_render(ir, plan, &src, err) != 0)
         return -1;
-    double render_seconds = seconds_now() - t0;
+    double render_seconds = fg_seconds_now() - t0;
     int rc = fg_build_cubin(cache, store_dir, ir, src.source, arch, out, err);
     fg_rendered_free(&src);
     if (rc != 0)

@@ -1,4 +1,5 @@
 #include "nvrtc_compiler.h"
+#include "clock.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -7,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct nvrtc_api {
@@ -160,13 +160,6 @@ int fg_parse_ptxas_report(const char *log, fg_kernel_resources *out, int cap)
     return n;
 }
 
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Keeps a failing source where the user can open it at the log's line numbers. */
 static void save_failed_source(const char *source, const char *source_name, char *path, size_t cap)
 {
@@ -190,7 +183,7 @@ int fg_nvrtc_compile(const char *source, const char *source_name, const char *ar
     memset(out, 0, sizeof *out);
     if (ensure_api(err))
         return -1;
-    double t0 = now_seconds();
+    double t0 = fg_seconds_now();
     char archopt[64];
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
     const char *opts[8] = {archopt};
@@ -232,7 +225,7 @@ int fg_nvrtc_compile(const char *source, const char *source_name, const char *ar
     }
     free(log);
     api.destroy(&prog);
-    out->seconds = now_seconds() - t0;
+    out->seconds = fg_seconds_now() - t0;
     if (rc)
         fg_compiled_free(out);
     return rc;

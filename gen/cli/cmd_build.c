@@ -3,12 +3,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../runtime/kernel_build.h"
 #include "cli.h"
 #include "render.h"
+#include "../../runtime/clock.h"
 
 static const char usage[] =
     "usage: fusegen build [--arch LIST] [--cache DIR] [-j N] SPEC...\n"
@@ -46,13 +46,6 @@ typedef struct pool {
     int compiled, cached, failed, unstored, unaliased;
     double started;
 } pool;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void report(pool *p, work *w)
 {
@@ -193,7 +186,7 @@ int cmd_build(int argc, char **argv)
         rc = EXIT_FAIL;
         goto out;
     }
-    double t0 = now();
+    double t0 = fg_seconds_now();
     for (int s = 0; s < n_specs; s++) {
         for (int a = 0; a < n_archs; a++) {
             work *w = &items[s * n_archs + a];
@@ -235,7 +228,7 @@ int cmd_build(int argc, char **argv)
     for (int i = 0; i < started; i++)
         pthread_join(threads[i], NULL);
     pthread_mutex_destroy(&p.lock);
-    fprintf(stderr, "done in %.2f s: %d compiled, %d already in the cache, %d failed%s\n", now() - t0, p.compiled,
+    fprintf(stderr, "done in %.2f s: %d compiled, %d already in the cache, %d failed%s\n", fg_seconds_now() - t0, p.compiled,
             p.cached, p.failed, p.compiled == 0 && p.failed == 0 ? " (nothing to compile)" : "");
     if (p.unstored)
         fprintf(stderr, "warning: %d compiled kernel set%s could not be stored in %s\n", p.unstored,

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../../runtime/api_internal.h"
 #include "../../runtime/random_init.h"
@@ -11,6 +10,7 @@
 #include "cli.h"
 #include "compare.h"
 #include "fusegen.h"
+#include "../../runtime/clock.h"
 
 static const char usage[] =
     "usage: fusegen run SPEC [options]\n"
@@ -40,13 +40,6 @@ typedef struct run_opts {
     int gpu, check, verbose;
     long long seed, batch, check_samples;
 } run_opts;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int parse(int argc, char **argv, run_opts *o)
 {
@@ -216,7 +209,7 @@ static int run_gpu(fg_layer *layer, const float *x, int64_t n_in, float *y, int6
         cli_error("%s", err.msg);
         goto out;
     }
-    double t0 = now();
+    double t0 = fg_seconds_now();
     if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK) {
         cli_error("%s", fg_last_error());
         goto out;
@@ -226,7 +219,7 @@ static int run_gpu(fg_layer *layer, const float *x, int64_t n_in, float *y, int6
         cli_error("%s", err.msg);
         goto out;
     }
-    double first = now() - t0;
+    double first = fg_seconds_now() - t0;
     char prepared[160];
     fg_layer_describe_prepare(layer, prepared, sizeof prepared);
     fprintf(stderr, "first run %.1f ms; %s\n", first * 1e3, prepared);
@@ -285,12 +278,12 @@ int cmd_run(int argc, char **argv)
         if (run_gpu(layer, x, n_in, y, n_out, batch) != 0)
             goto out;
     } else {
-        double t0 = now();
+        double t0 = fg_seconds_now();
         if (fg_layer_run_cpu(layer, x, y, batch) != FG_OK) {
             cli_error("%s", fg_last_error());
             goto out;
         }
-        fprintf(stderr, "CPU reference: %.1f ms\n", (now() - t0) * 1e3);
+        fprintf(stderr, "CPU reference: %.1f ms\n", (fg_seconds_now() - t0) * 1e3);
     }
     char shape[128];
     int len = snprintf(shape, sizeof shape, "[");
@@ -322,7 +315,7 @@ int cmd_run(int argc, char **argv)
             rc = EXIT_FAIL;
             goto out;
         }
-        double t0 = now();
+        double t0 = fg_seconds_now();
         if (fg_layer_run_cpu(layer, x, ref, samples) != FG_OK) {
             cli_error("%s", fg_last_error());
             rc = EXIT_FAIL;
@@ -332,7 +325,7 @@ int cmd_run(int argc, char **argv)
         fg_compare(y, ref, (size_t)(per_out * samples), 1e-4, 1e-4, &cmp);
         printf("check against the CPU reference (float64, %lld of %lld samples, %.1f s): max abs error %.3g, "
                "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s: %s\n",
-               (long long)samples, (long long)batch, now() - t0, cmp.max_abs, cmp.rel_l2, (long long)cmp.bad,
+               (long long)samples, (long long)batch, fg_seconds_now() - t0, cmp.max_abs, cmp.rel_l2, (long long)cmp.bad,
                (long long)cmp.count, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
         if (!cmp.pass)
             rc = EXIT_FAIL;
