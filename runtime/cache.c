@@ -117,14 +117,14 @@ void fg_cache_key(const char *source, size_t len, const char *arch, const char *
  * templates' input */
 extern const char fg_generator_digest[];
 
-void fg_cache_plan_key(const void *ir, size_t ir_size, const void *plan, size_t plan_size, const char *arch,
+void fg_cache_plan_key(const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
                        const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
 {
-    const void *parts[] = {ir, plan};
-    const size_t sizes[] = {ir_size, plan_size};
-    char what[160];
-    snprintf(what, sizeof what, "|plan|generator %s|ir %zu|plan %zu", fg_generator_digest, ir_size, plan_size);
-    hash_key(what, parts, sizes, 2, arch, options, nvrtc_major, nvrtc_minor, key);
+    char what[256];
+    int len = snprintf(what, sizeof what, "|plan|generator %s|parts", fg_generator_digest);
+    for (int i = 0; i < n_parts && len > 0 && (size_t)len < sizeof what; i++)
+        len += snprintf(what + len, sizeof what - (size_t)len, " %zu", sizes[i]);
+    hash_key(what, parts, sizes, n_parts, arch, options, nvrtc_major, nvrtc_minor, key);
 }
 
 void fg_cache_entry_path(const char *dir, const char *key, char *buf, size_t cap)

@@ -40,10 +40,11 @@ void fg_cache_key(const char *source, size_t len, const char *arch, const char *
                   int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
 
 /* The key of a plan alias: the same identity plus a digest of the generator's C sources
- * (cmake/digest.cmake, gen/ sources: what feeds the IR and plan to the templates), over the
- * bytes of a layer IR and its plan (both zero-initialized structs without pointers, so
- * their bytes are their value). */
-void fg_cache_plan_key(const void *ir, size_t ir_size, const void *plan, size_t plan_size, const char *arch,
+ * (cmake/digest.cmake, gen/ sources: what feeds the IR and plan to the templates) and the
+ * parts' sizes, over the parts: the bytes of a layer IR and its plan (kernel_build.c,
+ * fg_plan_key; both zero-initialized structs without pointers, so their bytes are their
+ * value). */
+void fg_cache_plan_key(const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
                        const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
 
 /* Tells the user about a cache problem through cache->warn (else on stderr). */

@@ -4,6 +4,7 @@
 #include "clock.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -153,15 +154,21 @@ int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, ch
         return -1;
     char options[256];
     fg_nvrtc_options_string(arch, options, sizeof options);
-    /* the spec's path is only for messages: the source does not name it (docs/cli.md) */
-    fg_layer_ir *copy = malloc(sizeof *copy);
-    if (!copy)
-        return fg_fail(err, "out of memory");
-    memcpy(copy, ir, sizeof *copy);
-    memset(copy->file, 0, sizeof copy->file);
-    fg_cache_plan_key(copy, sizeof *copy, plan, sizeof *plan, arch, options, major, minor, key);
-    free(copy);
+    /* the IR around the spec's path, which is only for messages (the source never names it),
+     * then the plan */
+    const size_t before = offsetof(fg_layer_ir, file), after = before + sizeof ir->file;
+    const void *parts[] = {ir, (const char *)ir + after, plan};
+    const size_t sizes[] = {before, sizeof *ir - after, sizeof *plan};
+    fg_cache_plan_key(parts, sizes, 3, arch, options, major, minor, key);
     return 0;
+}
+
+int fg_build_record_alias(fg_cache *cache, const char *store_dir, const char *plan_key, const fg_built *b,
+                          fg_error *err)
+{
+    if (!b->from_cache && !b->stored)
+        return 0; /* no entry to point at */
+    return fg_cache_store_alias(cache, store_dir, plan_key, b->key, err);
 }
 
 int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const fg_plan *plan,
@@ -197,8 +204,7 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
      * that is only worth a warning for an entry just stored there: a cache that the entry
      * was found in may be read-only on purpose. */
     fg_error alias_err;
-    if ((out->from_cache || out->stored) && fg_cache_store_alias(cache, store_dir, plan_key, out->key, &alias_err) != 0 &&
-        out->stored)
+    if (fg_build_record_alias(cache, store_dir, plan_key, out, &alias_err) != 0 && out->stored)
         fg_cache_warn(cache, "cannot record the plan alias (the next load renders again): %s", alias_err.msg);
     return 0;
 }

@@ -37,6 +37,11 @@ void fg_built_free(fg_built *b);
 int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, char key[FG_CACHE_KEY_HEX + 1],
                 fg_error *err);
 
+/* Records plan_key as an alias of b's entry (in store_dir, or the user cache) when b came
+ * from a cache or was stored; 0 also when there is nothing to record. */
+int fg_build_record_alias(fg_cache *cache, const char *store_dir, const char *plan_key, const fg_built *b,
+                          fg_error *err);
+
 /* A layer's cubin for arch: through its plan alias when that names a valid entry (no
  * rendering), else renders, fg_build_cubin's, and records the alias (in store_dir, or the
  * user cache) once the entry is in a cache. */

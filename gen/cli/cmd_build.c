@@ -64,17 +64,12 @@ static void report(pool *p, work *w)
             max_regs = b->kernels[i].registers;
         spills += b->kernels[i].spill_stores + b->kernels[i].spill_loads;
     }
-    if (w->alias_error[0])
-        p->unaliased++;
     if (b->from_cache) {
         p->cached++;
         if (b->n_kernels > 0)
             fprintf(stderr, "in the cache%s (%d kernels)", b->shipped ? " (shipped)" : "", b->n_kernels);
         else
             fprintf(stderr, "in the cache%s (registers and spills unknown: no ptxas report)", b->shipped ? " (shipped)" : "");
-        if (w->alias_error[0])
-            fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
-        fprintf(stderr, "\n");
     } else {
         p->compiled++;
         if (b->n_kernels > 0)
@@ -82,15 +77,16 @@ static void report(pool *p, work *w)
                     max_regs, spills ? "SPILLS" : "no spills");
         else /* NVRTC answered from its own cache (CUDA_CACHE_DISABLE=0 was set) */
             fprintf(stderr, "compiled in %.2f s, registers and spills unknown (no ptxas report)", b->compile_seconds);
-        if (b->stored) {
-            if (w->alias_error[0])
-                fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
-            fprintf(stderr, "\n");
-        } else {
+        if (!b->stored) {
             p->unstored++;
-            fprintf(stderr, "; NOT stored: %s\n", b->store_error);
+            fprintf(stderr, "; NOT stored: %s", b->store_error);
         }
     }
+    if (w->alias_error[0]) { /* only where the entry is in the cache (fg_build_record_alias) */
+        p->unaliased++;
+        fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
+    }
+    fprintf(stderr, "\n");
 }
 
 static void *worker(void *arg)
@@ -107,8 +103,7 @@ static void *worker(void *arg)
         if (fg_build_cubin(p->cache, p->store_dir, w->ir, w->source, w->arch, &w->built, &err) != 0) {
             w->failed = 1;
             snprintf(w->error, sizeof w->error, "%s", err.msg);
-        } else if ((w->built.from_cache || w->built.stored) &&
-                   fg_cache_store_alias(p->cache, p->store_dir, w->plan_key, w->built.key, &err) != 0) {
+        } else if (fg_build_record_alias(p->cache, p->store_dir, w->plan_key, &w->built, &err) != 0) {
             snprintf(w->alias_error, sizeof w->alias_error, "%s", err.msg);
         }
         pthread_mutex_lock(&p->lock);
