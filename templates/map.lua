@@ -7,6 +7,34 @@ local feed = import("feed")
 
 local M = {}
 
+-- The buffers the pass reads: its source, then values an earlier pass stored for this one
+-- to read back (named operands), but not those it stores itself.
+local function read_buffers(pass)
+  local list = {}
+  if pass.source_buffer >= 0 then list[1] = pass.source_buffer end
+  for a = 0, pass.args.n - 1 do
+    local arg = pass.args[a]
+    if arg.kind == "buffer" and arg.index ~= pass.store_buffer and arg.index ~= pass.source_buffer then
+      local is_store = false
+      for i = 0, pass.extra_stores.n - 1 do is_store = is_store or pass.extra_stores[i] == arg.index end
+      if not is_store then list[#list + 1] = arg.index end
+    end
+  end
+  return list
+end
+
+-- What the pass writes at each element: { pointer, value }, the output or a buffer.
+local function stores(plan, pass, names)
+  local list = {}
+  if pass.store_output then list[#list + 1] = { names.output, pass.last } end
+  if pass.store_buffer >= 0 then list[#list + 1] = { names.buffer[pass.store_buffer], pass.last } end
+  for i = 0, pass.extra_stores.n - 1 do
+    local b = pass.extra_stores[i]
+    list[#list + 1] = { names.buffer[b], plan.buffers[b].value }
+  end
+  return list
+end
+
 function M.render(layer, plan, pass, names, signature)
   local c = lib.code()
   local dshape = layer.ops[pass.domain].out_shape
@@ -18,18 +46,7 @@ function M.render(layer, plan, pass, names, signature)
   c:open("{")
   c:line("const int n = batch_base + (int)blockIdx.z;")
   local ev = expr.new(layer, plan, pass, c, names)
-  if pass.source_buffer >= 0 then
-    ev:load_from_buffer(plan.buffers[pass.source_buffer].value, pass.source_buffer)
-  end
-  -- values an earlier pass stored for this one to read back (named operands)
-  for a = 0, pass.args.n - 1 do
-    local arg = pass.args[a]
-    if arg.kind == "buffer" and arg.index ~= pass.store_buffer then
-      local is_store = false
-      for i = 0, pass.extra_stores.n - 1 do is_store = is_store or pass.extra_stores[i] == arg.index end
-      if not is_store then ev:load_from_buffer(plan.buffers[arg.index].value, arg.index) end
-    end
-  end
+  for _, b in ipairs(read_buffers(pass)) do ev:load_from_buffer(plan.buffers[b].value, b) end
   feed.declare(c, plan, pass.feeds, 0)
   if M.vectorizable(layer, plan, pass) then
     M.render_vectorized(c, ev, layer, plan, pass, names)
@@ -44,13 +61,8 @@ function M.render(layer, plan, pass, names, signature)
   ev:push_scope()
   local coords = lib.unravel(c, dshape, "i", "o")
   local v = ev:eval(pass.last, coords)
-  if pass.store_output then c:line("%s[(fg_u64)n * %d + i] = %s;", names.output, dshape.sample, v) end
-  if pass.store_buffer >= 0 then
-    c:line("%s[(fg_u64)n * %d + i] = %s;", names.buffer[pass.store_buffer], dshape.sample, v)
-  end
-  for i = 0, pass.extra_stores.n - 1 do
-    local b = pass.extra_stores[i]
-    c:line("%s[(fg_u64)n * %d + i] = %s;", names.buffer[b], dshape.sample, ev:eval(plan.buffers[b].value, coords))
+  for _, st in ipairs(stores(plan, pass, names)) do
+    c:line("%s[(fg_u64)n * %d + i] = %s;", st[1], dshape.sample, ev:eval(st[2], coords))
   end
   feed.element(c, ev, plan, pass.feeds, v, coords, nil)
   ev:pop_scope()
@@ -59,27 +71,6 @@ function M.render(layer, plan, pass, names, signature)
   feed.finish(c, ev, plan, pass.feeds, 0)
   c:close()
   return c
-end
-
--- The values the pass loads from buffers with its domain's shape: at an element's own
--- coordinates they are four consecutive floats of four consecutive elements.
-local function domain_buffers(layer, plan, pass)
-  local dshape = layer.ops[pass.domain].out_shape
-  local list = {}
-  local function add(b)
-    local shape = layer.ops[plan.buffers[b].value].out_shape
-    if shape.sample == dshape.sample and shape.rank == dshape.rank then list[#list + 1] = b end
-  end
-  if pass.source_buffer >= 0 then add(pass.source_buffer) end
-  for a = 0, pass.args.n - 1 do
-    local arg = pass.args[a]
-    if arg.kind == "buffer" and arg.index ~= pass.store_buffer and arg.index ~= pass.source_buffer then
-      local is_store = false
-      for i = 0, pass.extra_stores.n - 1 do is_store = is_store or pass.extra_stores[i] == arg.index end
-      if not is_store then add(arg.index) end
-    end
-  end
-  return list
 end
 
 -- Four consecutive elements a thread (16-byte loads and stores) when every op of the pass is
@@ -101,7 +92,13 @@ end
 function M.render_vectorized(c, ev, layer, plan, pass, names)
   local dshape = layer.ops[pass.domain].out_shape
   local block, groups = pass.launch.block, pass.launch.elems // 4
-  local vec = domain_buffers(layer, plan, pass)
+  -- the buffers with the domain's shape: at an element's own coordinates their values are
+  -- four consecutive floats of four consecutive elements
+  local vec = {}
+  for _, b in ipairs(read_buffers(pass)) do
+    local shape = layer.ops[plan.buffers[b].value].out_shape
+    if shape.sample == dshape.sample and shape.rank == dshape.rank then vec[#vec + 1] = b end
+  end
   c:open("for (int e = 0; e < %d; ++e) {", groups)
   c:line("const long long gi = ((long long)blockIdx.x * %d + e) * %d + (int)threadIdx.x;", groups, block)
   c:open("if (gi < %d) {", dshape.sample // 4)
@@ -122,14 +119,8 @@ function M.render_vectorized(c, ev, layer, plan, pass, names)
       return scalar_loader[v](coords)
     end
   end
-  local stores = {}
-  if pass.store_output then stores[#stores + 1] = { names.output, pass.last } end
-  if pass.store_buffer >= 0 then stores[#stores + 1] = { names.buffer[pass.store_buffer], pass.last } end
-  for i = 0, pass.extra_stores.n - 1 do
-    local b = pass.extra_stores[i]
-    stores[#stores + 1] = { names.buffer[b], plan.buffers[b].value }
-  end
-  for si = 1, #stores do c:line("float4 r%d;", si) end
+  local writes = stores(plan, pass, names)
+  for si = 1, #writes do c:line("float4 r%d;", si) end
   local lanes = { "x", "y", "z", "w" }
   for j = 1, 4 do
     c:open("{")
@@ -138,15 +129,13 @@ function M.render_vectorized(c, ev, layer, plan, pass, names)
     local coords = lib.unravel(c, dshape, "i", "o")
     current.coords, current.lane = coords, lanes[j]
     local v = ev:eval(pass.last, coords)
-    for si, st in ipairs(stores) do
-      c:line("r%d.%s = %s;", si, lanes[j], st[2] == pass.last and v or ev:eval(st[2], coords))
-    end
+    for si, st in ipairs(writes) do c:line("r%d.%s = %s;", si, lanes[j], ev:eval(st[2], coords)) end
     feed.element(c, ev, plan, pass.feeds, v, coords, nil)
     ev:pop_scope()
     current.coords = nil
     c:close()
   end
-  for si, st in ipairs(stores) do
+  for si, st in ipairs(writes) do
     if st[1] == names.output then
       -- the caller's output may sit at any float (a view); the workspace is 256-byte aligned
       c:line("float *y%d = %s + (fg_u64)n * %d + i0;", si, st[1], dshape.sample)
