@@ -880,6 +880,17 @@ static void alias_path(const fixture *f, const char *dir, char *buf, size_t cap)
     fg_cache_alias_path(dir, plan_key, buf, cap);
 }
 
+/* The fixture layer's alias in dir exists and names the fixture's entry. */
+static void assert_alias_names_fixture(const fixture *f, const char *dir)
+{
+    char path[1200], key[FG_CACHE_KEY_HEX + 1];
+    alias_path(f, dir, path, sizeof path);
+    fg_error err = {{0}};
+    if (fg_cache_read_alias(path, key, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_string_equal(key, f->key);
+}
+
 /* The first build renders, compiles and records the alias; the next one loads the same
  * cubin through it without rendering. */
 static void plan_alias_skips_rendering(void **state)
@@ -894,11 +905,7 @@ static void plan_alias_skips_rendering(void **state)
     assert_true(first.rendered);
     assert_false(first.from_cache);
     assert_true(first.stored);
-    char path[1200], key[FG_CACHE_KEY_HEX + 1];
-    alias_path(f, dir, path, sizeof path);
-    fg_error err = {{0}};
-    assert_int_equal(fg_cache_read_alias(path, key, &err), 0);
-    assert_string_equal(key, f->key);
+    assert_alias_names_fixture(f, dir);
     build_layer(f, &cache, &second);
     assert_false(second.rendered);
     assert_true(second.from_cache);
@@ -973,8 +980,7 @@ static void bad_plan_alias(void **state)
         assert_int_equal(w.count, 1);
         fgt_assert_contains(w.last, "bad plan alias");
         fg_built_free(&b);
-        assert_int_equal(fg_cache_read_alias(path, key, &err), 0); /* rewritten */
-        assert_string_equal(key, f->key);
+        assert_alias_names_fixture(f, dir); /* rewritten */
     }
     /* an alias naming an entry that is gone: compiled and stored again */
     char entry[1200];
@@ -1012,10 +1018,7 @@ static void alias_to_another_layer(void **state)
     assert_int_equal(w.count, 1);
     fgt_assert_contains(w.last, "holds layer someone_else");
     fg_built_free(&b);
-    char path[1200], key[FG_CACHE_KEY_HEX + 1];
-    alias_path(f, dir, path, sizeof path);
-    assert_int_equal(fg_cache_read_alias(path, key, &err), 0); /* rewritten to its own entry */
-    assert_string_equal(key, f->key);
+    assert_alias_names_fixture(f, dir); /* rewritten to its own entry */
     free(dir);
 }
 
