@@ -114,8 +114,10 @@ static bool inline_ok(planner *p, int lowest, int j, bool conv_pass)
 {
     const fg_op *op = &p->ir->ops[j];
     if (op->operand == FG_OPERAND_VALUE) {
+        /* shape inference resolved the name to an earlier value, 0 <= v < j (saying so
+         * also keeps GCC's -O3 -Warray-bounds from assuming the -1 of "no operand") */
         int v = op->operand_value;
-        if (v < lowest && !p->stored[v])
+        if (v < 0 || v >= j || (v < lowest && !p->stored[v]))
             return false;
     }
     if (needs_stats(op) || is_big_reduce(op))

@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
+#include "../common/diag.h"
 #include "ir.h"
 
 #define FG_MAX_PASSES 32

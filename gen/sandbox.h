@@ -11,7 +11,7 @@ typedef struct fg_sandbox_limits {
     size_t memory_bytes;     /* total Lua heap */
     size_t allocated_bytes;  /* all allocations of a run added up (churn); 0: 16 x memory_bytes */
     long long instructions;  /* VM instructions before the spec is stopped */
-    double seconds;          /* wall clock before the spec is stopped */
+    double seconds;          /* CPU time of the running thread before the spec is stopped */
 } fg_sandbox_limits;
 
 extern const fg_sandbox_limits fg_sandbox_default_limits;

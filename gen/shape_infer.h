@@ -5,7 +5,7 @@
 #ifndef FG_SHAPE_INFER_H
 #define FG_SHAPE_INFER_H
 
-#include "diag.h"
+#include "../common/diag.h"
 #include "ir.h"
 
 /* Largest per-sample element count of any value: kernels index a sample with 32 bits. */

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "diag.h"
+#include "../common/diag.h"
 #include "ir.h"
 #include "sandbox.h"
 

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "../gen/diag.h"
+#include "../common/diag.h"
 #include "../gen/ir.h"
 
 /* Evaluates the layer on `batch` samples. `input` holds batch * sample_count(ir->input)

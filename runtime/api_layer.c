@@ -14,7 +14,7 @@
 #include "launcher.h"
 #include "random_init.h"
 #include "safetensors.h"
-#include "clock.h"
+#include "../common/clock.h"
 
 #define CHECK_LAYER(layer, fn)                                                                                 \
     do {                                                                                                       \

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../gen/diag.h"
+#include "../common/diag.h"
 
 #define FG_CACHE_KEY_HEX 64 /* BLAKE2b-256 */
 #define FG_CACHE_MAX_SHIPPED 16

@@ -6,7 +6,7 @@
 
 #include <cuda.h>
 
-#include "../gen/diag.h"
+#include "../common/diag.h"
 
 typedef struct fg_cuda {
     CUresult (*Init)(unsigned);

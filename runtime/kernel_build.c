@@ -1,7 +1,7 @@
 #include "kernel_build.h"
 
 #include "../gen/render.h"
-#include "clock.h"
+#include "../common/clock.h"
 
 #include <jansson.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 #include "nvrtc_compiler.h"
-#include "clock.h"
+#include "../common/clock.h"
 
 #include <ctype.h>
 #include <dlfcn.h>

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "../gen/diag.h"
+#include "../common/diag.h"
 
 #define FG_MAX_KERNELS 32
 

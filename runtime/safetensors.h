@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../gen/diag.h"
+#include "../common/diag.h"
 
 #define FG_TENSOR_MAX_RANK 8
 

@@ -967,7 +967,7 @@ static void bad_plan_alias(void **state)
     /* empty, truncated, another format, and a right-sized one whose key is a path */
     static const char *const bad[] = {
         "", "FGPLAN 1\n", "FGPLAN 2\n0000000000000000000000000000000000000000000000000000000000000000\n",
-        "FGPLAN 1\n../../../../etc/passwd/" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"};
+        "FGPLAN 1\n../../../../etc/passwd/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(fgt_write_file(path, bad[i], strlen(bad[i])), 0);
         fg_error err = {{0}};

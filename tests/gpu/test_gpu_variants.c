@@ -259,8 +259,46 @@ static void random_layer(int index, char *buf, size_t cap)
     snprintf(buf + len, cap - len, "}\n");
 }
 
+/* `test_gpu_variants --dump DIR [N]` writes every variant's spec to DIR (no GPU needed):
+ * scripts/golden-sources generates their kernels to show that a refactor leaves the
+ * generated source unchanged. The random draws are the same as in a GPU run. */
+static int dump_specs(const char *dir, int n_random)
+{
+    char path[4096];
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        snprintf(path, sizeof path, "%s/%s.lua", dir, fixed[i].name);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(fixed[i].source, f) < 0 || fclose(f) != 0) {
+            perror(path);
+            return 1;
+        }
+    }
+    int drawn = 0, tries = 0;
+    while (drawn < n_random && tries < 50 * n_random) {
+        char src[2048], name[32];
+        random_layer(drawn, src, sizeof src);
+        tries++;
+        fg_layer_ir ir;
+        fg_error err;
+        snprintf(name, sizeof name, "random_%d", drawn);
+        if (fg_spec_load_string(name, src, strlen(src), &ir, &err) != 0)
+            continue;
+        (void)rnd(4); /* the batch a GPU run draws */
+        snprintf(path, sizeof path, "%s/%s.lua", dir, name);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(src, f) < 0 || fclose(f) != 0) {
+            perror(path);
+            return 1;
+        }
+        drawn++;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 2 && strcmp(argv[1], "--dump") == 0)
+        return dump_specs(argv[2], argc > 3 ? atoi(argv[3]) : 40);
     int n_random = argc > 1 ? atoi(argv[1]) : 40;
     fg_context *ctx = gpu_open("test_gpu_variants");
     int cases = 0, failed = 0;

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/api_internal.h"
-#include "../../runtime/nvrtc_compiler.h"
-#include "../../runtime/random_init.h"
+#include "../runtime/api_internal.h"
+#include "../runtime/nvrtc_compiler.h"
+#include "../runtime/random_init.h"
 #include "cli.h"
 #include "fusegen.h"
 

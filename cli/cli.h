@@ -6,9 +6,9 @@
 
 #include <stdbool.h>
 
-#include "diag.h"
-#include "ir.h"
-#include "planner.h"
+#include "../common/diag.h"
+#include "../gen/ir.h"
+#include "../gen/planner.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 

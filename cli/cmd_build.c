@@ -5,10 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../runtime/kernel_build.h"
+#include "../runtime/kernel_build.h"
 #include "cli.h"
-#include "render.h"
-#include "../../runtime/clock.h"
+#include "../gen/render.h"
+#include "../common/clock.h"
 
 static const char usage[] =
     "usage: fusegen build [--arch LIST] [--cache DIR] [-j N] SPEC...\n"

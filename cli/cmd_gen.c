@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "render.h"
+#include "../gen/render.h"
 
 static const char usage[] =
     "usage: fusegen gen [--arch ARCH] SPEC [-o DIR]\n"

@@ -4,13 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/api_internal.h"
-#include "../../runtime/random_init.h"
-#include "../../runtime/safetensors.h"
+#include "../runtime/api_internal.h"
+#include "../runtime/random_init.h"
+#include "../runtime/safetensors.h"
 #include "cli.h"
 #include "compare.h"
 #include "fusegen.h"
-#include "../../runtime/clock.h"
+#include "../common/clock.h"
 
 static const char usage[] =
     "usage: fusegen run SPEC [options]\n"

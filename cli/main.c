@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "spec_loader.h"
+#include "../gen/spec_loader.h"
 
 static const char usage[] =
     "usage: fusegen <command> [options]\n"

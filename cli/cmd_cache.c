@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../runtime/kernel_build.h"
+#include "../runtime/kernel_build.h"
 #include "cli.h"
 
 static const char usage[] =
