@@ -25,6 +25,8 @@ void cli_error(const char *fmt, ...) FG_PRINTF(1, 2);
 int cli_usage_error(const char *command, const char *fmt, ...) FG_PRINTF(2, 3);
 
 /* Loads a spec and plans it for `arch` ("sm_90"), printing any error; returns 0 or -1. */
+/* The planner options for `arch` with the knobs of the environment (runtime/environment.h). */
+void cli_plan_options(fg_plan_options *opts, const char *arch);
 int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_plan *plan);
 
 /* Splits "sm_80,sm_90" into at most `cap` entries; checks each looks like sm_NN[a]. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "../runtime/environment.h"
 #include "../gen/spec_loader.h"
 
 static const char usage[] =
@@ -48,6 +49,18 @@ int cli_usage_error(const char *command, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+static void warn_knob(void *unused, const char *msg)
+{
+    (void)unused;
+    fprintf(stderr, "fusegen: warning: %s\n", msg);
+}
+
+void cli_plan_options(fg_plan_options *opts, const char *arch)
+{
+    fg_plan_options_init(opts, fg_arch_sm(arch));
+    fg_env_plan_options(opts, warn_knob, NULL);
+}
+
 int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_plan *plan)
 {
     fg_error err;
@@ -55,7 +68,8 @@ int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_pl
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
-    fg_plan_options opts = {.force_strategy = -1, .sm = fg_arch_sm(arch)};
+    fg_plan_options opts;
+    cli_plan_options(&opts, arch);
     if (plan && fg_plan_layer(ir, &opts, plan, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;

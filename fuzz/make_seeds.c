@@ -269,7 +269,8 @@ static void cache_seeds(const char *tmp)
     fg_layer_ir *ir = malloc(sizeof *ir);
     fg_plan *plan = malloc(sizeof *plan);
     fg_rendered src;
-    fg_plan_options opts = {.force_strategy = -1, .sm = 90};
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
     fg_built built;
     if (fg_spec_load_string("seed.lua", small_spec, strlen(small_spec), ir, &err) == 0 &&
         fg_plan_layer(ir, &opts, plan, &err) == 0 && fg_render(ir, plan, &src, &err) == 0) {

@@ -7,6 +7,7 @@
 
 typedef struct planner {
     const fg_layer_ir *ir;
+    const fg_plan_options *opts;
     fg_plan *plan;
     fg_error *err;
     bool stored[FG_MAX_OPS];     /* value has a buffer */
@@ -266,8 +267,9 @@ enum { MMA_TABLE_STEPS = 16 };
  * channels or a reduction under 8; a reduction that neither blocks by 8 nor fits the step
  * table; shared memory over budget) or, unless `forced`, when the FMA engine measured faster
  * for such shapes. */
-static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
+static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_options *opts)
 {
+    bool forced = opts->engine == FG_ENGINE_PREFER_MMA;
     fg_conv_tiling *t = &ps->conv;
     int64_t k = g->cin_g * g->taps;
     if (g->cout_g < 8 || k < 8)
@@ -293,14 +295,11 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
     /* a narrow row (W < 64) is one warp's work: stacking two rows spilled KB79's conv (8
      * bytes) for no measurable gain (0.237 vs 0.239 ms) */
     t->warp_rows = 1;
-    /* FUSEGEN_MMA_WARP="mt,rows,ntw" overrides the warp tile (bench/NOTES.md) */
-    const char *force = getenv("FUSEGEN_MMA_WARP");
-    int f_mt = 0, f_rows = 0, f_ntw = 0;
-    if (force && sscanf(force, "%d,%d,%d", &f_mt, &f_rows, &f_ntw) == 3 && f_mt >= 1 && f_mt <= 4 && f_rows >= 1 &&
-        f_ntw >= 1 && f_rows * f_ntw <= 16) {
-        t->warp_mt = f_mt;
-        t->warp_rows = f_rows;
-        t->warp_ntw = f_ntw;
+    /* a caller may set the warp tile (FUSEGEN_MMA_WARP; bench/NOTES.md) */
+    if (opts->mma_warp[0] > 0) {
+        t->warp_mt = opts->mma_warp[0];
+        t->warp_rows = opts->mma_warp[1];
+        t->warp_ntw = opts->mma_warp[2];
     }
     if (t->warp_rows > g->out[1])
         t->warp_rows = (int)g->out[1];
@@ -334,11 +333,8 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
     int64_t tiles = ceil_div(g->out[0], t->tile[0]) * ceil_div(g->out[1], t->tile[1]) * ceil_div(g->out[2], t->tile[2]);
     /* several tiles per block amortize the weights' staging and hide the input's behind
      * compute (two input buffers); a sample keeps >= 8 blocks so that small batches still
-     * spread over the GPU. FUSEGEN_MMA_TILES=R overrides (bench/NOTES.md). */
-    int64_t r = tiles / 8;
-    const char *env = getenv("FUSEGEN_MMA_TILES");
-    if (env && atoi(env) > 0)
-        r = atoi(env);
+     * spread over the GPU. A caller may set it (FUSEGEN_MMA_TILES; bench/NOTES.md). */
+    int64_t r = opts->mma_tiles > 0 ? opts->mma_tiles : tiles / 8;
     t->tiles_per_block = (int)(r < 1 ? 1 : r > 8 ? 8 : r);
     /* within the budget: first one channel tile per block, then one tile (one buffer), then
      * the input channels in halving chunks (one tile per block) */
@@ -359,27 +355,22 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
     return true;
 }
 
-/* FUSEGEN_CONV_ENGINE="fma" or "mma" overrides the planner's engine where the shape allows
- * it: a knob for tests and benchmarks (bench/NOTES.md). */
-static const char *engine_knob(void)
+/* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
+ * tests and benchmarks (bench/NOTES.md). mma.sync with TF32 starts at sm_80. */
+static bool want_mma(const fg_plan_options *opts)
 {
-    const char *env = getenv("FUSEGEN_CONV_ENGINE");
-    return env ? env : "";
+    return opts->sm >= 80 && opts->engine != FG_ENGINE_PREFER_FMA;
 }
 
-static bool want_mma(int sm)
+static void conv_tiling(const planner *p, fg_pass *ps)
 {
-    return sm >= 80 && strcmp(engine_knob(), "fma") != 0; /* mma.sync with TF32 starts at sm_80 */
-}
-
-static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
-{
-    const fg_op *conv = &ir->ops[0];
+    const fg_plan_options *opts = p->opts;
+    const fg_op *conv = &p->ir->ops[0];
     conv_geometry g;
     geometry(conv, &g);
     fg_conv_tiling *t = &ps->conv;
     ps->launch.per_sample = true;
-    if (want_mma(sm) && conv_tiling_mma(&g, ps, strcmp(engine_knob(), "mma") == 0)) {
+    if (want_mma(opts) && conv_tiling_mma(&g, ps, opts)) {
         ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
         return;
     }
@@ -409,11 +400,10 @@ static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
         else
             t->thread_w = 1;
     }
-    /* FUSEGEN_CONV_TILE="rows,cols,channels,unroll" overrides the thread tile: a knob for
-     * benchmarking candidates by hand (bench/NOTES.md); 0 keeps the planner's choice */
-    const char *force = getenv("FUSEGEN_CONV_TILE");
-    int f_h = 0, f_w = 0, f_c = 0, f_u = 0;
-    if (force && sscanf(force, "%d,%d,%d,%d", &f_h, &f_w, &f_c, &f_u) >= 3) {
+    /* a caller may set the thread tile (FUSEGEN_CONV_TILE="rows,cols,channels,unroll"), a knob
+     * for benchmarking candidates by hand (bench/NOTES.md); 0 keeps the planner's choice */
+    int f_h = opts->conv_tile[0], f_w = opts->conv_tile[1], f_c = opts->conv_tile[2], f_u = opts->conv_tile[3];
+    {
         if (f_h > 0)
             t->thread_h = f_h;
         if (f_w > 0)
@@ -751,10 +741,24 @@ static bool plan_resident(planner *p, int sm)
     return true;
 }
 
-int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err)
+void fg_plan_options_init(fg_plan_options *opts, int sm)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->force_strategy = -1;
+    opts->default_strategy = -1;
+    opts->sm = sm ? sm : 90;
+}
+
+int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *plan, fg_error *err)
 {
     memset(plan, 0, sizeof *plan);
-    planner p = {.ir = ir, .plan = plan, .err = err, .auto_cut = -1};
+    fg_plan_options defaults;
+    fg_plan_options_init(&defaults, given ? given->sm : 0);
+    fg_plan_options o = given ? *given : defaults;
+    if (!o.sm)
+        o.sm = 90;
+    const fg_plan_options *opts = &o;
+    planner p = {.ir = ir, .opts = opts, .plan = plan, .err = err, .auto_cut = -1};
     for (int k = 0; k < FG_MAX_OPS; k++) {
         plan->op_accum[k] = plan->op_max_accum[k] = -1;
         p.buffer_of[k] = -1;
@@ -763,16 +767,12 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         plan->inline_loop[k] = is_window(&ir->ops[k]);
     int last_op = ir->n_ops - 1;
 
-    int sm = opts && opts->sm ? opts->sm : 90;
-    int wanted = opts && opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
-    /* FUSEGEN_STRATEGY overrides "auto" in specs: a knob for benchmarking (bench/NOTES.md) */
-    const char *env = getenv("FUSEGEN_STRATEGY");
-    if (wanted < 0 && env && *env) {
-        static const char *const names[] = {"materialize", "recompute", "resident"};
-        for (int i = 0; i < 3; i++)
-            if (strcmp(env, names[i]) == 0)
-                wanted = i;
-    }
+    int sm = opts->sm;
+    int wanted = opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
+    /* a caller's default for specs that say "auto" (FUSEGEN_STRATEGY: a benchmarking knob,
+     * bench/NOTES.md) */
+    if (wanted < 0)
+        wanted = opts->default_strategy;
     /* "auto" does not pick resident: measured on the H200 it is still slower than materialize
      * (bench/NOTES.md, v3); a spec (or FUSEGEN_STRATEGY) can ask for it */
     if (wanted == FG_STRATEGY_RESIDENT) {
@@ -910,7 +910,7 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         if (q->kind == FG_PASS_CUDNN)
             continue; /* the runtime calls cuDNN; no kernel, no arguments */
         if (q->kind == FG_PASS_CONV)
-            conv_tiling(ir, q, sm);
+            conv_tiling(&p, q);
         else if (q->kind == FG_PASS_MAP)
             map_launch(ir, q);
         else
@@ -918,7 +918,8 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         pass_args(ir, plan, &p, q);
     }
     if (p.auto_cut >= 0 && plan->strategy == FG_STRATEGY_RECOMPUTE && !recompute_pays(ir, plan, p.auto_cut)) {
-        fg_plan_options again = {.force_strategy = FG_STRATEGY_MATERIALIZE, .sm = sm};
+        fg_plan_options again = *opts;
+        again.force_strategy = FG_STRATEGY_MATERIALIZE;
         return fg_plan_layer(ir, &again, plan, err);
     }
     return 0;

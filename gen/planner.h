@@ -181,10 +181,29 @@ typedef struct fg_plan {
     int op_max_accum[FG_MAX_OPS];
 } fg_plan;
 
+/* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the
+ * shape allows it; a benchmarking and testing knob). */
+typedef enum fg_engine_choice {
+    FG_ENGINE_AUTO = 0,
+    FG_ENGINE_PREFER_FMA,
+    FG_ENGINE_PREFER_MMA,
+} fg_engine_choice;
+
+/* Everything the planner decides from besides the layer IR. The planner reads nothing else
+ * (no environment): runtime/environment.c fills the knobs at the API and CLI edges. Zero
+ * means "the planner chooses" for every knob; fg_plan_options_init sets the rest. */
 typedef struct fg_plan_options {
-    int force_strategy;     /* -1: choose by cost; else an fg_strategy */
+    int force_strategy;     /* -1: the spec's `strategy` (or, for "auto", default_strategy); else an fg_strategy */
+    int default_strategy;   /* -1: choose by cost; else the fg_strategy for specs that say "auto" */
     int sm;                 /* target compute capability x 10 (80, 90); 0: 90 */
+    fg_engine_choice engine;
+    int mma_warp[3];        /* tensor-core warp tile: m-tiles, rows, n-tiles (0: choose) */
+    int mma_tiles;          /* tensor-core tiles per block, 1..8 (0: choose) */
+    int conv_tile[4];       /* FMA thread tile: rows, cols, channels, ci unroll (0: choose) */
 } fg_plan_options;
+
+/* The planner's own choice for everything, for architecture `sm` (0: sm_90). */
+void fg_plan_options_init(fg_plan_options *opts, int sm);
 
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "environment.h"
 #include "handles.h"
 #include "nvrtc_compiler.h"
 
@@ -100,6 +101,12 @@ static fg_status open_device(fg_context *ctx)
     return FG_OK;
 }
 
+static void warn_stderr(void *unused, const char *msg)
+{
+    (void)unused;
+    fprintf(stderr, "fusegen: warning: %s\n", msg);
+}
+
 FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **out)
 {
     fg_api_clear_error();
@@ -119,6 +126,8 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     ctx->device = opts->device;
     ctx->verbose = opts->verbose;
+    fg_plan_options_init(&ctx->plan_options, 0);
+    fg_env_plan_options(&ctx->plan_options, warn_stderr, NULL);
     if (opts->arch)
         snprintf(ctx->arch, sizeof ctx->arch, "%s", opts->arch);
     fg_error err;

@@ -15,6 +15,7 @@
 struct fg_context {
     int device;             /* -1: CPU only */
     int verbose;
+    fg_plan_options plan_options; /* the planner's knobs, read from the environment once here */
     fg_cache cache;
     char arch[16];
     const fg_cuda *cu;      /* NULL for CPU-only contexts */

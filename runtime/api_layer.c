@@ -50,7 +50,8 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
     /* the plan depends on the architecture (clusters need sm_90) */
-    fg_plan_options popts = {.force_strategy = -1, .sm = fg_arch_sm(ctx->arch)};
+    fg_plan_options popts = ctx->plan_options;
+    popts.sm = fg_arch_sm(ctx->arch);
     if (fg_plan_layer(&layer->ir, &popts, &layer->plan, &err) != 0) {
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);

@@ -554,7 +554,9 @@ static void named_value_behind_a_statistic(void **state)
                          "}\n");
     plan = malloc(sizeof *plan);
     fg_error err = {{0}};
-    fg_plan_options opts = {.force_strategy = FG_STRATEGY_MATERIALIZE}; /* recompute would fuse r into the second conv pass */
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.force_strategy = FG_STRATEGY_MATERIALIZE; /* recompute would fuse r into the second conv pass */
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
     fgt_assert_contains(err.msg, "test.lua:5:");
     fgt_assert_contains(err.msg, "value 'r' is read after a statistic");
@@ -605,7 +607,8 @@ static void resident_on_request(void **state)
     fg_plan *plan = malloc(sizeof *plan);
     assert_non_null(plan);
     fg_error err = {{0}};
-    fg_plan_options opts = {.force_strategy = -1, .sm = 90};
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
     assert_int_equal(plan->strategy, FG_STRATEGY_RESIDENT);
     assert_int_equal(plan->n_passes, 1);
@@ -664,10 +667,21 @@ static int64_t mma_smem_expected(const fg_conv_tiling *t, int64_t taps)
 }
 
 /* Plans a spec (or spec text) and returns its first pass's conv tiling. */
+/* The first conv pass's tiling, planned for sm_90 with `engine` and `mma_tiles` (0: the
+ * planner's choice). */
+static const fg_conv_tiling *first_conv_with(fg_layer_ir *ir, fg_plan **plan, fg_engine_choice engine, int mma_tiles)
+{
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.engine = engine;
+    opts.mma_tiles = mma_tiles;
+    *plan = fgt_plan_with(ir, &opts);
+    return &(*plan)->passes[0].conv;
+}
+
 static const fg_conv_tiling *first_conv(fg_layer_ir *ir, fg_plan **plan)
 {
-    *plan = fgt_plan(ir, -1);
-    return &(*plan)->passes[0].conv;
+    return first_conv_with(ir, plan, FG_ENGINE_AUTO, 0);
 }
 
 static void tensor_core_tiling(void **state)
@@ -685,16 +699,16 @@ static void tensor_core_tiling(void **state)
     assert_true(t->ch_pitch >= t->in_tile[0] * t->in_tile[1] * t->in_tile[2]);
     free(plan);
     /* sm_80 has mma.sync with TF32 too; before it, FMAs whatever is asked */
-    fg_plan_options opts = {.force_strategy = -1, .sm = 80};
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 80);
     plan = calloc(1, sizeof *plan);
     assert_non_null(plan);
     fg_error err;
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
     assert_int_equal(plan->passes[0].conv.engine, FG_CONV_MMA);
     opts.sm = 75;
-    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
+    opts.engine = FG_ENGINE_PREFER_MMA;
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
-    unsetenv("FUSEGEN_CONV_ENGINE");
     assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
     free(plan);
     free(ir);
@@ -726,22 +740,18 @@ static void tensor_core_tiling(void **state)
     ir = fgt_load_spec("kb85");
     assert_int_equal(first_conv(ir, &plan)->engine, FG_CONV_FMA);
     free(plan);
-    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
-    t = first_conv(ir, &plan);
-    unsetenv("FUSEGEN_CONV_ENGINE");
+    t = first_conv_with(ir, &plan, FG_ENGINE_PREFER_MMA, 0);
     assert_int_equal(t->engine, FG_CONV_MMA);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);
     free(ir);
     ir = fgt_load_spec("kb21");
-    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
-    assert_int_equal(first_conv(ir, &plan)->engine, FG_CONV_FMA);
-    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(first_conv_with(ir, &plan, FG_ENGINE_PREFER_FMA, 0)->engine, FG_CONV_FMA);
     free(plan);
     free(ir);
 
     /* a tiny output: one tile per sample, so one tile per block and no second buffer;
-     * FUSEGEN_MMA_TILES asks for more and gets the second buffer */
+     * a caller's mma_tiles (FUSEGEN_MMA_TILES) asks for more and gets the second buffer */
     ir = fgt_load_string("return layer \"tiny\" {\n  input = { \"N\", 8, 10, 10 },\n"
                          "  conv2d { out_channels = 16, kernel = 3 },\n  relu {},\n}\n");
     t = first_conv(ir, &plan);
@@ -750,9 +760,7 @@ static void tensor_core_tiling(void **state)
     assert_int_equal(plan->passes[0].launch.grid_x, 1);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);
-    setenv("FUSEGEN_MMA_TILES", "3", 1);
-    t = first_conv(ir, &plan);
-    unsetenv("FUSEGEN_MMA_TILES");
+    t = first_conv_with(ir, &plan, FG_ENGINE_AUTO, 3);
     assert_int_equal(t->tiles_per_block, 3);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);

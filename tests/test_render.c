@@ -16,12 +16,12 @@ typedef struct rendered_layer {
     fg_rendered src;
 } rendered_layer;
 
-static rendered_layer *render_ir(fg_layer_ir *ir, int force_strategy)
+static rendered_layer *render_ir_with(fg_layer_ir *ir, const fg_plan_options *opts)
 {
     rendered_layer *r = calloc(1, sizeof *r);
     assert_non_null(r);
     r->ir = ir;
-    r->plan = fgt_plan(ir, force_strategy);
+    r->plan = fgt_plan_with(ir, opts);
     fg_error err = {{0}};
     if (fg_render(r->ir, r->plan, &r->src, &err) != 0)
         fail_msg("rendering %s failed: %s", ir->name, err.msg);
@@ -30,17 +30,26 @@ static rendered_layer *render_ir(fg_layer_ir *ir, int force_strategy)
     return r;
 }
 
+static rendered_layer *render_ir(fg_layer_ir *ir, int force_strategy)
+{
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.force_strategy = force_strategy;
+    return render_ir_with(ir, &opts);
+}
+
 static rendered_layer *render_spec(const char *name, int force_strategy)
 {
     return render_ir(fgt_load_spec(name), force_strategy);
 }
 
-/* The same on the CUDA-core engine (FUSEGEN_CONV_ENGINE=fma). */
+/* The same on the CUDA-core engine (what FUSEGEN_CONV_ENGINE=fma asks for). */
 static rendered_layer *render_spec_fma(const char *name)
 {
-    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
-    rendered_layer *r = render_spec(name, -1);
-    unsetenv("FUSEGEN_CONV_ENGINE");
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.engine = FG_ENGINE_PREFER_FMA;
+    rendered_layer *r = render_ir_with(fgt_load_spec(name), &opts);
     assert_int_equal(r->plan->passes[0].conv.engine, FG_CONV_FMA);
     return r;
 }

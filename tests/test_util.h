@@ -43,6 +43,9 @@ fg_plan *fgt_plan_at(const fg_layer_ir *ir, int force_strategy, const char *file
 #define fgt_load_string(source) fgt_load_string_at((source), __FILE__, __LINE__)
 #define fgt_load_spec(name) fgt_load_spec_at((name), __FILE__, __LINE__)
 #define fgt_plan(ir, force_strategy) fgt_plan_at((ir), (force_strategy), __FILE__, __LINE__)
+/* The same with every planner option given (engine, tiles, ...). */
+fg_plan *fgt_plan_with_at(const fg_layer_ir *ir, const fg_plan_options *opts, const char *file, int line);
+#define fgt_plan_with(ir, opts) fgt_plan_with_at((ir), (opts), __FILE__, __LINE__)
 
 /* strstr that fails the test with both strings shown when `needle` is missing. Failures
  * of these helpers are reported at the caller's file and line. */
