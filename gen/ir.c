@@ -4,28 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const kind_names[] = {
-#define FG_X(kind, name, cls) name,
-    FG_OP_KINDS(FG_X)
-#undef FG_X
-};
-
-static const fg_op_class kind_classes[] = {
-#define FG_X(kind, name, cls) FG_CLASS_##cls,
-    FG_OP_KINDS(FG_X)
-#undef FG_X
-};
-
-const char *fg_op_kind_name(fg_op_kind kind)
-{
-    return (unsigned)kind < FG_OP_KIND_COUNT ? kind_names[kind] : "?";
-}
-
-fg_op_class fg_op_kind_class(fg_op_kind kind)
-{
-    return kind_classes[kind];
-}
-
 int64_t fg_shape_sample_count(const fg_shape *s)
 {
     int64_t n = 1;

@@ -25,22 +25,25 @@ static int64_t reduce_extent(const fg_op *op)
     return e;
 }
 
-/* Ops that need a statistic over their whole input before producing an element. */
+/* Ops that need a finalized statistic over their whole input before producing an element
+ * (norms, softmax: the registry's `stats`). */
 static bool needs_stats(const fg_op *op)
 {
-    switch (fg_op_kind_class(op->kind)) {
-    case FG_CLASS_NORM:
-        return !(op->kind == FG_OP_BATCH_NORM && op->running_stats);
-    case FG_CLASS_SOFTMAX:
-        return true;
-    default:
-        return false;
-    }
+    return fg_op_stats(op) != NULL;
 }
 
 static bool is_big_reduce(const fg_op *op)
 {
     return fg_op_kind_class(op->kind) == FG_CLASS_REDUCE && reduce_extent(op) > FG_INLINE_REDUCE_MAX;
+}
+
+/* The accumulators an op gathers across blocks: its statistic's (norms, softmax) or, for a
+ * reduction too long to loop over inline, its partial results'. */
+static const fg_reduce_def *accumulated(const fg_op *op)
+{
+    if (needs_stats(op))
+        return fg_op_stats(op);
+    return is_big_reduce(op) ? fg_op_def_of(op->kind)->reduce : NULL;
 }
 
 static bool is_window(const fg_op *op)
@@ -78,6 +81,7 @@ static int add_accum(planner *p, fg_accum_kind kind, int op_index, int max_accum
     a->max_accum = max_accum;
     a->finalized = -1;
     if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
+        /* one key per statistic of the norm */
         fg_stat_layout L;
         fg_norm_stat_layout(op, &L);
         a->keys_per_sample = L.keys_per_sample;
@@ -151,48 +155,40 @@ static int add_finalize(planner *p, int accum)
     return 0;
 }
 
-/* Makes the statistics op k needs available: passes over value k-1 (starting from `src`:
- * -1 for the conv, else a buffered value) that feed its accumulators, then finalize. The
- * first feeding pass has already been created by the caller (`ps`). */
+/* Makes the statistics op k needs available: its accumulators (the registry's list, in
+ * order) are fed by passes over value k-1 -- the first by the pass the caller has created
+ * (`ps`), each later one (a sum of exp(x - max) after the max) by a further map pass over
+ * the stored value -- and, for an op that reads a finalized statistic (norms, softmax), a
+ * finalize pass of the last. */
 static int prepare_stats(planner *p, fg_pass *ps, int k)
 {
     const fg_op *op = &p->ir->ops[k];
     fg_plan *plan = p->plan;
-    if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
-        int a = add_accum(p, FG_ACCUM_MOMENTS, k, -1);
-        if (a < 0 || feed(p, ps, a) || add_finalize(p, a))
+    const fg_reduce_def *r = accumulated(op);
+    int previous = -1;
+    for (int i = 0; i < r->n_accums; i++) {
+        fg_accum_kind kind = r->accums[i];
+        int a = add_accum(p, kind, k, fg_accum_defs[kind].needs_max ? previous : -1);
+        if (a < 0)
             return -1;
+        fg_pass *feeder = ps;
+        if (i > 0) {
+            feeder = new_pass(p, FG_PASS_MAP);
+            if (!feeder)
+                return -1;
+            int v = k - 1;
+            feeder->source_buffer = p->buffer_of[v];
+            feeder->first = v + 1;
+            feeder->last = v;
+            feeder->domain = v;
+        }
+        if (feed(p, feeder, a))
+            return -1;
+        plan->op_max_accum[k] = previous;
         plan->op_accum[k] = a;
-        return 0;
+        previous = a;
     }
-    fg_accum_kind kind = FG_ACCUM_SUM;
-    if (op->kind == FG_OP_REDUCE_MAX || op->kind == FG_OP_LOGSUMEXP || op->kind == FG_OP_SOFTMAX)
-        kind = FG_ACCUM_MAX;
-    if (op->kind == FG_OP_REDUCE_MIN)
-        kind = FG_ACCUM_MIN;
-    int a = add_accum(p, kind, k, -1);
-    if (a < 0 || feed(p, ps, a))
-        return -1;
-    plan->op_accum[k] = a;
-    if (op->kind == FG_OP_LOGSUMEXP || op->kind == FG_OP_SOFTMAX) {
-        /* second pass over the same value: sum of exp(x - max) */
-        int b = add_accum(p, FG_ACCUM_SUMEXP, k, a);
-        if (b < 0)
-            return -1;
-        plan->op_max_accum[k] = a;
-        plan->op_accum[k] = b;
-        fg_pass *again = new_pass(p, FG_PASS_MAP);
-        if (!again)
-            return -1;
-        int v = k - 1;
-        again->source_buffer = p->buffer_of[v];
-        again->first = v + 1;
-        again->last = v;
-        again->domain = v;
-        if (feed(p, again, b))
-            return -1;
-    }
-    if (op->kind == FG_OP_SOFTMAX)
+    if (needs_stats(op))
         return add_finalize(p, plan->op_accum[k]);
     return 0;
 }
@@ -933,16 +929,6 @@ int fg_arch_sm(const char *arch)
     return sm;
 }
 
-uint32_t fg_accum_clear_pattern(const fg_accum *a)
-{
-    /* floats are accumulated as order-preserving ints: i >= 0 ? i : i ^ 0x7fffffff */
-    if (a->kind == FG_ACCUM_MAX)
-        return 0xff800000u ^ 0x7fffffffu; /* -inf */
-    if (a->kind == FG_ACCUM_MIN)
-        return 0x7f800000u;               /* +inf */
-    return 0;
-}
-
 static uint64_t align256(uint64_t x)
 {
     return (x + 255) & ~(uint64_t)255;
@@ -962,7 +948,7 @@ int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *o
     for (int i = 0; i < plan->n_accums; i++) {
         const fg_accum *a = &plan->accums[i];
         uint64_t keys = (uint64_t)a->keys_per_sample * (a->over_batch ? 1 : (uint64_t)batch);
-        uint64_t per_key = a->kind == FG_ACCUM_MOMENTS ? 16 : a->kind == FG_ACCUM_MAX || a->kind == FG_ACCUM_MIN ? 4 : 8;
+        uint64_t per_key = (uint64_t)fg_accum_defs[a->kind].bytes_per_key;
         out->accum_offset[i] = off;
         out->accum_bytes[i] = keys * per_key;
         off = align256(off + keys * per_key);
@@ -977,9 +963,7 @@ int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *o
 
 static const char *accum_kind_name(fg_accum_kind k)
 {
-    static const char *const names[] = {"mean+variance (fp64 sums)", "sum (fp64)", "max", "min",
-                                        "sum of exp(x - max) (fp64)"};
-    return names[k];
+    return fg_accum_defs[k].describe;
 }
 
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),

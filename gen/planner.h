@@ -17,6 +17,7 @@
 
 #include "../common/diag.h"
 #include "ir.h"
+#include "op_registry.h"
 
 #define FG_MAX_PASSES 32
 #define FG_MAX_BUFFERS 16
@@ -34,14 +35,6 @@ typedef enum fg_pass_kind {
     FG_PASS_CUDNN,    /* value 0 by cuDNN's convolution (precision = "tf32"); no generated kernel */
     FG_PASS_RESIDENT, /* the whole layer in one kernel: a cluster keeps a norm's groups in shared memory */
 } fg_pass_kind;
-
-typedef enum fg_accum_kind {
-    FG_ACCUM_MOMENTS, /* sum and sum of squares in fp64, per statistic (norms) */
-    FG_ACCUM_SUM,     /* fp64 sum (sum, mean, global_avg_pool) */
-    FG_ACCUM_MAX,     /* order-preserving int encoding of a float, atomicMax */
-    FG_ACCUM_MIN,
-    FG_ACCUM_SUMEXP,  /* fp64 sum of exp(x - max), after a FG_ACCUM_MAX on the same value */
-} fg_accum_kind;
 
 typedef struct fg_accum {
     fg_accum_kind kind;
@@ -221,8 +214,6 @@ typedef struct fg_workspace_layout {
 
 int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *out, fg_error *err);
 
-/* The 32-bit pattern an accumulator is cleared with (0 for sums, encoded -inf for max). */
-uint32_t fg_accum_clear_pattern(const fg_accum *a);
 
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
                    void *ctx);

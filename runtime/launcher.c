@@ -33,7 +33,7 @@ int fg_launch_plan(const fg_cuda *cu, const fg_plan *plan, const CUfunction *fun
         for (int z = 0; z < ps->n_zero; z++) {
             const fg_accum *a = &plan->accums[ps->zero[z]];
             CUdeviceptr p = mem->workspace + mem->layout.accum_offset[ps->zero[z]];
-            CUresult r = cu->MemsetD32Async(p, fg_accum_clear_pattern(a), mem->layout.accum_bytes[ps->zero[z]] / 4, stream);
+            CUresult r = cu->MemsetD32Async(p, fg_accum_defs[a->kind].clear_word, mem->layout.accum_bytes[ps->zero[z]] / 4, stream);
             if (r != CUDA_SUCCESS)
                 return fg_cuda_fail(err, r, "clearing statistics (cuMemsetD32Async)");
         }
