@@ -79,8 +79,11 @@ typedef enum fg_op_kind {
 #define FG_X(kind) FG_OP_##kind,
     FG_OP_KINDS(FG_X)
 #undef FG_X
-        FG_OP_KIND_COUNT
 } fg_op_kind;
+/* Not an enumerator, so that a switch naming every kind is complete (-Wswitch). */
+#define FG_X(kind) +1
+enum { FG_OP_KIND_COUNT = 0 FG_OP_KINDS(FG_X) };
+#undef FG_X
 
 typedef enum fg_operand_kind {
     FG_OPERAND_NONE,

@@ -503,7 +503,7 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
             add_arg(ps, FG_ARG_PARAM, op->weight_param);
             add_arg(ps, FG_ARG_PARAM, op->bias_param);
         }
-        if (op->kind == FG_OP_BATCH_NORM && op->running_stats) {
+        if (op->mean_param >= 0) { /* running statistics */
             add_arg(ps, FG_ARG_PARAM, op->mean_param);
             add_arg(ps, FG_ARG_PARAM, op->var_param);
         }
@@ -856,7 +856,7 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *
          * but a big reduction, which reads only its accumulator; logsumexp reads it twice)
          * or a later op does. */
         int v = ps->last;
-        bool next_reads_value = !is_big_reduce(op) || op->kind == FG_OP_LOGSUMEXP;
+        bool next_reads_value = !is_big_reduce(op) || accumulated(op)->n_accums > 1;
         if ((next_reads_value || value_needed_after(ir, v, k)) && !p.stored[v]) {
             ps->store_buffer = add_buffer(&p, v);
             if (ps->store_buffer < 0)

@@ -549,7 +549,8 @@ static void read_operand(lua_State *L, walk_ctx *w, int args, fg_op *op)
  * selectors is a mistake worth its own message. */
 static fg_op_kind choose_kind(lua_State *L, walk_ctx *w, int args, const ctor_kinds *ck)
 {
-    fg_op_kind plain = ck->kinds[0], selected = FG_OP_KIND_COUNT;
+    fg_op_kind plain = ck->kinds[0];
+    int selected = -1;
     for (int i = 0; i < ck->n; i++) {
         const fg_op_def *d = &fg_op_defs[ck->kinds[i]];
         if (!d->selectors[0]) {
@@ -559,22 +560,22 @@ static fg_op_kind choose_kind(lua_State *L, walk_ctx *w, int args, const ctor_ki
         for (int j = 0; j < 3 && d->selectors[j]; j++)
             if (get_field(L, args, d->selectors[j])) {
                 lua_pop(L, 1);
-                selected = ck->kinds[i];
+                selected = (int)ck->kinds[i];
             }
     }
-    if (selected == FG_OP_KIND_COUNT)
+    if (selected < 0)
         return plain;
     const char *mine[32], *theirs[32];
-    int n_mine = known_fields(selected, mine, 32);
+    int n_mine = known_fields((fg_op_kind)selected, mine, 32);
     for (int i = 0; i < ck->n; i++) {
-        if (ck->kinds[i] == selected)
+        if ((int)ck->kinds[i] == selected)
             continue;
         int n = known_fields(ck->kinds[i], theirs, 32);
         for (int j = 0; j < n; j++)
             if (!listed(theirs[j], mine, n_mine) && get_field(L, args, theirs[j]))
                 FIELD_FAIL(L, w, theirs[j], "cannot be combined with %s", fg_op_defs[selected].conflict_hint);
     }
-    return selected;
+    return (fg_op_kind)selected;
 }
 
 /* Reads one registry field into the op. */

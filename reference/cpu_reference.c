@@ -1,9 +1,17 @@
 #include "cpu_reference.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Every switch below names every op kind, with no default: a new kind makes the compiler
+ * warn (-Wswitch; an error in the project's CI) at each place that must define it, and
+ * the count check fails the build until each has been visited. The semantics here are
+ * written independently of the op registry (gen/op_registry.c): this file is the oracle
+ * the generated kernels are tested against. */
+static_assert(FG_OP_KIND_COUNT == 37, "a new op kind: define it in every switch of the CPU reference");
 
 /* A dense value of the chain: batch * sample_count doubles, NC(D)HW. */
 typedef struct value {
@@ -71,9 +79,30 @@ double fg_ref_unary(const fg_op *op, double x)
         return fabs(x);
     case FG_OP_NEG:
         return -x;
-    default:
-        return NAN;
+    case FG_OP_CONV2D:
+    case FG_OP_CONV3D:
+    case FG_OP_ADD:
+    case FG_OP_SUB:
+    case FG_OP_MUL:
+    case FG_OP_DIV:
+    case FG_OP_MINIMUM:
+    case FG_OP_MAXIMUM:
+    case FG_OP_GROUP_NORM:
+    case FG_OP_INSTANCE_NORM:
+    case FG_OP_BATCH_NORM:
+    case FG_OP_LAYER_NORM:
+    case FG_OP_REDUCE_MAX:
+    case FG_OP_REDUCE_MIN:
+    case FG_OP_REDUCE_SUM:
+    case FG_OP_REDUCE_MEAN:
+    case FG_OP_LOGSUMEXP:
+    case FG_OP_SOFTMAX:
+    case FG_OP_MAX_POOL:
+    case FG_OP_AVG_POOL:
+    case FG_OP_GLOBAL_AVG_POOL:
+        break; /* not elementwise with one operand */
     }
+    return NAN;
 }
 
 double fg_ref_binary(fg_op_kind kind, double a, double b)
@@ -91,9 +120,40 @@ double fg_ref_binary(fg_op_kind kind, double a, double b)
         return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
     case FG_OP_MAXIMUM:
         return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
-    default:
-        return NAN;
+    case FG_OP_CONV2D:
+    case FG_OP_CONV3D:
+    case FG_OP_RELU:
+    case FG_OP_LEAKY_RELU:
+    case FG_OP_GELU:
+    case FG_OP_SIGMOID:
+    case FG_OP_TANH:
+    case FG_OP_SOFTPLUS:
+    case FG_OP_MISH:
+    case FG_OP_SILU:
+    case FG_OP_HARDSWISH:
+    case FG_OP_HARDSIGMOID:
+    case FG_OP_HARDTANH:
+    case FG_OP_CLAMP:
+    case FG_OP_EXP:
+    case FG_OP_LOG:
+    case FG_OP_ABS:
+    case FG_OP_NEG:
+    case FG_OP_GROUP_NORM:
+    case FG_OP_INSTANCE_NORM:
+    case FG_OP_BATCH_NORM:
+    case FG_OP_LAYER_NORM:
+    case FG_OP_REDUCE_MAX:
+    case FG_OP_REDUCE_MIN:
+    case FG_OP_REDUCE_SUM:
+    case FG_OP_REDUCE_MEAN:
+    case FG_OP_LOGSUMEXP:
+    case FG_OP_SOFTMAX:
+    case FG_OP_MAX_POOL:
+    case FG_OP_AVG_POOL:
+    case FG_OP_GLOBAL_AVG_POOL:
+        break; /* not elementwise with two operands */
     }
+    return NAN;
 }
 
 static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, const float *w, const float *bias,
@@ -247,6 +307,57 @@ static int64_t reduce_key(const fg_op *op, const fg_shape *s, const fg_shape *ks
     return n * ksample + ravel(kshape, coords);
 }
 
+/* A reduction's result from the extreme (max, or min for a min) and the sum of its elements
+ * (of exp(x - max) for logsumexp), over `count` elements. */
+static double reduction_result(fg_op_kind kind, double extreme, double sum, int64_t count)
+{
+    switch (kind) {
+    case FG_OP_REDUCE_MAX:
+    case FG_OP_REDUCE_MIN:
+        return extreme;
+    case FG_OP_REDUCE_SUM:
+        return sum;
+    case FG_OP_REDUCE_MEAN:
+    case FG_OP_GLOBAL_AVG_POOL:
+        return sum / (double)count;
+    case FG_OP_LOGSUMEXP:
+        return isfinite(extreme) ? extreme + log(sum) : extreme;
+    case FG_OP_CONV2D:
+    case FG_OP_CONV3D:
+    case FG_OP_RELU:
+    case FG_OP_LEAKY_RELU:
+    case FG_OP_GELU:
+    case FG_OP_SIGMOID:
+    case FG_OP_TANH:
+    case FG_OP_SOFTPLUS:
+    case FG_OP_MISH:
+    case FG_OP_SILU:
+    case FG_OP_HARDSWISH:
+    case FG_OP_HARDSIGMOID:
+    case FG_OP_HARDTANH:
+    case FG_OP_CLAMP:
+    case FG_OP_EXP:
+    case FG_OP_LOG:
+    case FG_OP_ABS:
+    case FG_OP_NEG:
+    case FG_OP_ADD:
+    case FG_OP_SUB:
+    case FG_OP_MUL:
+    case FG_OP_DIV:
+    case FG_OP_MINIMUM:
+    case FG_OP_MAXIMUM:
+    case FG_OP_GROUP_NORM:
+    case FG_OP_INSTANCE_NORM:
+    case FG_OP_BATCH_NORM:
+    case FG_OP_LAYER_NORM:
+    case FG_OP_SOFTMAX:
+    case FG_OP_MAX_POOL:
+    case FG_OP_AVG_POOL:
+        break; /* not a reduction to one value */
+    }
+    return NAN;
+}
+
 /* Reductions (and softmax) over reduce_mask. Output element of an input element: drop or
  * zero the reduced coordinates. */
 static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, fg_error *err)
@@ -300,23 +411,7 @@ static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, f
     } else {
         /* the output is the keepdim shape with or without the unit dims: same order */
         for (int64_t q = 0; q < ksample * batch; q++) {
-            double r;
-            switch (op->kind) {
-            case FG_OP_REDUCE_MAX:
-            case FG_OP_REDUCE_MIN:
-                r = mx[q];
-                break;
-            case FG_OP_REDUCE_SUM:
-                r = acc[q];
-                break;
-            case FG_OP_LOGSUMEXP:
-                r = isfinite(mx[q]) ? mx[q] + log(acc[q]) : mx[q];
-                break;
-            default: /* mean, global_avg_pool */
-                r = acc[q] / (double)group;
-                break;
-            }
-            out->data[q] = r;
+            out->data[q] = reduction_result(op->kind, mx[q], acc[q], group);
         }
     }
 #undef KEY
@@ -391,16 +486,37 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
             break;
         }
         const value *in = k ? &vals[k - 1] : NULL;
-        switch (fg_op_kind_class(op->kind)) {
-        case FG_CLASS_CONV:
+        switch (op->kind) {
+        case FG_OP_CONV2D:
+        case FG_OP_CONV3D:
             conv(op, &ir->input, input, params[op->weight_param], op->bias ? params[op->bias_param] : NULL, out,
                  batch);
             break;
-        case FG_CLASS_UNARY:
+        case FG_OP_RELU:
+        case FG_OP_LEAKY_RELU:
+        case FG_OP_GELU:
+        case FG_OP_SIGMOID:
+        case FG_OP_TANH:
+        case FG_OP_SOFTPLUS:
+        case FG_OP_MISH:
+        case FG_OP_SILU:
+        case FG_OP_HARDSWISH:
+        case FG_OP_HARDSIGMOID:
+        case FG_OP_HARDTANH:
+        case FG_OP_CLAMP:
+        case FG_OP_EXP:
+        case FG_OP_LOG:
+        case FG_OP_ABS:
+        case FG_OP_NEG:
             for (int64_t i = 0; i < in->sample * batch; i++)
                 out->data[i] = fg_ref_unary(op, in->data[i]);
             break;
-        case FG_CLASS_BINARY:
+        case FG_OP_ADD:
+        case FG_OP_SUB:
+        case FG_OP_MUL:
+        case FG_OP_DIV:
+        case FG_OP_MINIMUM:
+        case FG_OP_MAXIMUM:
             for (int64_t n = 0; n < batch; n++)
                 for (int64_t i = 0; i < in->sample; i++) {
                     double b;
@@ -415,14 +531,23 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
                     out->data[n * in->sample + i] = fg_ref_binary(op->kind, in->data[n * in->sample + i], b);
                 }
             break;
-        case FG_CLASS_NORM:
+        case FG_OP_GROUP_NORM:
+        case FG_OP_INSTANCE_NORM:
+        case FG_OP_BATCH_NORM:
+        case FG_OP_LAYER_NORM:
             rc = norm(ir, op, in, out, batch, params, err);
             break;
-        case FG_CLASS_REDUCE:
-        case FG_CLASS_SOFTMAX:
+        case FG_OP_REDUCE_MAX:
+        case FG_OP_REDUCE_MIN:
+        case FG_OP_REDUCE_SUM:
+        case FG_OP_REDUCE_MEAN:
+        case FG_OP_LOGSUMEXP:
+        case FG_OP_SOFTMAX:
+        case FG_OP_GLOBAL_AVG_POOL:
             rc = reduce(op, in, out, batch, err);
             break;
-        case FG_CLASS_POOL:
+        case FG_OP_MAX_POOL:
+        case FG_OP_AVG_POOL:
             pool(op, in, out, batch);
             break;
         }
