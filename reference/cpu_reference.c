@@ -6,12 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every switch below names every op kind, with no default: a new kind makes the compiler
- * warn (-Wswitch; an error in the project's CI) at each place that must define it, and
- * the count check fails the build until each has been visited. The semantics here are
- * written independently of the op registry (gen/op_registry.c): this file is the oracle
- * the generated kernels are tested against. */
-static_assert(FG_OP_KIND_COUNT == 37, "a new op kind: define it in every switch of the CPU reference");
+/* The semantics here are written independently of the op registry (gen/op_registry.c),
+ * which only says which class an op belongs to: this file is the oracle the generated
+ * kernels are tested against. */
 
 /* A dense value of the chain: batch * sample_count doubles, NC(D)HW. */
 typedef struct value {
@@ -37,123 +34,154 @@ static int64_t ravel(const fg_shape *s, const int64_t *coords)
     return i;
 }
 
+/* ---- each op's semantics, one table per class ------------------------------------------
+ * A table has one entry per op kind of its class (NULL elsewhere); a count check beside each
+ * fails the build when a kind is added, so that every table is visited (docs/design.md,
+ * "Adding an op"), and a kind of the class without an entry is refused at run time, never
+ * computed as something else (tests/test_reference.c checks every kind has one). */
+
+typedef double (*ref_unary_fn)(const fg_op *op, double x);
+
+static double ref_relu(const fg_op *op, double x) { (void)op; return x > 0 ? x : 0; }
+static double ref_leaky_relu(const fg_op *op, double x) { return x > 0 ? x : op->alpha * x; }
+static double ref_gelu(const fg_op *op, double x)
+{
+    if (op->gelu_tanh)
+        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+}
+static double ref_sigmoid(const fg_op *op, double x) { (void)op; return 1 / (1 + exp(-x)); }
+static double ref_tanh(const fg_op *op, double x) { (void)op; return tanh(x); }
+static double ref_softplus(const fg_op *op, double x)
+{
+    return op->beta * x > op->threshold ? x : log1p(exp(op->beta * x)) / op->beta;
+}
+static double ref_mish(const fg_op *op, double x)
+{
+    (void)op;
+    double sp = x > 20 ? x : log1p(exp(x));
+    return x * tanh(sp);
+}
+static double ref_silu(const fg_op *op, double x) { (void)op; return x / (1 + exp(-x)); }
+static double ref_hardswish(const fg_op *op, double x) { (void)op; return x * fmin(fmax(x + 3, 0), 6) / 6; }
+static double ref_hardsigmoid(const fg_op *op, double x) { (void)op; return fmin(fmax(x + 3, 0), 6) / 6; }
+static double ref_clamp(const fg_op *op, double x)
+{
+    if (op->has_lo && x < op->lo)
+        x = op->lo;
+    if (op->has_hi && x > op->hi)
+        x = op->hi;
+    return x;
+}
+static double ref_exp(const fg_op *op, double x) { (void)op; return exp(x); }
+static double ref_log(const fg_op *op, double x) { (void)op; return log(x); }
+static double ref_abs(const fg_op *op, double x) { (void)op; return fabs(x); }
+static double ref_neg(const fg_op *op, double x) { (void)op; return -x; }
+
+static const ref_unary_fn ref_unary[FG_OP_KIND_COUNT] = {
+    [FG_OP_RELU] = ref_relu,
+    [FG_OP_LEAKY_RELU] = ref_leaky_relu,
+    [FG_OP_GELU] = ref_gelu,
+    [FG_OP_SIGMOID] = ref_sigmoid,
+    [FG_OP_TANH] = ref_tanh,
+    [FG_OP_SOFTPLUS] = ref_softplus,
+    [FG_OP_MISH] = ref_mish,
+    [FG_OP_SILU] = ref_silu,
+    [FG_OP_HARDSWISH] = ref_hardswish,
+    [FG_OP_HARDSIGMOID] = ref_hardsigmoid,
+    [FG_OP_HARDTANH] = ref_clamp, /* with both bounds */
+    [FG_OP_CLAMP] = ref_clamp,
+    [FG_OP_EXP] = ref_exp,
+    [FG_OP_LOG] = ref_log,
+    [FG_OP_ABS] = ref_abs,
+    [FG_OP_NEG] = ref_neg,
+};
+static_assert(FG_OP_KIND_COUNT == 37, "a new op kind: define it in the CPU reference's tables");
+
+typedef double (*ref_binary_fn)(double a, double b);
+
+static double ref_add(double a, double b) { return a + b; }
+static double ref_sub(double a, double b) { return a - b; }
+static double ref_mul(double a, double b) { return a * b; }
+static double ref_div(double a, double b) { return a / b; }
+/* torch.minimum and torch.maximum propagate NaN */
+static double ref_minimum(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a < b ? a : b); }
+static double ref_maximum(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a > b ? a : b); }
+
+static const ref_binary_fn ref_binary[FG_OP_KIND_COUNT] = {
+    [FG_OP_ADD] = ref_add,
+    [FG_OP_SUB] = ref_sub,
+    [FG_OP_MUL] = ref_mul,
+    [FG_OP_DIV] = ref_div,
+    [FG_OP_MINIMUM] = ref_minimum,
+    [FG_OP_MAXIMUM] = ref_maximum,
+};
+static_assert(FG_OP_KIND_COUNT == 37, "a new op kind: define it in the CPU reference's tables");
+
+/* A reduction's result from the extreme of its elements (the max; the min for a min), their
+ * sum (of exp(x - max) for logsumexp) and their count. */
+typedef double (*ref_reduce_fn)(double extreme, double sum, int64_t count);
+
+static double ref_extreme(double extreme, double sum, int64_t count) { (void)sum, (void)count; return extreme; }
+static double ref_sum(double extreme, double sum, int64_t count) { (void)extreme, (void)count; return sum; }
+static double ref_mean(double extreme, double sum, int64_t count) { (void)extreme; return sum / (double)count; }
+static double ref_logsumexp(double extreme, double sum, int64_t count)
+{
+    (void)count;
+    return isfinite(extreme) ? extreme + log(sum) : extreme;
+}
+
+/* what the extreme is: a max, or a min */
+static const bool ref_reduce_min[FG_OP_KIND_COUNT] = {[FG_OP_REDUCE_MIN] = true};
+
+static const ref_reduce_fn ref_reduce[FG_OP_KIND_COUNT] = {
+    [FG_OP_REDUCE_MAX] = ref_extreme,
+    [FG_OP_REDUCE_MIN] = ref_extreme,
+    [FG_OP_REDUCE_SUM] = ref_sum,
+    [FG_OP_REDUCE_MEAN] = ref_mean,
+    [FG_OP_LOGSUMEXP] = ref_logsumexp,
+    [FG_OP_GLOBAL_AVG_POOL] = ref_mean,
+};
+static_assert(FG_OP_KIND_COUNT == 37, "a new op kind: define it in the CPU reference's tables");
+
+/* A pool's result from the max, the sum and the count of its window's elements (`count`:
+ * all of them, or those inside the input, as count_include_pad says). */
+typedef double (*ref_pool_fn)(double best, double sum, int64_t count);
+
+static const ref_pool_fn ref_pool[FG_OP_KIND_COUNT] = {
+    [FG_OP_MAX_POOL] = ref_extreme,
+    [FG_OP_AVG_POOL] = ref_mean,
+};
+static_assert(FG_OP_KIND_COUNT == 37, "a new op kind: define it in the CPU reference's tables");
+
+/* Whether the reference defines `kind` (its class's table has it). */
+bool fg_ref_defines(fg_op_kind kind)
+{
+    switch (fg_op_kind_class(kind)) {
+    case FG_CLASS_CONV:
+    case FG_CLASS_NORM:
+    case FG_CLASS_SOFTMAX:
+        return true; /* one routine each below */
+    case FG_CLASS_UNARY:
+        return ref_unary[kind] != NULL;
+    case FG_CLASS_BINARY:
+        return ref_binary[kind] != NULL;
+    case FG_CLASS_REDUCE:
+        return ref_reduce[kind] != NULL;
+    case FG_CLASS_POOL:
+        return ref_pool[kind] != NULL;
+    }
+    return false;
+}
+
 double fg_ref_unary(const fg_op *op, double x)
 {
-    switch (op->kind) {
-    case FG_OP_RELU:
-        return x > 0 ? x : 0;
-    case FG_OP_LEAKY_RELU:
-        return x > 0 ? x : op->alpha * x;
-    case FG_OP_GELU:
-        if (op->gelu_tanh)
-            return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
-    case FG_OP_SIGMOID:
-        return 1 / (1 + exp(-x));
-    case FG_OP_TANH:
-        return tanh(x);
-    case FG_OP_SOFTPLUS:
-        return op->beta * x > op->threshold ? x : log1p(exp(op->beta * x)) / op->beta;
-    case FG_OP_MISH: {
-        double sp = x > 20 ? x : log1p(exp(x));
-        return x * tanh(sp);
-    }
-    case FG_OP_SILU:
-        return x / (1 + exp(-x));
-    case FG_OP_HARDSWISH:
-        return x * fmin(fmax(x + 3, 0), 6) / 6;
-    case FG_OP_HARDSIGMOID:
-        return fmin(fmax(x + 3, 0), 6) / 6;
-    case FG_OP_HARDTANH:
-    case FG_OP_CLAMP:
-        if (op->has_lo && x < op->lo)
-            x = op->lo;
-        if (op->has_hi && x > op->hi)
-            x = op->hi;
-        return x;
-    case FG_OP_EXP:
-        return exp(x);
-    case FG_OP_LOG:
-        return log(x);
-    case FG_OP_ABS:
-        return fabs(x);
-    case FG_OP_NEG:
-        return -x;
-    case FG_OP_CONV2D:
-    case FG_OP_CONV3D:
-    case FG_OP_ADD:
-    case FG_OP_SUB:
-    case FG_OP_MUL:
-    case FG_OP_DIV:
-    case FG_OP_MINIMUM:
-    case FG_OP_MAXIMUM:
-    case FG_OP_GROUP_NORM:
-    case FG_OP_INSTANCE_NORM:
-    case FG_OP_BATCH_NORM:
-    case FG_OP_LAYER_NORM:
-    case FG_OP_REDUCE_MAX:
-    case FG_OP_REDUCE_MIN:
-    case FG_OP_REDUCE_SUM:
-    case FG_OP_REDUCE_MEAN:
-    case FG_OP_LOGSUMEXP:
-    case FG_OP_SOFTMAX:
-    case FG_OP_MAX_POOL:
-    case FG_OP_AVG_POOL:
-    case FG_OP_GLOBAL_AVG_POOL:
-        break; /* not elementwise with one operand */
-    }
-    return NAN;
+    return ref_unary[op->kind] ? ref_unary[op->kind](op, x) : NAN;
 }
 
 double fg_ref_binary(fg_op_kind kind, double a, double b)
 {
-    switch (kind) {
-    case FG_OP_ADD:
-        return a + b;
-    case FG_OP_SUB:
-        return a - b;
-    case FG_OP_MUL:
-        return a * b;
-    case FG_OP_DIV:
-        return a / b;
-    case FG_OP_MINIMUM: /* torch.minimum propagates NaN */
-        return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
-    case FG_OP_MAXIMUM:
-        return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
-    case FG_OP_CONV2D:
-    case FG_OP_CONV3D:
-    case FG_OP_RELU:
-    case FG_OP_LEAKY_RELU:
-    case FG_OP_GELU:
-    case FG_OP_SIGMOID:
-    case FG_OP_TANH:
-    case FG_OP_SOFTPLUS:
-    case FG_OP_MISH:
-    case FG_OP_SILU:
-    case FG_OP_HARDSWISH:
-    case FG_OP_HARDSIGMOID:
-    case FG_OP_HARDTANH:
-    case FG_OP_CLAMP:
-    case FG_OP_EXP:
-    case FG_OP_LOG:
-    case FG_OP_ABS:
-    case FG_OP_NEG:
-    case FG_OP_GROUP_NORM:
-    case FG_OP_INSTANCE_NORM:
-    case FG_OP_BATCH_NORM:
-    case FG_OP_LAYER_NORM:
-    case FG_OP_REDUCE_MAX:
-    case FG_OP_REDUCE_MIN:
-    case FG_OP_REDUCE_SUM:
-    case FG_OP_REDUCE_MEAN:
-    case FG_OP_LOGSUMEXP:
-    case FG_OP_SOFTMAX:
-    case FG_OP_MAX_POOL:
-    case FG_OP_AVG_POOL:
-    case FG_OP_GLOBAL_AVG_POOL:
-        break; /* not elementwise with two operands */
-    }
-    return NAN;
+    return ref_binary[kind] ? ref_binary[kind](a, b) : NAN;
 }
 
 static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, const float *w, const float *bias,
@@ -307,63 +335,12 @@ static int64_t reduce_key(const fg_op *op, const fg_shape *s, const fg_shape *ks
     return n * ksample + ravel(kshape, coords);
 }
 
-/* A reduction's result from the extreme (max, or min for a min) and the sum of its elements
- * (of exp(x - max) for logsumexp), over `count` elements. */
-static double reduction_result(fg_op_kind kind, double extreme, double sum, int64_t count)
-{
-    switch (kind) {
-    case FG_OP_REDUCE_MAX:
-    case FG_OP_REDUCE_MIN:
-        return extreme;
-    case FG_OP_REDUCE_SUM:
-        return sum;
-    case FG_OP_REDUCE_MEAN:
-    case FG_OP_GLOBAL_AVG_POOL:
-        return sum / (double)count;
-    case FG_OP_LOGSUMEXP:
-        return isfinite(extreme) ? extreme + log(sum) : extreme;
-    case FG_OP_CONV2D:
-    case FG_OP_CONV3D:
-    case FG_OP_RELU:
-    case FG_OP_LEAKY_RELU:
-    case FG_OP_GELU:
-    case FG_OP_SIGMOID:
-    case FG_OP_TANH:
-    case FG_OP_SOFTPLUS:
-    case FG_OP_MISH:
-    case FG_OP_SILU:
-    case FG_OP_HARDSWISH:
-    case FG_OP_HARDSIGMOID:
-    case FG_OP_HARDTANH:
-    case FG_OP_CLAMP:
-    case FG_OP_EXP:
-    case FG_OP_LOG:
-    case FG_OP_ABS:
-    case FG_OP_NEG:
-    case FG_OP_ADD:
-    case FG_OP_SUB:
-    case FG_OP_MUL:
-    case FG_OP_DIV:
-    case FG_OP_MINIMUM:
-    case FG_OP_MAXIMUM:
-    case FG_OP_GROUP_NORM:
-    case FG_OP_INSTANCE_NORM:
-    case FG_OP_BATCH_NORM:
-    case FG_OP_LAYER_NORM:
-    case FG_OP_SOFTMAX:
-    case FG_OP_MAX_POOL:
-    case FG_OP_AVG_POOL:
-        break; /* not a reduction to one value */
-    }
-    return NAN;
-}
-
 /* Reductions (and softmax) over reduce_mask. Output element of an input element: drop or
  * zero the reduced coordinates. */
 static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, fg_error *err)
 {
     const fg_shape *s = &in->shape;
-    bool softmax = op->kind == FG_OP_SOFTMAX;
+    bool softmax = fg_op_kind_class(op->kind) == FG_CLASS_SOFTMAX;
     /* statistics live on the keepdim shape */
     fg_shape kshape = *s;
     int64_t group = 1;
@@ -381,19 +358,19 @@ static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, f
         return fg_fail(err, "CPU reference: out of memory for a reduction");
     }
     for (int64_t q = 0; q < ksample * batch; q++)
-        mx[q] = op->kind == FG_OP_REDUCE_MIN ? INFINITY : -INFINITY;
+        mx[q] = ref_reduce_min[op->kind] ? INFINITY : -INFINITY;
 #define KEY(n, i) reduce_key(op, s, &kshape, ksample, (n), (i))
     for (int64_t n = 0; n < batch; n++)
         for (int64_t i = 0; i < in->sample; i++) {
             int64_t k = KEY(n, i);
             double x = in->data[n * in->sample + i];
-            if (op->kind == FG_OP_REDUCE_MIN)
+            if (ref_reduce_min[op->kind])
                 mx[k] = x < mx[k] || isnan(x) ? x : mx[k];
             else
                 mx[k] = x > mx[k] || isnan(x) ? x : mx[k];
             acc[k] += x;
         }
-    if (op->kind == FG_OP_LOGSUMEXP || softmax) {
+    if (ref_reduce[op->kind] == ref_logsumexp || softmax) { /* the sum of exp(x - max) */
         memset(acc, 0, sizeof(double) * (size_t)(ksample * batch));
         for (int64_t n = 0; n < batch; n++)
             for (int64_t i = 0; i < in->sample; i++) {
@@ -411,7 +388,7 @@ static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, f
     } else {
         /* the output is the keepdim shape with or without the unit dims: same order */
         for (int64_t q = 0; q < ksample * batch; q++) {
-            out->data[q] = reduction_result(op->kind, mx[q], acc[q], group);
+            out->data[q] = ref_reduce[op->kind](mx[q], acc[q], group);
         }
     }
 #undef KEY
@@ -450,12 +427,7 @@ static void pool(const fg_op *op, const value *in, value *out, int64_t batch)
                 sum += x;
                 valid++;
             }
-            double r;
-            if (op->kind == FG_OP_MAX_POOL)
-                r = best;
-            else
-                r = sum / (double)(op->count_include_pad ? window : valid);
-            out->data[n * out->sample + j] = r;
+            out->data[n * out->sample + j] = ref_pool[op->kind](best, sum, op->count_include_pad ? window : valid);
         }
 }
 
@@ -486,37 +458,21 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
             break;
         }
         const value *in = k ? &vals[k - 1] : NULL;
-        switch (op->kind) {
-        case FG_OP_CONV2D:
-        case FG_OP_CONV3D:
+        if (!fg_ref_defines(op->kind)) {
+            rc = fg_fail(err, "CPU reference: op %s (line %d) has no definition here", fg_op_kind_name(op->kind),
+                         op->line);
+            break;
+        }
+        switch (fg_op_kind_class(op->kind)) {
+        case FG_CLASS_CONV:
             conv(op, &ir->input, input, params[op->weight_param], op->bias ? params[op->bias_param] : NULL, out,
                  batch);
             break;
-        case FG_OP_RELU:
-        case FG_OP_LEAKY_RELU:
-        case FG_OP_GELU:
-        case FG_OP_SIGMOID:
-        case FG_OP_TANH:
-        case FG_OP_SOFTPLUS:
-        case FG_OP_MISH:
-        case FG_OP_SILU:
-        case FG_OP_HARDSWISH:
-        case FG_OP_HARDSIGMOID:
-        case FG_OP_HARDTANH:
-        case FG_OP_CLAMP:
-        case FG_OP_EXP:
-        case FG_OP_LOG:
-        case FG_OP_ABS:
-        case FG_OP_NEG:
+        case FG_CLASS_UNARY:
             for (int64_t i = 0; i < in->sample * batch; i++)
-                out->data[i] = fg_ref_unary(op, in->data[i]);
+                out->data[i] = ref_unary[op->kind](op, in->data[i]);
             break;
-        case FG_OP_ADD:
-        case FG_OP_SUB:
-        case FG_OP_MUL:
-        case FG_OP_DIV:
-        case FG_OP_MINIMUM:
-        case FG_OP_MAXIMUM:
+        case FG_CLASS_BINARY:
             for (int64_t n = 0; n < batch; n++)
                 for (int64_t i = 0; i < in->sample; i++) {
                     double b;
@@ -528,26 +484,17 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
                     } else {
                         b = vals[op->operand_value].data[n * in->sample + i];
                     }
-                    out->data[n * in->sample + i] = fg_ref_binary(op->kind, in->data[n * in->sample + i], b);
+                    out->data[n * in->sample + i] = ref_binary[op->kind](in->data[n * in->sample + i], b);
                 }
             break;
-        case FG_OP_GROUP_NORM:
-        case FG_OP_INSTANCE_NORM:
-        case FG_OP_BATCH_NORM:
-        case FG_OP_LAYER_NORM:
+        case FG_CLASS_NORM:
             rc = norm(ir, op, in, out, batch, params, err);
             break;
-        case FG_OP_REDUCE_MAX:
-        case FG_OP_REDUCE_MIN:
-        case FG_OP_REDUCE_SUM:
-        case FG_OP_REDUCE_MEAN:
-        case FG_OP_LOGSUMEXP:
-        case FG_OP_SOFTMAX:
-        case FG_OP_GLOBAL_AVG_POOL:
+        case FG_CLASS_REDUCE:
+        case FG_CLASS_SOFTMAX:
             rc = reduce(op, in, out, batch, err);
             break;
-        case FG_OP_MAX_POOL:
-        case FG_OP_AVG_POOL:
+        case FG_CLASS_POOL:
             pool(op, in, out, batch);
             break;
         }

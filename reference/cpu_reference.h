@@ -4,6 +4,7 @@
 #ifndef FG_CPU_REFERENCE_H
 #define FG_CPU_REFERENCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../common/diag.h"
@@ -15,6 +16,9 @@
  * memory). */
 int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                      double *output, fg_error *err);
+
+/* Whether the reference defines an op kind (tests check every kind of the registry). */
+bool fg_ref_defines(fg_op_kind kind);
 
 /* The elementwise functions, exposed so that tests can hold the templates to them. */
 double fg_ref_unary(const fg_op *op, double x);
