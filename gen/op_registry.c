@@ -255,6 +255,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
             {.name = "bias", .type = FG_FIELD_BOOL, .member = M(bias), .def = 1, .doc = "add <name>.bias"},
         },
         .doc = "2D convolution (PyTorch Conv2d); the layer's first op",
+        .examples = {"conv2d { out_channels = 8, kernel = 3, padding = 1 }", "conv2d { out_channels = 6, kernel = { 3, 5 }, stride = 2, dilation = { 1, 2 }, groups = 2, bias = false }"},
     },
     [FG_OP_CONV3D] = {
         .name = "conv3d",
@@ -273,6 +274,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
             {.name = "bias", .type = FG_FIELD_BOOL, .member = M(bias), .def = 1, .doc = "add <name>.bias"},
         },
         .doc = "3D convolution (PyTorch Conv3d); the layer's first op",
+        .examples = {"conv3d { out_channels = 8, kernel = 3, padding = 1 }", "conv3d { out_channels = 6, kernel = { 1, 3, 3 }, stride = { 1, 2, 2 }, groups = 2 }"},
     },
 
     /* ---- elementwise, one operand ---- */
@@ -285,6 +287,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
                     .doc = "slope below zero"}},
         .cuda = {{.text = "({x} > 0.0f ? {x} : {negative_slope} * {x})"}},
         .doc = "x > 0 ? x : negative_slope·x",
+        .examples = {"leaky_relu {}", "leaky_relu { negative_slope = 0.2 }"},
     },
     [FG_OP_GELU] = {
         .name = "gelu",
@@ -295,6 +298,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
                   .text = "(0.5f * {x} * (1.0f + tanhf(0.797884561f * ({x} + 0.044715f * {x} * {x} * {x}))))"},
                  {.guard = "approximate=none", .text = "(0.5f * {x} * (1.0f + erff({x} * 0.707106781f)))"}},
         .doc = "\"none\": 0.5·x·(1 + erf(x/√2)); \"tanh\": 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))",
+        .examples = {"gelu {}", "gelu { approximate = \"tanh\" }"},
     },
     [FG_OP_SIGMOID] = {.name = "sigmoid", .cls = FG_CLASS_UNARY, .cuda = {{.text = "fg_sigmoid({x})"}},
                        .doc = "1 / (1 + e^−x)"},
@@ -308,6 +312,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
                     .doc = "linear above it"}},
         .cuda = {{.text = "({beta} * {x} > {threshold} ? {x} : log1pf(expf({beta} * {x})) / {beta})"}},
         .doc = "beta·x > threshold ? x : log1p(e^(beta·x)) / beta",
+        .examples = {"softplus {}", "softplus { beta = 2, threshold = 1 }"},
     },
     [FG_OP_MISH] = {.name = "mish", .cls = FG_CLASS_UNARY,
                     .cuda = {{.text = "({x} * tanhf({x} > 20.0f ? {x} : log1pf(expf({x}))))"}},
@@ -329,6 +334,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .check = hardtanh_bounds,
         .cuda = {{.text = "({x} < {min} ? {min} : {x})"}, {.text = "({x} > {max} ? {max} : {x})"}},
         .doc = "x < min ? min : x > max ? max : x",
+        .examples = {"hardtanh {}", "hardtanh { min = -0.25, max = 0.5 }"},
     },
     [FG_OP_CLAMP] = {
         .name = "clamp",
@@ -341,27 +347,28 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .cuda = {{.guard = "min?", .text = "({x} < {min} ? {min} : {x})"},
                  {.guard = "max?", .text = "({x} > {max} ? {max} : {x})"}},
         .doc = "as hardtanh, with only the bounds given",
+        .examples = {"clamp { min = -0.5 }", "clamp { max = 0.25 }", "clamp { min = 0.1, max = 0.6 }"},
     },
     [FG_OP_EXP] = {.name = "exp", .cls = FG_CLASS_UNARY, .cuda = {{.text = "expf({x})"}}, .doc = "e^x"},
-    [FG_OP_LOG] = {.name = "log", .cls = FG_CLASS_UNARY, .cuda = {{.text = "logf({x})"}}, .doc = "ln x"},
+    [FG_OP_LOG] = {.name = "log", .cls = FG_CLASS_UNARY, .cuda = {{.text = "logf({x})"}}, .doc = "ln x", .examples = {"abs {}, log {}"}},
     [FG_OP_ABS] = {.name = "abs", .cls = FG_CLASS_UNARY, .cuda = {{.text = "fabsf({x})"}}, .doc = "|x|"},
     [FG_OP_NEG] = {.name = "neg", .cls = FG_CLASS_UNARY, .cuda = {{.text = "(-{x})"}}, .doc = "−x"},
 
     /* ---- elementwise, two operands ---- */
     [FG_OP_ADD] = {.name = "add", .cls = FG_CLASS_BINARY, .fields = {OPERAND}, .cuda = {{.text = "({a} + {b})"}},
-                   .doc = "x + operand"},
+                   .doc = "x + operand", .examples = {"add { scalar = 0.5 }", "add { param = \"p\" }", "add { value = \"c\" }"}},
     [FG_OP_SUB] = {.name = "sub", .cls = FG_CLASS_BINARY, .fields = {OPERAND}, .cuda = {{.text = "({a} - {b})"}},
-                   .doc = "x − operand"},
+                   .doc = "x − operand", .examples = {"sub { scalar = 0.5 }", "sub { param = \"p\", shape = { 34 } }", "sub { value = \"c\" }"}},
     [FG_OP_MUL] = {.name = "mul", .cls = FG_CLASS_BINARY, .fields = {OPERAND}, .cuda = {{.text = "({a} * {b})"}},
-                   .doc = "x · operand"},
+                   .doc = "x · operand", .examples = {"mul { scalar = -1.5 }", "mul { param = \"p\" }", "mul { value = \"c\" }"}},
     [FG_OP_DIV] = {.name = "div", .cls = FG_CLASS_BINARY, .fields = {OPERAND}, .cuda = {{.text = "({a} / {b})"}},
-                   .doc = "x / operand"},
+                   .doc = "x / operand", .examples = {"div { scalar = 3 }", "div { param = \"p\", shape = { 8, 1, 34 } }", "abs {}, add { scalar = 1 }, div { value = \"c\" }"}},
     [FG_OP_MINIMUM] = {.name = "min", .cls = FG_CLASS_BINARY, .fields = {OPERAND},
                        .cuda = {{.text = "fg_minimum({a}, {b})"}},
-                       .doc = "the smaller of x and the operand (NaN if either is; torch.minimum)"},
+                       .doc = "the smaller of x and the operand (NaN if either is; torch.minimum)", .examples = {"min { scalar = 0.1 }", "min { param = \"p\" }", "relu {}, min { value = \"c\" }"}},
     [FG_OP_MAXIMUM] = {.name = "max", .cls = FG_CLASS_BINARY, .fields = {OPERAND},
                        .cuda = {{.text = "fg_maximum({a}, {b})"}},
-                       .doc = "the larger of x and the operand (NaN if either is; torch.maximum)"},
+                       .doc = "the larger of x and the operand (NaN if either is; torch.maximum)", .examples = {"max { scalar = 0.1 }", "max { param = \"p\" }", "relu {}, max { value = \"c\" }"}},
 
     /* ---- normalizations ---- */
     [FG_OP_GROUP_NORM] = {
@@ -373,6 +380,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .norm = {.channels = FG_NORM_GROUPS},
         .stats = &norm_stats,
         .doc = "per sample, over C / groups consecutive channels and all spatial dims",
+        .examples = {"group_norm { groups = 2 }", "group_norm { groups = 8, affine = false, eps = 1e-3 }"},
     },
     [FG_OP_INSTANCE_NORM] = {
         .name = "instance_norm",
@@ -381,6 +389,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .norm = {.channels = FG_NORM_EACH},
         .stats = &norm_stats,
         .doc = "per sample and channel, over all spatial dims",
+        .examples = {"instance_norm {}", "instance_norm { affine = true }"},
     },
     [FG_OP_BATCH_NORM] = {
         .name = "batch_norm",
@@ -393,6 +402,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .stats = &norm_stats,
         .stats_unless = running_statistics,
         .doc = "per channel, over the batch and all spatial dims (or the running statistics)",
+        .examples = {"batch_norm {}", "batch_norm { stats = \"running\" }"},
     },
     [FG_OP_LAYER_NORM] = {
         .name = "layer_norm",
@@ -404,6 +414,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .norm = {.channels = FG_NORM_TRAILING},
         .stats = &norm_stats,
         .doc = "per sample, over the trailing dims in normalized_shape",
+        .examples = {"layer_norm { normalized_shape = { 34, 34 } }", "layer_norm { normalized_shape = { 8, 34, 34 }, affine = false }"},
     },
 
     /* ---- reductions and softmax ---- */
@@ -415,6 +426,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .conflict_hint = "dim/dims: max { dim = ... } reduces, max { scalar = ... } is elementwise",
         .reduce = &reduce_max,
         .doc = "the largest element (NaN if any is)",
+        .examples = {"max { dim = 1 }", "max { dims = { 2, 3 }, keepdim = true }"},
     },
     [FG_OP_REDUCE_MIN] = {
         .name = "min",
@@ -424,15 +436,16 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .conflict_hint = "dim/dims: min { dim = ... } reduces, min { scalar = ... } is elementwise",
         .reduce = &reduce_min,
         .doc = "the smallest element (NaN if any is)",
+        .examples = {"min { dim = 1, keepdim = true }", "min { dims = { 2, 3 } }"},
     },
     [FG_OP_REDUCE_SUM] = {.name = "sum", .cls = FG_CLASS_REDUCE, .fields = {DIMS("dims", true), KEEPDIM},
-                          .reduce = &reduce_sum, .doc = "Σ x"},
+                          .reduce = &reduce_sum, .doc = "Σ x", .examples = {"sum { dim = 3 }", "sum { dims = { 2, 3 } }"}},
     [FG_OP_REDUCE_MEAN] = {.name = "mean", .cls = FG_CLASS_REDUCE, .fields = {DIMS("dims", true), KEEPDIM},
-                           .reduce = &reduce_mean, .doc = "Σ x / count"},
+                           .reduce = &reduce_mean, .doc = "Σ x / count", .examples = {"mean { dim = 1 }", "mean { dims = { 1, 2, 3 } }"}},
     [FG_OP_LOGSUMEXP] = {.name = "logsumexp", .cls = FG_CLASS_REDUCE, .fields = {DIMS("dims", true), KEEPDIM},
-                         .reduce = &reduce_logsumexp, .doc = "m + log Σ e^(x − m), m the max"},
+                         .reduce = &reduce_logsumexp, .doc = "m + log Σ e^(x − m), m the max", .examples = {"logsumexp { dim = 1, keepdim = true }", "logsumexp { dims = { 2, 3 } }"}},
     [FG_OP_SOFTMAX] = {.name = "softmax", .cls = FG_CLASS_SOFTMAX, .fields = {DIMS("dim", true)},
-                       .stats = &softmax_stats, .doc = "e^(x − m) / Σ e^(x − m) over one dim"},
+                       .stats = &softmax_stats, .doc = "e^(x − m) / Σ e^(x − m) over one dim", .examples = {"softmax { dim = 1 }", "softmax { dim = 3 }"}},
 
     /* ---- pooling ---- */
     [FG_OP_MAX_POOL] = {
@@ -447,6 +460,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .check = pool_stride,
         .reduce = &pool_max,
         .doc = "the largest element of each window",
+        .examples = {"max_pool { kernel = 2 }", "max_pool2d { kernel = 3, stride = 2, padding = 1 }"},
     },
     [FG_OP_AVG_POOL] = {
         .name = "avg_pool",
@@ -462,6 +476,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .check = pool_stride,
         .reduce = &pool_avg,
         .doc = "the mean of each window",
+        .examples = {"avg_pool { kernel = 2 }", "avg_pool2d { kernel = 3, stride = 2, padding = 1, count_include_pad = false }"},
     },
     [FG_OP_GLOBAL_AVG_POOL] = {.name = "global_avg_pool", .cls = FG_CLASS_REDUCE, .reduce = &reduce_mean,
                                .doc = "the mean over all spatial dims, kept as extent 1 (adaptive_avg_pool to 1)"},
@@ -529,4 +544,31 @@ const char *const *fg_constructor_names(int *n)
     pthread_once(&once, list_constructors);
     *n = n_constructors;
     return constructors;
+}
+
+int fg_op_example_spec(fg_op_kind kind, int i, char *buf, size_t cap)
+{
+    const fg_op_def *d = fg_op_def_of(kind);
+    char plain[64];
+    const char *example = NULL;
+    if (!d || i < 0 || i >= 3)
+        return -1;
+    if (d->examples[0]) {
+        example = d->examples[i];
+    } else if (i == 0) {
+        snprintf(plain, sizeof plain, "%s {}", d->name);
+        example = plain;
+    }
+    if (!example)
+        return -1;
+    int n;
+    if (d->cls == FG_CLASS_CONV)
+        n = snprintf(buf, cap, "return layer \"%s_%d\" {\n  input = { \"N\", 4, %s },\n  %s,\n}\n", d->name, i,
+                     d->spatial == 3 ? "8, 10, 12" : "34, 34", example);
+    else
+        n = snprintf(buf, cap,
+                     "return layer \"%s_%d\" {\n  input = { \"N\", 4, 34, 34 },\n"
+                     "  conv2d { out_channels = 8, kernel = 3, padding = 1, as = \"c\" },\n  %s,\n}\n",
+                     d->name, i, example);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
 }

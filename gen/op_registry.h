@@ -182,6 +182,11 @@ typedef struct fg_op_def {
     const fg_reduce_def *stats;
     bool (*stats_unless)(const fg_op *op);
     const char *doc;               /* one line for docs/spec.md's table */
+    /* How the op is used in the tests that run every kind (tests/test_render.c, the GPU's
+     * test_gpu_ops.c): spec text placed after `conv2d { out_channels = 8, kernel = 3,
+     * padding = 1, as = "c" }` on an input [N, 4, 34, 34] (the convs: the whole conv, also on
+     * [N, 4, 8, 10, 12] for conv3d). NULL entries after the first; none at all: `name {}`. */
+    const char *examples[3];
 } fg_op_def;
 
 extern const fg_op_def fg_op_defs[FG_OP_KIND_COUNT];
@@ -194,6 +199,10 @@ const char *const *fg_constructor_names(int *n);
 /* The statistics op `op` needs before it can produce an element: its reduce_def (the
  * accumulators to gather), or NULL. */
 const fg_reduce_def *fg_op_stats(const fg_op *op);
+
+/* A whole spec (layer "<constructor>_<i>") that uses example i of kind `kind`: what the
+ * tests that run every kind load. Returns 0, or -1 when the kind has no example i. */
+int fg_op_example_spec(fg_op_kind kind, int i, char *buf, size_t cap);
 
 /* A field of kind `kind` by spec name (NULL if none). */
 const fg_field *fg_op_field(fg_op_kind kind, const char *name);

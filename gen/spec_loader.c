@@ -14,6 +14,17 @@
 
 /* ---- The constructors a spec can call: the op registry's (op_registry.h) ------------------ */
 
+/* What a spec sees besides the constructors: a few pure functions of Lua's base and math
+ * libraries, and the layer's own fields. */
+static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tostring",
+                                         "tonumber", "select", "error", "assert"};
+static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
+                                         "fmod", "tointeger", "huge", "pi", "maxinteger"};
+static const char *const layer_fields[] = {"input", "precision", "strategy"};
+static const char *const precisions[] = {"fp32", "tf32"};
+static const char *const strategies[] = {"auto", "materialize", "recompute", "resident"};
+#define COUNT(a) (int)(sizeof(a) / sizeof *(a))
+
 /* Registry keys. Op and layer records live in registry tables the spec cannot reach, keyed
  * by the (empty) handle tables the constructors return, so a spec cannot forge an op. */
 static const char REG_OPS[] = "fusegen.ops";
@@ -125,14 +136,10 @@ static void push_environment(lua_State *L)
     lua_setfield(L, LUA_REGISTRYINDEX, REG_CTORS);
 
     lua_newtable(L); /* env */
-    static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tostring",
-                                             "tonumber", "select", "error", "assert"};
     for (size_t i = 0; i < sizeof base_funcs / sizeof *base_funcs; i++) {
         lua_getglobal(L, base_funcs[i]);
         lua_setfield(L, -2, base_funcs[i]);
     }
-    static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
-                                             "fmod", "tointeger", "huge", "pi", "maxinteger"};
     lua_newtable(L);
     lua_getglobal(L, "math");
     for (size_t i = 0; i < sizeof math_funcs / sizeof *math_funcs; i++) {
@@ -723,10 +730,9 @@ static int walk(lua_State *L)
         lua_pop(L, 1);
         if (lua_type(L, -1) == LUA_TSTRING) {
             const char *k = lua_tostring(L, -1);
-            static const char *const known[] = {"input", "precision", "strategy"};
-            if (k[0] == '\1' || !strcmp(k, "input") || !strcmp(k, "precision") || !strcmp(k, "strategy"))
+            if (k[0] == '\1' || listed(k, layer_fields, COUNT(layer_fields)))
                 continue;
-            const char *near = fg_nearest_name(k, known, 3);
+            const char *near = fg_nearest_name(k, layer_fields, COUNT(layer_fields));
             raise(L, w, line, "layer: unknown field '%s'%s%s%s", k,
                   near ? " (did you mean '" : " (known: input, precision, strategy)",
                   near ? near : "", near ? "'?)" : "");
@@ -736,11 +742,9 @@ static int walk(lua_State *L)
             raise(L, w, line, "layer: the ops must form a plain list (found key %s)", luaL_tolstring(L, -1, NULL));
     }
     read_input(L, w, body, line);
-    static const char *const precisions[] = {"fp32", "tf32"};
-    ir->precision = opt_choice(L, w, body, "precision", precisions, 2, 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
+    ir->precision = opt_choice(L, w, body, "precision", precisions, COUNT(precisions), 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
     /* the planner chooses by cost; a spec may insist (benchmarks, tests) */
-    static const char *const strategies[] = {"auto", "materialize", "recompute", "resident"};
-    ir->strategy = opt_choice(L, w, body, "strategy", strategies, 4, 0) - 1;
+    ir->strategy = opt_choice(L, w, body, "strategy", strategies, COUNT(strategies), 0) - 1;
 
     if (n == 0)
         raise(L, w, line, "layer: has no ops; the first must be conv2d or conv3d");
@@ -859,4 +863,30 @@ int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
         rc = load(path, buf, len, NULL, ir, err);
     free(buf);
     return rc;
+}
+
+void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx)
+{
+    int n;
+    const char *const *names = fg_constructor_names(&n);
+    for (int i = 0; i < n; i++)
+        word(ctx, names[i]);
+    for (int k = 0; k < FG_OP_KIND_COUNT; k++) {
+        const char *fields[32];
+        int m = known_fields((fg_op_kind)k, fields, 32);
+        for (int i = 0; i < m; i++)
+            word(ctx, fields[i]);
+        for (int i = 0; i < FG_MAX_FIELDS && fg_op_defs[k].fields[i].name; i++)
+            for (int c = 0; c < fg_op_defs[k].fields[i].n_choices; c++)
+                word(ctx, fg_op_defs[k].fields[i].choices[c]);
+    }
+    word(ctx, "as");
+    word(ctx, "N");
+    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies};
+    const int counts[] = {COUNT(base_funcs), COUNT(math_funcs), COUNT(layer_fields), COUNT(precisions),
+                          COUNT(strategies)};
+    for (int l = 0; l < 5; l++)
+        for (int i = 0; i < counts[l]; i++)
+            word(ctx, lists[l][i]);
+    word(ctx, "math");
 }
