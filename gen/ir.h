@@ -55,6 +55,8 @@ typedef enum fg_op_class {
     X(LOG)             \
     X(ABS)             \
     X(NEG)             \
+    X(SOFTSIGN)        \
+    X(DROPOUT)         \
     X(ADD)             \
     X(SUB)             \
     X(MUL)             \
@@ -129,6 +131,8 @@ typedef struct fg_op {
     bool has_lo, has_hi;
     double lo, hi;
     int gelu_tanh;           /* gelu: the `approximate` choice, 1 for "tanh" */
+    double dropout_p;        /* dropout: the drop probability (the identity in inference) */
+    bool training;           /* dropout: training mode asked for (refused) */
 
     /* norms */
     double eps;

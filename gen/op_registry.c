@@ -67,6 +67,20 @@ static const char *pool_stride(fg_op *op, char *msg, size_t cap)
     return NULL;
 }
 
+static const char *dropout_inference(fg_op *op, char *msg, size_t cap)
+{
+    if (op->dropout_p < 0 || op->dropout_p > 1) {
+        snprintf(msg, cap, "must be between 0 and 1 (got %g)", op->dropout_p);
+        return "p";
+    }
+    if (op->training) {
+        snprintf(msg, cap, "asks for training-mode dropout (random zeros); fusegen generates inference "
+                           "kernels, where dropout is the identity: leave training out or set it to false");
+        return "training";
+    }
+    return NULL;
+}
+
 static bool running_statistics(const fg_op *op)
 {
     return op->running_stats == 1;
@@ -353,6 +367,21 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
     [FG_OP_LOG] = {.name = "log", .cls = FG_CLASS_UNARY, .cuda = {{.text = "logf({x})"}}, .doc = "ln x", .examples = {"abs {}, log {}"}},
     [FG_OP_ABS] = {.name = "abs", .cls = FG_CLASS_UNARY, .cuda = {{.text = "fabsf({x})"}}, .doc = "|x|"},
     [FG_OP_NEG] = {.name = "neg", .cls = FG_CLASS_UNARY, .cuda = {{.text = "(-{x})"}}, .doc = "−x"},
+    [FG_OP_SOFTSIGN] = {.name = "softsign", .cls = FG_CLASS_UNARY, .cuda = {{.text = "({x} / (1.0f + fabsf({x})))"}},
+                        .doc = "x / (1 + |x|)"},
+    /* inference only: the identity (a spec that asks for training-mode dropout is refused) */
+    [FG_OP_DROPOUT] = {
+        .name = "dropout",
+        .aliases = {{"dropout2d"}, {"dropout3d"}},
+        .cls = FG_CLASS_UNARY,
+        .fields = {{.name = "p", .type = FG_FIELD_NUMBER, .member = M(dropout_p), .def = 0.5,
+                    .doc = "the drop probability, 0..1 (unused in inference)"},
+                   {.name = "training", .type = FG_FIELD_BOOL, .member = M(training),
+                    .describe = FG_DESCRIBE_BARE, .doc = "must be false: fusegen runs inference"}},
+        .check = dropout_inference,
+        .cuda = {{.text = "{x}"}},
+        .doc = "x (the identity: dropout in inference, nn.Dropout in eval mode)",
+    },
 
     /* ---- elementwise, two operands ---- */
     [FG_OP_ADD] = {.name = "add", .cls = FG_CLASS_BINARY, .fields = {OPERAND}, .cuda = {{.text = "({a} + {b})"}},
@@ -481,7 +510,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
     [FG_OP_GLOBAL_AVG_POOL] = {.name = "global_avg_pool", .cls = FG_CLASS_REDUCE, .reduce = &reduce_mean,
                                .doc = "the mean over all spatial dims, kept as extent 1 (adaptive_avg_pool to 1)"},
 };
-static_assert(FG_OP_KIND_COUNT == 37, "a new op kind: give it an entry in fg_op_defs (docs/design.md, Adding an op)");
+static_assert(FG_OP_KIND_COUNT == 39, "a new op kind: give it an entry in fg_op_defs (docs/design.md, Adding an op)");
 
 const fg_op_def *fg_op_def_of(fg_op_kind kind)
 {

@@ -550,6 +550,11 @@ static const struct {
     {"log {}", 1, 0},
     {"abs {}", -2, 2},
     {"neg {}", 3, -3},
+    {"softsign {}", 1, 0.5},
+    {"softsign {}", -3, -0.75},
+    {"softsign {}", 0, 0},
+    {"dropout {}", -1.25, -1.25},
+    {"dropout2d { p = 0.1 }", 7, 7},
 };
 
 /* Loads `op` after a 1x1 conv and returns the layer (its ops[1] is the op). */
