@@ -229,11 +229,33 @@ static void geometry(const fg_op *conv, conv_geometry *g)
     g->taps = (int64_t)g->k[0] * g->k[1] * g->k[2];
 }
 
-/* Shared memory for ci channels of the input tile and their weights. */
+/* The FMA engine's shared memory for ci staged channels, after `kept` floats of kept conv
+ * output (resident passes): [ci][input tile] and their weights [ci][tap][co, padded to 4].
+ * Returns the bytes; fills *out when given. */
+static int64_t fma_layout(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci, int64_t kept,
+                          fg_smem_layout *out)
+{
+    fg_smem_layout l = {0};
+    int64_t tile = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    l.kept_offset = 0;
+    l.kept_floats = kept;
+    l.input_offset = kept;
+    l.input_buffers = 1;
+    l.buffer_floats = ci * tile;
+    l.channel_pitch = tile;
+    l.weights_offset = kept + ci * tile;
+    l.weights_co_pitch = round_up(t->co_tile, 4);
+    l.weights_floats = ci * g->taps * l.weights_co_pitch;
+    l.table_offset = l.weights_offset + l.weights_floats;
+    l.bytes = 4 * l.table_offset;
+    if (out)
+        *out = l;
+    return l.bytes;
+}
+
 static int64_t conv_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
 {
-    int64_t in = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
-    return 4 * ci * (in + g->taps * round_up(t->co_tile, 4));
+    return fma_layout(g, t, ci, 0, NULL);
 }
 
 enum { CONV_SMEM_BUDGET = 96 * 1024 }; /* two blocks per SM fit beside each other */
@@ -245,14 +267,31 @@ static int64_t mma_ksteps(const conv_geometry *g, const fg_conv_tiling *t, int64
     return t->k_blocked ? ci / 8 * g->taps : ceil_div(ci * g->taps, 8);
 }
 
-/* Shared memory of the MMA engine: ci staged channels, and the weights of co_tile channels
- * for them as ready-made A fragments (hi and lo halves, 32 lanes x 4 floats each). */
+/* Shared memory of the MMA engine: ci staged channels (two buffers where a block computes
+ * several tiles, never when chunked), the weights of co_tile channels for them as ready-made
+ * A fragments ([step][m-tile][hi, lo][32 lanes][4]), and the unblocked steps' offset table.
+ * Returns the bytes; fills *out when given. */
+static int64_t mma_layout(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci, fg_smem_layout *out)
+{
+    fg_smem_layout l = {0};
+    int64_t ksteps = mma_ksteps(g, t, ci);
+    l.input_offset = 0;
+    l.input_buffers = ci == g->cin_g && t->tiles_per_block > 1 ? 2 : 1;
+    l.buffer_floats = ci * t->ch_pitch;
+    l.channel_pitch = t->ch_pitch;
+    l.weights_offset = l.input_buffers * l.buffer_floats;
+    l.weights_floats = ksteps * (t->co_tile / 16) * 2 * 128;
+    l.table_offset = l.weights_offset + l.weights_floats;
+    l.table_entries = t->k_blocked ? 0 : ksteps * 8; /* an offset per reduction index */
+    l.bytes = 4 * (l.table_offset + l.table_entries);
+    if (out)
+        *out = l;
+    return l.bytes;
+}
+
 static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
 {
-    /* a second input buffer only where a block computes several tiles (never when chunked) */
-    int buffers = ci == g->cin_g && t->tiles_per_block > 1 ? 2 : 1;
-    int64_t table = t->k_blocked ? 0 : mma_ksteps(g, t, ci) * 8; /* offsets per reduction index */
-    return 4 * (buffers * ci * t->ch_pitch + mma_ksteps(g, t, ci) * (t->co_tile / 16) * 2 * 128 + table);
+    return mma_layout(g, t, ci, NULL);
 }
 
 /* Unblocked steps read their offsets from a table in shared memory; they are fully
@@ -347,7 +386,8 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_o
         return false;
     ps->launch.block = 32 * warps;
     ps->launch.grid_x = ceil_div(tiles, t->tiles_per_block);
-    ps->launch.smem_bytes = (int)mma_smem(g, t, t->ci_chunk);
+    t->ksteps = (int)mma_ksteps(g, t, t->ci_chunk);
+    ps->launch.smem_bytes = (int)mma_layout(g, t, t->ci_chunk, &t->smem);
     return true;
 }
 
@@ -441,8 +481,8 @@ static void conv_tiling(const planner *p, fg_pass *ps)
     ps->launch.grid_x = tiles;
     ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
     ps->launch.per_sample = true;
-    ps->launch.smem_bytes = (int)conv_smem(&g, t, t->ci_chunk);
     t->ch_pitch = t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    ps->launch.smem_bytes = (int)fma_layout(&g, t, t->ci_chunk, 0, &t->smem);
 }
 
 static void map_launch(const fg_layer_ir *ir, fg_pass *ps)
@@ -474,11 +514,19 @@ static void finalize_launch(const fg_plan *plan, fg_pass *ps)
 
 /* ---- kernel arguments ---------------------------------------------------------------- */
 
+/* Adds a kernel parameter once. A full table (FG_MAX_ARGS covers the worst case, so that
+ * would be a planner bug) leaves n_args past FG_MAX_ARGS, which pass_args reports. */
 static void add_arg(fg_pass *ps, fg_arg_kind kind, int index)
 {
+    if (ps->n_args > FG_MAX_ARGS)
+        return;
     for (int i = 0; i < ps->n_args; i++)
         if (ps->args[i].kind == kind && ps->args[i].index == index)
             return;
+    if (ps->n_args == FG_MAX_ARGS) {
+        ps->n_args = FG_MAX_ARGS + 1;
+        return;
+    }
     ps->args[ps->n_args].kind = kind;
     ps->args[ps->n_args].index = index;
     ps->n_args++;
@@ -733,7 +781,7 @@ static bool plan_resident(planner *p, int sm)
     ps->launch.grid_x = cluster;
     ps->launch.grid_y = channels / block;
     ps->launch.per_sample = true;
-    ps->launch.smem_bytes = (int)(kept + conv_smem(&g, ct, ct->ci_chunk));
+    ps->launch.smem_bytes = (int)fma_layout(&g, ct, ct->ci_chunk, kept / 4, &ct->smem);
     return true;
 }
 
@@ -745,111 +793,108 @@ void fg_plan_options_init(fg_plan_options *opts, int sm)
     opts->sm = sm ? sm : 90;
 }
 
-int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *plan, fg_error *err)
+/* A fresh planner state over an empty plan. */
+static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err)
 {
     memset(plan, 0, sizeof *plan);
-    fg_plan_options defaults;
-    fg_plan_options_init(&defaults, given ? given->sm : 0);
-    fg_plan_options o = given ? *given : defaults;
-    if (!o.sm)
-        o.sm = 90;
-    const fg_plan_options *opts = &o;
-    planner p = {.ir = ir, .opts = opts, .plan = plan, .err = err, .auto_cut = -1};
+    memset(p, 0, sizeof *p);
+    p->ir = ir;
+    p->opts = opts;
+    p->plan = plan;
+    p->err = err;
+    p->auto_cut = -1;
     for (int k = 0; k < FG_MAX_OPS; k++) {
         plan->op_accum[k] = plan->op_max_accum[k] = -1;
-        p.buffer_of[k] = -1;
+        p->buffer_of[k] = -1;
     }
     for (int k = 0; k < ir->n_ops; k++)
         plan->inline_loop[k] = is_window(&ir->ops[k]);
-    int last_op = ir->n_ops - 1;
+}
 
-    int sm = opts->sm;
-    int wanted = opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
-    /* a caller's default for specs that say "auto" (FUSEGEN_STRATEGY: a benchmarking knob,
-     * bench/NOTES.md) */
-    if (wanted < 0)
-        wanted = opts->default_strategy;
-    /* "auto" does not pick resident: measured on the H200 it is still slower than materialize
-     * (bench/NOTES.md, v3); a spec (or FUSEGEN_STRATEGY) can ask for it */
-    if (wanted == FG_STRATEGY_RESIDENT) {
-        if (plan_resident(&p, sm)) {
-            pass_args(ir, plan, &p, &plan->passes[0]);
-            return 0;
-        }
-        if (wanted == FG_STRATEGY_RESIDENT)
-            return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
-                                "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "
-                                "most one channel reduction after it, and a norm group that fits in 8 CTAs' shared "
-                                "memory; use \"auto\"",
-                           ir->file, sm);
-    }
-    fg_pass *ps;
+/* The last op of a chain that starts at op `first` in a pass that can compute every value
+ * from `lowest` on. */
+static int chain_end(planner *p, int lowest, int first, bool conv_pass)
+{
+    int last_op = p->ir->n_ops - 1, u = first;
+    while (u < last_op && inline_ok(p, lowest, u + 1, conv_pass))
+        u++;
+    return u;
+}
+
+/* The first pass: cuDNN's conv (precision "tf32") and a map pass for the ops after it, or
+ * the conv pass with every op it can fuse. Sets the plan's strategy when a norm follows the
+ * conv's chain: recompute unless `wanted` says materialize or a later op reads a value of
+ * the chain back. Returns the pass the chain continues from. */
+static fg_pass *first_passes(planner *p, int wanted)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    int last_op = ir->n_ops - 1;
+    plan->strategy = FG_STRATEGY_MATERIALIZE;
     if (ir->precision == FG_PRECISION_TF32) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
          * its buffer */
-        ps = new_pass(&p, FG_PASS_CUDNN);
+        fg_pass *ps = new_pass(p, FG_PASS_CUDNN);
         if (!ps)
-            return -1;
+            return NULL;
         ps->first = ps->last = ps->domain = 0;
-        plan->strategy = FG_STRATEGY_MATERIALIZE;
-        if (last_op > 0) {
-            if ((ps->store_buffer = add_buffer(&p, 0)) < 0)
-                return -1;
-            ps = new_pass(&p, FG_PASS_MAP);
-            if (!ps)
-                return -1;
-            ps->first = 1;
-            ps->source_buffer = p.buffer_of[0];
-            int u = 0;
-            while (u < last_op && inline_ok(&p, 0, u + 1, false))
-                u++;
-            ps->last = ps->domain = u;
-        }
-    } else {
-        /* The conv pass: value 0 and every following op it can fuse. */
-        ps = new_pass(&p, FG_PASS_CONV);
+        if (last_op == 0)
+            return ps;
+        if ((ps->store_buffer = add_buffer(p, 0)) < 0)
+            return NULL;
+        ps = new_pass(p, FG_PASS_MAP);
         if (!ps)
-            return -1;
-        ps->first = 0;
-        int t = 0;
-        while (t < last_op && inline_ok(&p, 0, t + 1, true))
-            t++;
-        ps->last = ps->domain = t;
-
-        plan->strategy = FG_STRATEGY_MATERIALIZE;
-        if (t < last_op && needs_stats(&ir->ops[t + 1]) &&
-            fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
-            plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
-            p.auto_cut = wanted < 0 ? t : -1; /* decided once the recompute plan is known */
-            /* recompute cannot serve a value some later op reads back */
-            for (int v = 0; v <= t; v++)
-                if (value_needed_after(ir, v, t))
-                    plan->strategy = FG_STRATEGY_MATERIALIZE;
-        }
+            return NULL;
+        ps->first = 1;
+        ps->source_buffer = p->buffer_of[0];
+        ps->last = ps->domain = chain_end(p, 0, 0, false);
+        return ps;
     }
+    fg_pass *ps = new_pass(p, FG_PASS_CONV);
+    if (!ps)
+        return NULL;
+    ps->first = 0;
+    int t = ps->last = ps->domain = chain_end(p, 0, 0, true);
+    if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
+        plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
+        p->auto_cut = wanted < 0 ? t : -1; /* "auto": decided once the recompute plan is known */
+        /* recompute cannot serve a value some later op reads back */
+        for (int v = 0; v <= t; v++)
+            if (value_needed_after(ir, v, t))
+                plan->strategy = FG_STRATEGY_MATERIALIZE;
+    }
+    return ps;
+}
 
+/* Chains the passes after `ps` until the layer's output: at each op the chain stopped at
+ * (one that needs a statistic, a big reduction, a window the pass cannot hold), the value is
+ * stored where later passes read it, the statistics are gathered, and a new pass takes
+ * over. With the recompute strategy the first stop gathers the norm's statistics and runs
+ * the conv pass again instead. */
+static int chain_passes(planner *p, fg_pass *ps)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    fg_error *err = p->err;
+    int last_op = ir->n_ops - 1;
     bool recomputed = false;
     for (;;) {
         int k = ps->last + 1; /* the op that stopped the chain */
         if (ps->last == last_op) {
             ps->store_output = true;
-            break;
+            return 0;
         }
         const fg_op *op = &ir->ops[k];
         if (plan->strategy == FG_STRATEGY_RECOMPUTE && !recomputed) {
             /* statistics only; then the conv pass again, now able to apply the norm */
             recomputed = true;
-            if (prepare_stats(&p, ps, k))
+            if (prepare_stats(p, ps, k))
                 return -1;
-            p.ready[k] = true;
-            ps = new_pass(&p, FG_PASS_CONV);
-            if (!ps)
+            p->ready[k] = true;
+            if (!(ps = new_pass(p, FG_PASS_CONV)))
                 return -1;
             ps->first = 0;
-            int u = 0;
-            while (u < last_op && inline_ok(&p, 0, u + 1, true))
-                u++;
-            ps->last = ps->domain = u;
+            ps->last = ps->domain = chain_end(p, 0, 0, true);
             continue;
         }
         /* The value the chain stopped at goes to a buffer when the next pass reads it (all
@@ -857,8 +902,8 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *
          * or a later op does. */
         int v = ps->last;
         bool next_reads_value = !is_big_reduce(op) || accumulated(op)->n_accums > 1;
-        if ((next_reads_value || value_needed_after(ir, v, k)) && !p.stored[v]) {
-            ps->store_buffer = add_buffer(&p, v);
+        if ((next_reads_value || value_needed_after(ir, v, k)) && !p->stored[v]) {
+            ps->store_buffer = add_buffer(p, v);
             if (ps->store_buffer < 0)
                 return -1;
         }
@@ -867,56 +912,123 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *
         for (int u = ps->last - 1; u >= ps->first; u--) {
             if (is_window(&ir->ops[u + 1]))
                 break;
-            if (value_needed_after(ir, u, ps->last) && !p.stored[u]) {
+            if (value_needed_after(ir, u, ps->last) && !p->stored[u]) {
                 if (ps->n_extra_stores == 4)
                     return fg_fail(err, "%s: a pass stores too many named values", ir->file);
-                int b = add_buffer(&p, u);
+                int b = add_buffer(p, u);
                 if (b < 0)
                     return -1;
                 ps->extra_stores[ps->n_extra_stores++] = b;
             }
         }
         for (int u = ps->first; u < ps->last; u++)
-            if (value_needed_after(ir, u, ps->last) && !p.stored[u])
+            if (value_needed_after(ir, u, ps->last) && !p->stored[u])
                 return fg_fail(err, "%s:%d: value '%s' is read after a statistic but is followed by a pooling or "
                                     "reduction in the same pass; name the value after that op instead",
                                ir->file, ir->ops[u].line, ir->ops[u].as);
         if (needs_stats(op) || is_big_reduce(op)) {
-            if (prepare_stats(&p, ps, k))
+            if (prepare_stats(p, ps, k))
                 return -1;
-            p.ready[k] = true;
+            p->ready[k] = true;
         }
-        ps = new_pass(&p, FG_PASS_MAP);
-        if (!ps)
+        if (!(ps = new_pass(p, FG_PASS_MAP)))
             return -1;
         ps->first = k;
         /* a big reduction starts from its accumulator, everything else from the buffer */
         bool from_accum = is_big_reduce(op);
-        ps->source_buffer = from_accum ? -1 : p.buffer_of[v];
-        int lowest = from_accum ? k : v;
-        int u = k;
-        while (u < last_op && inline_ok(&p, lowest, u + 1, false))
-            u++;
-        ps->last = ps->domain = u;
+        ps->source_buffer = from_accum ? -1 : p->buffer_of[v];
+        ps->last = ps->domain = chain_end(p, from_accum ? k : v, k, false);
     }
+}
 
-    /* geometry and arguments */
+/* Launch geometry of every pass: the conv tiling (and its shared-memory layout), the map and
+ * finalize grids. cuDNN's pass has none: the runtime calls cuDNN. */
+static void assign_geometry(planner *p)
+{
+    fg_plan *plan = p->plan;
+    for (int i = 0; i < plan->n_passes; i++) {
+        fg_pass *q = &plan->passes[i];
+        switch (q->kind) {
+        case FG_PASS_CONV:
+            conv_tiling(p, q);
+            break;
+        case FG_PASS_MAP:
+            map_launch(p->ir, q);
+            break;
+        case FG_PASS_FINALIZE:
+            finalize_launch(plan, q);
+            break;
+        case FG_PASS_CUDNN:
+        case FG_PASS_RESIDENT: /* tiled by plan_resident */
+            break;
+        }
+    }
+}
+
+/* Every pass's kernel parameters, in the order the templates print them. */
+static int assign_arguments(planner *p)
+{
+    fg_plan *plan = p->plan;
     for (int i = 0; i < plan->n_passes; i++) {
         fg_pass *q = &plan->passes[i];
         if (q->kind == FG_PASS_CUDNN)
-            continue; /* the runtime calls cuDNN; no kernel, no arguments */
-        if (q->kind == FG_PASS_CONV)
-            conv_tiling(&p, q);
-        else if (q->kind == FG_PASS_MAP)
-            map_launch(ir, q);
-        else
-            finalize_launch(plan, q);
-        pass_args(ir, plan, &p, q);
+            continue; /* no kernel, no arguments */
+        pass_args(p->ir, plan, p, q);
+        if (q->n_args > FG_MAX_ARGS)
+            return fg_fail(p->err, "%s: pass %d needs more than %d kernel parameters (a planner bug)", p->ir->file, i,
+                           FG_MAX_ARGS);
     }
+    return 0;
+}
+
+/* The strategy the spec (or the caller) asks for: -1 for "auto". */
+static int wanted_strategy(const fg_layer_ir *ir, const fg_plan_options *opts)
+{
+    int wanted = opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
+    /* a caller's default for specs that say "auto" (FUSEGEN_STRATEGY: a benchmarking knob,
+     * bench/NOTES.md) */
+    return wanted < 0 ? opts->default_strategy : wanted;
+}
+
+/* The plan for one strategy request (`wanted`: -1 auto, or materialize or recompute). */
+static int plan_with(planner *p, int wanted)
+{
+    fg_pass *ps = first_passes(p, wanted);
+    if (!ps || chain_passes(p, ps))
+        return -1;
+    assign_geometry(p);
+    return assign_arguments(p);
+}
+
+int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *plan, fg_error *err)
+{
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, given ? given->sm : 0);
+    if (given) {
+        opts = *given;
+        if (!opts.sm)
+            opts.sm = 90;
+    }
+    planner p;
+    start(&p, ir, &opts, plan, err);
+    int wanted = wanted_strategy(ir, &opts);
+    /* "auto" does not pick resident: measured on the H200 it is still slower than materialize
+     * (bench/NOTES.md, v3); a spec (or FUSEGEN_STRATEGY) can ask for it */
+    if (wanted == FG_STRATEGY_RESIDENT) {
+        if (!plan_resident(&p, opts.sm))
+            return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
+                                "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "
+                                "most one channel reduction after it, and a norm group that fits in 8 CTAs' shared "
+                                "memory; use \"auto\"",
+                           ir->file, opts.sm);
+        return assign_arguments(&p);
+    }
+    if (plan_with(&p, wanted))
+        return -1;
+    /* "auto" planned recompute first; it keeps it only when it pays, else plans materialize */
     if (p.auto_cut >= 0 && plan->strategy == FG_STRATEGY_RECOMPUTE && !recompute_pays(ir, plan, p.auto_cut)) {
-        fg_plan_options again = *opts;
-        again.force_strategy = FG_STRATEGY_MATERIALIZE;
-        return fg_plan_layer(ir, &again, plan, err);
+        start(&p, ir, &opts, plan, err);
+        return plan_with(&p, FG_STRATEGY_MATERIALIZE);
     }
     return 0;
 }

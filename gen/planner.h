@@ -22,7 +22,10 @@
 #define FG_MAX_PASSES 32
 #define FG_MAX_BUFFERS 16
 #define FG_MAX_ACCUMS 16
-#define FG_MAX_ARGS 48
+/* A pass's kernel parameters: every parameter, buffer and accumulator of the layer (two per
+ * accumulator at most: its own and the max it reads), its statistics, the input, the
+ * output, the batch and its base. A pass can never need more: the planner still checks. */
+#define FG_MAX_ARGS (FG_MAX_PARAMS + FG_MAX_BUFFERS + 3 * FG_MAX_ACCUMS + 4)
 
 /* Reductions whose extent is at most this run as a loop inside the consumer's evaluation;
  * larger ones go through an accumulator. */
@@ -94,6 +97,21 @@ typedef enum fg_conv_engine {
     FG_CONV_MMA = 1,
 } fg_conv_engine;
 
+/* A conv pass's dynamic shared memory as the planner lays it out: the one place these
+ * numbers are computed (templates print them, the launcher reserves `bytes`). Offsets and
+ * sizes are in floats from the start of dynamic shared memory. */
+typedef struct fg_smem_layout {
+    int64_t kept_offset, kept_floats;  /* resident passes: the kept conv output */
+    int64_t input_offset;              /* the staged input tile(s) */
+    int input_buffers;                 /* 2: double-buffered (the next tile lands while one computes) */
+    int64_t buffer_floats;             /* floats from one input buffer to the next */
+    int64_t channel_pitch;             /* floats between two staged input channels */
+    int64_t weights_offset, weights_floats;
+    int weights_co_pitch;              /* FMA: floats per (channel, tap) row of weights */
+    int64_t table_offset, table_entries; /* MMA, unblocked: the (channel, tap) offsets (ints) */
+    int64_t bytes;
+} fg_smem_layout;
+
 /* Conv pass tiling (all extents in output elements). */
 typedef struct fg_conv_tiling {
     int engine;             /* an fg_conv_engine */
@@ -121,6 +139,8 @@ typedef struct fg_conv_tiling {
      * copied while this one computes: double-buffered); 1 when the input is staged in
      * chunks */
     int tiles_per_block;
+    int ksteps;             /* MMA: reduction steps per staged chunk */
+    fg_smem_layout smem;
 } fg_conv_tiling;
 
 typedef struct fg_pass {

@@ -792,9 +792,37 @@ static void plan_print_mentions_every_pass(void **state)
     free(ir);
 }
 
+/* A pass with more kernel parameters than the old fixed table held (48): 46 parameters of
+ * their own after the conv, then a norm. The plan keeps every pass and argument (it once
+ * overflowed the table and turned the finalize pass into a nameless map pass). */
+static void many_parameters_in_one_pass(void **state)
+{
+    (void)state;
+    char src[8192];
+    size_t len = (size_t)snprintf(src, sizeof src, "return layer \"many_args\" {\n  input = { \"N\", 3, 12, 12 },\n"
+                                                   "  conv2d { out_channels = 4, kernel = 3 },\n");
+    for (int i = 0; i < 46; i++)
+        len += (size_t)snprintf(src + len, sizeof src - len, "  mul { param = \"p%d\", shape = { 1 } },\n", i);
+    snprintf(src + len, sizeof src - len, "  instance_norm {},\n}\n");
+    fg_layer_ir *ir = fgt_load_string(src);
+    fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->n_passes, 3);
+    assert_int_equal(plan->passes[0].kind, FG_PASS_CONV);
+    assert_int_equal(plan->passes[1].kind, FG_PASS_FINALIZE);
+    assert_int_equal(plan->passes[2].kind, FG_PASS_MAP);
+    /* input, weight, bias, 46 parameters, the buffer, the accumulator, batch, batch base */
+    assert_int_equal(plan->passes[0].n_args, 53);
+    assert_true(plan->passes[0].n_args <= FG_MAX_ARGS);
+    for (int i = 0; i < plan->n_passes; i++)
+        assert_true(plan->passes[i].kernel[0] != '\0');
+    free(plan);
+    free(ir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(many_parameters_in_one_pass),
         cmocka_unit_test(kb17),
         cmocka_unit_test(kb21),
         cmocka_unit_test(kb23),
