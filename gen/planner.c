@@ -398,17 +398,33 @@ static bool want_mma(const fg_plan_options *opts)
     return opts->sm >= 80 && opts->engine != FG_ENGINE_PREFER_FMA;
 }
 
-static void conv_tiling(const planner *p, fg_pass *ps)
+/* Where generation stops: both engines unroll every tap of the kernel (the instruction-cache
+ * cliff, DESIGN.md: a loop body past ~50 KB of SASS runs slower, and NVRTC's time grows
+ * with it), and stage a block's input tile, halo included, in shared memory. A conv past
+ * either bound is refused with the reason rather than rendered into a source of hundreds
+ * of megabytes. */
+enum {
+    MAX_UNROLLED_TAPS = 4096,        /* 16x16x16; the largest common kernels are 7x7x7 (343), 31x31 (961) */
+    MAX_BLOCK_SMEM = 227 * 1024,     /* opt-in shared memory of one block on sm_90 */
+};
+
+static int conv_tiling(const planner *p, fg_pass *ps)
 {
     const fg_plan_options *opts = p->opts;
     const fg_op *conv = &p->ir->ops[0];
     conv_geometry g;
     geometry(conv, &g);
+    const char *what = fg_op_kind_name(conv->kind);
+    if (g.taps > MAX_UNROLLED_TAPS)
+        return fg_fail(p->err, "%s:%d: %s: field 'kernel' has %lld taps; fusegen unrolls the taps of a kernel and "
+                               "generates at most %d (the instruction cache would thrash long before): this conv "
+                               "cannot be generated",
+                       p->ir->file, conv->line, what, (long long)g.taps, MAX_UNROLLED_TAPS);
     fg_conv_tiling *t = &ps->conv;
     ps->launch.per_sample = true;
     if (want_mma(opts) && conv_tiling_mma(&g, ps, opts)) {
         ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
-        return;
+        return 0;
     }
     memset(t, 0, sizeof *t);
     t->engine = FG_CONV_FMA;
@@ -482,7 +498,17 @@ static void conv_tiling(const planner *p, fg_pass *ps)
     ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
     ps->launch.per_sample = true;
     t->ch_pitch = t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
-    ps->launch.smem_bytes = (int)fma_layout(&g, t, t->ci_chunk, 0, &t->smem);
+    int64_t bytes = fma_layout(&g, t, t->ci_chunk, 0, &t->smem);
+    if (bytes > MAX_BLOCK_SMEM)
+        return fg_fail(p->err, "%s:%d: %s: one input channel of a block's tile, halo included (%d x %d x %d "
+                               "floats: the kernel spans %lld x %lld x %lld inputs with its dilation), and its "
+                               "weights need %lld bytes of shared memory; a block has at most %d: this conv cannot "
+                               "be generated",
+                       p->ir->file, conv->line, what, t->in_tile[0], t->in_tile[1], t->in_tile[2],
+                       (long long)(g.k[0] - 1) * g.d[0] + 1, (long long)(g.k[1] - 1) * g.d[1] + 1,
+                       (long long)(g.k[2] - 1) * g.d[2] + 1, (long long)bytes, MAX_BLOCK_SMEM);
+    ps->launch.smem_bytes = (int)bytes;
+    return 0;
 }
 
 static void map_launch(const fg_layer_ir *ir, fg_pass *ps)
@@ -943,14 +969,15 @@ static int chain_passes(planner *p, fg_pass *ps)
 
 /* Launch geometry of every pass: the conv tiling (and its shared-memory layout), the map and
  * finalize grids. cuDNN's pass has none: the runtime calls cuDNN. */
-static void assign_geometry(planner *p)
+static int assign_geometry(planner *p)
 {
     fg_plan *plan = p->plan;
     for (int i = 0; i < plan->n_passes; i++) {
         fg_pass *q = &plan->passes[i];
         switch (q->kind) {
         case FG_PASS_CONV:
-            conv_tiling(p, q);
+            if (conv_tiling(p, q))
+                return -1;
             break;
         case FG_PASS_MAP:
             map_launch(p->ir, q);
@@ -963,6 +990,7 @@ static void assign_geometry(planner *p)
             break;
         }
     }
+    return 0;
 }
 
 /* Every pass's kernel parameters, in the order the templates print them. */
@@ -994,9 +1022,8 @@ static int wanted_strategy(const fg_layer_ir *ir, const fg_plan_options *opts)
 static int plan_with(planner *p, int wanted)
 {
     fg_pass *ps = first_passes(p, wanted);
-    if (!ps || chain_passes(p, ps))
+    if (!ps || chain_passes(p, ps) || assign_geometry(p))
         return -1;
-    assign_geometry(p);
     return assign_arguments(p);
 }
 

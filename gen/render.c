@@ -473,10 +473,35 @@ static int render_protected(lua_State *L)
     return 1;
 }
 
+/* The templates' Lua heap is capped too: the planner bounds what a layer asks for (taps,
+ * shared memory), and this catches whatever still grows past it -- a template bug, or a
+ * shape nobody foresaw -- as an error instead of gigabytes. */
+typedef struct render_heap {
+    size_t used;
+} render_heap;
+
+static void *render_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    render_heap *h = ud;
+    size_t old = ptr ? osize : 0;
+    if (nsize == 0) {
+        free(ptr);
+        h->used -= old;
+        return NULL;
+    }
+    if (nsize > old && h->used - old + nsize > FG_RENDER_MAX_HEAP)
+        return NULL;
+    void *p = realloc(ptr, nsize);
+    if (p)
+        h->used = h->used - old + nsize;
+    return p;
+}
+
 int fg_render(const fg_layer_ir *ir, const fg_plan *plan, fg_rendered *out, fg_error *err)
 {
     memset(out, 0, sizeof *out);
-    lua_State *L = luaL_newstate();
+    render_heap heap = {0};
+    lua_State *L = lua_newstate(render_alloc, &heap);
     if (!L)
         return fg_fail(err, "%s: out of memory starting the template engine", ir->file);
     luaL_requiref(L, "_G", luaopen_base, 1);
@@ -499,11 +524,18 @@ int fg_render(const fg_layer_ir *ir, const fg_plan *plan, fg_rendered *out, fg_e
     lua_pushlightuserdata(L, &rc);
     int status = lua_pcall(L, 1, 1, 0);
     int ret = 0;
-    if (status != LUA_OK) {
+    size_t len = 0;
+    if (status == LUA_ERRMEM) {
+        ret = fg_fail(err, "%s: rendering layer %s took more than %d MiB; the layer cannot be generated", ir->file,
+                      ir->name, FG_RENDER_MAX_HEAP >> 20);
+    } else if (status != LUA_OK) {
         ret = fg_fail(err, "%s: rendering failed (a template bug): %s", ir->file,
                       lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    } else if (lua_tolstring(L, -1, &len), len > FG_MAX_SOURCE_BYTES) {
+        ret = fg_fail(err, "%s: the source generated for layer %s is %zu bytes; at most %d are compiled (NVRTC's time "
+                           "and the kernels' instruction cache grow with it): the layer cannot be generated",
+                      ir->file, ir->name, len, FG_MAX_SOURCE_BYTES);
     } else {
-        size_t len;
         const char *s = lua_tolstring(L, -1, &len);
         out->source = malloc(len + 1);
         if (!out->source) {

@@ -819,10 +819,42 @@ static void many_parameters_in_one_pass(void **state)
     free(ir);
 }
 
+/* Convs that cannot be generated are refused by the planner with the spec's line and the
+ * reason, in milliseconds (they once planned, then rendered for minutes into gigabytes). */
+static void ungeneratable_convs_are_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *want;
+    } cases[] = {
+        {"return layer \"t\" {\n  input = { \"N\", 1, 16384, 16384 },\n  conv2d { out_channels = 1, kernel = 8192 },\n}\n",
+         "t.lua:3: conv2d: field 'kernel' has 67108864 taps"},
+        {"return layer \"t\" {\n  input = { \"N\", 1, 8, 2097160 },\n"
+         "  conv2d { out_channels = 1, kernel = { 1, 3 }, dilation = 1048576 },\n}\n",
+         "t.lua:3: conv2d: one input channel of a block's tile"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fg_layer_ir *ir = malloc(sizeof *ir);
+        fg_plan *plan = malloc(sizeof *plan);
+        fg_error err = {{0}};
+        assert_int_equal(fg_spec_load_string("t.lua", cases[i].spec, strlen(cases[i].spec), ir, &err), 0);
+        for (int sm = 80; sm <= 90; sm += 10) {
+            fg_plan_options opts;
+            fg_plan_options_init(&opts, sm);
+            assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
+            fgt_assert_contains(err.msg, cases[i].want);
+            fgt_assert_contains(err.msg, "cannot be generated");
+        }
+        free(plan);
+        free(ir);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(many_parameters_in_one_pass),
+        cmocka_unit_test(ungeneratable_convs_are_refused),
         cmocka_unit_test(kb17),
         cmocka_unit_test(kb21),
         cmocka_unit_test(kb23),
