@@ -116,7 +116,7 @@ static int measure_ceilings(gpu *g, double *fma_tflops, double *copy_tbs)
     const fg_cuda *cu = g->cu;
     fg_compiled c;
     fg_error err;
-    if (fg_nvrtc_compile(fma_source, "fma_peak.cu", g->ctx->arch, &c, &err) != 0) {
+    if (fg_nvrtc_compile(fma_source, "fma_peak.cu", g->ctx->arch, NULL, &c, &err) != 0) {
         cli_error("%s", err.msg);
         return -1;
     }

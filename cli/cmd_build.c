@@ -41,8 +41,7 @@ typedef struct pool {
     pthread_mutex_t lock;
     work *items;
     int n, next, done;
-    fg_cache *cache;
-    const char *store_dir;
+    fg_builder builder;
     int compiled, cached, failed, unstored, unaliased;
     double started;
 } pool;
@@ -100,10 +99,10 @@ static void *worker(void *arg)
             return NULL;
         work *w = &p->items[i];
         fg_error err;
-        if (fg_build_cubin(p->cache, p->store_dir, w->ir, w->source, w->arch, &w->built, &err) != 0) {
+        if (fg_build_cubin(&p->builder, w->ir, w->source, w->arch, &w->built, &err) != 0) {
             w->failed = 1;
             snprintf(w->error, sizeof w->error, "%s", err.msg);
-        } else if (fg_build_record_alias(p->cache, p->store_dir, w->plan_key, &w->built, &err) != 0) {
+        } else if (fg_build_record_alias(&p->builder, w->plan_key, &w->built, &err) != 0) {
             snprintf(w->alias_error, sizeof w->alias_error, "%s", err.msg);
         }
         pthread_mutex_lock(&p->lock);
@@ -158,12 +157,9 @@ int cmd_build(int argc, char **argv)
     setenv("CUDA_CACHE_DISABLE", "1", 0);
     fg_cache cache;
     fg_error err;
-    if (fg_cache_init(&cache, cache_dir, NULL, &err) != 0) {
-        cli_error("%s", err.msg);
-        return EXIT_FAIL;
-    }
     /* build fills one cache completely: entries already in $FUSEGEN_CACHE_PATH do not count */
-    cache.n_shipped = 0;
+    if (cli_open_cache(&cache, cache_dir, false) != 0)
+        return EXIT_FAIL;
     int major, minor;
     if (fg_nvrtc_version(&major, &minor, &err) != 0) {
         cli_error("%s", err.msg);
@@ -204,7 +200,9 @@ int cmd_build(int argc, char **argv)
             w->arch = archs[a];
         }
     }
-    pool p = {.items = items, .n = n_specs * n_archs, .cache = &cache, .store_dir = cache_dir};
+    pool p = {.items = items,
+              .n = n_specs * n_archs,
+              .builder = {.cache = &cache, .store_dir = cache_dir, .failed_source_dir = cli_environment()->tmpdir}};
     pthread_mutex_init(&p.lock, NULL);
     const char *dest = cache_dir ? cache_dir : cache.user_dir;
     fprintf(stderr, "building %d kernel set%s (%d spec%s x %d arch%s, NVRTC %d.%d) into %s with %ld job%s\n", p.n,

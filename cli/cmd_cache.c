@@ -108,10 +108,8 @@ int cmd_cache(int argc, char **argv)
         return cli_usage_error("cache", "unknown action '%s' (expected ls, verify or clear)", mode);
     fg_cache cache;
     fg_error err;
-    if (fg_cache_init(&cache, dir, NULL, &err) != 0) {
-        cli_error("%s", err.msg);
+    if (cli_open_cache(&cache, dir, false) != 0)
         return EXIT_FAIL;
-    }
     walk_state w = {.mode = mode};
     if (fg_cache_walk(cache.user_dir, visit, &w, &err) != 0 ||
         fg_cache_walk_aliases(cache.user_dir, visit_alias, &w, &err) != 0) {

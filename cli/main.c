@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "../runtime/environment.h"
+#include "../runtime/nvrtc_compiler.h"
 #include "../gen/spec_loader.h"
 
 static const char usage[] =
@@ -53,6 +54,33 @@ static void warn_knob(void *unused, const char *msg)
 {
     (void)unused;
     fprintf(stderr, "fusegen: warning: %s\n", msg);
+}
+
+const fg_env_runtime *cli_environment(void)
+{
+    static fg_env_runtime env;
+    static bool read;
+    if (!read) { /* the CLI is single-threaded until build starts its workers */
+        fg_env_runtime_read(&env);
+        fg_nvrtc_use_library(env.nvrtc_library);
+        read = true;
+    }
+    return &env;
+}
+
+int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped)
+{
+    const fg_env_runtime *env = cli_environment();
+    if (!dir && !env->user_cache[0]) {
+        cli_error("%s", env->user_cache_error);
+        return -1;
+    }
+    fg_error err;
+    if (fg_cache_init(cache, dir ? dir : env->user_cache, with_shipped ? env->shipped_caches : NULL, &err) != 0) {
+        cli_error("%s", err.msg);
+        return -1;
+    }
+    return 0;
 }
 
 void cli_plan_options(fg_plan_options *opts, const char *arch)

@@ -10,12 +10,14 @@
 #include "cache.h"
 #include "cuda_driver.h"
 #include "cudnn_conv.h"
+#include "environment.h"
 #include "fusegen.h"
 
 struct fg_context {
     int device;             /* -1: CPU only */
     int verbose;
     fg_plan_options plan_options; /* the planner's knobs, read from the environment once here */
+    fg_env_runtime env;     /* the rest of the environment, read once by fg_context_create */
     fg_cache cache;
     char arch[16];
     const fg_cuda *cu;      /* NULL for CPU-only contexts */

@@ -56,8 +56,7 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
-    const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
-    layer->graphs_off = (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0) || layer->plan.n_passes < 2;
+    layer->graphs_off = ctx->env.no_graphs || layer->plan.n_passes < 2;
     for (int i = 0; i < layer->plan.n_passes; i++)
         if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
             layer->graphs_off = true; /* cuDNN's algorithm search cannot run inside a capture */
@@ -346,7 +345,8 @@ static fg_status prepare_locked(fg_layer *layer)
     double t0 = fg_seconds_now();
     fg_error err;
     fg_built built;
-    if (fg_build_layer(&ctx->cache, NULL, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
+    const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
+    if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
     if (ctx->verbose)
         fprintf(stderr, "fusegen: %s for %s: %s%s\n", layer->ir.name, ctx->arch,

@@ -146,38 +146,25 @@ int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_pat
 {
     memset(cache, 0, sizeof *cache);
     if (!user_dir || !user_dir[0])
-        user_dir = getenv("FUSEGEN_CACHE_DIR");
+        return fg_fail(err, "no cache directory given");
     /* a path that does not fit is refused: truncated, it would name another directory */
-    int n;
-    if (user_dir && user_dir[0]) {
-        n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s", user_dir);
-    } else {
-        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (xdg && xdg[0])
-            n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s/fusegen", xdg);
-        else if (home && home[0])
-            n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s/.cache/fusegen", home);
-        else
-            return fg_fail(err, "no cache directory: set FUSEGEN_CACHE_DIR, XDG_CACHE_HOME or HOME");
-    }
+    int n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s", user_dir);
     if (n < 0 || (size_t)n >= sizeof cache->user_dir) {
         cache->user_dir[0] = '\0';
         return fg_fail(err, "the cache directory's path is too long (%d bytes; at most %zu)", n,
                        sizeof cache->user_dir - 1);
     }
-    if (!shipped_path)
-        shipped_path = getenv("FUSEGEN_CACHE_PATH");
     if (shipped_path) {
         const char *p = shipped_path;
         while (*p) {
             const char *colon = strchr(p, ':');
             size_t len = colon ? (size_t)(colon - p) : strlen(p);
             if (len >= sizeof cache->shipped[0])
-                return fg_fail(err, "a path in FUSEGEN_CACHE_PATH is too long (%zu bytes; at most %zu)", len,
+                return fg_fail(err, "a shipped cache's path is too long (%zu bytes; at most %zu)", len,
                                sizeof cache->shipped[0] - 1);
             if (len > 0) {
                 if (cache->n_shipped == FG_CACHE_MAX_SHIPPED)
-                    return fg_fail(err, "FUSEGEN_CACHE_PATH lists more than %d caches", FG_CACHE_MAX_SHIPPED);
+                    return fg_fail(err, "more than %d shipped caches (FUSEGEN_CACHE_PATH)", FG_CACHE_MAX_SHIPPED);
                 memcpy(cache->shipped[cache->n_shipped], p, len);
                 cache->shipped[cache->n_shipped][len] = '\0';
                 cache->n_shipped++;

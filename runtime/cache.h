@@ -7,8 +7,8 @@
  * never sees a torn file and concurrent writers of the same key both succeed. Every load
  * verifies the whole entry; a bad one is reported, ignored, and replaced when rebuilt.
  *
- * Lookup order: the shipped read-only caches ($FUSEGEN_CACHE_PATH, colon-separated), then
- * the user cache ($FUSEGEN_CACHE_DIR, else $XDG_CACHE_HOME/fusegen, else ~/.cache/fusegen).
+ * Lookup order: the shipped read-only caches, then the user cache (the directories come
+ * from the caller: the context's options or the environment, runtime/environment.h).
  * Shipped caches are never written. */
 #ifndef FG_CACHE_H
 #define FG_CACHE_H
@@ -31,7 +31,8 @@ typedef struct fg_cache {
     void *warn_ctx;
 } fg_cache;
 
-/* user_dir / shipped_path may be NULL for the environment's defaults. */
+/* user_dir: the user cache (the callers resolve the environment's default:
+ * runtime/environment.h); shipped_path: colon-separated shipped caches, NULL or "" for none. */
 int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_path, fg_error *err);
 
 /* The key of a compile: hash of the generator version, templates digest, NVRTC version,

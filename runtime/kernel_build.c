@@ -105,9 +105,11 @@ static int lookup_caches(const fg_cache *cache, const char *store_dir, fg_cache 
     return 0;
 }
 
-int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const char *source,
-                   const char *arch, fg_built *out, fg_error *err)
+int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *source, const char *arch, fg_built *out,
+                   fg_error *err)
 {
+    fg_cache *cache = b->cache;
+    const char *store_dir = b->store_dir;
     memset(out, 0, sizeof *out);
     int major, minor;
     if (fg_nvrtc_version(&major, &minor, err))
@@ -126,7 +128,7 @@ int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
     char name[FG_NAME_MAX + 8];
     snprintf(name, sizeof name, "%s.cu", ir->name);
     fg_compiled c;
-    if (fg_nvrtc_compile(source, name, arch, &c, err))
+    if (fg_nvrtc_compile(source, name, arch, b->failed_source_dir, &c, err))
         return -1;
     out->cubin = c.cubin;
     out->cubin_size = c.size;
@@ -163,17 +165,18 @@ int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, ch
     return 0;
 }
 
-int fg_build_record_alias(fg_cache *cache, const char *store_dir, const char *plan_key, const fg_built *b,
-                          fg_error *err)
+int fg_build_record_alias(const fg_builder *builder, const char *plan_key, const fg_built *b, fg_error *err)
 {
     if (!b->from_cache && !b->stored)
         return 0; /* no entry to point at */
-    return fg_cache_store_alias(cache, store_dir, plan_key, b->key, err);
+    return fg_cache_store_alias(builder->cache, builder->store_dir, plan_key, b->key, err);
 }
 
-int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const fg_plan *plan,
-                   const char *arch, fg_built *out, fg_error *err)
+int fg_build_layer(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *plan, const char *arch, fg_built *out,
+                   fg_error *err)
 {
+    fg_cache *cache = b->cache;
+    const char *store_dir = b->store_dir;
     memset(out, 0, sizeof *out);
     char plan_key[FG_CACHE_KEY_HEX + 1], key[FG_CACHE_KEY_HEX + 1];
     fg_cache lookup;
@@ -194,7 +197,7 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
     if (fg_render(ir, plan, &src, err) != 0)
         return -1;
     double render_seconds = fg_seconds_now() - t0;
-    int rc = fg_build_cubin(cache, store_dir, ir, src.source, arch, out, err);
+    int rc = fg_build_cubin(b, ir, src.source, arch, out, err);
     fg_rendered_free(&src);
     if (rc != 0)
         return -1;
@@ -204,7 +207,7 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
      * that is only worth a warning for an entry just stored there: a cache that the entry
      * was found in may be read-only on purpose. */
     fg_error alias_err;
-    if (fg_build_record_alias(cache, store_dir, plan_key, out, &alias_err) != 0 && out->stored)
+    if (fg_build_record_alias(b, plan_key, out, &alias_err) != 0 && out->stored)
         fg_cache_warn(cache, "cannot record the plan alias (the next load renders again): %s", alias_err.msg);
     return 0;
 }

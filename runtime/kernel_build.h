@@ -26,9 +26,17 @@ typedef struct fg_built {
     fg_kernel_resources kernels[FG_MAX_KERNELS];
 } fg_built;
 
-/* `store_dir` NULL: the cache's user dir. `source` is the rendered source of (ir, plan). */
-int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const char *source,
-                   const char *arch, fg_built *out, fg_error *err);
+/* Where builds look, store and leave failures: given by the caller (the context, or the
+ * CLI), never read from the environment here. */
+typedef struct fg_builder {
+    fg_cache *cache;
+    const char *store_dir;          /* NULL: the cache's user dir (`fusegen build --cache DIR`: DIR) */
+    const char *failed_source_dir;  /* where a source NVRTC rejects is saved (TMPDIR); NULL: not saved */
+} fg_builder;
+
+/* `source` is the rendered source of (ir, plan). */
+int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *source, const char *arch, fg_built *out,
+                   fg_error *err);
 void fg_built_free(fg_built *b);
 
 /* The plan alias key of (ir, plan) for arch (cache.h): fg_render is a function of the IR,
@@ -39,14 +47,13 @@ int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, ch
 
 /* Records plan_key as an alias of b's entry (in store_dir, or the user cache) when b came
  * from a cache or was stored; 0 also when there is nothing to record. */
-int fg_build_record_alias(fg_cache *cache, const char *store_dir, const char *plan_key, const fg_built *b,
-                          fg_error *err);
+int fg_build_record_alias(const fg_builder *builder, const char *plan_key, const fg_built *b, fg_error *err);
 
 /* A layer's cubin for arch: through its plan alias when that names a valid entry (no
  * rendering), else renders, fg_build_cubin's, and records the alias (in store_dir, or the
  * user cache) once the entry is in a cache. */
-int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const fg_plan *plan,
-                   const char *arch, fg_built *out, fg_error *err);
+int fg_build_layer(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *plan, const char *arch, fg_built *out,
+                   fg_error *err);
 
 /* The description stored with an entry (JSON): layer, spec, arch, kernels and resources. */
 char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const fg_compiled *c);

@@ -114,7 +114,7 @@ static void context_arguments(void **state)
     EXPECT_FAIL(fg_context_create(&o, &ctx), FG_ERR_INVALID_ARGUMENT, "path is too long");
     o.cache_dir = NULL;
     o.cache_path = long_path;
-    EXPECT_FAIL(fg_context_create(&o, &ctx), FG_ERR_INVALID_ARGUMENT, "FUSEGEN_CACHE_PATH is too long");
+    EXPECT_FAIL(fg_context_create(&o, &ctx), FG_ERR_INVALID_ARGUMENT, "shipped cache's path is too long");
     o.cache_path = NULL;
     assert_null(ctx);
     EXPECT(fg_context_create(&o, &ctx), FG_OK);

@@ -20,6 +20,7 @@
 #include "render.h"
 #include "spec_loader.h"
 #include "test_util.h"
+#include "../runtime/environment.h"
 
 /* The entry layout (runtime/cache.c): magic[8], format u32, key[64], arch[16],
  * generator[16], nvrtc major u32, minor u32, cubin size u64, meta size u64 (132 bytes),
@@ -112,7 +113,7 @@ static void init_cache(fg_cache *cache, const char *user_dir, const char *shippe
 static void build(const fixture *f, fg_cache *cache, const char *store_dir, fg_built *out)
 {
     fg_error err = {{0}};
-    if (fg_build_cubin(cache, store_dir, f->layer.ir, f->layer.src.source, ARCH, out, &err) != 0)
+    if (fg_build_cubin(FGT_BUILDER(cache, store_dir), f->layer.ir, f->layer.src.source, ARCH, out, &err) != 0)
         fail_msg("fg_build_cubin: %s", err.msg);
     assert_non_null(out->cubin);
     assert_true(out->cubin_size > 64);
@@ -194,37 +195,44 @@ static void init_from_environment(void **state)
     (void)state;
     fg_cache c;
     fg_error err = {{0}};
+    fg_env_runtime env;
     char *saved_dir = strdup(getenv("FUSEGEN_CACHE_DIR"));
     char *saved_xdg = strdup(getenv("XDG_CACHE_HOME"));
     char *saved_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
 
+    /* runtime/environment.c resolves the defaults once; the cache takes what it is given */
     setenv("FUSEGEN_CACHE_DIR", "/explicit/dir", 1);
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), 0);
-    assert_string_equal(c.user_dir, "/explicit/dir");
-    assert_int_equal(c.n_shipped, 0);
-    assert_int_equal(fg_cache_init(&c, "/argument/wins", "", &err), 0);
-    assert_string_equal(c.user_dir, "/argument/wins");
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "/explicit/dir");
     unsetenv("FUSEGEN_CACHE_DIR");
     setenv("XDG_CACHE_HOME", "/xdg", 1);
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), 0);
-    assert_string_equal(c.user_dir, "/xdg/fusegen");
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "/xdg/fusegen");
     unsetenv("XDG_CACHE_HOME");
     setenv("HOME", "/home/someone", 1);
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), 0);
-    assert_string_equal(c.user_dir, "/home/someone/.cache/fusegen");
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "/home/someone/.cache/fusegen");
     unsetenv("HOME");
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "");
+    fgt_assert_contains(env.user_cache_error, "no cache directory");
     assert_int_equal(fg_cache_init(&c, NULL, "", &err), -1);
     fgt_assert_contains(err.msg, "no cache directory");
+    assert_int_equal(fg_cache_init(&c, "/argument/wins", "", &err), 0);
+    assert_string_equal(c.user_dir, "/argument/wins");
+    assert_int_equal(c.n_shipped, 0);
 
-    /* shipped caches: colon-separated, empty parts skipped, from the environment too */
+    /* shipped caches: colon-separated, empty parts skipped */
     assert_int_equal(fg_cache_init(&c, "/u", ":/ship/a::/ship/b:", &err), 0);
     assert_int_equal(c.n_shipped, 2);
     assert_string_equal(c.shipped[0], "/ship/a");
     assert_string_equal(c.shipped[1], "/ship/b");
     setenv("FUSEGEN_CACHE_PATH", "/env/ship", 1);
-    assert_int_equal(fg_cache_init(&c, "/u", NULL, &err), 0);
-    assert_int_equal(c.n_shipped, 1);
-    assert_string_equal(c.shipped[0], "/env/ship");
+    fg_env_runtime_read(&env);
+    assert_true(env.shipped_set);
+    assert_string_equal(env.shipped_caches, "/env/ship");
+    assert_int_equal(fg_cache_init(&c, "/u", NULL, &err), 0); /* NULL: none; the cache reads no environment */
+    assert_int_equal(c.n_shipped, 0);
     unsetenv("FUSEGEN_CACHE_PATH");
     char many[1024] = "";
     for (int i = 0; i < FG_CACHE_MAX_SHIPPED + 1; i++)
@@ -298,7 +306,7 @@ static void miss_then_hit(void **state)
     /* another architecture is another key, another entry */
     fg_built other;
     fg_error e2 = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, "sm_80", &other, &e2), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", &other, &e2), 0);
     assert_false(other.from_cache);
     assert_string_not_equal(other.key, f->key);
     assert_int_equal(count_entries(dir), 2);
@@ -513,7 +521,7 @@ static void wrong_arch(void **state)
     fgt_assert_contains(w.last, "entry is for sm_90, not sm_80");
 
     fg_built b80;
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, "sm_80", &b80, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", &b80, &err), 0);
     assert_false(b80.from_cache);
     assert_true(b80.stored);
     assert_string_equal(b80.key, key80);
@@ -538,7 +546,7 @@ static int readonly_case(const fixture *f, const char *dir)
         return 2;
     }
     fg_built b;
-    if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
+    if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
         fprintf(stderr, "readonly: the build failed: %s\n", err.msg);
         return 3;
     }
@@ -773,7 +781,7 @@ static void concurrent_builders(void **state)
                 _exit(11);
             }
             fg_built b;
-            if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
+            if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.msg);
                 _exit(12);
             }
@@ -865,7 +873,7 @@ static void walk_sees_entries_only(void **state)
 static void build_layer(const fixture *f, fg_cache *cache, fg_built *out)
 {
     fg_error err = {{0}};
-    if (fg_build_layer(cache, NULL, f->layer.ir, f->layer.plan, ARCH, out, &err) != 0)
+    if (fg_build_layer(FGT_BUILDER(cache, NULL), f->layer.ir, f->layer.plan, ARCH, out, &err) != 0)
         fail_msg("fg_build_layer: %s", err.msg);
     assert_string_equal(out->key, f->key);
     assert_memory_equal(out->cubin, "\x7f" "ELF", 4);
@@ -1031,7 +1039,7 @@ static void shipped_plan_alias(void **state)
     init_cache(&builder, user, NULL, NULL);
     fg_built b;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_layer(&builder, ship, f->layer.ir, f->layer.plan, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_layer(FGT_BUILDER(&builder, ship), f->layer.ir, f->layer.plan, ARCH, &b, &err), 0);
     assert_true(b.stored);
     fg_built_free(&b);
     assert_int_equal(count_entries(user), 0);

@@ -14,6 +14,12 @@
 #include "ir.h"
 #include "planner.h"
 #include "render.h"
+#include "../runtime/kernel_build.h"
+
+/* A builder (runtime/kernel_build.h) on `cache` storing into `store_dir` (NULL: the user
+ * cache), saving failed sources under $TMPDIR (the test's own directory). */
+#define FGT_BUILDER(cache_, dir_)                                                                            \
+    (&(const fg_builder){.cache = (cache_), .store_dir = (dir_), .failed_source_dir = getenv("TMPDIR")})
 
 /* The six reference specs of PROBLEMS.md, in specs/. */
 #define FGT_N_REFERENCE_SPECS 6
