@@ -160,11 +160,11 @@ int cmd_build(int argc, char **argv)
     /* build fills one cache completely: entries already in $FUSEGEN_CACHE_PATH do not count */
     if (cli_open_cache(&cache, cache_dir, false) != 0)
         return EXIT_FAIL;
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, &err) != 0) {
+    if (fg_build_identity(&cache.identity, &err) != 0) {
         cli_error("%s", err.msg);
         return EXIT_FAIL;
     }
+    int major = cache.identity.nvrtc_major, minor = cache.identity.nvrtc_minor;
 
     fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
     fg_plan *plan = malloc(sizeof *plan);
@@ -190,11 +190,7 @@ int cmd_build(int argc, char **argv)
                 rc = EXIT_FAIL;
                 goto out;
             }
-            if (fg_plan_key(&irs[s], plan, archs[a], w->plan_key, &err) != 0) {
-                cli_error("%s", err.msg);
-                rc = EXIT_FAIL;
-                goto out;
-            }
+            fg_plan_key(&cache.identity, &irs[s], plan, archs[a], w->plan_key);
             w->ir = &irs[s];
             w->source = srcs[s * n_archs + a].source;
             w->arch = archs[a];

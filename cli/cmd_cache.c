@@ -59,7 +59,7 @@ static int visit(void *ctx, const char *path, const char *key)
         return 0;
     fg_cache_entry e;
     fg_error err;
-    if (fg_cache_read_entry(path, key, NULL, &e, &err) != 0) {
+    if (fg_cache_read_entry(path, &(fg_entry_expect){.key = key, .version = FUSEGEN_VERSION}, &e, &err) != 0) {
         w->bad++;
         printf("BAD  %.16s  %s\n", key, err.msg);
         return 0;

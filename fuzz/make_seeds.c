@@ -199,7 +199,7 @@ static void cache_seeds(const char *tmp)
     fg_error err;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/cache", tmp);
-    if (fg_cache_init(&cache, dir, "", &err) != 0) {
+    if (fg_cache_init(&cache, dir, "", &err) != 0 || fg_build_identity(&cache.identity, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }

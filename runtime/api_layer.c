@@ -345,6 +345,10 @@ static fg_status prepare_locked(fg_layer *layer)
     double t0 = fg_seconds_now();
     fg_error err;
     fg_built built;
+    /* the cache's identity needs NVRTC's version: found at the first prepare, not at
+     * fg_context_create, so that CPU-only work never needs NVRTC */
+    if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
+        return fg_api_fail_error(FG_ERR_COMPILE, &err);
     const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
     if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);

@@ -10,8 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../gen/render.h"
-#include "nvrtc_compiler.h"
 
 /* ---- entry format ----------------------------------------------------------------------- */
 
@@ -89,15 +87,15 @@ static void decode_header(const unsigned char *p, entry_header *h)
 /* ---- keys and paths ------------------------------------------------------------------------ */
 
 /* BLAKE2b-256 of the generator's identity (with `what` appended), then `parts`. */
-static void hash_key(const char *what, const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
-                     const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+static void hash_key(const fg_cache_identity *id, const char *what, const void *const *parts, const size_t *sizes,
+                     int n_parts, const char *arch, const char *options, char key[FG_CACHE_KEY_HEX + 1])
 {
     unsigned char h[32];
     crypto_generichash_state st;
     char ident[512];
     int n = snprintf(ident, sizeof ident, "fusegen %s|templates %s|nvrtc %d.%d|arch %s|options %s|format %u%s",
-                     FUSEGEN_VERSION, fg_templates_digest(), nvrtc_major, nvrtc_minor, arch, options, ENTRY_FORMAT,
-                     what);
+                     id->version, id->templates_digest, id->nvrtc_major, id->nvrtc_minor, arch, options,
+                     ENTRY_FORMAT, what);
     crypto_generichash_init(&st, NULL, 0, sizeof h);
     crypto_generichash_update(&st, (const unsigned char *)ident, (size_t)n + 1);
     for (int i = 0; i < n_parts; i++)
@@ -106,25 +104,21 @@ static void hash_key(const char *what, const void *const *parts, const size_t *s
     sodium_bin2hex(key, FG_CACHE_KEY_HEX + 1, h, sizeof h);
 }
 
-void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
-                  int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+void fg_cache_key(const fg_cache_identity *id, const char *source, size_t len, const char *arch, const char *options,
+                  char key[FG_CACHE_KEY_HEX + 1])
 {
     const void *parts[] = {source};
-    hash_key("", parts, &len, 1, arch, options, nvrtc_major, nvrtc_minor, key);
+    hash_key(id, "", parts, &len, 1, arch, options, key);
 }
 
-/* cmake/digest.cmake: SHA-256 of the C sources in gen/, which turn (IR, plan) into the
- * templates' input */
-extern const char fg_generator_digest[];
-
-void fg_cache_plan_key(const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
-                       const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+void fg_cache_plan_key(const fg_cache_identity *id, const void *const *parts, const size_t *sizes, int n_parts,
+                       const char *arch, const char *options, char key[FG_CACHE_KEY_HEX + 1])
 {
     char what[256];
-    int len = snprintf(what, sizeof what, "|plan|generator %s|parts", fg_generator_digest);
+    int len = snprintf(what, sizeof what, "|plan|generator %s|parts", id->generator_digest);
     for (int i = 0; i < n_parts && len > 0 && (size_t)len < sizeof what; i++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %zu", sizes[i]);
-    hash_key(what, parts, sizes, n_parts, arch, options, nvrtc_major, nvrtc_minor, key);
+    hash_key(id, what, parts, sizes, n_parts, arch, options, key);
 }
 
 void fg_cache_entry_path(const char *dir, const char *key, char *buf, size_t cap)
@@ -190,9 +184,13 @@ void fg_cache_warn(fg_cache *cache, const char *fmt, ...)
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
-int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *expect_key, const char *expect_arch,
-                         fg_cache_entry *out, fg_error *err)
+int fg_cache_parse_entry(const unsigned char *data, size_t size, const fg_entry_expect *expect, fg_cache_entry *out,
+                         fg_error *err)
 {
+    static const fg_entry_expect anything;
+    if (!expect)
+        expect = &anything;
+    const char *expect_key = expect->key, *expect_arch = expect->arch;
     memset(out, 0, sizeof *out);
     if (size < HEADER_BYTES + CHECKSUM_BYTES)
         return fg_fail(err, "truncated entry (%zu bytes, the header alone is %d)", size, HEADER_BYTES + CHECKSUM_BYTES);
@@ -216,8 +214,8 @@ int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *exp
         return fg_fail(err, "entry holds key %.16s..., not the %.16s... its name promises", h.key, expect_key);
     if (expect_arch && strcmp(h.arch, expect_arch) != 0)
         return fg_fail(err, "entry is for %s, not %s", h.arch, expect_arch);
-    if (strcmp(h.generator, FUSEGEN_VERSION) != 0)
-        return fg_fail(err, "entry was written by fusegen %s, this is %s", h.generator, FUSEGEN_VERSION);
+    if (expect->version && strcmp(h.generator, expect->version) != 0)
+        return fg_fail(err, "entry was written by fusegen %s, this is %s", h.generator, expect->version);
     const unsigned char *meta = data + HEADER_BYTES + h.cubin_size;
     if (h.meta_size == 0 || memchr(meta, '\0', h.meta_size) != meta + h.meta_size - 1)
         return fg_fail(err, "malformed description");
@@ -237,8 +235,7 @@ int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *exp
     return 0;
 }
 
-int fg_cache_read_entry(const char *path, const char *expect_key, const char *expect_arch, fg_cache_entry *out,
-                        fg_error *err)
+int fg_cache_read_entry(const char *path, const fg_entry_expect *expect, fg_cache_entry *out, fg_error *err)
 {
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -270,7 +267,7 @@ int fg_cache_read_entry(const char *path, const char *expect_key, const char *ex
     int rc;
     if (got != size)
         rc = fg_fail(err, "%s: short read", path);
-    else if ((rc = fg_cache_parse_entry(data, size, expect_key, expect_arch, out, err)) != 0)
+    else if ((rc = fg_cache_parse_entry(data, size, expect, out, err)) != 0)
         fg_fail_context(err, "%s", path);
     free(data);
     if (rc == 0)
@@ -291,13 +288,14 @@ void fg_cache_entry_free(fg_cache_entry *e)
 int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache_entry *out, fg_error *err)
 {
     (void)err;
+    const fg_entry_expect expect = {key, arch, cache->identity.version};
     char path[1100];
     for (int i = 0; i < cache->n_shipped; i++) {
         fg_cache_entry_path(cache->shipped[i], key, path, sizeof path);
         if (access(path, F_OK) != 0)
             continue;
         fg_error e;
-        if (fg_cache_read_entry(path, key, arch, out, &e) == 0) {
+        if (fg_cache_read_entry(path, &expect, out, &e) == 0) {
             out->shipped = true;
             return 1;
         }
@@ -307,7 +305,7 @@ int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache
     if (access(path, F_OK) != 0)
         return 0;
     fg_error e;
-    if (fg_cache_read_entry(path, key, arch, out, &e) == 0)
+    if (fg_cache_read_entry(path, &expect, out, &e) == 0)
         return 1;
     fg_cache_warn(cache, "ignoring a bad cache entry (it will be rebuilt): %s", e.msg);
     return 0;
@@ -402,6 +400,8 @@ int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char
 {
     if (strlen(arch) >= 16)
         return fg_fail(err, "bad arch");
+    if (!cache->identity.version[0] || cache->identity.nvrtc_major <= 0)
+        return fg_fail(err, "internal error: the cache was given no identity (fg_build_identity)");
     char sub[1100];
     if (prepare_store(cache, &dir, key, sub, sizeof sub, err))
         return -1;
@@ -412,13 +412,9 @@ int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char
     h.format = ENTRY_FORMAT;
     memcpy(h.key, key, FG_CACHE_KEY_HEX);
     snprintf(h.arch, sizeof h.arch, "%s", arch);
-    snprintf(h.generator, sizeof h.generator, "%s", FUSEGEN_VERSION);
-    int major = 0, minor = 0;
-    fg_error ignored;
-    if (fg_nvrtc_version(&major, &minor, &ignored) != 0)
-        major = minor = 0;
-    h.nvrtc_major = (uint32_t)major;
-    h.nvrtc_minor = (uint32_t)minor;
+    snprintf(h.generator, sizeof h.generator, "%s", cache->identity.version);
+    h.nvrtc_major = (uint32_t)cache->identity.nvrtc_major;
+    h.nvrtc_minor = (uint32_t)cache->identity.nvrtc_minor;
     size_t meta_size = strlen(meta_json) + 1;
     h.cubin_size = cubin_size;
     h.meta_size = meta_size;

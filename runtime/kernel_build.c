@@ -9,6 +9,29 @@
 #include <string.h>
 #include <time.h>
 
+/* cmake/digest.cmake: SHA-256 of the C sources in gen/, which turn (IR, plan) into the
+ * templates' input */
+extern const char fg_generator_digest[];
+
+int fg_build_identity(fg_cache_identity *id, fg_error *err)
+{
+    memset(id, 0, sizeof *id);
+    if (fg_nvrtc_version(&id->nvrtc_major, &id->nvrtc_minor, err))
+        return -1;
+    snprintf(id->version, sizeof id->version, "%s", FUSEGEN_VERSION);
+    snprintf(id->templates_digest, sizeof id->templates_digest, "%s", fg_templates_digest());
+    snprintf(id->generator_digest, sizeof id->generator_digest, "%s", fg_generator_digest);
+    return 0;
+}
+
+/* Keys need the whole identity: a cache without NVRTC's version cannot name an entry. */
+static int check_identity(const fg_cache *cache, fg_error *err)
+{
+    if (!cache->identity.version[0] || cache->identity.nvrtc_major <= 0)
+        return fg_fail(err, "internal error: the cache was given no identity (fg_build_identity)");
+    return 0;
+}
+
 char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const fg_compiled *c)
 {
     json_t *root = json_object();
@@ -111,12 +134,11 @@ int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *sourc
     fg_cache *cache = b->cache;
     const char *store_dir = b->store_dir;
     memset(out, 0, sizeof *out);
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, err))
+    if (check_identity(cache, err))
         return -1;
     char options[256];
     fg_nvrtc_options_string(arch, options, sizeof options);
-    fg_cache_key(source, strlen(source), arch, options, major, minor, out->key);
+    fg_cache_key(&cache->identity, source, strlen(source), arch, options, out->key);
 
     fg_cache lookup;
     if (lookup_caches(cache, store_dir, &lookup, err))
@@ -148,12 +170,9 @@ int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *sourc
     return 0;
 }
 
-int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, char key[FG_CACHE_KEY_HEX + 1],
-                fg_error *err)
+void fg_plan_key(const fg_cache_identity *id, const fg_layer_ir *ir, const fg_plan *plan, const char *arch,
+                 char key[FG_CACHE_KEY_HEX + 1])
 {
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, err))
-        return -1;
     char options[256];
     fg_nvrtc_options_string(arch, options, sizeof options);
     /* the IR around the spec's path, which is only for messages (the source never names it),
@@ -161,8 +180,7 @@ int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, ch
     const size_t before = offsetof(fg_layer_ir, file), after = before + sizeof ir->file;
     const void *parts[] = {ir, (const char *)ir + after, plan};
     const size_t sizes[] = {before, sizeof *ir - after, sizeof *plan};
-    fg_cache_plan_key(parts, sizes, 3, arch, options, major, minor, key);
-    return 0;
+    fg_cache_plan_key(id, parts, sizes, 3, arch, options, key);
 }
 
 int fg_build_record_alias(const fg_builder *builder, const char *plan_key, const fg_built *b, fg_error *err)
@@ -180,8 +198,9 @@ int fg_build_layer(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *pl
     memset(out, 0, sizeof *out);
     char plan_key[FG_CACHE_KEY_HEX + 1], key[FG_CACHE_KEY_HEX + 1];
     fg_cache lookup;
-    if (fg_plan_key(ir, plan, arch, plan_key, err) || lookup_caches(cache, store_dir, &lookup, err))
+    if (check_identity(cache, err) || lookup_caches(cache, store_dir, &lookup, err))
         return -1;
+    fg_plan_key(&cache->identity, ir, plan, arch, plan_key);
     if (fg_cache_lookup_alias(&lookup, plan_key, key)) {
         int found = lookup_entry(&lookup, key, arch, ir->name, out, err);
         if (found < 0)

@@ -26,6 +26,12 @@ typedef struct fg_built {
     fg_kernel_resources kernels[FG_MAX_KERNELS];
 } fg_built;
 
+/* This fusegen's identity for its caches: its version, the digests of the templates and of
+ * the generator's C sources, and the version of the NVRTC it loaded (loading it, so it can
+ * fail). The edges (the context's first prepare, the CLI) call it once and give it to the
+ * cache: fg_cache.identity. */
+int fg_build_identity(fg_cache_identity *id, fg_error *err);
+
 /* Where builds look, store and leave failures: given by the caller (the context, or the
  * CLI), never read from the environment here. */
 typedef struct fg_builder {
@@ -42,8 +48,8 @@ void fg_built_free(fg_built *b);
 /* The plan alias key of (ir, plan) for arch (cache.h): fg_render is a function of the IR,
  * the plan and the templates alone, so this names the source without rendering it. The
  * spec's path is left out: the source does not contain it. */
-int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, char key[FG_CACHE_KEY_HEX + 1],
-                fg_error *err);
+void fg_plan_key(const fg_cache_identity *id, const fg_layer_ir *ir, const fg_plan *plan, const char *arch,
+                 char key[FG_CACHE_KEY_HEX + 1]);
 
 /* Records plan_key as an alias of b's entry (in store_dir, or the user cache) when b came
  * from a cache or was stored; 0 also when there is nothing to record. */

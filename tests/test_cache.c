@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "fusegen.h"
 #include "kernel_build.h"
 #include "render.h"
 #include "spec_loader.h"
@@ -62,6 +63,9 @@ static void collect_warning(void *ctx, const char *msg)
     snprintf(w->last, sizeof w->last, "%s", msg);
 }
 
+/* this fusegen's identity (the NVRTC it loads), as the context and the CLI give the cache */
+static fg_cache_identity test_identity;
+
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -71,14 +75,13 @@ static int setup(void **state)
     fg_error err;
     if (fgt_render_layer("cache_test.lua", small_spec, &f->layer) != 0)
         return -1;
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, &err)) {
+    if (fg_build_identity(&test_identity, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return -1;
     }
     char options[256];
     fg_nvrtc_options_string(ARCH, options, sizeof options);
-    fg_cache_key(f->layer.src.source, f->layer.src.length, ARCH, options, major, minor, f->key);
+    fg_cache_key(&test_identity, f->layer.src.source, f->layer.src.length, ARCH, options, f->key);
     *state = f;
     return 0;
 }
@@ -101,7 +104,7 @@ static char *subdir(const fixture *f, const char *name)
 static void init_cache(fg_cache *cache, const char *user_dir, const char *shipped, warnings *w)
 {
     fg_error err = {{0}};
-    if (fg_cache_init(cache, user_dir, shipped ? shipped : "", &err) != 0)
+    if (fgt_cache_init(cache, user_dir, shipped ? shipped : "", &err) != 0)
         fail_msg("fg_cache_init: %s", err.msg);
     if (w) {
         memset(w, 0, sizeof *w);
@@ -147,7 +150,7 @@ static void verify_entry(const char *path, const char *key, const char *arch)
 {
     fg_cache_entry e;
     fg_error err = {{0}};
-    if (fg_cache_read_entry(path, key, arch, &e, &err) != 0)
+    if (fg_cache_read_entry(path, &(fg_entry_expect){key, arch, fg_version()}, &e, &err) != 0)
         fail_msg("entry %s does not verify: %s", path, err.msg);
     assert_string_equal(e.arch, arch);
     assert_string_equal(e.path, path);
@@ -169,19 +172,30 @@ static void keys_and_paths(void **state)
     char a[FG_CACHE_KEY_HEX + 1], b[FG_CACHE_KEY_HEX + 1];
     const char *src = f->layer.src.source;
     size_t len = f->layer.src.length;
-    fg_cache_key(src, len, "sm_90", "opts", 13, 0, a);
+    const fg_cache_identity id = {"0.1.0", "t", "g", 13, 0};
+    fg_cache_identity other = id;
+    fg_cache_key(&id, src, len, "sm_90", "opts", a);
     assert_int_equal(strlen(a), FG_CACHE_KEY_HEX);
     for (const char *p = a; *p; p++)
         assert_true((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'));
-    fg_cache_key(src, len, "sm_90", "opts", 13, 0, b);
+    fg_cache_key(&id, src, len, "sm_90", "opts", b);
     assert_string_equal(a, b); /* deterministic */
-    fg_cache_key(src, len, "sm_80", "opts", 13, 0, b);
+    fg_cache_key(&id, src, len, "sm_80", "opts", b);
     assert_string_not_equal(a, b);
-    fg_cache_key(src, len, "sm_90", "opts -G", 13, 0, b);
+    fg_cache_key(&id, src, len, "sm_90", "opts -G", b);
     assert_string_not_equal(a, b);
-    fg_cache_key(src, len, "sm_90", "opts", 13, 1, b);
+    other.nvrtc_minor = 1;
+    fg_cache_key(&other, src, len, "sm_90", "opts", b);
     assert_string_not_equal(a, b);
-    fg_cache_key(src, len - 1, "sm_90", "opts", 13, 0, b);
+    other = id;
+    snprintf(other.templates_digest, sizeof other.templates_digest, "u");
+    fg_cache_key(&other, src, len, "sm_90", "opts", b);
+    assert_string_not_equal(a, b);
+    other = id;
+    snprintf(other.version, sizeof other.version, "0.1.1");
+    fg_cache_key(&other, src, len, "sm_90", "opts", b);
+    assert_string_not_equal(a, b);
+    fg_cache_key(&id, src, len - 1, "sm_90", "opts", b);
     assert_string_not_equal(a, b);
     char path[1200];
     entry_path("/some/dir", a, path, sizeof path);
@@ -216,14 +230,14 @@ static void init_from_environment(void **state)
     fg_env_runtime_read(&env);
     assert_string_equal(env.user_cache, "");
     fgt_assert_contains(env.user_cache_error, "no cache directory");
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), -1);
+    assert_int_equal(fgt_cache_init(&c, NULL, "", &err), -1);
     fgt_assert_contains(err.msg, "no cache directory");
-    assert_int_equal(fg_cache_init(&c, "/argument/wins", "", &err), 0);
+    assert_int_equal(fgt_cache_init(&c, "/argument/wins", "", &err), 0);
     assert_string_equal(c.user_dir, "/argument/wins");
     assert_int_equal(c.n_shipped, 0);
 
     /* shipped caches: colon-separated, empty parts skipped */
-    assert_int_equal(fg_cache_init(&c, "/u", ":/ship/a::/ship/b:", &err), 0);
+    assert_int_equal(fgt_cache_init(&c, "/u", ":/ship/a::/ship/b:", &err), 0);
     assert_int_equal(c.n_shipped, 2);
     assert_string_equal(c.shipped[0], "/ship/a");
     assert_string_equal(c.shipped[1], "/ship/b");
@@ -231,13 +245,13 @@ static void init_from_environment(void **state)
     fg_env_runtime_read(&env);
     assert_true(env.shipped_set);
     assert_string_equal(env.shipped_caches, "/env/ship");
-    assert_int_equal(fg_cache_init(&c, "/u", NULL, &err), 0); /* NULL: none; the cache reads no environment */
+    assert_int_equal(fgt_cache_init(&c, "/u", NULL, &err), 0); /* NULL: none; the cache reads no environment */
     assert_int_equal(c.n_shipped, 0);
     unsetenv("FUSEGEN_CACHE_PATH");
     char many[1024] = "";
     for (int i = 0; i < FG_CACHE_MAX_SHIPPED + 1; i++)
         snprintf(many + strlen(many), sizeof many - strlen(many), "/s%d:", i);
-    assert_int_equal(fg_cache_init(&c, "/u", many, &err), -1);
+    assert_int_equal(fgt_cache_init(&c, "/u", many, &err), -1);
     fgt_assert_contains(err.msg, "more than 16");
 
     setenv("FUSEGEN_CACHE_DIR", saved_dir, 1);
@@ -280,7 +294,7 @@ static void miss_then_hit(void **state)
     /* the description names the layer and its kernels */
     fg_cache_entry e;
     fg_error err;
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), 0);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), 0);
     char layer[128];
     fg_kernel_resources k[8];
     assert_int_equal(fg_describe_parse(e.meta_json, layer, sizeof layer, k, 8), f->layer.plan->n_passes);
@@ -361,7 +375,7 @@ static void corrupt_and_rebuild(const fixture *f, corruption kind, const char *n
 
     fg_cache_entry e;
     fg_error err = {{0}};
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, path);
     fgt_assert_contains(err.msg, fragment);
     assert_null(e.cubin);
@@ -433,7 +447,7 @@ static void mismatched_headers(void **state)
     fg_error err;
 
     /* the untouched bytes parse */
-    assert_int_equal(fg_cache_parse_entry(good, size, f->key, ARCH, &e, &err), 0);
+    assert_int_equal(fg_cache_parse_entry(good, size, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), 0);
     assert_string_equal(e.arch, ARCH);
     char generator[17];
     snprintf(generator, sizeof generator, "%s", e.generator);
@@ -444,12 +458,12 @@ static void mismatched_headers(void **state)
     memset(data + OFF_GENERATOR, 0, 16);
     memcpy(data + OFF_GENERATOR, "9.9.9", 5);
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry was written by fusegen 9.9.9, this is");
     fgt_assert_contains(err.msg, generator);
     /* ... on disk: reported, skipped and rebuilt */
     assert_int_equal(fgt_write_file(path, data, size), 0);
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, path);
     fgt_assert_contains(err.msg, "fusegen 9.9.9");
     assert_int_equal(fg_cache_lookup(&cache, f->key, ARCH, &e, &err), 0);
@@ -464,28 +478,28 @@ static void mismatched_headers(void **state)
     memcpy(data, good, size);
     data[OFF_FORMAT] = 2;
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, NULL, NULL, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){NULL, NULL, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry format 2, this fusegen reads format 1");
 
     /* the file name promises another key */
     memcpy(data, good, size);
     data[OFF_KEY] = data[OFF_KEY] == 'a' ? 'b' : 'a';
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry holds key");
 
     /* an unterminated arch string */
     memcpy(data, good, size);
     memset(data + OFF_ARCH, 'x', 16);
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, NULL, NULL, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){NULL, NULL, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "malformed header strings");
 
     /* the size fields claim more than the file holds */
     memcpy(data, good, size);
     data[HEADER_BYTES - 9] = 0x7f; /* the cubin size's top byte */
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, NULL, NULL, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){NULL, NULL, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "do not match the file");
 
     free(data);
@@ -503,18 +517,16 @@ static void wrong_arch(void **state)
     init_cache(&cache, dir, NULL, &w);
     fg_built b90;
     build(f, &cache, NULL, &b90);
-    int major, minor;
     fg_error err = {{0}};
-    assert_int_equal(fg_nvrtc_version(&major, &minor, &err), 0);
     char options[256], key80[FG_CACHE_KEY_HEX + 1];
     fg_nvrtc_options_string("sm_80", options, sizeof options);
-    fg_cache_key(f->layer.src.source, f->layer.src.length, "sm_80", options, major, minor, key80);
+    fg_cache_key(&test_identity, f->layer.src.source, f->layer.src.length, "sm_80", options, key80);
     /* plant the sm_90 cubin under the sm_80 key, labelled sm_90 */
     assert_int_equal(fg_cache_store(&cache, NULL, key80, "sm_90", b90.cubin, b90.cubin_size, "{}", &err), 0);
     char path[1200];
     entry_path(dir, key80, path, sizeof path);
     fg_cache_entry e;
-    assert_int_equal(fg_cache_read_entry(path, key80, "sm_80", &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){key80, "sm_80", fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry is for sm_90, not sm_80");
     assert_int_equal(fg_cache_lookup(&cache, key80, "sm_80", &e, &err), 0);
     assert_int_equal(w.count, 1);
@@ -541,7 +553,7 @@ static int readonly_case(const fixture *f, const char *dir)
 {
     fg_cache cache;
     fg_error err = {{0}};
-    if (fg_cache_init(&cache, dir, "", &err) != 0) {
+    if (fgt_cache_init(&cache, dir, "", &err) != 0) {
         fprintf(stderr, "readonly: fg_cache_init: %s\n", err.msg);
         return 2;
     }
@@ -656,7 +668,7 @@ static void cache_path_is_a_file(void **state)
     assert_int_equal(mkdir(path, 0755), 0);
     fg_cache_entry e;
     fg_error err;
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "not a regular file");
     assert_int_equal(fg_cache_lookup(&cache, f->key, ARCH, &e, &err), 0);
     assert_int_equal(w.count, 1);
@@ -776,7 +788,7 @@ static void concurrent_builders(void **state)
                 _exit(10);
             fg_cache cache;
             fg_error err = {{0}};
-            if (fg_cache_init(&cache, dir, "", &err) != 0) {
+            if (fgt_cache_init(&cache, dir, "", &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.msg);
                 _exit(11);
             }
@@ -883,8 +895,7 @@ static void build_layer(const fixture *f, fg_cache *cache, fg_built *out)
 static void alias_path(const fixture *f, const char *dir, char *buf, size_t cap)
 {
     char plan_key[FG_CACHE_KEY_HEX + 1];
-    fg_error err = {{0}};
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, plan_key, &err), 0);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, plan_key);
     fg_cache_alias_path(dir, plan_key, buf, cap);
 }
 
@@ -930,9 +941,8 @@ static void plan_key_inputs(void **state)
 {
     fixture *f = *state;
     char a[FG_CACHE_KEY_HEX + 1], b[FG_CACHE_KEY_HEX + 1];
-    fg_error err = {{0}};
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, a, &err), 0);
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, a);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, b);
     assert_string_equal(a, b);
     assert_string_not_equal(a, f->key); /* its own key space */
     fg_layer_ir *ir = malloc(sizeof *ir);
@@ -942,17 +952,17 @@ static void plan_key_inputs(void **state)
     memcpy(ir, f->layer.ir, sizeof *ir);
     memcpy(plan, f->layer.plan, sizeof *plan);
     snprintf(ir->file, sizeof ir->file, "/elsewhere/cache_test.lua");
-    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, ARCH, b);
     assert_string_equal(a, b);
     ir->ops[0].line++; /* the source's comments name spec lines */
-    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, ARCH, b);
     assert_string_not_equal(a, b);
     ir->ops[0].line--;
     plan->passes[0].launch.block *= 2;
-    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, ARCH, b);
     assert_string_not_equal(a, b);
     plan->passes[0].launch.block /= 2;
-    assert_int_equal(fg_plan_key(ir, plan, "sm_80", b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, "sm_80", b);
     assert_string_not_equal(a, b);
     free(ir);
     free(plan);
@@ -1018,7 +1028,7 @@ static void alias_to_another_layer(void **state)
     fg_error err = {{0}};
     assert_int_equal(fg_cache_store(&cache, NULL, other, ARCH, "\x7f" "ELF", 4, "{\"layer\":\"someone_else\"}", &err), 0);
     char plan_key[FG_CACHE_KEY_HEX + 1];
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, plan_key, &err), 0);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, plan_key);
     assert_int_equal(fg_cache_store_alias(&cache, NULL, plan_key, other, &err), 0);
     fg_built b;
     build_layer(f, &cache, &b); /* its own key and cubin, checked there */

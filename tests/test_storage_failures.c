@@ -107,7 +107,7 @@ static char *subdir(const fixture *f, const char *name)
 static void init_cache(fg_cache *cache, const char *dir)
 {
     fg_error err = {{0}};
-    if (fg_cache_init(cache, dir, "", &err) != 0)
+    if (fgt_cache_init(cache, dir, "", &err) != 0)
         fail_msg("fg_cache_init: %s", err.msg);
 }
 
@@ -159,7 +159,7 @@ static int scan_visit(const char *path, const struct stat *st, int type, struct 
     fg_cache_entry e;
     fg_error err;
     if (name[0] == '.' || len != FG_CACHE_KEY_HEX + 4 || strcmp(name + FG_CACHE_KEY_HEX, ".fgc") != 0 ||
-        fg_cache_read_entry(path, NULL, NULL, &e, &err) != 0) {
+        fg_cache_read_entry(path, NULL, &e, &err) != 0) {
         scan.bad++;
         snprintf(scan.bad_path, sizeof scan.bad_path, "%s", path);
         return 0;
@@ -256,9 +256,9 @@ static void path_too_long(void **state)
     char *top = subdir(f, "long");
     fg_cache cache;
     fg_error err = {{0}};
-    assert_int_equal(fg_cache_init(&cache, dir, "", &err), -1);
+    assert_int_equal(fgt_cache_init(&cache, dir, "", &err), -1);
     fgt_assert_contains(err.msg, "path is too long");
-    assert_int_equal(fg_cache_init(&cache, "/tmp/short", dir, &err), -1);
+    assert_int_equal(fgt_cache_init(&cache, "/tmp/short", dir, &err), -1);
     fgt_assert_contains(err.msg, "shipped cache's path is too long");
     /* a valid cache, asked to store into the long directory */
     char *ok = subdir(f, "short");
@@ -311,7 +311,7 @@ static child_result build_with_file_size_limit(const fixture *f, const char *dir
             fg_cache cache;
             fg_error err = {{0}};
             fg_built b;
-            if (fg_cache_init(&cache, dir, "", &err) != 0) {
+            if (fgt_cache_init(&cache, dir, "", &err) != 0) {
                 r.rc = -101;
                 snprintf(r.message, sizeof r.message, "%s", err.msg);
             } else if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, arch, &b, &err) != 0) {
@@ -447,7 +447,7 @@ static void full_disk_direct_store(void **state)
         if (setrlimit(RLIMIT_FSIZE, &rl) == 0) {
             fg_cache cache;
             fg_error err = {{0}};
-            fg_cache_init(&cache, dir, "", &err);
+            fgt_cache_init(&cache, dir, "", &err);
             rc = fg_cache_store(&cache, NULL, key, ARCH, blob, sizeof blob, "{\"layer\":\"x\"}", &err) == 0 ? 1 : 0;
             snprintf(msg, sizeof msg, "%s", err.msg);
         }
@@ -502,7 +502,7 @@ static int enospc_child(const fixture *f, const char *dir, char *msg, size_t cap
     fg_cache cache;
     fg_error err = {{0}};
     fg_built b;
-    if (fg_cache_init(&cache, dir, "", &err) != 0 ||
+    if (fgt_cache_init(&cache, dir, "", &err) != 0 ||
         fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, OTHER_ARCH, &b, &err) != 0) {
         snprintf(msg, cap, "the first build failed: %s", err.msg);
         return 1;

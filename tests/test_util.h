@@ -89,6 +89,10 @@ typedef struct fgt_rendered_layer {
 int fgt_render_layer(const char *name, const char *source, fgt_rendered_layer *out);
 void fgt_rendered_layer_free(fgt_rendered_layer *r);
 
+/* fg_cache_init, then the cache's identity (fg_build_identity: this fusegen, the NVRTC it
+ * loads), as the context and the CLI give it. */
+int fgt_cache_init(fg_cache *cache, const char *user_dir, const char *shipped, fg_error *err);
+
 /* "dir/name", malloc'd. */
 char *fgt_join(const char *dir, const char *name);
 
