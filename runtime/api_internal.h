@@ -11,6 +11,7 @@
 #include "cuda_driver.h"
 #include "cudnn_conv.h"
 #include "environment.h"
+#include "launcher.h"
 #include "fusegen.h"
 
 struct fg_context {
@@ -39,6 +40,7 @@ struct fg_layer {
     fg_context *ctx;
     fg_layer_ir ir;
     fg_plan plan;
+    fg_launch_table launch; /* what runs need from the plan, taken and checked at load */
     fg_param_binding params[FG_MAX_PARAMS];
     CUmodule module;
     CUfunction functions[FG_MAX_PASSES];

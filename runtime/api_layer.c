@@ -56,6 +56,11 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
+    if (fg_launch_table_init(&layer->launch, &layer->ir, &layer->plan, &err) != 0) {
+        fg_status s = fg_api_fail(FG_ERR_SPEC, "%s: cannot be launched: %s", layer->ir.file, err.msg);
+        free(layer);
+        return s;
+    }
     layer->graphs_off = ctx->env.no_graphs || layer->plan.n_passes < 2;
     for (int i = 0; i < layer->plan.n_passes; i++)
         if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
@@ -63,6 +68,7 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
     pthread_mutex_init(&layer->lock, NULL);
     if (fg_handle_add(layer, FG_HANDLE_LAYER) != 0) {
         pthread_mutex_destroy(&layer->lock);
+        fg_launch_table_free(&layer->launch);
         free(layer);
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -110,6 +116,7 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
     if (cu && layer->module)
         cu->ModuleUnload(layer->module);
     fg_cudnn_conv_destroy(layer->cudnn);
+    fg_launch_table_free(&layer->launch);
     pthread_mutex_destroy(&layer->lock);
     free(layer);
     return FG_OK;
@@ -456,7 +463,7 @@ static int capture_graph(fg_layer *layer, const fg_launch_memory *mem, int64_t b
         return -1;
     if (cu->StreamBeginCapture(layer->capture_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS)
         return -1;
-    int rc = fg_launch_plan(cu, &layer->plan, layer->functions, mem, batch, layer->capture_stream, &err);
+    int rc = fg_launch_run(cu, &layer->launch, layer->functions, mem, batch, layer->capture_stream, &err);
     CUgraph graph = NULL;
     CUresult r = cu->StreamEndCapture(layer->capture_stream, &graph);
     if (rc != 0 || r != CUDA_SUCCESS || !graph) {
@@ -484,8 +491,8 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     fg_error err;
     fg_launch_memory mem;
     memset(&mem, 0, sizeof mem);
-    if (fg_plan_workspace(&layer->plan, batch, &mem.layout, &err) != 0)
-        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    if (fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
+        return fg_api_fail_error(FG_ERR_OUT_OF_MEMORY, &err);
     if (mem.layout.total > layer->workspace_bytes) {
         /* the old workspace may still be in use by work queued on this stream, or by the
          * previous run on another stream */
@@ -518,9 +525,10 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.output = (CUdeviceptr)output;
     mem.workspace = layer->workspace;
     mem.cudnn = layer->cudnn;
-    mem.conv = &layer->ir.ops[0];
+    CUdeviceptr params[FG_MAX_PARAMS];
     for (int i = 0; i < layer->ir.n_params; i++)
-        mem.params[i] = layer->params[i].device;
+        params[i] = layer->params[i].device;
+    mem.params = params;
     if (!layer->graphs_off && !graph_matches(layer, &mem, batch) && capture_graph(layer, &mem, batch) != 0)
         layer->graphs_off = true; /* a capture that fails is not retried: plain launches work */
     if (!layer->graphs_off && layer->graph) {
@@ -529,7 +537,7 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
             fg_cuda_fail(&err, g, "launching the layer's CUDA graph");
             return fg_api_fail_error(FG_ERR_CUDA, &err);
         }
-    } else if (fg_launch_plan(cu, &layer->plan, layer->functions, &mem, batch, stream, &err) != 0) {
+    } else if (fg_launch_run(cu, &layer->launch, layer->functions, &mem, batch, stream, &err) != 0) {
         return fg_api_fail_error(FG_ERR_CUDA, &err);
     }
     CUresult r = layer->done ? CUDA_SUCCESS : cu->EventCreate(&layer->done, CU_EVENT_DISABLE_TIMING);
