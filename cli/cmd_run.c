@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/api_internal.h"
 #include "../runtime/random_init.h"
 #include "../runtime/safetensors.h"
+#include "../runtime/tools.h"
 #include "cli.h"
 #include "compare.h"
 #include "fusegen.h"
@@ -180,7 +180,7 @@ static int bind_params(const run_opts *o, fg_layer *layer)
         }
         return 0;
     }
-    if (fg_layer_bind_random(layer, (uint64_t)o->seed) != FG_OK) {
+    if (fg_tools_bind_random(layer, (uint64_t)o->seed) != FG_OK) {
         cli_error("%s", fg_last_error());
         return -1;
     }
@@ -188,52 +188,36 @@ static int bind_params(const run_opts *o, fg_layer *layer)
 }
 
 /* Runs on the GPU: copies in, poisons the output with NaN so unwritten elements show,
- * runs, copies back. Prints the time of the first run (JIT included) and of a second. */
-static int run_gpu(fg_layer *layer, const float *x, int64_t n_in, float *y, int64_t n_out, int64_t batch)
+ * runs, copies back. Prints the time of the first run (JIT included). */
+static int run_gpu(fg_context *ctx, fg_layer *layer, const float *x, int64_t n_in, float *y, int64_t n_out,
+                   int64_t batch)
 {
-    fg_context *ctx = layer->ctx;
-    const fg_cuda *cu = ctx->cu;
-    fg_error err;
     CUdeviceptr dx = 0, dy = 0;
-    CUresult r;
     int rc = -1;
-    if (fg_api_enter(ctx) != FG_OK) {
-        cli_error("%s", fg_last_error());
-        return -1;
-    }
-    if ((r = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) != CUDA_SUCCESS ||
-        (r = cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out)) != CUDA_SUCCESS ||
-        (r = cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in)) != CUDA_SUCCESS ||
-        (r = cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)n_out, NULL)) != CUDA_SUCCESS) {
-        fg_cuda_fail(&err, r, "preparing device buffers");
-        cli_error("%s", err.msg);
+    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
+        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
+        fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) != FG_OK ||
+        fg_tools_fill_nan(ctx, dy, (size_t)n_out) != FG_OK) {
+        cli_error("preparing device buffers: %s", fg_last_error());
         goto out;
     }
     double t0 = fg_seconds_now();
-    if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK) {
+    if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK || fg_tools_synchronize(ctx) != FG_OK) {
         cli_error("%s", fg_last_error());
-        goto out;
-    }
-    if ((r = cu->StreamSynchronize(NULL)) != CUDA_SUCCESS) {
-        fg_cuda_fail(&err, r, "running the layer");
-        cli_error("%s", err.msg);
         goto out;
     }
     double first = fg_seconds_now() - t0;
     char prepared[160];
-    fg_layer_describe_prepare(layer, prepared, sizeof prepared);
+    fg_tools_describe_prepare(layer, prepared, sizeof prepared);
     fprintf(stderr, "first run %.1f ms; %s\n", first * 1e3, prepared);
-    if ((r = cu->MemcpyDtoH(y, dy, sizeof(float) * (size_t)n_out)) != CUDA_SUCCESS) {
-        fg_cuda_fail(&err, r, "copying the output back");
-        cli_error("%s", err.msg);
+    if (fg_tools_download(ctx, y, dy, sizeof(float) * (size_t)n_out) != FG_OK) {
+        cli_error("%s", fg_last_error());
         goto out;
     }
     rc = 0;
 out:
-    if (dx)
-        cu->MemFree(dx);
-    if (dy)
-        cu->MemFree(dy);
+    fg_tools_free(ctx, dx);
+    fg_tools_free(ctx, dy);
     return rc;
 }
 
@@ -275,7 +259,7 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     if (o.gpu) {
-        if (run_gpu(layer, x, n_in, y, n_out, batch) != 0)
+        if (run_gpu(ctx, layer, x, n_in, y, n_out, batch) != 0)
             goto out;
     } else {
         double t0 = fg_seconds_now();
@@ -290,7 +274,10 @@ int cmd_run(int argc, char **argv)
     for (int d = 0; d < rank; d++)
         len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
     snprintf(shape + len, sizeof shape - (size_t)len, "]");
-    printf("%s: output %s on %s\n", layer->ir.name, shape, o.gpu ? ctx->device_name : "the CPU (reference)");
+    fg_tools_device device = {.name = "the CPU (reference)"};
+    if (o.gpu)
+        fg_tools_device_info(ctx, &device);
+    printf("%s: output %s on %s\n", fg_tools_layer_ir(layer)->name, shape, device.name);
     if (o.out) {
         fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
         memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
@@ -304,8 +291,9 @@ int cmd_run(int argc, char **argv)
     rc = EXIT_OK;
     if (o.check) {
         int64_t samples = o.check_samples && o.check_samples < batch ? o.check_samples : batch;
-        for (int i = 0; i < layer->plan.n_accums && samples < batch; i++)
-            if (layer->plan.accums[i].over_batch) {
+        const fg_plan *plan = fg_tools_layer_plan(layer);
+        for (int i = 0; i < plan->n_accums && samples < batch; i++)
+            if (plan->accums[i].over_batch) {
                 fprintf(stderr, "note: statistics span the batch; checking all %lld samples\n", (long long)batch);
                 samples = batch;
             }

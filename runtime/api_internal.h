@@ -71,15 +71,6 @@ fg_status fg_api_fail(fg_status status, const char *fmt, ...) FG_PRINTF(2, 3);
 fg_status fg_api_fail_error(fg_status status, const fg_error *err);
 void fg_api_clear_error(void);
 
-/* Binds every parameter of the layer to random values drawn as fg_random_params does
- * (runtime/random_init.h) for `seed`: the CLI's --random, fusegen bench and the GPU tests.
- * The layer keeps the host copies (layer->params[i].host). */
-fg_status fg_layer_bind_random(fg_layer *layer, uint64_t seed);
-
-/* "kernels loaded from the cache in 1.9 ms (rendering 0.7, cache lookup 0.3, module load
- * 0.9)": how the last fg_layer_prepare went, for the CLI's timing lines. */
-void fg_layer_describe_prepare(const fg_layer *layer, char *buf, size_t cap);
-
 /* Makes the context's CUDA context current on this thread. */
 fg_status fg_api_enter(fg_context *ctx);
 

@@ -12,7 +12,6 @@
 #include "handles.h"
 #include "kernel_build.h"
 #include "launcher.h"
-#include "random_init.h"
 #include "safetensors.h"
 #include "../common/clock.h"
 
@@ -261,23 +260,6 @@ FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const flo
     return FG_OK;
 }
 
-fg_status fg_layer_bind_random(fg_layer *layer, uint64_t seed)
-{
-    const fg_layer_ir *ir = &layer->ir;
-    float *params[FG_MAX_PARAMS] = {0};
-    fg_status s = FG_OK;
-    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
-        if (!(params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count)))
-            s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory for the parameters");
-    if (s == FG_OK)
-        fg_random_params(ir, seed, params);
-    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
-        s = fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count);
-    for (int i = 0; i < ir->n_params; i++)
-        free(params[i]);
-    return s;
-}
-
 static bool shapes_match(const fg_param *p, const fg_tensor *t)
 {
     if (p->rank != t->rank)
@@ -403,17 +385,6 @@ static fg_status prepare_locked(fg_layer *layer)
     layer->prepare_seconds.build = t_built - t0 - (built.rendered ? built.render_seconds : 0);
     layer->prepare_seconds.load = t_end - t_built;
     return FG_OK;
-}
-
-void fg_layer_describe_prepare(const fg_layer *layer, char *buf, size_t cap)
-{
-    char rendering[48] = "found by the plan alias, not rendered";
-    if (layer->prepare_seconds.render >= 0)
-        snprintf(rendering, sizeof rendering, "rendering %.1f", layer->prepare_seconds.render * 1e3);
-    snprintf(buf, cap, "kernels %s in %.1f ms (%s, %s %.1f, module load %.1f)",
-             layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds.total * 1e3, rendering,
-             layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
-             layer->prepare_seconds.load * 1e3);
 }
 
 FG_API fg_status fg_layer_prepare(fg_layer *layer)

@@ -8,7 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../runtime/api_internal.h"
+#include "../../runtime/tools.h"
+#include "fusegen.h"
 
 #define GPU_SKIP 77
 
