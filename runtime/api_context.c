@@ -173,14 +173,15 @@ static const void *layer_owner(const void *layer)
 FG_API fg_status fg_context_destroy(fg_context *ctx)
 {
     fg_api_clear_error();
-    if (!fg_handle_live(ctx, FG_HANDLE_CONTEXT))
+    /* waits for calls in flight on the context (a load in another thread), then refuses while
+     * layers of it live */
+    int layers = fg_handle_remove(ctx, FG_HANDLE_CONTEXT, layer_owner);
+    if (layers < 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_destroy: not a live context (NULL or destroyed)");
-    int layers = fg_handle_count_layers_of(ctx, layer_owner);
     if (layers)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_destroy: %d layers of this context are still alive; "
                                                     "destroy them first",
                            layers);
-    fg_handle_remove(ctx, FG_HANDLE_CONTEXT);
     if (ctx->cu)
         ctx->cu->DevicePrimaryCtxRelease(ctx->dev);
     pthread_mutex_destroy(&ctx->lock);

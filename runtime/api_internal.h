@@ -54,6 +54,7 @@ struct fg_layer {
     CUdeviceptr workspace;
     size_t workspace_bytes;
     pthread_mutex_t lock;   /* one run at a time: runs share the workspace */
+    pthread_rwlock_t bindings_lock; /* runs read the parameter bindings (shared), binds replace them */
     CUevent done;           /* recorded after each run; a run on another stream waits for it */
     CUstream last_stream;
     /* The last run's launches captured as a CUDA graph and replayed while nothing they bake
