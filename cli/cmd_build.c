@@ -99,7 +99,7 @@ static void *worker(void *arg)
             return NULL;
         work *w = &p->items[i];
         fg_error err;
-        if (fg_build_cubin(&p->builder, w->ir, w->source, w->arch, &w->built, &err) != 0) {
+        if (fg_build_cubin(&p->builder, w->ir, w->source, w->arch, w->plan_key, &w->built, &err) != 0) {
             w->failed = 1;
             snprintf(w->error, sizeof w->error, "%s", err.msg);
         } else if (fg_build_record_alias(&p->builder, w->plan_key, &w->built, &err) != 0) {
@@ -160,6 +160,7 @@ int cmd_build(int argc, char **argv)
     /* build fills one cache completely: entries already in $FUSEGEN_CACHE_PATH do not count */
     if (cli_open_cache(&cache, cache_dir, false) != 0)
         return EXIT_FAIL;
+    cache.create_mode = 0755; /* a cache built to be shipped: others read it */
     if (fg_build_identity(&cache.identity, &err) != 0) {
         cli_error("%s", err.msg);
         return EXIT_FAIL;

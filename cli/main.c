@@ -80,6 +80,7 @@ int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped)
         cli_error("%s", err.msg);
         return -1;
     }
+    fg_cache_check_trust(cache);
     return 0;
 }
 

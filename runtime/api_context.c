@@ -143,6 +143,7 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
         free(ctx);
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     }
+    fg_cache_check_trust(&ctx->cache); /* untrusted caches are left out, with a warning */
     fg_nvrtc_use_library(ctx->env.nvrtc_library);
     fg_cudnn_use_library(ctx->env.cudnn_library);
     if (ctx->device >= 0) {

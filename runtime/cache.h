@@ -34,6 +34,8 @@ typedef struct fg_cache_identity {
 
 typedef struct fg_cache {
     char user_dir[1024];
+    char user_refused[1100]; /* why the user cache is not used (fg_cache_check_trust), or "" */
+    unsigned create_mode;    /* of a cache directory fusegen creates: 0700 (fg_cache_init); 0755 for one to ship */
     fg_cache_identity identity;
     int n_shipped;
     char shipped[FG_CACHE_MAX_SHIPPED][1024];
@@ -56,6 +58,13 @@ void fg_cache_key(const fg_cache_identity *id, const char *source, size_t len, c
  * both zero-initialized structs without pointers, so their bytes are their value). */
 void fg_cache_plan_key(const fg_cache_identity *id, const void *const *parts, const size_t *sizes, int n_parts,
                        const char *arch, const char *options, char key[FG_CACHE_KEY_HEX + 1]);
+
+/* Checks who can write the caches (docs/hardening.md): a shipped cache or the user cache
+ * owned by another user (not root), or writable by its group or everyone, is not used, with
+ * a warning through cache->warn saying why (the user cache's reason stays in user_refused,
+ * and stores into it fail with it). Caches that do not exist yet are fine. Returns the
+ * number of caches refused. Call once after fg_cache_init and setting warn. */
+int fg_cache_check_trust(fg_cache *cache);
 
 /* Tells the user about a cache problem through cache->warn (else on stderr). */
 void fg_cache_warn(fg_cache *cache, const char *fmt, ...) FG_PRINTF(2, 3);
@@ -93,8 +102,30 @@ int fg_cache_read_entry(const char *path, const fg_entry_expect *expect, fg_cach
 int fg_cache_parse_entry(const unsigned char *data, size_t size, const fg_entry_expect *expect, fg_cache_entry *out,
                          fg_error *err);
 
-/* Visits every entry file under dir (ls, verify, clear). The callback returns non-zero to
- * stop. */
+/* What a walk of a cache finds. */
+typedef enum fg_cache_file_kind {
+    FG_CACHE_ENTRY,     /* <xx>/<key>.fgc */
+    FG_CACHE_ALIAS,     /* <xx>/<plan key>.fgp */
+    FG_CACHE_TEMPORARY, /* <xx>/.<key>.tmp.XXXXXX: a store that never finished (killed) */
+    FG_CACHE_REFUSED,   /* a subdirectory that is a symbolic link or someone else's: not entered */
+} fg_cache_file_kind;
+
+typedef struct fg_cache_file {
+    fg_cache_file_kind kind;
+    const char *path;
+    const char *key;     /* entries and aliases: from the name */
+    const char *problem; /* FG_CACHE_REFUSED: why */
+    long long bytes;
+    long long mtime;     /* seconds since the epoch */
+} fg_cache_file;
+
+/* Visits every file of the cache `dir` (ls, verify, clear, prune), never following a symbolic
+ * link or entering a directory someone else can write. The callback returns non-zero to
+ * stop. A cache that does not exist has nothing; one that is refused (check_trust's rules) is
+ * an error. */
+int fg_cache_walk_all(const char *dir, int (*visit)(void *ctx, const fg_cache_file *f), void *ctx, fg_error *err);
+
+/* Visits every entry file under dir. The callback returns non-zero to stop. */
 int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
                   fg_error *err);
 

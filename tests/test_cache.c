@@ -116,7 +116,7 @@ static void init_cache(fg_cache *cache, const char *user_dir, const char *shippe
 static void build(const fixture *f, fg_cache *cache, const char *store_dir, fg_built *out)
 {
     fg_error err = {{0}};
-    if (fg_build_cubin(FGT_BUILDER(cache, store_dir), f->layer.ir, f->layer.src.source, ARCH, out, &err) != 0)
+    if (fg_build_cubin(FGT_BUILDER(cache, store_dir), f->layer.ir, f->layer.src.source, ARCH, NULL, out, &err) != 0)
         fail_msg("fg_build_cubin: %s", err.msg);
     assert_non_null(out->cubin);
     assert_true(out->cubin_size > 64);
@@ -320,7 +320,7 @@ static void miss_then_hit(void **state)
     /* another architecture is another key, another entry */
     fg_built other;
     fg_error e2 = {{0}};
-    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", &other, &e2), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", NULL, &other, &e2), 0);
     assert_false(other.from_cache);
     assert_string_not_equal(other.key, f->key);
     assert_int_equal(count_entries(dir), 2);
@@ -533,7 +533,7 @@ static void wrong_arch(void **state)
     fgt_assert_contains(w.last, "entry is for sm_90, not sm_80");
 
     fg_built b80;
-    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", &b80, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", NULL, &b80, &err), 0);
     assert_false(b80.from_cache);
     assert_true(b80.stored);
     assert_string_equal(b80.key, key80);
@@ -558,7 +558,7 @@ static int readonly_case(const fixture *f, const char *dir)
         return 2;
     }
     fg_built b;
-    if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
+    if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err) != 0) {
         fprintf(stderr, "readonly: the build failed: %s\n", err.msg);
         return 3;
     }
@@ -793,7 +793,7 @@ static void concurrent_builders(void **state)
                 _exit(11);
             }
             fg_built b;
-            if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
+            if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.msg);
                 _exit(12);
             }
@@ -1034,9 +1034,46 @@ static void alias_to_another_layer(void **state)
     build_layer(f, &cache, &b); /* its own key and cubin, checked there */
     assert_true(b.rendered);
     assert_int_equal(w.count, 1);
-    fgt_assert_contains(w.last, "holds layer someone_else");
+    fgt_assert_contains(w.last, "was built for no recorded layer and shape");
     fg_built_free(&b);
     assert_alias_names_fixture(f, dir); /* rewritten to its own entry */
+    free(dir);
+}
+
+/* The hardening issue: an alias written for another spec with the same layer name and a
+ * smaller input was accepted, and its kernels loaded for the wrong shape (out of bounds on
+ * the GPU). The entry records the plan key it was built for; the alias must match it. */
+static void alias_to_another_shape(void **state)
+{
+    fixture *f = *state;
+    char *dir = subdir(f, "other-shape");
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, dir, NULL, &w);
+    fgt_rendered_layer smaller;
+    assert_int_equal(fgt_render_layer("smaller.lua",
+                                      "return layer \"cache_test\" {\n  input = { \"N\", 2, 6, 6 },\n"
+                                      "  conv2d { out_channels = 4, kernel = 3 },\n  relu {},\n}\n",
+                                      &smaller),
+                     0);
+    fg_built b;
+    fg_error err = {{0}};
+    assert_int_equal(fg_build_layer(FGT_BUILDER(&cache, NULL), smaller.ir, smaller.plan, ARCH, &b, &err), 0);
+    assert_true(b.stored);
+    char small_key[FG_CACHE_KEY_HEX + 1], plan_key[FG_CACHE_KEY_HEX + 1];
+    memcpy(small_key, b.key, sizeof small_key);
+    fg_built_free(&b);
+    /* plant: the fixture layer's alias names the smaller layer's entry */
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, plan_key);
+    assert_int_equal(fg_cache_store_alias(&cache, NULL, plan_key, small_key, &err), 0);
+    build_layer(f, &cache, &b); /* checks it got its own cubin */
+    assert_true(b.rendered);
+    assert_string_not_equal(b.key, small_key);
+    assert_int_equal(w.count, 1);
+    fgt_assert_contains(w.last, "was built for another layer or shape");
+    fg_built_free(&b);
+    assert_alias_names_fixture(f, dir);
+    fgt_rendered_layer_free(&smaller);
     free(dir);
 }
 
@@ -1069,6 +1106,62 @@ static void shipped_plan_alias(void **state)
     free(user);
 }
 
+/* ---- caches other users can write --------------------------------------------------------------- */
+
+/* A shipped cache writable by its group, and a user cache writable by everyone, are left out
+ * with a warning saying why; nothing is read from or stored into them. */
+static void untrusted_caches(void **state)
+{
+    fixture *f = *state;
+    char *ship = subdir(f, "group-writable-ship"), *user = subdir(f, "world-writable-user");
+    assert_int_equal(mkdir(ship, 0775), 0);
+    assert_int_equal(chmod(ship, 0775), 0);
+    assert_int_equal(mkdir(user, 0700), 0);
+    assert_int_equal(chmod(user, 0777), 0);
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, user, ship, &w);
+    assert_int_equal(fg_cache_check_trust(&cache), 2);
+    assert_int_equal(cache.n_shipped, 0);
+    assert_int_equal(w.count, 2);
+    fgt_assert_contains(w.last, "writable by every user (mode 0777)");
+    fgt_assert_contains(cache.user_refused, user);
+    fg_built b;
+    build(f, &cache, NULL, &b);
+    assert_false(b.stored);
+    fgt_assert_contains(b.store_error, "writable by every user");
+    fg_built_free(&b);
+    /* made private, it is used again (and nothing was stored into it before) */
+    assert_int_equal(chmod(user, 0700), 0);
+    assert_int_equal(count_entries(user), 0);
+    init_cache(&cache, user, NULL, &w);
+    assert_int_equal(fg_cache_check_trust(&cache), 0);
+    build(f, &cache, NULL, &b);
+    assert_true(b.stored);
+    fg_built_free(&b);
+    free(ship);
+    free(user);
+}
+
+/* A new user cache is created private (0700). */
+static void new_cache_is_private(void **state)
+{
+    fixture *f = *state;
+    char *parent = subdir(f, "fresh"), *dir = fgt_join(parent, "a/b/cache");
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, dir, NULL, &w);
+    fg_built b;
+    build(f, &cache, NULL, &b);
+    assert_true(b.stored);
+    fg_built_free(&b);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    free(dir);
+    free(parent);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1091,6 +1184,9 @@ int main(void)
         cmocka_unit_test(plan_key_inputs),
         cmocka_unit_test(bad_plan_alias),
         cmocka_unit_test(alias_to_another_layer),
+        cmocka_unit_test(alias_to_another_shape),
+        cmocka_unit_test(untrusted_caches),
+        cmocka_unit_test(new_cache_is_private),
         cmocka_unit_test(shipped_plan_alias),
     };
     char *dir = fgt_tmpdir("cache-env");
