@@ -147,10 +147,13 @@ static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int
     if (!t && f.n == 1)
         t = &f.tensors[0];
     float *x = NULL;
+    char shown[512];
+    if (t)
+        fg_tensor_name_shown(t->name, shown, sizeof shown);
     if (!t) {
         cli_error("%s: no tensor named 'input' (and more than one tensor)", o->input);
     } else if (!t->data) {
-        cli_error("%s: tensor '%s' is %s; fusegen needs F32", o->input, t->name, t->dtype);
+        cli_error("%s: tensor '%s' is %s; fusegen needs F32", o->input, shown, t->dtype);
     } else {
         fg_layer_input_shape(layer, t->rank > 0 ? t->dim[0] : 1, &rank, dims);
         bool ok = t->rank == rank && t->dim[0] >= 1;
@@ -158,7 +161,7 @@ static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int
             ok = t->dim[d] == dims[d];
         if (!ok) {
             cli_error("%s: tensor '%s' does not have the layer's input shape [N, ...] (%d dims expected)", o->input,
-                      t->name, rank);
+                      shown, rank);
         } else {
             *batch = t->dim[0];
             *count = (int64_t)t->count;

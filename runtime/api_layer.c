@@ -383,10 +383,11 @@ static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int al
         /* BatchNorm's step counter is state, not a parameter of the forward pass */
         if (suffix && strcmp(suffix, ".num_batches_tracked") == 0)
             continue;
+        char shown[512];
         if (find_param(layer, name) < 0)
             s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is not a parameter of layer %s (pass allow_extra to "
                                                 "ignore tensors the spec does not use)",
-                            path, name, layer->ir.name);
+                            path, fg_tensor_name_shown(name, shown, sizeof shown), layer->ir.name);
     }
     for (int i = 0; i < layer->ir.n_params && s == FG_OK; i++) {
         const fg_tensor *t = fg_tensor_find(&f, layer->ir.params[i].name);
