@@ -5,6 +5,7 @@
 #define FG_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "../common/diag.h"
 #include "../gen/ir.h"
@@ -41,7 +42,12 @@ int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_pl
 /* Splits "sm_80,sm_90" into at most `cap` entries; checks each looks like sm_NN[a]. */
 int cli_parse_archs(const char *list, char archs[][16], int cap);
 
-/* A positive integer option value, or -1 (after printing why). */
-long cli_parse_positive(const char *command, const char *option, const char *value);
+/* Option values, strictly (digits only, no sign, no spaces, no overflow); each prints a usage
+ * error and returns -1 on a bad value. An integer from 1 to max: */
+long cli_parse_positive(const char *command, const char *option, const char *value, long max);
+/* A seed from 0 to LLONG_MAX: */
+int cli_parse_seed(const char *command, const char *option, const char *value, uint64_t *out);
+/* A directory, never "" (which would mean the default user cache): */
+int cli_parse_dir(const char *command, const char *option, const char *value, const char **out);
 
 #endif

@@ -75,15 +75,15 @@ int cmd_bench(int argc, char **argv)
             fputs(usage, stdout);
             return EXIT_OK;
         case 'b':
-            if ((batch = cli_parse_positive("bench", "--batch", optarg)) < 0)
+            if ((batch = cli_parse_positive("bench", "--batch", optarg, INT32_MAX)) < 0)
                 return EXIT_USAGE;
             break;
         case 'i':
-            if ((iters = cli_parse_positive("bench", "--iters", optarg)) < 0)
+            if ((iters = cli_parse_positive("bench", "--iters", optarg, 1000000)) < 0)
                 return EXIT_USAGE;
             break;
         case 'w':
-            if ((warmup = cli_parse_positive("bench", "--warmup", optarg)) < 0)
+            if ((warmup = cli_parse_positive("bench", "--warmup", optarg, 1000000)) < 0)
                 return EXIT_USAGE;
             break;
         case 'f':
@@ -100,7 +100,8 @@ int cmd_bench(int argc, char **argv)
             ceilings_only = 1;
             break;
         case 'd':
-            cache = optarg;
+            if (cli_parse_dir("bench", "--cache", optarg, &cache))
+                return EXIT_USAGE;
             break;
         default:
             return cli_usage_error("bench", "unknown option");

@@ -131,10 +131,11 @@ int cmd_build(int argc, char **argv)
             arch_list = optarg;
             break;
         case 'c':
-            cache_dir = optarg;
+            if (cli_parse_dir("build", "--cache", optarg, &cache_dir))
+                return EXIT_USAGE;
             break;
         case 'j':
-            if ((jobs = cli_parse_positive("build", "-j", optarg)) < 0)
+            if ((jobs = cli_parse_positive("build", "-j", optarg, 64)) < 0)
                 return EXIT_USAGE;
             break;
         default:

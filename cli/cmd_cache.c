@@ -117,10 +117,10 @@ int cmd_cache(int argc, char **argv)
             fputs(usage, stdout);
             return EXIT_OK;
         }
-        if (c == 'c')
-            dir = optarg;
-        else
+        if (c != 'c')
             return cli_usage_error("cache", "unknown option");
+        if (cli_parse_dir("cache", "--cache", optarg, &dir))
+            return EXIT_USAGE;
     }
     if (argc - optind != 1)
         return cli_usage_error("cache", "expects one of ls, verify, clear");

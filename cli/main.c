@@ -1,4 +1,7 @@
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,15 +138,44 @@ int cli_parse_archs(const char *list, char archs[][16], int cap)
     return n ? n : -1;
 }
 
-long cli_parse_positive(const char *command, const char *option, const char *value)
+/* Digits only: strtoll alone would take " 5", "+5" and clamp what overflows. */
+static bool parse_digits(const char *value, long long *out)
 {
+    if (!isdigit((unsigned char)value[0]))
+        return false;
     char *end;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v <= 0 || v > 1000000000L) {
-        cli_usage_error(command, "%s expects a positive integer, got '%s'", option, value);
+    errno = 0;
+    *out = strtoll(value, &end, 10);
+    return *end == '\0' && errno == 0;
+}
+
+long cli_parse_positive(const char *command, const char *option, const char *value, long max)
+{
+    long long v;
+    if (!parse_digits(value, &v) || v <= 0 || v > max) {
+        cli_usage_error(command, "%s expects an integer from 1 to %ld, got '%s'", option, max, value);
         return -1;
     }
-    return v;
+    return (long)v;
+}
+
+int cli_parse_seed(const char *command, const char *option, const char *value, uint64_t *out)
+{
+    long long v;
+    if (!parse_digits(value, &v)) {
+        cli_usage_error(command, "%s expects an integer from 0 to %lld, got '%s'", option, LLONG_MAX, value);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_parse_dir(const char *command, const char *option, const char *value, const char **out)
+{
+    if (!value[0]) /* "" would fall back to the default user cache: `cache clear --cache ""` emptied it */
+        return cli_usage_error(command, "%s expects a directory, got an empty string", option), -1;
+    *out = value;
+    return 0;
 }
 
 int main(int argc, char **argv)

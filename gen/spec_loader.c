@@ -1,6 +1,9 @@
 #include "spec_loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <math.h>
@@ -179,6 +182,27 @@ static int env_newindex(lua_State *L)
     return luaL_error(L, "a spec cannot set global '%s': use a local", luaL_optstring(L, 2, "?"));
 }
 
+/* tostring for specs: a spec is a pure function of its text, so a value whose printed form
+ * is an address (a table, a function such as `relu`, a thread) prints as its type alone;
+ * Lua's own tostring would put heap and code addresses into layer names, and so into cache
+ * keys and files. Numbers, strings, booleans and nil print as in Lua. */
+static int pure_tostring(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    switch (lua_type(L, 1)) {
+    case LUA_TNUMBER:
+    case LUA_TSTRING:
+    case LUA_TBOOLEAN:
+    case LUA_TNIL:
+        luaL_tolstring(L, 1, NULL);
+        break;
+    default:
+        lua_pushstring(L, luaL_typename(L, 1));
+        break;
+    }
+    return 1;
+}
+
 /* Builds the spec's environment and leaves it on the stack. */
 static void push_environment(lua_State *L)
 {
@@ -195,12 +219,14 @@ static void push_environment(lua_State *L)
     lua_setfield(L, LUA_REGISTRYINDEX, REG_CTORS);
 
     lua_newtable(L); /* env */
-    static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tostring",
+    static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type",
                                              "tonumber", "select", "error", "assert"};
     for (size_t i = 0; i < sizeof base_funcs / sizeof *base_funcs; i++) {
         lua_getglobal(L, base_funcs[i]);
         lua_setfield(L, -2, base_funcs[i]);
     }
+    lua_pushcfunction(L, pure_tostring);
+    lua_setfield(L, -2, "tostring");
     static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
                                              "fmod", "tointeger", "huge", "pi", "maxinteger"};
     lua_newtable(L);
@@ -856,9 +882,20 @@ int fg_spec_load_string(const char *display_name, const char *source, size_t len
 
 int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: a FIFO (or a device) would block open() forever; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0)
         return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fg_fail(err, "%s: cannot open spec: not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    }
     char *buf = malloc(FG_SPEC_MAX_BYTES + 1);
     if (!buf) {
         fclose(f);

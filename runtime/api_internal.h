@@ -7,6 +7,7 @@
 
 #include "../gen/ir.h"
 #include "../gen/planner.h"
+#include "../reference/cpu_reference.h"
 #include "cache.h"
 #include "cuda_driver.h"
 #include "cudnn_conv.h"
@@ -71,6 +72,10 @@ struct fg_layer {
 fg_status fg_api_fail(fg_status status, const char *fmt, ...) FG_PRINTF(2, 3);
 fg_status fg_api_fail_error(fg_status status, const fg_error *err);
 void fg_api_clear_error(void);
+
+/* fg_layer_run_cpu with a progress callback (runtime/tools.h, fg_tools_run_cpu). */
+fg_status fg_layer_run_cpu_progress(fg_layer *layer, const float *input, float *output, int64_t batch,
+                                    fg_reference_progress progress, void *ctx);
 
 /* Makes the context's CUDA context current on this thread. */
 fg_status fg_api_enter(fg_context *ctx);

@@ -642,7 +642,8 @@ FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, 
     return s;
 }
 
-static fg_status run_cpu_held(fg_layer *layer, const float *input, float *output, int64_t batch)
+static fg_status run_cpu_held(fg_layer *layer, const float *input, float *output, int64_t batch,
+                              fg_reference_progress progress, void *progress_ctx)
 {
     if (!input || !output)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_cpu: input or output is NULL");
@@ -660,7 +661,7 @@ static fg_status run_cpu_held(fg_layer *layer, const float *input, float *output
         for (int i = 0; i < layer->ir.n_params; i++)
             params[i] = layer->params[i].host;
         fg_error err;
-        if (fg_reference_run(&layer->ir, batch, input, params, out, &err) != 0)
+        if (fg_reference_run_progress(&layer->ir, batch, input, params, out, progress, progress_ctx, &err) != 0)
             s = fg_api_fail_error(FG_ERR_OUT_OF_MEMORY, &err);
     }
     pthread_rwlock_unlock(&layer->bindings_lock);
@@ -673,7 +674,16 @@ static fg_status run_cpu_held(fg_layer *layer, const float *input, float *output
 FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch)
 {
     ENTER_LAYER(layer, "fg_layer_run_cpu");
-    fg_status s = run_cpu_held(layer, input, output, batch);
+    fg_status s = run_cpu_held(layer, input, output, batch, NULL, NULL);
+    fg_handle_release(layer);
+    return s;
+}
+
+fg_status fg_layer_run_cpu_progress(fg_layer *layer, const float *input, float *output, int64_t batch,
+                                    fg_reference_progress progress, void *ctx)
+{
+    ENTER_LAYER(layer, "fg_tools_run_cpu");
+    fg_status s = run_cpu_held(layer, input, output, batch, progress, ctx);
     fg_handle_release(layer);
     return s;
 }

@@ -260,6 +260,13 @@ int fg_safetensors_write(const char *path, const fg_tensor *tensors, int n, fg_e
         json_object_set_new(o, "data_offsets", offs);
         json_object_set_new(root, tensors[i].name, o);
     }
+    /* the file goes in by rename, which would replace a device node (`--out /dev/null` as
+     * root) or a FIFO with a regular file: only a regular file (or nothing) is replaced */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        json_decref(root);
+        return fg_fail(err, "%s exists and is not a regular file; refusing to replace it", path);
+    }
     char *header = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!header)

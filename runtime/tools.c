@@ -80,6 +80,17 @@ fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap
     return FG_OK;
 }
 
+fg_status fg_tools_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch,
+                           void (*progress)(void *ctx, double done), void *ctx)
+{
+    return fg_layer_run_cpu_progress(layer, input, output, batch, progress, ctx);
+}
+
+double fg_tools_reference_work(const fg_layer *layer, int64_t batch)
+{
+    return check_layer(layer, "fg_tools_reference_work") == FG_OK ? fg_reference_work(&layer->ir, batch) : 0;
+}
+
 fg_status fg_tools_device_info(fg_context *ctx, fg_tools_device *out)
 {
     fg_status s = enter_device(ctx, "fg_tools_device_info");

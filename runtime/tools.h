@@ -32,6 +32,13 @@ fg_status fg_tools_bind_random(fg_layer *layer, uint64_t seed);
  * 0.9)": how the layer's kernels were last prepared, for timing lines. */
 fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap);
 
+/* The CPU reference (fg_layer_run_cpu) calling progress(ctx, fraction done) as it goes, and
+ * an estimate of its work beforehand (multiply-adds; reference/cpu_reference.h), so that a
+ * tool can refuse or announce a run that would take minutes. */
+fg_status fg_tools_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch,
+                           void (*progress)(void *ctx, double done), void *ctx);
+double fg_tools_reference_work(const fg_layer *layer, int64_t batch);
+
 /* ---- the device ----------------------------------------------------------------------- */
 
 typedef struct fg_tools_device {

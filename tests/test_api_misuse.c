@@ -656,6 +656,27 @@ static void close_and_bind_during_runs(void **state)
     EXPECT(fg_context_destroy(ctx), FG_OK);
 }
 
+/* A spec is a pure function of its text: tostring of a table or a function used to print its
+ * address, so the layer's name (and its cache key, and the files naming it) changed with
+ * every load. Now such values print as their type. */
+static void specs_are_pure(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    static const char *const source = "return layer (\"pure_\" .. tostring({}) .. \"_\" .. tostring(relu) .. \"_\" ..\n"
+                                      "  tostring(1.5) .. tostring(true) .. tostring(nil)) {\n"
+                                      "  input = { \"N\", 2, 6, 6 },\n"
+                                      "  conv2d { out_channels = 4, kernel = 3 },\n"
+                                      "}\n";
+    fg_layer *layer = NULL;
+    EXPECT(fg_layer_load_string(ctx, "pure.lua", source, &layer), FG_OK);
+    EXPECT(fg_layer_destroy(layer), FG_OK);
+    fg_layer_ir *ir = fgt_load_string(source);
+    assert_string_equal(ir->name, "pure_table_function_1.5truenil");
+    free(ir);
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +692,7 @@ int main(void)
         cmocka_unit_test(specs_are_isolated),
         cmocka_unit_test(threads_share_a_context),
         cmocka_unit_test(close_and_bind_during_runs),
+        cmocka_unit_test(specs_are_pure),
     };
     char *dir = fgt_tmpdir("api-misuse-env");
     fgt_isolate_environment(dir);
