@@ -7,9 +7,15 @@
 
 #include "../../runtime/random_init.h"
 
+static char dir[] = "/tmp/fusegen-gpu-test-XXXXXX";
+
+const char *gpu_cache_dir(void)
+{
+    return dir;
+}
+
 fg_context *gpu_open(const char *program)
 {
-    static char dir[] = "/tmp/fusegen-gpu-test-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         exit(1);
