@@ -1,4 +1,7 @@
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +9,7 @@
 
 #include "cli.h"
 #include "../runtime/environment.h"
+#include "../runtime/nvrtc_compiler.h"
 #include "../gen/spec_loader.h"
 
 static const char usage[] =
@@ -54,6 +58,34 @@ static void warn_knob(void *unused, const char *msg)
 {
     (void)unused;
     fprintf(stderr, "fusegen: warning: %s\n", msg);
+}
+
+const fg_env_runtime *cli_environment(void)
+{
+    static fg_env_runtime env;
+    static bool read;
+    if (!read) { /* the CLI is single-threaded until build starts its workers */
+        fg_env_runtime_read(&env);
+        fg_nvrtc_use_library(env.nvrtc_library);
+        read = true;
+    }
+    return &env;
+}
+
+int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped)
+{
+    const fg_env_runtime *env = cli_environment();
+    if (!dir && !env->user_cache[0]) {
+        cli_error("%s", env->user_cache_error);
+        return -1;
+    }
+    fg_error err;
+    if (fg_cache_init(cache, dir ? dir : env->user_cache, with_shipped ? env->shipped_caches : NULL, &err) != 0) {
+        cli_error("%s", err.msg);
+        return -1;
+    }
+    fg_cache_check_trust(cache);
+    return 0;
 }
 
 void cli_plan_options(fg_plan_options *opts, const char *arch)
@@ -107,15 +139,44 @@ int cli_parse_archs(const char *list, char archs[][16], int cap)
     return n ? n : -1;
 }
 
-long cli_parse_positive(const char *command, const char *option, const char *value)
+/* Digits only: strtoll alone would take " 5", "+5" and clamp what overflows. */
+static bool parse_digits(const char *value, long long *out)
 {
+    if (!isdigit((unsigned char)value[0]))
+        return false;
     char *end;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v <= 0 || v > 1000000000L) {
-        cli_usage_error(command, "%s expects a positive integer, got '%s'", option, value);
+    errno = 0;
+    *out = strtoll(value, &end, 10);
+    return *end == '\0' && errno == 0;
+}
+
+long cli_parse_positive(const char *command, const char *option, const char *value, long max)
+{
+    long long v;
+    if (!parse_digits(value, &v) || v <= 0 || v > max) {
+        cli_usage_error(command, "%s expects an integer from 1 to %ld, got '%s'", option, max, value);
         return -1;
     }
-    return v;
+    return (long)v;
+}
+
+int cli_parse_seed(const char *command, const char *option, const char *value, uint64_t *out)
+{
+    long long v;
+    if (!parse_digits(value, &v)) {
+        cli_usage_error(command, "%s expects an integer from 0 to %lld, got '%s'", option, LLONG_MAX, value);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_parse_dir(const char *command, const char *option, const char *value, const char **out)
+{
+    if (!value[0]) /* "" would fall back to the default user cache: `cache clear --cache ""` emptied it */
+        return cli_usage_error(command, "%s expects a directory, got an empty string", option), -1;
+    *out = value;
+    return 0;
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,10 @@
 #include "spec_loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <math.h>
@@ -16,8 +19,8 @@
 
 /* What a spec sees besides the constructors: a few pure functions of Lua's base and math
  * libraries, and the layer's own fields. */
-static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tostring",
-                                         "tonumber", "select", "error", "assert"};
+/* (and `tostring`: pure_tostring, which prints no addresses) */
+static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tonumber", "select", "error", "assert"};
 static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
                                          "fmod", "tointeger", "huge", "pi", "maxinteger"};
 static const char *const layer_fields[] = {"input", "precision", "strategy"};
@@ -120,6 +123,27 @@ static int env_newindex(lua_State *L)
     return luaL_error(L, "a spec cannot set global '%s': use a local", luaL_optstring(L, 2, "?"));
 }
 
+/* tostring for specs: a spec is a pure function of its text, so a value whose printed form
+ * is an address (a table, a function such as `relu`, a thread) prints as its type alone;
+ * Lua's own tostring would put heap and code addresses into layer names, and so into cache
+ * keys and files. Numbers, strings, booleans and nil print as in Lua. */
+static int pure_tostring(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    switch (lua_type(L, 1)) {
+    case LUA_TNUMBER:
+    case LUA_TSTRING:
+    case LUA_TBOOLEAN:
+    case LUA_TNIL:
+        luaL_tolstring(L, 1, NULL);
+        break;
+    default:
+        lua_pushstring(L, luaL_typename(L, 1));
+        break;
+    }
+    return 1;
+}
+
 /* Builds the spec's environment and leaves it on the stack. */
 static void push_environment(lua_State *L)
 {
@@ -140,6 +164,8 @@ static void push_environment(lua_State *L)
         lua_getglobal(L, base_funcs[i]);
         lua_setfield(L, -2, base_funcs[i]);
     }
+    lua_pushcfunction(L, pure_tostring);
+    lua_setfield(L, -2, "tostring");
     lua_newtable(L);
     lua_getglobal(L, "math");
     for (size_t i = 0; i < sizeof math_funcs / sizeof *math_funcs; i++) {
@@ -843,9 +869,20 @@ int fg_spec_load_string(const char *display_name, const char *source, size_t len
 
 int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: a FIFO (or a device) would block open() forever; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0)
         return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fg_fail(err, "%s: cannot open spec: not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    }
     char *buf = malloc(FG_SPEC_MAX_BYTES + 1);
     if (!buf) {
         fclose(f);
@@ -882,6 +919,7 @@ void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx)
     }
     word(ctx, "as");
     word(ctx, "N");
+    word(ctx, "tostring");
     const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies};
     const int counts[] = {COUNT(base_funcs), COUNT(math_funcs), COUNT(layer_fields), COUNT(precisions),
                           COUNT(strategies)};

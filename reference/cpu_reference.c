@@ -186,8 +186,13 @@ double fg_ref_binary(fg_op_kind kind, double a, double b)
     return ref_binary[kind] ? ref_binary[kind](a, b) : NAN;
 }
 
+typedef struct progress_hook {
+    fg_reference_progress fn;
+    void *ctx;
+} progress_hook;
+
 static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, const float *w, const float *bias,
-                 value *out, int64_t batch)
+                 value *out, int64_t batch, const progress_hook *progress)
 {
     /* 2D runs as 3D with depth 1 */
     int64_t in_d[3] = {1, 1, 1}, out_d[3] = {1, 1, 1};
@@ -236,7 +241,21 @@ static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, cons
                         }
                         o[(od * out_d[1] + oh) * out_d[2] + ow] = acc;
                     }
+            if (progress->fn)
+                progress->fn(progress->ctx, (double)(n * cout + co + 1) / (double)(batch * cout));
         }
+}
+
+double fg_reference_work(const fg_layer_ir *ir, int64_t batch)
+{
+    const fg_op *c = &ir->ops[0];
+    double taps = 1;
+    for (int i = 0; i < c->spatial; i++)
+        taps *= c->kernel[i];
+    double work = (double)fg_shape_sample_count(&c->out) * (double)(c->in.dim[1] / c->groups) * taps;
+    for (int k = 1; k < ir->n_ops; k++) /* norms and reductions read a value two or three times */
+        work += 4.0 * (double)fg_shape_sample_count(&ir->ops[k].in);
+    return work * (double)batch;
 }
 
 /* Index of a broadcast parameter at the given value coordinates (right-aligned). */
@@ -444,6 +463,13 @@ static bool used_later(const fg_layer_ir *ir, int k)
 int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                      double *output, fg_error *err)
 {
+    return fg_reference_run_progress(ir, batch, input, params, output, NULL, NULL, err);
+}
+
+int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
+                              double *output, fg_reference_progress progress, void *ctx, fg_error *err)
+{
+    const progress_hook hook = {progress, ctx};
     value vals[FG_MAX_OPS];
     memset(vals, 0, sizeof vals);
     int rc = 0;
@@ -468,7 +494,7 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
         switch (fg_op_kind_class(op->kind)) {
         case FG_CLASS_CONV:
             conv(op, &ir->input, input, params[op->weight_param], op->bias ? params[op->bias_param] : NULL, out,
-                 batch);
+                 batch, &hook);
             break;
         case FG_CLASS_UNARY:
             for (int64_t i = 0; i < in->sample * batch; i++)

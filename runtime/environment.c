@@ -89,3 +89,62 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
                      "rows,cols,channels[,unroll] (0 keeps the planner's choice; channels a multiple of 4)");
     }
 }
+
+/* Copies the variable into buf; false when unset or empty. A value that does not fit is
+ * treated as unset rather than truncated into another path. */
+static bool copy_var(const char *name, char *buf, size_t cap)
+{
+    const char *v = getenv(name);
+    buf[0] = '\0';
+    if (!v || !v[0] || strlen(v) >= cap)
+        return false;
+    memcpy(buf, v, strlen(v) + 1);
+    return true;
+}
+
+static void user_cache_dir(fg_env_runtime *env)
+{
+    char base[FG_ENV_PATH_MAX];
+    int n;
+    const char *what;
+    if (copy_var("FUSEGEN_CACHE_DIR", env->user_cache, sizeof env->user_cache))
+        return;
+    if (getenv("FUSEGEN_CACHE_DIR") && getenv("FUSEGEN_CACHE_DIR")[0]) {
+        snprintf(env->user_cache_error, sizeof env->user_cache_error,
+                 "FUSEGEN_CACHE_DIR is longer than %d bytes", FG_ENV_PATH_MAX - 1);
+        return;
+    }
+    if (copy_var("XDG_CACHE_HOME", base, sizeof base)) {
+        what = "XDG_CACHE_HOME";
+        n = snprintf(env->user_cache, sizeof env->user_cache, "%s/fusegen", base);
+    } else if (copy_var("HOME", base, sizeof base)) {
+        what = "HOME";
+        n = snprintf(env->user_cache, sizeof env->user_cache, "%s/.cache/fusegen", base);
+    } else {
+        snprintf(env->user_cache_error, sizeof env->user_cache_error,
+                 "no cache directory: set FUSEGEN_CACHE_DIR, XDG_CACHE_HOME or HOME");
+        return;
+    }
+    if (n < 0 || (size_t)n >= sizeof env->user_cache) {
+        env->user_cache[0] = '\0';
+        snprintf(env->user_cache_error, sizeof env->user_cache_error, "the cache directory under %s is too long",
+                 what);
+    }
+}
+
+void fg_env_runtime_read(fg_env_runtime *env)
+{
+    memset(env, 0, sizeof *env);
+    user_cache_dir(env);
+    const char *shipped = getenv("FUSEGEN_CACHE_PATH");
+    env->shipped_set = shipped != NULL;
+    if (shipped && strlen(shipped) < sizeof env->shipped_caches)
+        memcpy(env->shipped_caches, shipped, strlen(shipped) + 1);
+    copy_var("FUSEGEN_NVRTC", env->nvrtc_library, sizeof env->nvrtc_library);
+    copy_var("FUSEGEN_LIBCUDA", env->cuda_library, sizeof env->cuda_library);
+    copy_var("FUSEGEN_LIBCUDNN", env->cudnn_library, sizeof env->cudnn_library);
+    if (!copy_var("TMPDIR", env->tmpdir, sizeof env->tmpdir))
+        snprintf(env->tmpdir, sizeof env->tmpdir, "/tmp");
+    const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
+    env->no_graphs = no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0;
+}

@@ -260,6 +260,13 @@ const char fgt_every_op_spec[] =
     "  min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },\n"
     "}\n";
 
+int fgt_cache_init(fg_cache *cache, const char *user_dir, const char *shipped, fg_error *err)
+{
+    if (fg_cache_init(cache, user_dir, shipped, err) != 0)
+        return -1;
+    return fg_build_identity(&cache->identity, err);
+}
+
 char *fgt_join(const char *dir, const char *name)
 {
     size_t cap = strlen(dir) + strlen(name) + 2;
