@@ -1,5 +1,6 @@
 /* The launcher's table (runtime/launcher.h): taken from the plan once, checked, and scaled
  * by the batch on every run without calling the planner. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
