@@ -90,7 +90,7 @@ int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped)
 
 void cli_plan_options(fg_plan_options *opts, const char *arch)
 {
-    fg_plan_options_init(opts, fg_arch_sm(arch));
+    fg_plan_options_for_arch(opts, arch);
     fg_env_plan_options(opts, warn_knob, NULL);
 }
 

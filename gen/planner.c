@@ -14,6 +14,8 @@ typedef struct planner {
     int buffer_of[FG_MAX_OPS];
     bool ready[FG_MAX_OPS];      /* the accumulators op k needs are finalized */
     int auto_cut;                /* "auto" tried recompute after value auto_cut; -1 otherwise */
+    bool use_wgmma;              /* the conv runs on the wgmma engine (chosen before chaining) */
+    struct fg_wgmma_tiling wg;   /* its tiling, shared by every conv pass of the layer */
 } planner;
 
 static int64_t reduce_extent(const fg_op *op)
@@ -106,7 +108,7 @@ static fg_pass *new_pass(planner *p, fg_pass_kind kind)
     memset(ps, 0, sizeof *ps);
     ps->kind = kind;
     ps->source_buffer = ps->store_buffer = ps->finalize_accum = -1;
-    static const char *const kinds[] = {"conv", "map", "finalize", "cudnn", "resident"};
+    static const char *const kinds[] = {"conv", "map", "finalize", "cudnn", "resident", "pack_input", "pack_weights"};
     snprintf(ps->kernel, sizeof ps->kernel, "fg_pass%d_%s", plan->n_passes, kinds[kind]);
     plan->n_passes++;
     return ps;
@@ -391,6 +393,136 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_o
     return true;
 }
 
+/* ---- the wgmma engine (sm_90a) ----------------------------------------------------------- */
+
+enum {
+    WGMMA_SMEM = 232448,       /* opt-in shared memory of a block on sm_90 */
+    WGMMA_MAX_STAGES = 8,
+    WGMMA_PACKED_BIAS = 32,    /* the producer packs a row's origin coordinates + this bias in 10 bits */
+    WGMMA_MAX_COORD = 1023 - 32,
+};
+
+/* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
+ * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
+ * layer runs the same conv), before the passes are chained: the packed operands are passes
+ * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
+ * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
+ * registers), one TF32 product two. */
+/* Whether some op of the layer gathers statistics (the conv pass's epilogue then keeps a
+ * partial per channel slot in registers). */
+static bool layer_has_statistics(const fg_layer_ir *ir)
+{
+    for (int k = 1; k < ir->n_ops; k++)
+        if (needs_stats(&ir->ops[k]) || is_big_reduce(&ir->ops[k]))
+            return true;
+    return false;
+}
+
+static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, struct fg_wgmma_tiling *w)
+{
+    memset(w, 0, sizeof *w);
+    if (g->cout_g < 8)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (g->in[i] > WGMMA_MAX_COORD || (g->k[i] - 1) * g->d[i] > WGMMA_MAX_COORD ||
+            g->out[i] * g->s[i] > WGMMA_MAX_COORD)
+            return false;
+    const fg_op *conv = &ir->ops[0];
+    for (int i = 0; i < conv->spatial; i++)
+        if (conv->padding[i] >= WGMMA_PACKED_BIAS)
+            return false;
+    w->parts = ir->precision == FG_PRECISION_FP32 ? 2 : 1;
+    w->block_acc = w->parts == 2;
+    w->nblk = g->cout_g <= 128 ? 1 : (int)ceil_div(g->cout_g, 128);
+    w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
+    w->cp = g->cin_g <= 4 ? 4 : round_up(g->cin_g, 8);
+    w->xc = groups * w->cp;
+    w->kch = (int)ceil_div(g->taps * w->cp, 32);
+    w->b_bytes = (int64_t)w->bn * 128;
+    int64_t opix = g->out[0] * g->out[1] * g->out[2];
+    bool partials = layer_has_statistics(ir);
+    /* two m64 tiles per consumer warpgroup where the registers and at least 3 stages allow it
+     * (twice the rows per weight tile), else one. Live registers: in the main loop the
+     * accumulator (and the block accumulator); in the epilogue the accumulator, a statistics
+     * partial per channel slot and its working set (estimates: ptxas reports, and the
+     * compile test fails on any spill). */
+    for (w->wgmt = 2; w->wgmt >= 1; w->wgmt--) {
+        int acc = w->wgmt * w->bn / 2;
+        int main_loop = acc * (1 + w->block_acc) + 32;
+        int epilogue = acc + (partials ? w->bn / 2 : 0) + 48;
+        int need = round_up((main_loop > epilogue ? main_loop : epilogue) + 16, 8);
+        w->bm = 128 * w->wgmt;
+        w->a_bytes = (int64_t)w->bm * 128;
+        w->stage_bytes = w->parts * (w->a_bytes + w->b_bytes);
+        int64_t stages = (WGMMA_SMEM - 1024 - 256) / w->stage_bytes;
+        if (need > 232 || stages < 3)
+            continue;
+        w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
+        w->consumer_regs = need < 168 ? 168 : need;
+        int producer = 504 - 2 * w->consumer_regs;
+        w->producer_regs = producer > 168 ? 168 : producer;
+        break;
+    }
+    if (w->wgmt < 1)
+        return false;
+    w->m_tiles = (int)ceil_div(opix, w->bm);
+    w->bar_offset = (int64_t)w->stages * w->stage_bytes;
+    w->packed_hi = w->packed_lo = w->packed_w = -1;
+    return true;
+}
+
+/* Whether the layer's conv runs on the wgmma engine: on sm_90a for convs whose reduction is
+ * long enough to feed it (measured, bench/NOTES.md v6: a reduction of 576 ran 2.2x faster
+ * than mma.sync; 27 or 72, slower), and always for precision "tf32" (one product, instead
+ * of cuDNN and a separate pass); a caller may prefer it (FUSEGEN_CONV_ENGINE=wgmma) or
+ * another engine. */
+static bool choose_wgmma(planner *p)
+{
+    const fg_plan_options *opts = p->opts;
+    if (!opts->wgmma || opts->engine == FG_ENGINE_PREFER_FMA || opts->engine == FG_ENGINE_PREFER_MMA)
+        return false;
+    conv_geometry g;
+    geometry(&p->ir->ops[0], &g);
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, &p->wg))
+        return false;
+    if (opts->engine == FG_ENGINE_PREFER_WGMMA || p->ir->precision == FG_PRECISION_TF32)
+        return true;
+    return g.cin_g * g.taps >= 128 && g.cout_g >= 16;
+}
+
+/* The passes that pack the wgmma engine's operands, before everything else. */
+static int add_pack_passes(planner *p)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    struct fg_wgmma_tiling *w = &p->wg;
+    if (plan->n_buffers + 3 > FG_MAX_BUFFERS)
+        return fg_fail(p->err, "%s: too many intermediate buffers", ir->file);
+    int64_t ipix = fg_shape_sample_count(&ir->input) / ir->input.dim[1];
+    int64_t groups = ir->ops[0].groups;
+    fg_buffer *b = &plan->buffers[plan->n_buffers];
+    b->value = -1;
+    b->per_sample = ipix * w->xc;
+    w->packed_hi = plan->n_buffers++;
+    if (w->parts == 2) {
+        b = &plan->buffers[plan->n_buffers];
+        b->value = -1;
+        b->per_sample = ipix * w->xc;
+        w->packed_lo = plan->n_buffers++;
+    }
+    b = &plan->buffers[plan->n_buffers];
+    b->value = -1;
+    b->fixed = groups * w->nblk * w->kch * w->parts * w->bn * 32;
+    w->packed_w = plan->n_buffers++;
+    fg_pass *pw = new_pass(p, FG_PASS_PACK_WEIGHTS);
+    fg_pass *pi = pw ? new_pass(p, FG_PASS_PACK_INPUT) : NULL;
+    if (!pi)
+        return -1;
+    pw->first = pi->first = 1;
+    pw->last = pi->last = 0; /* no op of the chain */
+    return 0;
+}
+
 /* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
  * tests and benchmarks (bench/NOTES.md). mma.sync with TF32 starts at sm_80. */
 static bool want_mma(const fg_plan_options *opts)
@@ -422,6 +554,20 @@ static int conv_tiling(const planner *p, fg_pass *ps)
                        p->ir->file, conv->line, what, (long long)g.taps, MAX_UNROLLED_TAPS);
     fg_conv_tiling *t = &ps->conv;
     ps->launch.per_sample = true;
+    if (p->use_wgmma) {
+        memset(t, 0, sizeof *t);
+        t->engine = FG_CONV_WGMMA;
+        t->wg = p->wg;
+        ps->launch.block = 384; /* a producer warpgroup and two consumers */
+        ps->launch.grid_x = (int64_t)p->wg.m_tiles * p->wg.nblk * conv->groups;
+        ps->launch.grid_y = 1;
+        ps->launch.persistent = true;
+        ps->launch.per_sample = false;
+        /* the stages, the barriers (full and empty per stage, 16 B of slack) and 1024 bytes to
+         * align the base the operands' swizzle needs */
+        ps->launch.smem_bytes = (int)(1024 + p->wg.bar_offset + 16 * p->wg.stages + 16);
+        return 0;
+    }
     if (want_mma(opts) && conv_tiling_mma(&g, ps, opts)) {
         ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
         return 0;
@@ -562,7 +708,16 @@ static void add_arg(fg_pass *ps, fg_arg_kind kind, int index)
 static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p, fg_pass *ps, int j)
 {
     const fg_op *op = &ir->ops[j];
-    if (j == 0) {
+    if (j == 0 && ps->conv.engine == FG_CONV_WGMMA) {
+        /* the packed operands instead of the input and the weights */
+        const struct fg_wgmma_tiling *w = &ps->conv.wg;
+        add_arg(ps, FG_ARG_BUFFER, w->packed_hi);
+        if (w->packed_lo >= 0)
+            add_arg(ps, FG_ARG_BUFFER, w->packed_lo);
+        add_arg(ps, FG_ARG_BUFFER, w->packed_w);
+        if (op->bias)
+            add_arg(ps, FG_ARG_PARAM, op->bias_param);
+    } else if (j == 0) {
         add_arg(ps, FG_ARG_INPUT, 0);
         add_arg(ps, FG_ARG_PARAM, op->weight_param);
         if (op->bias)
@@ -597,6 +752,22 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
 static void pass_args(const fg_layer_ir *ir, fg_plan *plan, const planner *p, fg_pass *ps)
 {
     ps->n_args = 0;
+    if (ps->kind == FG_PASS_PACK_INPUT) {
+        add_arg(ps, FG_ARG_INPUT, 0);
+        add_arg(ps, FG_ARG_BUFFER, p->wg.packed_hi);
+        if (p->wg.packed_lo >= 0)
+            add_arg(ps, FG_ARG_BUFFER, p->wg.packed_lo);
+        add_arg(ps, FG_ARG_BATCH, 0);
+        add_arg(ps, FG_ARG_BATCH_BASE, 0);
+        return;
+    }
+    if (ps->kind == FG_PASS_PACK_WEIGHTS) {
+        add_arg(ps, FG_ARG_PARAM, ir->ops[0].weight_param);
+        add_arg(ps, FG_ARG_BUFFER, p->wg.packed_w);
+        add_arg(ps, FG_ARG_BATCH, 0);
+        add_arg(ps, FG_ARG_BATCH_BASE, 0);
+        return;
+    }
     if (ps->kind == FG_PASS_FINALIZE) {
         add_arg(ps, FG_ARG_ACCUM, ps->finalize_accum);
         if (plan->accums[ps->finalize_accum].max_accum >= 0)
@@ -811,6 +982,12 @@ static bool plan_resident(planner *p, int sm)
     return true;
 }
 
+void fg_plan_options_for_arch(fg_plan_options *opts, const char *arch)
+{
+    fg_plan_options_init(opts, fg_arch_sm(arch));
+    opts->wgmma = fg_arch_has_wgmma(arch);
+}
+
 void fg_plan_options_init(fg_plan_options *opts, int sm)
 {
     memset(opts, 0, sizeof *opts);
@@ -857,7 +1034,10 @@ static fg_pass *first_passes(planner *p, int wanted)
     fg_plan *plan = p->plan;
     int last_op = ir->n_ops - 1;
     plan->strategy = FG_STRATEGY_MATERIALIZE;
-    if (ir->precision == FG_PRECISION_TF32) {
+    p->use_wgmma = choose_wgmma(p);
+    if (p->use_wgmma && add_pack_passes(p))
+        return NULL;
+    if (ir->precision == FG_PRECISION_TF32 && !p->use_wgmma) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
          * its buffer */
         fg_pass *ps = new_pass(p, FG_PASS_CUDNN);
@@ -985,6 +1165,21 @@ static int assign_geometry(planner *p)
         case FG_PASS_FINALIZE:
             finalize_launch(plan, q);
             break;
+        case FG_PASS_PACK_INPUT: {
+            /* 32 pixels a block, every channel, through shared memory (coalesced both ways) */
+            int64_t ipix = fg_shape_sample_count(&p->ir->input) / p->ir->input.dim[1];
+            q->launch.block = 256;
+            q->launch.grid_x = ceil_div(ipix, 32);
+            q->launch.grid_y = 1;
+            q->launch.per_sample = true;
+            break;
+        }
+        case FG_PASS_PACK_WEIGHTS:
+            q->launch.block = 256;
+            q->launch.grid_x = ceil_div(plan->buffers[p->wg.packed_w].fixed, 256);
+            q->launch.grid_y = 1;
+            q->launch.per_sample = false;
+            break;
         case FG_PASS_CUDNN:
         case FG_PASS_RESIDENT: /* tiled by plan_resident */
             break;
@@ -1060,6 +1255,11 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *
     return 0;
 }
 
+bool fg_arch_has_wgmma(const char *arch)
+{
+    return arch && strcmp(arch, "sm_90a") == 0;
+}
+
 int fg_arch_sm(const char *arch)
 {
     int sm = 0;
@@ -1079,7 +1279,8 @@ int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *o
     uint64_t off = 0;
     for (int i = 0; i < plan->n_buffers; i++) {
         uint64_t bytes;
-        if (__builtin_mul_overflow((uint64_t)plan->buffers[i].per_sample, (uint64_t)batch * 4, &bytes))
+        if (__builtin_mul_overflow((uint64_t)plan->buffers[i].per_sample, (uint64_t)batch * 4, &bytes) ||
+            __builtin_add_overflow(bytes, (uint64_t)plan->buffers[i].fixed * 4, &bytes))
             return fg_fail(err, "workspace size overflows for batch %" PRId64, batch);
         out->buffer_offset[i] = off;
         off = align256(off + bytes);
@@ -1118,6 +1319,24 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
     for (int i = 0; i < plan->n_passes; i++) {
         const fg_pass *ps = &plan->passes[i];
         int len;
+        if (ps->kind == FG_PASS_PACK_INPUT || ps->kind == FG_PASS_PACK_WEIGHTS) {
+            const struct fg_wgmma_tiling *w = NULL;
+            for (int j = 0; j < plan->n_passes && !w; j++)
+                if (plan->passes[j].kind == FG_PASS_CONV && plan->passes[j].conv.engine == FG_CONV_WGMMA)
+                    w = &plan->passes[j].conv.wg;
+            if (ps->kind == FG_PASS_PACK_INPUT)
+                snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, TF32 hi%s, into b%d%s", i,
+                         ps->kernel, w && w->packed_lo >= 0 ? " and lo" : "", w ? w->packed_hi : -1,
+                         w && w->packed_lo >= 0 ? " and the next" : "");
+            else
+                snprintf(line, sizeof line, "  pass %d pack     %s: the weights as the wgmma B tiles' images, into b%d", i,
+                         ps->kernel, w ? w->packed_w : -1);
+            emit(ctx, line);
+            snprintf(line, sizeof line, "           launch: %d threads, grid %lld x 1 x %s", ps->launch.block,
+                     (long long)ps->launch.grid_x, ps->launch.per_sample ? "N" : "1");
+            emit(ctx, line);
+            continue;
+        }
         if (ps->kind == FG_PASS_FINALIZE) {
             const fg_accum *a = &plan->accums[ps->finalize_accum];
             len = snprintf(line, sizeof line, "  pass %d %-8s %s: statistics s%d of v%d for op %d (%s)", i, "finalize",
@@ -1176,7 +1395,15 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         }
         emit(ctx, line);
         const fg_launch *l = &ps->launch;
-        if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_MMA) {
+        if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA) {
+            const struct fg_wgmma_tiling *w = &ps->conv.wg;
+            snprintf(line, sizeof line,
+                     "           wgmma tensor cores (%s): tiles of %d pixels x %d channels, %d m64 tiles per consumer "
+                     "warpgroup, %d K chunks of 32, a ring of %d stages; persistent blocks",
+                     w->parts == 2 ? "3xTF32, chunks accumulated in fp32" : "one TF32 product", w->bm, w->bn, w->wgmt,
+                     w->kch, w->stages);
+            emit(ctx, line);
+        } else if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_MMA) {
             const fg_conv_tiling *t = &ps->conv;
             snprintf(line, sizeof line,
                      "           3xTF32 tensor cores: tile %dx%dx%d outputs x %d channels per block; %dx%d outputs x "
@@ -1199,8 +1426,12 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         emit(ctx, line);
     }
     for (int i = 0; i < plan->n_buffers; i++) {
-        snprintf(line, sizeof line, "  buffer b%d: v%d, %" PRId64 " floats per sample", i, plan->buffers[i].value,
-                 plan->buffers[i].per_sample);
+        if (plan->buffers[i].value < 0)
+            snprintf(line, sizeof line, "  buffer b%d: a packed operand, %" PRId64 " floats per sample + %" PRId64, i,
+                     plan->buffers[i].per_sample, plan->buffers[i].fixed);
+        else
+            snprintf(line, sizeof line, "  buffer b%d: v%d, %" PRId64 " floats per sample", i, plan->buffers[i].value,
+                     plan->buffers[i].per_sample);
         emit(ctx, line);
     }
     for (int i = 0; i < plan->n_accums; i++) {

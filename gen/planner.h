@@ -37,6 +37,10 @@ typedef enum fg_pass_kind {
     FG_PASS_FINALIZE, /* one thread per statistic */
     FG_PASS_CUDNN,    /* value 0 by cuDNN's convolution (precision = "tf32"); no generated kernel */
     FG_PASS_RESIDENT, /* the whole layer in one kernel: a cluster keeps a norm's groups in shared memory */
+    /* the wgmma engine's operands: the input channels-innermost, split into TF32 hi (and lo),
+     * and the weights as the shared-memory images of its B tiles */
+    FG_PASS_PACK_INPUT,
+    FG_PASS_PACK_WEIGHTS,
 } fg_pass_kind;
 
 typedef struct fg_accum {
@@ -52,8 +56,9 @@ typedef struct fg_accum {
 
 /* A workspace buffer holding one value for the whole batch (float). */
 typedef struct fg_buffer {
-    int value;
+    int value;          /* the value it holds; -1 for a packed operand of the wgmma engine */
     int64_t per_sample; /* floats per sample */
+    int64_t fixed;      /* floats besides (the packed weights) */
 } fg_buffer;
 
 typedef enum fg_arg_kind {
@@ -82,6 +87,9 @@ typedef struct fg_launch {
     bool per_sample;        /* grid.z = samples in the launch */
     int64_t finalize_keys;  /* FINALIZE over batch-wide statistics: keys, grid.x from this */
     int smem_bytes;         /* dynamic shared memory */
+    /* persistent: grid_x is the tiles of one sample; the launcher starts min(grid_x * batch,
+     * the device's multiprocessors) blocks and each walks tiles (no grid.z) */
+    bool persistent;
 } fg_launch;
 
 /* How the conv pass multiplies. */
@@ -95,6 +103,13 @@ typedef enum fg_conv_engine {
      * (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi): fp32 accuracy at tensor-core speed. The conv is an
      * implicit GEMM per warp: 16 output channels x 8 consecutive outputs per MMA. */
     FG_CONV_MMA = 1,
+    /* Tensor cores on Hopper (wgmma.mma_async, sm_90a): an implicit GEMM over packed operands
+     * (FG_PASS_PACK_*), M = output pixels of a sample, N = output channels, K = (tap,
+     * channel); a producer warpgroup fills a ring of shared-memory stages with cp.async, two
+     * consumer warpgroups run the wgmmas and the fused epilogue; persistent blocks. fp32
+     * precision: 3xTF32 with each 32-wide K chunk accumulated apart and added in fp32;
+     * tf32: one product. */
+    FG_CONV_WGMMA = 2,
 } fg_conv_engine;
 
 /* A conv pass's dynamic shared memory as the planner lays it out: the one place these
@@ -141,6 +156,21 @@ typedef struct fg_conv_tiling {
     int tiles_per_block;
     int ksteps;             /* MMA: reduction steps per staged chunk */
     fg_smem_layout smem;
+    /* FG_CONV_WGMMA: the tile, the ring and the registers, as the planner chose them */
+    struct fg_wgmma_tiling {
+        int parts;           /* 2: hi and lo operands (3xTF32); 1: one TF32 product */
+        int block_acc;       /* 1: each K chunk into a fresh accumulator, added in fp32 */
+        int bn, nblk;        /* output channels per tile, tiles along the channels of a group */
+        int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
+        int m_tiles;         /* tiles along a sample's output pixels */
+        int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
+        int kch;             /* K chunks of 32 */
+        int stages;          /* the ring's depth */
+        int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */
+        int64_t bar_offset;  /* the mbarriers, after the stages (from the 1024-aligned base) */
+        int consumer_regs, producer_regs; /* setmaxnreg */
+        int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
+    } wg;
 } fg_conv_tiling;
 
 typedef struct fg_pass {
@@ -200,6 +230,7 @@ typedef enum fg_engine_choice {
     FG_ENGINE_AUTO = 0,
     FG_ENGINE_PREFER_FMA,
     FG_ENGINE_PREFER_MMA,
+    FG_ENGINE_PREFER_WGMMA,
 } fg_engine_choice;
 
 /* Everything the planner decides from besides the layer IR. The planner reads nothing else
@@ -209,6 +240,7 @@ typedef struct fg_plan_options {
     int force_strategy;     /* -1: the spec's `strategy` (or, for "auto", default_strategy); else an fg_strategy */
     int default_strategy;   /* -1: choose by cost; else the fg_strategy for specs that say "auto" */
     int sm;                 /* target compute capability x 10 (80, 90); 0: 90 */
+    bool wgmma;             /* the target has wgmma (sm_90a: the arch-specific Hopper target) */
     fg_engine_choice engine;
     int mma_warp[3];        /* tensor-core warp tile: m-tiles, rows, n-tiles (0: choose) */
     int mma_tiles;          /* tensor-core tiles per block, 1..8 (0: choose) */
@@ -217,11 +249,15 @@ typedef struct fg_plan_options {
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */
 void fg_plan_options_init(fg_plan_options *opts, int sm);
+/* The same for an architecture name: "sm_80", "sm_90", "sm_90a" (wgmma). */
+void fg_plan_options_for_arch(fg_plan_options *opts, const char *arch);
 
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err);
 
 /* "sm_90" / "sm_90a" -> 90; 0 when the text is not an architecture. */
 int fg_arch_sm(const char *arch);
+/* Whether the architecture is Hopper's arch-specific target (sm_90a): wgmma, setmaxnreg. */
+bool fg_arch_has_wgmma(const char *arch);
 
 /* Bytes of workspace a run with `batch` samples needs, and each piece's offset. */
 typedef struct fg_workspace_layout {

@@ -307,7 +307,8 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir)
     lua_setfield(L, -2, "params");
 }
 
-static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn", "resident"};
+static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn", "resident", "pack_input",
+                                              "pack_weights"};
 static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
 
 static void push_plan(lua_State *L, const fg_plan *plan)
@@ -358,6 +359,29 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int3(L, "warps", t->warps, 3);
         set_int(L, "k_blocked", t->k_blocked);
         set_int(L, "tiles_per_block", t->tiles_per_block);
+        lua_createtable(L, 0, 24);
+        const struct fg_wgmma_tiling *w = &t->wg;
+        set_int(L, "parts", w->parts);
+        set_int(L, "block_acc", w->block_acc);
+        set_int(L, "bn", w->bn);
+        set_int(L, "nblk", w->nblk);
+        set_int(L, "wgmt", w->wgmt);
+        set_int(L, "bm", w->bm);
+        set_int(L, "m_tiles", w->m_tiles);
+        set_int(L, "cp", w->cp);
+        set_int(L, "xc", w->xc);
+        set_int(L, "kch", w->kch);
+        set_int(L, "stages", w->stages);
+        set_int(L, "a_bytes", w->a_bytes);
+        set_int(L, "b_bytes", w->b_bytes);
+        set_int(L, "stage_bytes", w->stage_bytes);
+        set_int(L, "bar_offset", w->bar_offset);
+        set_int(L, "consumer_regs", w->consumer_regs);
+        set_int(L, "producer_regs", w->producer_regs);
+        set_int(L, "packed_hi", w->packed_hi);
+        set_int(L, "packed_lo", w->packed_lo);
+        set_int(L, "packed_w", w->packed_w);
+        lua_setfield(L, -2, "wg");
         set_int(L, "ksteps", t->ksteps);
         lua_createtable(L, 0, 12);
         set_int(L, "kept_offset", t->smem.kept_offset);
@@ -406,6 +430,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_createtable(L, 0, 2);
         set_int(L, "value", plan->buffers[i].value);
         set_int(L, "per_sample", plan->buffers[i].per_sample);
+        set_int(L, "fixed", plan->buffers[i].fixed);
         lua_rawseti(L, -2, i);
     }
     lua_setfield(L, -2, "buffers");

@@ -96,8 +96,10 @@ static fg_status open_device(fg_context *ctx)
         return fg_api_fail(FG_ERR_NO_DEVICE, "%s is compute capability %d.%d; fusegen needs 8.0 or newer",
                            ctx->device_name, major, minor);
     }
+    /* Hopper's kernels are built for its arch-specific target, sm_90a: the wgmma engine needs
+     * it (a cubin for sm_90a runs on compute capability 9.0 only, which this device is) */
     if (!ctx->arch[0])
-        snprintf(ctx->arch, sizeof ctx->arch, "sm_%d%d", major, minor);
+        snprintf(ctx->arch, sizeof ctx->arch, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
     return FG_OK;
 }
 

@@ -47,6 +47,7 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
     /* the plan depends on the architecture (clusters need sm_90) */
     fg_plan_options popts = ctx->plan_options;
     popts.sm = fg_arch_sm(ctx->arch);
+    popts.wgmma = fg_arch_has_wgmma(ctx->arch);
     if (fg_plan_layer(&layer->ir, &popts, &layer->plan, &err) != 0) {
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
@@ -583,6 +584,7 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.output = (CUdeviceptr)output;
     mem.workspace = layer->workspace;
     mem.cudnn = layer->cudnn;
+    mem.sm_count = layer->ctx->sm_count;
     CUdeviceptr params[FG_MAX_PARAMS];
     for (int i = 0; i < layer->ir.n_params; i++)
         params[i] = layer->params[i].device;

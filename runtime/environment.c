@@ -59,8 +59,10 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
             opts->engine = FG_ENGINE_PREFER_FMA;
         else if (strcmp(v, "mma") == 0)
             opts->engine = FG_ENGINE_PREFER_MMA;
+        else if (strcmp(v, "wgmma") == 0)
+            opts->engine = FG_ENGINE_PREFER_WGMMA;
         else
-            warn_bad(warn, warn_ctx, "FUSEGEN_CONV_ENGINE", v, "fma or mma");
+            warn_bad(warn, warn_ctx, "FUSEGEN_CONV_ENGINE", v, "fma, mma or wgmma");
     }
     v = getenv("FUSEGEN_MMA_WARP");
     if (v && *v) {

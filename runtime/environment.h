@@ -6,7 +6,7 @@
  *
  * Planner knobs (docs/api.md lists them; all are for benchmarks and tests):
  *   FUSEGEN_STRATEGY     materialize | recompute | resident, for specs that say "auto"
- *   FUSEGEN_CONV_ENGINE  fma | mma: the conv engine where the shape allows it
+ *   FUSEGEN_CONV_ENGINE  fma | mma | wgmma: the conv engine where the shape allows it
  *   FUSEGEN_MMA_WARP     mt,rows,ntw: the tensor-core engine's warp tile
  *   FUSEGEN_MMA_TILES    R: tiles per block of the tensor-core engine (1..8)
  *   FUSEGEN_CONV_TILE    rows,cols,channels[,unroll]: the FMA engine's thread tile

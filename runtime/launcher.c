@@ -94,8 +94,10 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
     t->n_params = ir->n_params;
     t->conv_weight = ir->ops[0].weight_param;
     t->conv_bias = ir->ops[0].bias ? ir->ops[0].bias_param : -1;
-    for (int i = 0; i < plan->n_buffers; i++)
+    for (int i = 0; i < plan->n_buffers; i++) {
         t->buffers[i].per_sample = (uint64_t)plan->buffers[i].per_sample * 4; /* floats */
+        t->buffers[i].fixed = (uint64_t)plan->buffers[i].fixed * 4;
+    }
     for (int i = 0; i < plan->n_accums; i++) {
         const fg_accum *a = &plan->accums[i];
         uint64_t per_key = (uint64_t)fg_accum_defs[a->kind].bytes_per_key;
@@ -123,6 +125,7 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
         lp->block = (unsigned)ps->launch.block;
         lp->smem_bytes = (unsigned)ps->launch.smem_bytes;
         lp->per_sample = ps->launch.per_sample;
+        lp->persistent = ps->launch.persistent;
         lp->n_zero = ps->n_zero;
         memcpy(lp->zero, ps->zero, sizeof(int) * (size_t)ps->n_zero);
         lp->n_args = ps->n_args;
@@ -242,10 +245,18 @@ int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction 
             }
         }
         int64_t chunks = lp->per_sample ? batch : 1;
+        unsigned gx = lp->grid_x;
+        if (lp->persistent) {
+            /* one block per multiprocessor (or per tile, when there are fewer): each walks the
+             * batch's tiles, grid_x of them per sample */
+            int64_t tiles = (int64_t)lp->grid_x * batch;
+            int64_t sms = mem->sm_count > 0 ? mem->sm_count : 1;
+            gx = (unsigned)(tiles < sms ? tiles : sms);
+        }
         for (int64_t base = 0; base < chunks; base += MAX_GRID_Z) {
             batch_base = (int)base;
             unsigned gz = (unsigned)(chunks - base < MAX_GRID_Z ? chunks - base : MAX_GRID_Z);
-            CUresult r = cu->LaunchKernel(functions[i], lp->grid_x, lp->grid_y, gz, lp->block, 1, 1, lp->smem_bytes,
+            CUresult r = cu->LaunchKernel(functions[i], gx, lp->grid_y, gz, lp->block, 1, 1, lp->smem_bytes,
                                           stream, lp->values, NULL);
             if (r != CUDA_SUCCESS) {
                 char what[128];

@@ -29,6 +29,7 @@ typedef struct fg_launch_pass {
     char kernel[64];
     unsigned grid_x, grid_y, block, smem_bytes;
     bool per_sample;          /* grid.z covers the batch */
+    bool persistent;          /* grid_x is one sample's tiles: min(grid_x * batch, SMs) blocks walk them */
     int n_args;
     fg_arg *args;             /* n_args, in the kernel's parameter order */
     CUdeviceptr *ptrs;        /* scratch for one launch: n_args pointers, */
@@ -69,6 +70,7 @@ typedef struct fg_launch_memory {
     CUdeviceptr workspace;
     fg_launch_layout layout;    /* for this batch */
     fg_cudnn_conv *cudnn;       /* for a cuDNN pass */
+    int sm_count;               /* the device's multiprocessors (persistent passes) */
 } fg_launch_memory;
 
 /* Enqueues every pass. functions[i] is pass i's kernel (unused for cuDNN passes). The

@@ -227,6 +227,9 @@ int fg_nvrtc_compile(const char *source, const char *source_name, const char *ar
                      api.error_string(r), saved[0] ? "; source saved as " : "", saved, log);
     } else {
         out->n_kernels = fg_parse_ptxas_report(log, out->kernels, FG_MAX_KERNELS);
+        /* ptxas's C75xx warnings: wgmma serialized (an accumulator touched between wgmmas, a
+         * missing fence): a generator bug that costs the engine most of its speed */
+        out->wgmma_warnings = strstr(log, "wgmma") != NULL && strstr(log, "warning") != NULL;
         size_t size = 0;
         if (api.cubin_size(prog, &size) != NVRTC_SUCCESS || size == 0 || !(out->cubin = malloc(size))) {
             rc = fg_fail(err, "%s: NVRTC produced no cubin for %s", source_name, arch);

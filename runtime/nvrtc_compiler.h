@@ -4,6 +4,7 @@
 #ifndef FG_NVRTC_COMPILER_H
 #define FG_NVRTC_COMPILER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "../common/diag.h"
@@ -25,6 +26,7 @@ typedef struct fg_compiled {
     int n_kernels;
     fg_kernel_resources kernels[FG_MAX_KERNELS];
     double seconds;
+    bool wgmma_warnings;    /* ptxas warned about wgmma (serialized: a generator bug; tests fail on it) */
 } fg_compiled;
 
 /* The library to try first (FUSEGEN_NVRTC, read by the caller); only the first call before

@@ -195,7 +195,8 @@ end
 -- a statistic: add them up across the warp before the atomics), `pair` (the last loop runs
 -- over two consecutive outputs along W) and `full` (a condition under which every output
 -- the thread holds exists: that case runs without per-output checks, so the compiler can
--- interleave the outputs' work instead of branching around each).
+-- interleave the outputs' work instead of branching around each); `pixel`, when outputs are
+-- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds).
 function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local conv, O = g.conv, g.O
   if not th.feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
@@ -215,12 +216,15 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local function element(store, checked)
     c:line("const int co = %s;", th.co)
     c:line("const int c = g * %d + co;", g.cout_g)
+    if th.pixel then c:line("const int px = %s;", th.pixel) end
     if g.sp == 3 then c:line("const int od = %s;", th.od) end
     c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
     if checked then
       local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]),
         string.format("ow < %d", O[3]) }
       if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
+      -- outputs numbered within the sample (`px`, the wgmma engine): that number is the check
+      if th.pixel then valid = { string.format("co < %d", g.cout_g), string.format("px < %d", O[1] * O[2] * O[3]) } end
       c:open("if (%s) {", table.concat(valid, " && "))
     else
       c:open("{")

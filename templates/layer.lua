@@ -11,6 +11,7 @@ local renderers = {
   map = import("map"),
   finalize = import("finalize"),
   resident = import("resident"),
+  conv_wgmma = import("conv_wgmma"),
 }
 
 -- Kernel parameters, in the plan's order (the runtime passes them in the same order).
@@ -18,6 +19,8 @@ local function signature(plan, pass)
   local names = { buffer = {}, param = {}, accum = {}, stats = {}, input = "x", output = "out" }
   local parts = {}
   local stores = { [pass.store_buffer] = true }
+  -- the passes that pack the wgmma engine's operands write every buffer they name
+  local packs = pass.kind == "pack_input" or pass.kind == "pack_weights"
   for i = 0, pass.extra_stores.n - 1 do stores[pass.extra_stores[i]] = true end
   for i = 0, pass.args.n - 1 do
     local a = pass.args[i]
@@ -28,7 +31,7 @@ local function signature(plan, pass)
       parts[#parts + 1] = "float *__restrict__ out"
     elseif k == "buffer" then
       names.buffer[idx] = "b" .. idx
-      parts[#parts + 1] = (stores[idx] and "float" or "const float") .. " *__restrict__ b" .. idx
+      parts[#parts + 1] = ((stores[idx] or packs) and "float" or "const float") .. " *__restrict__ b" .. idx
     elseif k == "param" then
       names.param[idx] = "p" .. idx
       parts[#parts + 1] = "const float *__restrict__ p" .. idx
@@ -82,6 +85,13 @@ function M.render(layer, plan)
       break
     end
   end
+  for i = 0, plan.n_passes - 1 do
+    if plan.passes[i].kind == "pack_input" then
+      c:blank()
+      c:append(renderers.conv_wgmma.prelude(layer, plan))
+      break
+    end
+  end
   c:blank()
   for i = 0, plan.n_passes - 1 do
     local pass = plan.passes[i]
@@ -89,8 +99,15 @@ function M.render(layer, plan)
       c:line("/* pass %d: cuDNN's convolution computes v0 (no generated kernel) */", i)
     else
       local sig, names = signature(plan, pass)
-      local kind = pass.kind == "conv" and pass.conv.engine == 1 and "conv_mma" or pass.kind
-      c:append(renderers[kind].render(layer, plan, pass, names, sig))
+      if pass.kind == "pack_input" then
+        c:append(renderers.conv_wgmma.render_pack_input(layer, plan, pass, names, sig))
+      elseif pass.kind == "pack_weights" then
+        c:append(renderers.conv_wgmma.render_pack_weights(layer, plan, pass, names, sig))
+      else
+        local engines = { [0] = "conv", [1] = "conv_mma", [2] = "conv_wgmma" }
+        local kind = pass.kind == "conv" and engines[pass.conv.engine] or pass.kind
+        c:append(renderers[kind].render(layer, plan, pass, names, sig))
+      end
     end
     c:blank()
   end

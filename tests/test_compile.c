@@ -104,6 +104,46 @@ static void reference_specs(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* The wgmma engine (sm_90a) on every reference layer, in both precisions: compiles, no
+ * spills, and no ptxas warning about wgmma (a serialized wgmma is a generator bug). */
+static void wgmma_engine(void **state)
+{
+    (void)state;
+    int problems = 0;
+    for (int i = 0; i < FGT_N_REFERENCE_SPECS; i++) {
+        fg_layer_ir *ir = fgt_load_spec(fgt_reference_specs[i]);
+        for (int precision = 0; precision < 2; precision++) {
+            ir->precision = precision ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.engine = FG_ENGINE_PREFER_WGMMA;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            bool wgmma = false;
+            for (int p = 0; p < plan->n_passes; p++)
+                wgmma |= plan->passes[p].kind == FG_PASS_CONV && plan->passes[p].conv.engine == FG_CONV_WGMMA;
+            assert_true(wgmma);
+            fg_rendered src;
+            fg_error err = {{0}};
+            if (fg_render(ir, plan, &src, &err) != 0)
+                fail_msg("%s: %s", ir->name, err.msg);
+            fg_compiled c;
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s) for sm_90a", ir->name, precision ? "tf32" : "fp32");
+            if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
+                fail_msg("%s: %s", what, err.msg);
+            check_cubin(what, c.cubin, c.size, 90);
+            problems += check_resources(what, plan, &c);
+            if (c.wgmma_warnings)
+                fail_msg("%s: ptxas warned about wgmma (serialized?)", what);
+            fg_compiled_free(&c);
+            fg_rendered_free(&src);
+            free(plan);
+        }
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* The recompute variant of a reference layer (two conv kernels). */
 static void recompute_variant(void **state)
 {
@@ -239,6 +279,7 @@ int main(void)
         cmocka_unit_test(version_and_options),
         cmocka_unit_test(ptxas_report_parser),
         cmocka_unit_test(reference_specs),
+        cmocka_unit_test(wgmma_engine),
         cmocka_unit_test(resident_variants),
         cmocka_unit_test(recompute_variant),
         cmocka_unit_test(every_op_kind),

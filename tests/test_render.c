@@ -157,8 +157,8 @@ static void common_checks(const rendered_layer *r)
     int want_taps = 0, want_steps = 0;
     for (int i = 0; i < r->plan->n_passes; i++) {
         const fg_pass *p = &r->plan->passes[i];
-        if (p->kind != FG_PASS_CONV)
-            continue;
+        if (p->kind != FG_PASS_CONV || p->conv.engine == FG_CONV_WGMMA)
+            continue; /* the wgmma engine's taps are K chunks of its main loop, not unrolled */
         if (p->conv.engine == FG_CONV_MMA && !p->conv.k_blocked)
             want_steps += (p->conv.ci_chunk * taps + 7) / 8;
         else
@@ -401,7 +401,8 @@ static void assert_snippet_calls(const char *source, const char *snippet, const 
     }
 }
 
-/* Every example of every op kind of the registry renders for sm_80 and sm_90 and follows
+/* Every example of every op kind of the registry renders for sm_80, sm_90 and sm_90a (on the
+ * wgmma engine where the conv allows it) and follows
  * the same rules; elementwise ops show their snippet's calls. The kinds come from the
  * registry itself, not a hand-kept list: a new op is tested here once it has its entry. */
 static void every_registry_op(void **state)
@@ -413,9 +414,12 @@ static void every_registry_op(void **state)
         char spec[1024];
         int i = 0;
         for (; fg_op_example_spec((fg_op_kind)k, i, spec, sizeof spec) == 0; i++) {
-            for (int sm = 80; sm <= 90; sm += 10) {
+            static const char *const archs[] = {"sm_80", "sm_90", "sm_90a"};
+            for (int a = 0; a < 3; a++) {
                 fg_plan_options opts;
-                fg_plan_options_init(&opts, sm);
+                fg_plan_options_for_arch(&opts, archs[a]);
+                if (a == 2)
+                    opts.engine = FG_ENGINE_PREFER_WGMMA; /* wherever the shape allows it */
                 rendered_layer *r = render_ir_with(fgt_load_string(spec), &opts);
                 common_checks(r);
                 for (int step = 0; step < FG_MAX_SNIPPET_STEPS && d->cuda[step].text; step++)
@@ -428,7 +432,7 @@ static void every_registry_op(void **state)
         if (i == 0)
             fail_msg("op %s has no example", d->name);
     }
-    assert_true(rendered >= 2 * FG_OP_KIND_COUNT);
+    assert_true(rendered >= 3 * FG_OP_KIND_COUNT);
 }
 
 int main(void)

@@ -1,0 +1,459 @@
+-- The conv on Hopper's tensor cores (sm_90a): an implicit GEMM on wgmma.mma_async with a
+-- producer warpgroup feeding a ring of shared-memory stages through cp.async and mbarriers,
+-- two consumer warpgroups, persistent blocks, and the fused epilogue of conv.lua on the
+-- accumulator registers.
+--
+-- GEMM view: M = a sample's output pixels (od, oh, ow) in tiles of BM; N = the output channels
+-- of a group in tiles of BN; K = (tap, input channel) with the channels innermost, padded to
+-- chunks of 32 floats: one chunk is one 128-byte row per M row and per N row, K-major, stored
+-- with the 128-byte swizzle (16-byte unit u of row r lands at u ^ (r % 8)); a chunk is 4
+-- wgmma k-steps of 8 (the descriptor's start + 32 bytes each). TF32 wgmma has no transpose,
+-- so both operands are K-major: two passes before the conv pack them (M.render_pack_input:
+-- the input channels-innermost, split into hi = tf32(x) and, for fp32 accuracy, lo =
+-- tf32(x - hi); M.render_pack_weights: the B tiles' shared-memory images, swizzle applied).
+--
+-- fp32 precision is 3xTF32: lo·hi + hi·lo + hi·hi, each K chunk into a fresh accumulator
+-- (scale-d 0) that is then added to the running one with ordinary fp32 adds. The tensor
+-- core's own fp32 accumulation truncates; over a long K that error grew to 19x cuDNN's, and
+-- chunked accumulation keeps it at cuDNN's level (bench/NOTES.md, v6). tf32 precision is
+-- one product with one accumulator.
+--
+-- Every number of the layout (tile, stages, bytes, registers) is the planner's (fg_plan's
+-- conv.wg); this file prints them.
+local lib = import("lib")
+local conv_t = import("conv")
+local expr = import("expr")
+local feed = import("feed")
+
+local M = {}
+
+-- The wgmma tiling of the layer: every conv pass of a layer has the same.
+function M.tiling_of(plan)
+  for i = 0, plan.n_passes - 1 do
+    local p = plan.passes[i]
+    if p.kind == "conv" and p.conv.engine == 2 then return p.conv.wg end
+  end
+  error("no wgmma conv pass in the plan")
+end
+
+-- PTX helpers the engine uses (printed once per source).
+M.helpers = [[
+typedef unsigned int fgw_u32;
+__device__ __forceinline__ fgw_u32 fgw_smem_addr(const void *p) { return (fgw_u32)__cvta_generic_to_shared(p); }
+/* TF32, rounded to nearest (the packed operands; lo is the rounded remainder) */
+__device__ __forceinline__ float fgw_tf32(float x)
+{
+    fgw_u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+__device__ __forceinline__ void fgw_mbar_init(fgw_u32 bar, fgw_u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+/* waits until the phase of parity `parity` has completed */
+__device__ __forceinline__ void fgw_mbar_wait(fgw_u32 bar, fgw_u32 parity)
+{
+    fgw_u32 ok = 0;
+    while (!ok)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void fgw_mbar_arrive(fgw_u32 bar)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+/* a 16-byte global -> shared copy; src_bytes 0 writes zeros and reads nothing */
+__device__ __forceinline__ void fgw_cp16(fgw_u32 dst, const void *src, fgw_u32 src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+/* the barrier gets one arrival once every cp.async this thread issued so far has landed */
+__device__ __forceinline__ void fgw_cp_arrive(fgw_u32 bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void fgw_cp_wait_all(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/* cp.async writes through the generic proxy, wgmma reads through the async proxy */
+__device__ __forceinline__ void fgw_fence_proxy_async(void) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void fgw_wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void fgw_wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void fgw_wgmma_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* keeps the compiler from moving accumulator reads and writes across wgmma fences and waits */
+template <int R> __device__ __forceinline__ void fgw_fence_regs(float (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* shared-memory matrix descriptor, K-major with the 128-byte swizzle: start >> 4, leading
+ * byte offset 1 (unused), stride byte offset 1024 B (8 rows), swizzle mode 1 */
+__device__ __forceinline__ unsigned long long fgw_desc(fgw_u32 saddr)
+{
+    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+]]
+
+-- wgmma.mma_async m64nNk8 f32 += tf32 * tf32 with both operands in shared memory: d is this
+-- thread's N/2 accumulators; sd = 0 overwrites them.
+local function wgmma_wrapper(n)
+  local r = n // 2
+  local regs, cons = {}, {}
+  for i = 0, r - 1 do
+    regs[#regs + 1] = "%" .. i
+    cons[#cons + 1] = string.format('"+f"(d[%d])', i)
+  end
+  local c = lib.code()
+  c:line("__device__ __forceinline__ void fgw_mma(float (&d)[%d], unsigned long long a, unsigned long long b, int sd)", r)
+  c:open("{")
+  c:line('asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"', r + 2)
+  c:line('    "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {%s}, %%%d, %%%d, p, 1, 1;\\n}\\n"', n,
+    table.concat(regs, ", "), r, r + 1)
+  c:line("    : %s", table.concat(cons, ", "))
+  c:line('    : "l"(a), "l"(b), "r"(sd));')
+  c:close()
+  return c
+end
+
+-- The engine's constants, producer and main loop, in namespace fgw (once per source).
+function M.prelude(layer, plan)
+  local g = conv_t.geometry(layer)
+  local w = M.tiling_of(plan)
+  local c = lib.code()
+  for l in M.helpers:gmatch("([^\n]*)\n") do c:line(l) end
+  c:append(wgmma_wrapper(w.bn))
+  c:line("namespace fgw {")
+  c:line("/* the conv (D, H, W order; 2D convs have depth 1) */")
+  c:line("constexpr int GROUPS = %d, CIN_G = %d, COUT_G = %d, TAPS = %d;", g.groups, g.cin_g, g.cout_g, g.taps)
+  c:line("constexpr int ID = %d, IH = %d, IW = %d, OD = %d, OH = %d, OW = %d;", g.I[1], g.I[2], g.I[3], g.O[1], g.O[2],
+    g.O[3])
+  c:line("constexpr int KD = %d, KH = %d, KW = %d, SD = %d, SH = %d, SW = %d;", g.K[1], g.K[2], g.K[3], g.S[1], g.S[2],
+    g.S[3])
+  c:line("constexpr int PD = %d, PH = %d, PW = %d, DD = %d, DH = %d, DW = %d;", g.P[1], g.P[2], g.P[3], g.Dl[1], g.Dl[2],
+    g.Dl[3])
+  c:line("constexpr int OPIX = OD * OH * OW, IPIX = ID * IH * IW;")
+  c:line("/* the planner's tiling (fg_plan conv.wg) */")
+  c:line("constexpr int P = %d, BLOCK_ACC = %d; /* operand parts (hi, lo); chunks accumulated apart */", w.parts,
+    w.block_acc)
+  c:line("constexpr int CP = %d, XC = %d, KCH = %d; /* packed channels per group, per pixel; K chunks of 32 */", w.cp,
+    w.xc, w.kch)
+  c:line("constexpr int BN = %d, NBLK = %d, WGMT = %d, BM = %d, M_TILES = %d;", w.bn, w.nblk, w.wgmt, w.bm, w.m_tiles)
+  c:line("constexpr int STAGES = %d, A_BYTES = %d, B_BYTES = %d, STAGE_BYTES = %d, BAR_OFFSET = %d;", w.stages,
+    w.a_bytes, w.b_bytes, w.stage_bytes, w.bar_offset)
+  c:line("constexpr int CONSREG = %d, PRODREG = %d;", w.consumer_regs, w.producer_regs)
+  c:line("constexpr int RPT = BM / 16; /* A rows each producer thread copies per chunk */")
+  c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (10 bits each) */")
+  c:line("static_assert(STAGE_BYTES == P * (A_BYTES + B_BYTES) && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
+  c:line("static_assert(ID + CB < 1024 && IH + CB < 1024 && IW + CB < 1024, \"packed coordinates\");")
+  for l in M.engine:gmatch("([^\n]*)\n") do c:line(l) end
+  c:line("} // namespace fgw")
+  return c
+end
+
+-- The producer and the consumers' main loop (inside namespace fgw).
+M.engine = [[
+/* tile t -> (sample, group, channel block, first output pixel); channel blocks and groups vary
+ * fastest, so the blocks running at once share their input rows in L2. A tile never spans two
+ * samples: the epilogue's statistics then have one key per channel. */
+struct Tile {
+    int n, g, nb, m0;
+};
+__device__ __forceinline__ Tile decode_tile(int t)
+{
+    Tile r;
+    r.nb = t % NBLK;
+    t /= NBLK;
+    r.g = t % GROUPS;
+    t /= GROUPS;
+    r.m0 = (t % M_TILES) * BM;
+    r.n = t / M_TILES;
+    return r;
+}
+
+/* The producer warpgroup: thread t copies 16-byte unit (t & 7) of rows (t >> 3) + 16 j of every
+ * A chunk (the im2col rows, zero-filled outside the input) into the swizzled stage, and a share
+ * of the B chunk (a ready-made image); one noinc arrival per thread on the stage's full barrier
+ * when its copies have landed. */
+__device__ __forceinline__ void producer(const float *__restrict__ xhi, const float *__restrict__ xlo,
+                                         const float *__restrict__ wimg, int ntiles, fgw_u32 sbase, fgw_u32 bar_full,
+                                         fgw_u32 bar_empty)
+{
+    const int t = (int)threadIdx.x; /* 0..127 */
+    const int seg = t & 7, r0 = t >> 3;
+    int it = 0;
+    for (int tile = (int)blockIdx.x; tile < ntiles; tile += (int)gridDim.x) {
+        const Tile tl = decode_tile(tile);
+        /* per row: the element offset of its input origin and the packed origin */
+        int roff[RPT];
+        fgw_u32 rcrd[RPT];
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+            const int q = tl.m0 + r0 + 16 * j;
+            if (q < OPIX) {
+                const int od = q / (OH * OW), rem = q - od * (OH * OW);
+                const int oh = rem / OW, ow = rem - oh * OW;
+                const int z0 = od * SD - PD, y0 = oh * SH - PH, x0 = ow * SW - PW;
+                roff[j] = (((tl.n * ID + z0) * IH + y0) * IW + x0) * XC + tl.g * CP;
+                rcrd[j] = ((fgw_u32)(z0 + CB) << 20) | ((fgw_u32)(y0 + CB) << 10) | (fgw_u32)(x0 + CB);
+            } else {
+                roff[j] = 0;
+                rcrd[j] = 0x3FFFFFFFu; /* every field out of range */
+            }
+        }
+        const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (P * BN * 32);
+#pragma unroll 1
+        for (int kc = 0; kc < KCH; ++kc, ++it) {
+            const int s = it % STAGES;
+            fgw_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+            const int k = kc * 32 + seg * 4;
+            const int tap = k / CP, ch = k - tap * CP;
+            const int kd = tap / (KH * KW), kh = (tap / KW) % KH, kw = tap % KW;
+            const int dz = kd * DD, dy = kh * DH, dx = kw * DW;
+            const int tapoff = ((dz * IH + dy) * IW + dx) * XC + ch;
+            const bool kval = tap < TAPS;
+            const fgw_u32 sA = sbase + s * STAGE_BYTES;
+#pragma unroll
+            for (int j = 0; j < RPT; ++j) {
+                const int r = r0 + 16 * j;
+                const fgw_u32 crd = rcrd[j];
+                bool ok = kval && (fgw_u32)((int)(crd & 1023u) - CB + dx) < (fgw_u32)IW &&
+                          (fgw_u32)((int)((crd >> 10) & 1023u) - CB + dy) < (fgw_u32)IH;
+                if (ID > 1 || KD > 1 || PD > 0) ok = ok && (fgw_u32)((int)(crd >> 20) - CB + dz) < (fgw_u32)ID;
+                const int off = ok ? roff[j] + tapoff : 0;
+                const fgw_u32 dst = sA + r * 128 + ((seg ^ (r & 7)) << 4);
+                fgw_cp16(dst, xhi + off, ok ? 16u : 0u);
+                if (P == 2) fgw_cp16(dst + A_BYTES, xlo + off, ok ? 16u : 0u);
+            }
+            const float *wsrc = wtile + (unsigned long long)kc * (P * BN * 32);
+            const fgw_u32 sB = sA + P * A_BYTES;
+#pragma unroll
+            for (int i = t; i < P * BN * 8; i += 128) fgw_cp16(sB + i * 16, wsrc + i * 4, 16u);
+            fgw_cp_arrive(bar_full + 8 * s);
+        }
+    }
+    fgw_cp_wait_all();
+}
+
+/* One K chunk's wgmmas into d: per k-step of 8 the small products first (lo.hi, hi.lo) and
+ * hi.hi last; `first` starts d over (scale-d 0). */
+template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R], fgw_u32 sA, fgw_u32 sB, int first)
+{
+    const unsigned long long bh = fgw_desc(sB), bl = fgw_desc(sB + B_BYTES);
+#pragma unroll
+    for (int mt = 0; mt < WGMT; ++mt) {
+        const unsigned long long ah = fgw_desc(sA + mt * 64 * 128), al = fgw_desc(sA + mt * 64 * 128 + A_BYTES);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const int sd = ks == 0 ? !first : 1;
+            if (P == 2) {
+                fgw_mma(d[mt], al + 2 * ks, bh + 2 * ks, sd);
+                fgw_mma(d[mt], ah + 2 * ks, bl + 2 * ks, 1);
+                fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, 1);
+            } else {
+                fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, sd);
+            }
+        }
+    }
+}
+template <int R> __device__ __forceinline__ void fence_all(float (&d)[WGMT][R])
+{
+#pragma unroll
+    for (int mt = 0; mt < WGMT; ++mt) fgw_fence_regs(d[mt]);
+}
+
+/* A consumer warpgroup's K loop over one tile (the CTA's tile number `seq`): its rows
+ * row0 .. row0 + 64 WGMT of every stage, the sums in acc (tmp: the block accumulator). */
+__device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp)[WGMT][BN / 2], int seq, int row0,
+                                         fgw_u32 sbase, fgw_u32 bar_full, fgw_u32 bar_empty)
+{
+    const int lane = (int)threadIdx.x & 31;
+    const int it0 = seq * KCH; /* the ring's chunk counter, as the producer counts */
+#pragma unroll 1
+    for (int kc = 0; kc < KCH; ++kc) {
+        const int it = it0 + kc, s = it % STAGES;
+        fgw_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
+        fgw_fence_proxy_async(); /* cp.async wrote through the generic proxy */
+        const fgw_u32 sA = sbase + s * STAGE_BYTES + row0 * 128, sB = sbase + s * STAGE_BYTES + P * A_BYTES;
+        if (BLOCK_ACC) {
+            /* a fresh accumulator per chunk, drained and added in fp32 */
+            fence_all(tmp);
+            fgw_wgmma_fence();
+            issue_chunk(tmp, sA, sB, 1);
+            fgw_wgmma_commit();
+            fgw_wgmma_wait<0>();
+            fence_all(tmp);
+#pragma unroll
+            for (int mt = 0; mt < WGMT; ++mt)
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[mt][i] = kc == 0 ? tmp[mt][i] : acc[mt][i] + tmp[mt][i];
+            fence_all(acc);
+            if (lane == 0) fgw_mbar_arrive(bar_empty + 8 * s);
+        } else {
+            /* one accumulator; one chunk's wgmma group kept in flight */
+            fence_all(acc);
+            fgw_wgmma_fence();
+            issue_chunk(acc, sA, sB, kc == 0);
+            fgw_wgmma_commit();
+            fence_all(acc);
+            fgw_wgmma_wait<1>();
+            if (kc > 0 && lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
+        }
+    }
+    if (!BLOCK_ACC) {
+        fgw_wgmma_wait<0>();
+        fence_all(acc);
+        if (lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it0 + KCH - 1) % STAGES));
+    }
+}
+]]
+
+-- The input, channels-innermost: [N][D][H][W][groups][CP] hi (and lo), the channels of a
+-- group padded with zeros; 32 pixels a block through shared memory.
+function M.render_pack_input(layer, plan, pass, names, signature)
+  local w = M.tiling_of(plan)
+  local g = conv_t.geometry(layer)
+  local c = lib.code()
+  local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
+  c:line("/* pass %d: the input channels-innermost [N][%d][%d][%d][%d groups][%d], TF32 hi%s */", pass.index, g.I[1],
+    g.I[2], g.I[3], g.groups, w.cp, lo and " and lo" or "")
+  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
+  c:open("{")
+  c:line("using namespace fgw;")
+  c:line("__shared__ float tile[32 * (XC + 1)];")
+  c:line("const int n = batch_base + (int)blockIdx.z, pix0 = (int)blockIdx.x * 32, t = (int)threadIdx.x;")
+  c:line("(void)batch;")
+  c:line("const float *xs = %s + (unsigned long long)n * %d;", names.input, g.in_sample)
+  c:open("for (int i = t; i < GROUPS * CIN_G * 32; i += 256) {")
+  c:line("const int ch = i / 32, pp = i % 32, gr = ch / CIN_G, cg = ch % CIN_G;")
+  c:line("tile[pp * (XC + 1) + gr * CP + cg] = pix0 + pp < IPIX ? xs[(unsigned long long)ch * IPIX + pix0 + pp] : 0.0f;")
+  c:close()
+  if w.cp ~= g.cin_g then
+    c:line("/* the padding channels are zeros */")
+    c:open("for (int i = t; i < 32 * GROUPS * (CP - CIN_G); i += 256) {")
+    c:line("const int pp = i / (GROUPS * (CP - CIN_G)), r = i % (GROUPS * (CP - CIN_G));")
+    c:line("tile[pp * (XC + 1) + (r / (CP - CIN_G)) * CP + CIN_G + r % (CP - CIN_G)] = 0.0f;")
+    c:close()
+  end
+  c:line("__syncthreads();")
+  c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
+  c:line("const unsigned long long base = ((unsigned long long)n * IPIX + pix0) * XC;")
+  c:open("for (int i = t; i < npix * XC; i += 256) {")
+  c:line("const float v = tile[(i / XC) * (XC + 1) + i % XC], h = fgw_tf32(v);")
+  c:line("%s[base + i] = h;", hi)
+  if lo then c:line("%s[base + i] = fgw_tf32(v - h);", lo) end
+  c:close()
+  c:close()
+  return c
+end
+
+-- The weights as the B tiles' shared-memory images [groups][NBLK][KCH][hi, lo][BN][32], the
+-- 128-byte swizzle applied, K = (tap, channel) as the A rows have it.
+function M.render_pack_weights(layer, plan, pass, names, signature)
+  local w = M.tiling_of(plan)
+  local g = conv_t.geometry(layer)
+  local c = lib.code()
+  local total = g.groups * w.nblk * w.kch * w.parts * w.bn * 32
+  c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d floats) */", pass.index, total)
+  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
+  c:open("{")
+  c:line("using namespace fgw;")
+  c:line("(void)batch; (void)batch_base;")
+  c:line("const int idx = (int)(blockIdx.x * blockDim.x + threadIdx.x);")
+  c:line("if (idx >= %d) return;", total)
+  c:line("const int e = idx & 3, pu = (idx >> 2) & 7; /* the element, the physical 16-byte unit */")
+  c:line("int r = idx >> 5;")
+  c:line("const int row = r % BN; r /= BN;")
+  c:line("const int part = r % P; r /= P;")
+  c:line("const int kc = r % KCH; r /= KCH;")
+  c:line("const int nb = r % NBLK, gr = r / NBLK;")
+  c:line("const int k = kc * 32 + (pu ^ (row & 7)) * 4 + e; /* the logical K index */")
+  c:line("const int tap = k / CP, ci = k % CP, co = nb * BN + row;")
+  c:line("float v = 0.0f;")
+  c:line("if (tap < TAPS && ci < CIN_G && co < COUT_G) v = %s[((unsigned long long)(gr * COUT_G + co) * CIN_G + ci) * TAPS + tap];",
+    names.param[g.conv.weight_param])
+  c:line("const float h = fgw_tf32(v);")
+  c:line("%s[idx] = part == 0 ? h : fgw_tf32(v - h);", names.buffer[w.packed_w])
+  c:close()
+  return c
+end
+
+-- The conv pass: a persistent block of a producer and two consumer warpgroups; the consumers
+-- run the fused epilogue (conv.lua's) on their accumulators tile by tile.
+function M.render(layer, plan, pass, names, signature)
+  local g = conv_t.geometry(layer)
+  local w = pass.conv.wg
+  local c = lib.code()
+  local conv = g.conv
+  c:line("/* pass %d: conv%dd %d->%d (groups %d) on Hopper tensor cores (%s wgmma), kernel %dx%dx%d, stride %dx%dx%d,",
+    pass.index, g.sp, conv.in_shape.dim[1], conv.out_channels, g.groups, w.parts == 2 and "3xTF32" or "TF32", g.K[1],
+    g.K[2], g.K[3], g.S[1], g.S[2], g.S[3])
+  c:line(" * padding %dx%dx%d, dilation %dx%dx%d; tiles of %d pixels x %d channels, a ring of %d stages; ops v0..v%d fused */",
+    g.P[1], g.P[2], g.P[3], g.Dl[1], g.Dl[2], g.Dl[3], w.bm, w.bn, w.stages, pass.last)
+  c:line("extern \"C\" __global__ void __launch_bounds__(384, 1) %s(%s)", pass.kernel, signature)
+  c:open("{")
+  c:line("using namespace fgw;")
+  c:line("extern __shared__ __align__(1024) unsigned char fgw_smem[];")
+  c:line("const fgw_u32 sbase = (fgw_smem_addr(fgw_smem) + 1023u) & ~1023u; /* the swizzle's alignment */")
+  c:line("const fgw_u32 bar_full = sbase + BAR_OFFSET, bar_empty = bar_full + 8 * STAGES;")
+  c:line("const int ntiles = batch * (M_TILES * NBLK * GROUPS);")
+  c:line("(void)batch_base;")
+  c:open("if (threadIdx.x == 0) {")
+  c:open("for (int s = 0; s < STAGES; ++s) {")
+  c:line("fgw_mbar_init(bar_full + 8 * s, 128); /* one arrival per producer thread */")
+  c:line("fgw_mbar_init(bar_empty + 8 * s, 8);  /* one per consumer warp */")
+  c:close()
+  c:line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");")
+  c:close()
+  c:line("__syncthreads();")
+  c:line("const int wgi = (int)threadIdx.x >> 7;")
+  c:open("if (wgi == 0) {")
+  c:line("if constexpr (PRODREG < 168) asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\" ::\"n\"(PRODREG));")
+  local lo = w.packed_lo >= 0 and names.buffer[w.packed_lo] or "nullptr"
+  c:line("producer(%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.buffer[w.packed_hi], lo,
+    names.buffer[w.packed_w])
+  c:line("return;")
+  c:close()
+  c:line("if constexpr (CONSREG > 168) asm volatile(\"setmaxnreg.inc.sync.aligned.u32 %0;\" ::\"n\"(CONSREG));")
+  c:line("const int cw = wgi - 1, lane = (int)threadIdx.x & 31, warp = ((int)threadIdx.x >> 5) & 3;")
+  c:line("const int row0 = 64 * WGMT * cw; /* this warpgroup's rows of every tile */")
+  c:line("float acc[WGMT][BN / 2], tmp[WGMT][BN / 2];")
+  c:line("(void)tmp;")
+  c:line("#pragma unroll 1")
+  c:open("for (int seq = 0;; ++seq) {")
+  c:line("const int tile = (int)blockIdx.x + seq * (int)gridDim.x;")
+  c:line("if (tile >= ntiles) break;")
+  c:line("const Tile tl = decode_tile(tile);")
+  c:line("mainloop(acc, tmp, seq, row0, sbase, bar_full, bar_empty);")
+  c:line("const int n = tl.n, g = tl.g, co0 = tl.nb * BN, pm0 = tl.m0 + row0;")
+  c:line("(void)warp;")
+
+  -- the fused epilogue on the fragments: register 4 j + 2 h + e of m-tile mt holds output pixel
+  -- pm0 + 64 mt + 16 warp + lane / 4 + 8 h and channel co0 + 8 j + 2 (lane % 4) + e; a slot q
+  -- = 2 j + e is one channel (lanes holding it merge their statistics before the atomics)
+  local ev = expr.new(layer, plan, pass, c, names)
+  local slots = feed.conv_slots(layer, plan, pass.feeds, w.bn // 4)
+  local px = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)"
+  local O = g.O
+  local th = {
+    loops = { { "q", w.bn // 4 }, { "mt", w.wgmt }, { "h", 2 } },
+    value = "acc[mt][4 * (q >> 1) + 2 * h + (q & 1)]",
+    co = "co0 + 8 * (q >> 1) + 2 * (lane & 3) + (q & 1)",
+    pixel = px,
+    od = string.format("px / %d", O[2] * O[3]),
+    oh = string.format("(px / %d) %% %d", O[3], O[2]),
+    ow = string.format("px %% %d", O[3]),
+    slot = "q",
+    slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
+    merge_lanes = true,
+    full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g),
+  }
+  conv_t.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
+  c:close()
+  c:close()
+  return c
+end
+
+return M
