@@ -147,4 +147,14 @@ void fg_env_runtime_read(fg_env_runtime *env)
         snprintf(env->tmpdir, sizeof env->tmpdir, "/tmp");
     const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
     env->no_graphs = no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0;
+    const char *log = getenv("FUSEGEN_LOG");
+    if (log && *log) {
+        static const char *const levels[] = {"warn", "info", "debug"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(log, levels[i]) == 0)
+                env->log_level = i + 1;
+        if (!env->log_level)
+            snprintf(env->log_error, sizeof env->log_error, "FUSEGEN_LOG=\"%.40s\" ignored: expected warn, info or debug",
+                     log);
+    }
 }
