@@ -194,6 +194,14 @@ int cmd_build(int argc, char **argv)
         return EXIT_FAIL;
     }
     int major = cache.identity.nvrtc_major, minor = cache.identity.nvrtc_minor;
+    for (int a = 0; a < n_archs; a++) {
+        if (fg_nvrtc_check_arch(archs[a], &err) != 0)
+            return cli_usage_error("build", "%s", err.msg);
+        if (fg_arch_sm(archs[a]) != 80 && fg_arch_sm(archs[a]) != 90)
+            fprintf(stderr, "note: %s: NVRTC %d.%d compiles for it, but fusegen's kernels are tested on sm_80 and "
+                            "sm_90 (H200) only\n",
+                    archs[a], major, minor);
+    }
 
     fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
     fg_plan *plan = malloc(sizeof *plan);

@@ -168,7 +168,9 @@ int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *sourc
     char name[FG_NAME_MAX + 8];
     snprintf(name, sizeof name, "%s.cu", ir->name);
     fg_compiled c;
-    if (fg_nvrtc_compile(source, name, arch, b->failed_source_dir, &c, err))
+    /* an architecture this NVRTC does not know fails here, not inside NVRTC (which left the
+     * source in TMPDIR) */
+    if (fg_nvrtc_check_arch(arch, err) || fg_nvrtc_compile(source, name, arch, b->failed_source_dir, &c, err))
         return -1;
     out->cubin = c.cubin;
     out->cubin_size = c.size;
