@@ -182,6 +182,9 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
     }
     ctx->cache.warn = log_warning;
     ctx->cache.warn_ctx = ctx;
+    ctx->cache.max_bytes = ctx->env.cache_max_bytes;
+    if (ctx->env.cache_max_error[0])
+        fg_context_log(ctx, FG_LOG_WARN, "%s", ctx->env.cache_max_error);
     fg_cache_check_trust(&ctx->cache); /* untrusted caches are left out, with a warning */
     fg_nvrtc_use_library(ctx->env.nvrtc_library);
     fg_cudnn_use_library(ctx->env.cudnn_library);
