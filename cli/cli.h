@@ -22,6 +22,9 @@ int cmd_cache(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
+/* fusegen cache export / import (cmd_cache_ship.c) */
+int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output, char **specs, int n_specs);
+int cli_cache_import(fg_cache *cache, const char *archive);
 
 /* "fusegen: <message>" on stderr. */
 void cli_error(const char *fmt, ...) FG_PRINTF(1, 2);

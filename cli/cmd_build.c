@@ -1,8 +1,10 @@
 #include <getopt.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../runtime/kernel_build.h"
@@ -39,6 +41,8 @@ typedef struct work {
 
 typedef struct pool {
     pthread_mutex_t lock;
+    pthread_cond_t finished; /* signalled after each item, for the progress line */
+    bool progress_line;      /* stderr is a terminal: a "[done/total] elapsed" line is kept last */
     work *items;
     int n, next, done;
     fg_builder builder;
@@ -46,9 +50,25 @@ typedef struct pool {
     double started;
 } pool;
 
+/* The terminal's last line: done/total, running, elapsed. Lock held. */
+static void draw_progress(const pool *p)
+{
+    if (p->progress_line)
+        fprintf(stderr, "\r\033[K[%d/%d] %d running, %.0f s", p->done, p->n, p->next - p->done,
+                fg_seconds_now() - p->started);
+}
+
+/* Lock held: a line of its own, above the progress line. */
+static void begin_line(const pool *p)
+{
+    if (p->progress_line)
+        fputs("\r\033[K", stderr);
+}
+
 static void report(pool *p, work *w)
 {
     /* called with the lock held: lines never interleave */
+    begin_line(p);
     p->done++;
     fprintf(stderr, "[%d/%d] %s %s: ", p->done, p->n, w->ir->name, w->arch);
     if (w->failed) {
@@ -86,6 +106,7 @@ static void report(pool *p, work *w)
         fprintf(stderr, "; plan alias NOT stored: %s", w->alias_error);
     }
     fprintf(stderr, "\n");
+    draw_progress(p);
 }
 
 static void *worker(void *arg)
@@ -94,6 +115,11 @@ static void *worker(void *arg)
     for (;;) {
         pthread_mutex_lock(&p->lock);
         int i = p->next < p->n ? p->next++ : -1;
+        if (i >= 0) { /* each layer as it starts: a compile can take seconds */
+            begin_line(p);
+            fprintf(stderr, "started %s %s\n", p->items[i].ir->name, p->items[i].arch);
+            draw_progress(p);
+        }
         pthread_mutex_unlock(&p->lock);
         if (i < 0)
             return NULL;
@@ -107,6 +133,7 @@ static void *worker(void *arg)
         }
         pthread_mutex_lock(&p->lock);
         report(p, w);
+        pthread_cond_signal(&p->finished);
         pthread_mutex_unlock(&p->lock);
     }
 }
@@ -167,6 +194,14 @@ int cmd_build(int argc, char **argv)
         return EXIT_FAIL;
     }
     int major = cache.identity.nvrtc_major, minor = cache.identity.nvrtc_minor;
+    for (int a = 0; a < n_archs; a++) {
+        if (fg_nvrtc_check_arch(archs[a], &err) != 0)
+            return cli_usage_error("build", "%s", err.msg);
+        if (fg_arch_sm(archs[a]) != 80 && fg_arch_sm(archs[a]) != 90)
+            fprintf(stderr, "note: %s: NVRTC %d.%d compiles for it, but fusegen's kernels are tested on sm_80 and "
+                            "sm_90 (H200) only\n",
+                    archs[a], major, minor);
+    }
 
     fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
     fg_plan *plan = malloc(sizeof *plan);
@@ -202,6 +237,9 @@ int cmd_build(int argc, char **argv)
               .n = n_specs * n_archs,
               .builder = {.cache = &cache, .store_dir = cache_dir, .failed_source_dir = cli_environment()->tmpdir}};
     pthread_mutex_init(&p.lock, NULL);
+    pthread_cond_init(&p.finished, NULL);
+    p.progress_line = isatty(STDERR_FILENO);
+    p.started = t0;
     const char *dest = cache_dir ? cache_dir : cache.user_dir;
     fprintf(stderr, "building %d kernel set%s (%d spec%s x %d arch%s, NVRTC %d.%d) into %s with %ld job%s\n", p.n,
             p.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", n_archs, n_archs == 1 ? "" : "s", major, minor,
@@ -216,8 +254,20 @@ int cmd_build(int argc, char **argv)
             started++;
     if (started == 0)
         worker(&p);
+    /* on a terminal the progress line's clock ticks while compiles run */
+    pthread_mutex_lock(&p.lock);
+    while (p.done < p.n) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&p.finished, &p.lock, &until);
+        draw_progress(&p);
+    }
+    begin_line(&p);
+    pthread_mutex_unlock(&p.lock);
     for (int i = 0; i < started; i++)
         pthread_join(threads[i], NULL);
+    pthread_cond_destroy(&p.finished);
     pthread_mutex_destroy(&p.lock);
     fprintf(stderr, "done in %.2f s: %d compiled, %d already in the cache, %d failed%s\n", fg_seconds_now() - t0, p.compiled,
             p.cached, p.failed, p.compiled == 0 && p.failed == 0 ? " (nothing to compile)" : "");

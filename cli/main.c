@@ -22,8 +22,8 @@ static const char usage[] =
     "  gen SPEC [-o DIR]          write the generated CUDA source\n"
     "  build [--arch LIST] [--cache DIR] [-j N] SPEC...\n"
     "                             precompile kernels into a cache (no GPU needed)\n"
-    "  cache ls|verify|clear [--cache DIR]\n"
-    "                             list, check or empty a kernel cache\n"
+    "  cache ls|verify|clear|stats|prune|export|import [--cache DIR]\n"
+    "                             list, check, empty, measure, trim or ship a kernel cache\n"
     "  run SPEC [--device cpu|gpu] [--random SEED --batch N | --input X] [--weights W] [--out Y] [--check]\n"
     "                             run a layer on random or given tensors\n"
     "  bench SPEC [--batch N] [--iters N] | bench --ceilings\n"
@@ -85,6 +85,10 @@ int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped)
         return -1;
     }
     fg_cache_check_trust(cache);
+    if (!dir) /* the user's own cache keeps its size; a --cache DIR built to ship is not trimmed */
+        cache->max_bytes = env->cache_max_bytes;
+    if (env->cache_max_error[0])
+        fprintf(stderr, "fusegen: warning: %s\n", env->cache_max_error);
     return 0;
 }
 

@@ -62,15 +62,34 @@ typedef enum fg_status {
 typedef struct fg_context fg_context;
 typedef struct fg_layer fg_layer;
 
+/* Message levels: the library writes nothing itself except through the context's log, and
+ * by default that shows warnings only (on stderr). */
+typedef enum fg_log_level {
+    FG_LOG_WARN = 1,  /* something was not as asked: a bad cache entry, kernels not cached, a knob ignored */
+    FG_LOG_INFO = 2,  /* what took time: the first JIT of a layer (what, how long, where it is cached) */
+    FG_LOG_DEBUG = 3, /* cache lookups, plan aliases, timings of every prepare */
+} fg_log_level;
+
+/* Receives one message (no trailing newline) at `level`; `user` is fg_context_options.log_user.
+ * May be called from any thread that calls into the context. */
+typedef void (*fg_log_fn)(void *user, fg_log_level level, const char *message);
+
 typedef struct fg_context_options {
+    size_t struct_size;     /* sizeof(fg_context_options), set by fg_context_options_init: the
+                               struct grows at its end, and the library reads only what the
+                               caller's version has */
     int device;             /* CUDA device ordinal (default 0); -1: CPU only, no GPU calls */
     const char *cache_dir;  /* user cache; NULL: $FUSEGEN_CACHE_DIR, $XDG_CACHE_HOME/fusegen, ~/.cache/fusegen */
     const char *cache_path; /* shipped read-only caches, colon-separated; NULL: $FUSEGEN_CACHE_PATH */
     const char *arch;       /* e.g. "sm_90"; NULL: the device's */
-    int verbose;            /* 1: report compiles and cache use on stderr */
+    int verbose;            /* 1: the same as log_level = FG_LOG_INFO */
+    fg_log_fn log;          /* NULL: messages go to stderr as "fusegen: ..." */
+    void *log_user;
+    int log_level;          /* messages up to this level; 0: $FUSEGEN_LOG (warn, info, debug), else FG_LOG_WARN */
 } fg_context_options;
 
-/* Fills `opts` with the defaults (device 0, environment caches). */
+/* Fills `opts` with the defaults (device 0, environment caches, warnings on stderr) and sets
+ * struct_size. Every fg_context_options must be initialized with it. */
 FG_API void fg_context_options_init(fg_context_options *opts);
 
 /* The message for the calling thread's last failed call ("" if none). */

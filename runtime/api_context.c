@@ -1,5 +1,6 @@
 /* The context half of the public API (include/fusegen.h): errors, options, devices. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +52,35 @@ FG_API const char *fg_version(void)
 
 FG_API void fg_context_options_init(fg_context_options *opts)
 {
-    if (opts)
+    if (opts) {
         memset(opts, 0, sizeof *opts);
+        opts->struct_size = sizeof *opts;
+    }
+}
+
+/* The default log: stderr, "fusegen: warning: ..." for warnings. */
+static void log_stderr(void *user, fg_log_level level, const char *message)
+{
+    (void)user;
+    fprintf(stderr, "fusegen: %s%s\n", level == FG_LOG_WARN ? "warning: " : "", message);
+}
+
+void fg_context_log(const fg_context *ctx, fg_log_level level, const char *fmt, ...)
+{
+    if ((int)level > ctx->log_level)
+        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->log(ctx->log_user, level, msg);
+}
+
+/* The cache's and the planner knobs' warnings go to the context's log. */
+static void log_warning(void *ctx, const char *msg)
+{
+    fg_context_log(ctx, FG_LOG_WARN, "%s", msg);
 }
 
 fg_status fg_api_enter(fg_context *ctx)
@@ -103,11 +131,6 @@ static fg_status open_device(fg_context *ctx)
     return FG_OK;
 }
 
-static void warn_stderr(void *unused, const char *msg)
-{
-    (void)unused;
-    fprintf(stderr, "fusegen: warning: %s\n", msg);
-}
 
 FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **out)
 {
@@ -115,10 +138,18 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
     if (!out)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_create: out is NULL");
     *out = NULL;
-    fg_context_options defaults;
-    fg_context_options_init(&defaults);
-    if (!opts)
-        opts = &defaults;
+    /* the caller's struct may be older (shorter) than ours: read only what it has */
+    fg_context_options given;
+    fg_context_options_init(&given);
+    if (opts) {
+        if (opts->struct_size < offsetof(fg_context_options, log))
+            return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_create: opts->struct_size is %zu; initialize the "
+                                                        "options with fg_context_options_init",
+                               opts->struct_size);
+        memcpy(&given, opts, opts->struct_size < sizeof given ? opts->struct_size : sizeof given);
+        given.struct_size = sizeof given;
+    }
+    opts = &given;
     if (opts->device < -1)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_create: device %d is invalid", opts->device);
     if (opts->arch && (strlen(opts->arch) >= 16 || strncmp(opts->arch, "sm_", 3) != 0))
@@ -127,10 +158,16 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
     if (!ctx)
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     ctx->device = opts->device;
-    ctx->verbose = opts->verbose;
-    fg_plan_options_init(&ctx->plan_options, 0);
-    fg_env_plan_options(&ctx->plan_options, warn_stderr, NULL);
     fg_env_runtime_read(&ctx->env);
+    ctx->log = opts->log ? opts->log : log_stderr;
+    ctx->log_user = opts->log_user;
+    ctx->log_level = opts->log_level > 0 ? opts->log_level : ctx->env.log_level > 0 ? ctx->env.log_level : FG_LOG_WARN;
+    if (opts->verbose && ctx->log_level < FG_LOG_INFO)
+        ctx->log_level = FG_LOG_INFO;
+    if (ctx->env.log_error[0])
+        fg_context_log(ctx, FG_LOG_WARN, "%s", ctx->env.log_error);
+    fg_plan_options_init(&ctx->plan_options, 0);
+    fg_env_plan_options(&ctx->plan_options, log_warning, ctx);
     if (opts->arch)
         snprintf(ctx->arch, sizeof ctx->arch, "%s", opts->arch);
     fg_error err;
@@ -145,6 +182,11 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
         free(ctx);
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     }
+    ctx->cache.warn = log_warning;
+    ctx->cache.warn_ctx = ctx;
+    ctx->cache.max_bytes = ctx->env.cache_max_bytes;
+    if (ctx->env.cache_max_error[0])
+        fg_context_log(ctx, FG_LOG_WARN, "%s", ctx->env.cache_max_error);
     fg_cache_check_trust(&ctx->cache); /* untrusted caches are left out, with a warning */
     fg_nvrtc_use_library(ctx->env.nvrtc_library);
     fg_cudnn_use_library(ctx->env.cudnn_library);

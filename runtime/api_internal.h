@@ -17,7 +17,9 @@
 
 struct fg_context {
     int device;             /* -1: CPU only */
-    int verbose;
+    fg_log_fn log;          /* where messages go (fg_context_log), and up to which level */
+    void *log_user;
+    int log_level;
     fg_plan_options plan_options; /* the planner's knobs, read from the environment once here */
     fg_env_runtime env;     /* the rest of the environment, read once by fg_context_create */
     fg_cache cache;
@@ -67,6 +69,9 @@ struct fg_layer {
     unsigned binding_generation, graph_generation; /* bumped by every bind */
     bool graphs_off;        /* FUSEGEN_NO_GRAPHS, a cuDNN pass, or a failed capture */
 };
+
+/* A message through the context's log (fusegen.h, fg_log_fn) when `level` is shown. */
+void fg_context_log(const fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF(3, 4);
 
 /* Sets the calling thread's last error and returns `status`. */
 fg_status fg_api_fail(fg_status status, const char *fmt, ...) FG_PRINTF(2, 3);

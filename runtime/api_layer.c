@@ -422,13 +422,18 @@ static fg_status prepare_locked(fg_layer *layer)
     const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
     if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
-    if (ctx->verbose)
-        fprintf(stderr, "fusegen: %s for %s: %s%s\n", layer->ir.name, ctx->arch,
-                built.from_cache ? (built.shipped ? "from the shipped cache" : "from the cache") : "compiled",
-                !built.from_cache && !built.stored ? " (not stored)" : "");
-    if (!built.from_cache && !built.stored)
-        fprintf(stderr, "fusegen: warning: kernels for %s compiled but not cached: %s\n", layer->ir.name,
-                built.store_error);
+    if (built.from_cache) {
+        fg_context_log(ctx, FG_LOG_INFO, "%s for %s: from the %scache (%.16s...)", layer->ir.name, ctx->arch,
+                       built.shipped ? "shipped " : "", built.key);
+    } else if (built.stored) {
+        char path[1200];
+        fg_cache_entry_path(ctx->cache.user_dir, built.key, path, sizeof path);
+        fg_context_log(ctx, FG_LOG_INFO, "%s for %s: compiled in %.2f s (%d kernels), cached as %s", layer->ir.name,
+                       ctx->arch, built.compile_seconds, built.n_kernels, path);
+    } else {
+        fg_context_log(ctx, FG_LOG_WARN, "kernels for %s compiled but not cached: %s", layer->ir.name,
+                       built.store_error);
+    }
     double t_built = fg_seconds_now();
     const fg_cuda *cu = ctx->cu;
     CUresult r = cu->ModuleLoadData(&layer->module, built.cubin);
@@ -465,6 +470,10 @@ static fg_status prepare_locked(fg_layer *layer)
     layer->prepare_seconds.render = built.rendered ? built.render_seconds : -1;
     layer->prepare_seconds.build = t_built - t0 - (built.rendered ? built.render_seconds : 0);
     layer->prepare_seconds.load = t_end - t_built;
+    fg_context_log(ctx, FG_LOG_DEBUG, "%s: kernels ready in %.1f ms (%s, %s %.1f ms, module load %.1f ms)",
+                   layer->ir.name, layer->prepare_seconds.total * 1e3,
+                   built.rendered ? "rendered" : "found by the plan alias", built.from_cache ? "cache lookup" : "compile",
+                   layer->prepare_seconds.build * 1e3, layer->prepare_seconds.load * 1e3);
     return FG_OK;
 }
 

@@ -407,6 +407,8 @@ int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache
         fg_error e;
         if (fg_cache_read_entry(path, &expect, out, &e) == 0) {
             out->shipped = !user;
+            if (user) /* least recently used goes first when the cache is over its size */
+                utimensat(AT_FDCWD, path, NULL, 0);
             return 1;
         }
         fg_cache_warn(cache, user ? "ignoring a bad cache entry (it will be rebuilt): %s"
@@ -654,6 +656,7 @@ static int walk_subdir(const char *sub, int (*visit)(void *ctx, const fg_cache_f
             continue;
         f.bytes = (long long)st.st_size;
         f.mtime = st.st_mtime;
+        f.mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
         stop = visit(ctx, &f);
     }
     closedir(inner);

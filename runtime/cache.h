@@ -36,6 +36,8 @@ typedef struct fg_cache {
     char user_dir[1024];
     char user_refused[1100]; /* why the user cache is not used (fg_cache_check_trust), or "" */
     unsigned create_mode;    /* of a cache directory fusegen creates: 0700 (fg_cache_init); 0755 for one to ship */
+    uint64_t max_bytes;      /* the user cache's size cap (FUSEGEN_CACHE_MAX_SIZE), enforced after each store
+                                into it by evicting the least recently used entries; 0: none */
     fg_cache_identity identity;
     int n_shipped;
     char shipped[FG_CACHE_MAX_SHIPPED][1024];
@@ -117,6 +119,7 @@ typedef struct fg_cache_file {
     const char *problem; /* FG_CACHE_REFUSED: why */
     long long bytes;
     long long mtime;     /* seconds since the epoch */
+    long long mtime_ns;  /* the same in nanoseconds: which of two entries was used last */
 } fg_cache_file;
 
 /* Visits every file of the cache `dir` (ls, verify, clear, prune), never following a symbolic

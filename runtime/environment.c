@@ -1,4 +1,5 @@
 #include "environment.h"
+#include "cache_maintenance.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,4 +150,22 @@ void fg_env_runtime_read(fg_env_runtime *env)
         snprintf(env->tmpdir, sizeof env->tmpdir, "/tmp");
     const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
     env->no_graphs = no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0;
+    env->cache_max_bytes = FG_CACHE_DEFAULT_MAX_BYTES;
+    const char *max = getenv("FUSEGEN_CACHE_MAX_SIZE");
+    uint64_t bytes;
+    if (max && *max && fg_parse_size(max, &bytes) == 0)
+        env->cache_max_bytes = bytes;
+    else if (max && *max)
+        snprintf(env->cache_max_error, sizeof env->cache_max_error,
+                 "FUSEGEN_CACHE_MAX_SIZE=\"%.40s\" ignored: expected a size like 4G, 500M or 0 (no cap)", max);
+    const char *log = getenv("FUSEGEN_LOG");
+    if (log && *log) {
+        static const char *const levels[] = {"warn", "info", "debug"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(log, levels[i]) == 0)
+                env->log_level = i + 1;
+        if (!env->log_level)
+            snprintf(env->log_error, sizeof env->log_error, "FUSEGEN_LOG=\"%.40s\" ignored: expected warn, info or debug",
+                     log);
+    }
 }

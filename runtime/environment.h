@@ -18,6 +18,8 @@
  *   FUSEGEN_CACHE_PATH   shipped read-only caches, colon-separated
  *   FUSEGEN_NVRTC, FUSEGEN_LIBCUDA, FUSEGEN_LIBCUDNN: the libraries to try first
  *   FUSEGEN_NO_GRAPHS    1: launch passes directly instead of replaying a CUDA graph
+ *   FUSEGEN_LOG          warn | info | debug: what the library's log shows
+ *   FUSEGEN_CACHE_MAX_SIZE  the user cache's size cap ("4G", "500M", "0": none; default 4G)
  *   TMPDIR               where a source NVRTC rejects is saved (default /tmp) */
 #ifndef FG_ENVIRONMENT_H
 #define FG_ENVIRONMENT_H
@@ -44,6 +46,10 @@ typedef struct fg_env_runtime {
     char cudnn_library[FG_ENV_PATH_MAX];
     char tmpdir[FG_ENV_PATH_MAX];       /* TMPDIR, else "/tmp" */
     bool no_graphs;
+    int log_level;                      /* FUSEGEN_LOG: 1 warn, 2 info, 3 debug; 0 when unset */
+    unsigned long long cache_max_bytes; /* FUSEGEN_CACHE_MAX_SIZE ("4G", "0": no cap); default 4 GiB */
+    char cache_max_error[128];          /* why FUSEGEN_CACHE_MAX_SIZE was ignored, or "" */
+    char log_error[128];                /* why FUSEGEN_LOG was ignored, or "" */
 } fg_env_runtime;
 
 /* Reads every runtime setting above once. */

@@ -1,6 +1,7 @@
 #include "kernel_build.h"
 
 #include "../gen/render.h"
+#include "cache_maintenance.h"
 #include "../common/clock.h"
 
 #include <jansson.h>
@@ -90,12 +91,15 @@ int fg_describe_parse(const char *json, char *layer, size_t layer_cap, fg_kernel
     return n;
 }
 
-int fg_describe_plan_key(const char *json, char key[FG_CACHE_KEY_HEX + 1])
+int fg_describe_origin(const char *json, char key[FG_CACHE_KEY_HEX + 1], double *compile_seconds)
 {
     json_error_t jerr;
     json_t *root = json_loads(json, 0, &jerr);
     const char *k = root ? json_string_value(json_object_get(root, "plan_key")) : NULL;
+    if (compile_seconds)
+        *compile_seconds = root ? json_number_value(json_object_get(root, "compile_seconds")) : 0;
     int rc = k && strlen(k) == FG_CACHE_KEY_HEX ? 0 : -1;
+    key[0] = '\0';
     if (rc == 0)
         memcpy(key, k, FG_CACHE_KEY_HEX + 1);
     json_decref(root);
@@ -115,8 +119,7 @@ static int lookup_entry(fg_cache *cache, const char *key, const char *arch, cons
     out->n_kernels = fg_describe_parse(entry.meta_json, NULL, 0, out->kernels, FG_MAX_KERNELS);
     if (out->n_kernels < 0)
         out->n_kernels = 0;
-    if (fg_describe_plan_key(entry.meta_json, out->plan_key) != 0)
-        out->plan_key[0] = '\0';
+    fg_describe_origin(entry.meta_json, out->plan_key, &out->compile_seconds);
     free(entry.meta_json);
     /* An alias only points; the entry proves what it was built for. One for another layer or
      * another shape of this one (same name) would run kernels on the wrong sizes. */
@@ -162,13 +165,18 @@ int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *sourc
     if (lookup_caches(cache, store_dir, &lookup, err))
         return -1;
     int found = lookup_entry(&lookup, out->key, arch, ir, NULL, out, err);
-    if (found != 0)
+    if (found != 0) {
+        if (found > 0 && !store_dir)
+            fg_cache_stats_record(cache->user_dir, true, out->compile_seconds);
         return found < 0 ? -1 : 0;
+    }
 
     char name[FG_NAME_MAX + 8];
     snprintf(name, sizeof name, "%s.cu", ir->name);
     fg_compiled c;
-    if (fg_nvrtc_compile(source, name, arch, b->failed_source_dir, &c, err))
+    /* an architecture this NVRTC does not know fails here, not inside NVRTC (which left the
+     * source in TMPDIR) */
+    if (fg_nvrtc_check_arch(arch, err) || fg_nvrtc_compile(source, name, arch, b->failed_source_dir, &c, err))
         return -1;
     out->cubin = c.cubin;
     out->cubin_size = c.size;
@@ -183,10 +191,19 @@ int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *sourc
         snprintf(out->store_error, sizeof out->store_error, "out of memory describing the entry");
     } else if (fg_cache_store(cache, store_dir, out->key, arch, c.cubin, c.size, meta, &store_err) == 0) {
         out->stored = true;
+        if (!store_dir && cache->max_bytes) { /* keep the user cache under its cap: least recently used go */
+            fg_prune_options cap = {.max_bytes = cache->max_bytes, .temporaries_after = -1, .now = time(NULL)};
+            fg_prune_result pruned;
+            fg_error prune_err;
+            if (fg_cache_prune(cache->user_dir, &cap, &pruned, &prune_err) != 0)
+                fg_cache_warn(cache, "cannot keep the cache under its size: %s", prune_err.msg);
+        }
     } else {
         snprintf(out->store_error, sizeof out->store_error, "%s", store_err.msg);
     }
     free(meta);
+    if (!store_dir) /* after the store: the first one creates the cache */
+        fg_cache_stats_record(cache->user_dir, false, c.seconds);
     return 0;
 }
 
@@ -229,6 +246,8 @@ int fg_build_layer(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *pl
             return -1;
         if (found) {
             memcpy(out->key, key, sizeof out->key);
+            if (!store_dir)
+                fg_cache_stats_record(cache->user_dir, true, out->compile_seconds);
             return 0;
         }
     }

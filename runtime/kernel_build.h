@@ -19,7 +19,7 @@ typedef struct fg_built {
     bool shipped;        /* found in a shipped cache */
     bool stored;         /* compiled and written to the cache */
     char store_error[1024]; /* why it could not be stored, when compiled but not stored */
-    double compile_seconds;
+    double compile_seconds; /* this compile's, or (from a cache) the entry's when it was compiled */
     bool rendered;       /* fg_build_layer rendered the source (no plan alias led to the entry) */
     char plan_key[FG_CACHE_KEY_HEX + 1]; /* the plan key the entry records ("" if none): the
                                           * (IR, plan) it was built for, what a plan alias to it
@@ -71,8 +71,8 @@ int fg_build_layer(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *pl
  * kernels and resources. */
 char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const char *plan_key, const fg_compiled *c);
 
-/* The plan key a description records; -1 when it records none. */
-int fg_describe_plan_key(const char *json, char key[FG_CACHE_KEY_HEX + 1]);
+/* The plan key a description records ("" and -1 when none) and the compile time it took. */
+int fg_describe_origin(const char *json, char key[FG_CACHE_KEY_HEX + 1], double *compile_seconds);
 
 /* Reads the kernels' resources back from an entry's description. */
 int fg_describe_parse(const char *json, char *layer, size_t layer_cap, fg_kernel_resources *kernels, int cap);

@@ -21,7 +21,12 @@ typedef struct nvrtc_api {
     nvrtcResult (*cubin)(nvrtcProgram, char *);
     nvrtcResult (*destroy)(nvrtcProgram *);
     const char *(*error_string)(nvrtcResult);
-    char load_error[1024];
+    nvrtcResult (*num_archs)(int *);
+    nvrtcResult (*archs)(int *);
+    int n_archs;       /* the architectures this NVRTC compiles for, x 10 (80, 90, ...) */
+    int arch_list[64];
+    char path[512];    /* which library was loaded */
+    char load_error[2048];
 } nvrtc_api;
 
 static nvrtc_api api;
@@ -37,20 +42,29 @@ void fg_nvrtc_use_library(const char *path)
     pthread_mutex_unlock(&lock);
 }
 
+/* Where NVRTC is looked for, in order: the caller's choice (FUSEGEN_NVRTC), the loader's
+ * search path for CUDA 13 and 12 (LD_LIBRARY_PATH, ldconfig: a toolkit, or the pip wheels'
+ * lib folders when the binding or the user put them there), the toolkit found at build time,
+ * /usr/local/cuda. The supported CUDA versions are 12 (12.1 or newer: --split-compile) and 13
+ * (docs/api.md). */
 static void load_api(void)
 {
-    const char *env = preferred_library;
-    char toolkit[512];
-    snprintf(toolkit, sizeof toolkit, "%s/libnvrtc.so.13", FUSEGEN_CUDA_LIBDIR);
-    const char *candidates[] = {env, "libnvrtc.so.13", "libnvrtc.so", toolkit, "/usr/local/cuda/lib64/libnvrtc.so.13"};
+    char toolkit13[512], toolkit12[512];
+    snprintf(toolkit13, sizeof toolkit13, "%s/libnvrtc.so.13", FUSEGEN_CUDA_LIBDIR);
+    snprintf(toolkit12, sizeof toolkit12, "%s/libnvrtc.so.12", FUSEGEN_CUDA_LIBDIR);
+    const char *candidates[] = {preferred_library, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", toolkit13,
+                                toolkit12, "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12"};
     for (size_t i = 0; i < sizeof candidates / sizeof *candidates && !api.handle; i++)
-        if (candidates[i] && candidates[i][0])
-            api.handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
+        if (candidates[i] && candidates[i][0] && (api.handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL)))
+            snprintf(api.path, sizeof api.path, "%s", candidates[i]);
     if (!api.handle) {
         snprintf(api.load_error, sizeof api.load_error,
-                 "cannot load libnvrtc (tried $FUSEGEN_NVRTC, libnvrtc.so.13, libnvrtc.so and %s): install the CUDA "
-                 "toolkit's NVRTC or point FUSEGEN_NVRTC at libnvrtc.so",
-                 toolkit);
+                 "cannot load libnvrtc (tried %s%s%slibnvrtc.so.13, libnvrtc.so.12, libnvrtc.so, %s, %s and "
+                 "/usr/local/cuda/lib64): install the CUDA toolkit's NVRTC (CUDA 12.1 or newer; pip: "
+                 "nvidia-cuda-nvrtc-cu12, with its lib folder on LD_LIBRARY_PATH) or point FUSEGEN_NVRTC at "
+                 "libnvrtc.so",
+                 preferred_library[0] ? "FUSEGEN_NVRTC=" : "", preferred_library, preferred_library[0] ? ", " : "",
+                 toolkit13, toolkit12);
         return;
     }
 #define SYM(field, name)                                                                               \
@@ -72,8 +86,15 @@ static void load_api(void)
     SYM(cubin, "nvrtcGetCUBIN");
     SYM(destroy, "nvrtcDestroyProgram");
     SYM(error_string, "nvrtcGetErrorString");
+    SYM(num_archs, "nvrtcGetNumSupportedArchs");
+    SYM(archs, "nvrtcGetSupportedArchs");
 #undef SYM
+    int n = 0;
+    if (api.num_archs(&n) == NVRTC_SUCCESS && n > 0 && n <= (int)(sizeof api.arch_list / sizeof *api.arch_list) &&
+        api.archs(api.arch_list) == NVRTC_SUCCESS)
+        api.n_archs = n;
 }
+
 
 /* Loading libnvrtc (~100 MB, relocated at dlopen) takes 6-10 ms: started on its own thread
  * while a GPU context initializes (which takes longer), it is off the path of the first
@@ -110,6 +131,30 @@ static int ensure_api(fg_error *err)
     if (!api.handle)
         return fg_fail(err, "%s", api.load_error);
     return 0;
+}
+
+int fg_nvrtc_check_arch(const char *arch, fg_error *err)
+{
+    if (ensure_api(err))
+        return -1;
+    int major = 0, minor = 0;
+    api.version(&major, &minor);
+    int sm = 0;
+    char suffix[8] = "";
+    if (sscanf(arch, "sm_%d%7s", &sm, suffix) < 1 || (suffix[0] && strcmp(suffix, "a") && strcmp(suffix, "f")))
+        return fg_fail(err, "'%s' is not an architecture like sm_90", arch);
+    char list[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < api.n_archs; i++) {
+        if (api.arch_list[i] == sm)
+            return 0;
+        len += (size_t)snprintf(list + len, len < sizeof list ? sizeof list - len : 0, "%ssm_%d", i ? ", " : "",
+                                api.arch_list[i]);
+    }
+    if (api.n_archs == 0)
+        return 0; /* this NVRTC did not say: let it decide */
+    return fg_fail(err, "architecture %s is not supported by NVRTC %d.%d (%s), which compiles for %s", arch, major,
+                   minor, api.path, list);
 }
 
 int fg_nvrtc_version(int *major, int *minor, fg_error *err)

@@ -39,6 +39,10 @@ void fg_nvrtc_preload(void);
 /* NVRTC's version ("13.0"), loading the library if needed (or waiting for the preload). */
 int fg_nvrtc_version(int *major, int *minor, fg_error *err);
 
+/* 0 when the loaded NVRTC compiles for `arch` ("sm_90", "sm_90a"); else -1 with a message
+ * listing what it supports (nvrtcGetSupportedArchs). */
+int fg_nvrtc_check_arch(const char *arch, fg_error *err);
+
 /* The options every compile uses for `arch` ("sm_90"), as one string (part of cache keys). */
 void fg_nvrtc_options_string(const char *arch, char *buf, size_t cap);
 

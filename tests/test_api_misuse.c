@@ -14,6 +14,7 @@
  * Everything here uses CPU-only contexts (device -1): it runs without a GPU. */
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -677,6 +678,64 @@ static void specs_are_pure(void **state)
     EXPECT(fg_context_destroy(ctx), FG_OK);
 }
 
+/* ---- options: their size, and the log ------------------------------------------------------ */
+
+typedef struct captured_log {
+    int count[4];
+    char last[512];
+} captured_log;
+
+static void capture(void *user, fg_log_level level, const char *message)
+{
+    captured_log *c = user;
+    if ((int)level >= 1 && (int)level <= 3)
+        c->count[level]++;
+    snprintf(c->last, sizeof c->last, "%s", message);
+}
+
+/* struct_size lets the options grow: 0 (never initialized) is refused, an older caller's
+ * shorter struct is read up to its size; messages go to the log callback, filtered by level,
+ * and nowhere else. */
+static void options_size_and_log(void **state)
+{
+    (void)state;
+    fg_context_options o;
+    memset(&o, 0, sizeof o);
+    o.device = -1;
+    fg_context *ctx = NULL;
+    EXPECT_FAIL(fg_context_create(&o, &ctx), FG_ERR_INVALID_ARGUMENT, "initialize the options with fg_context_options_init");
+    assert_null(ctx);
+    fg_context_options_init(&o);
+    assert_int_equal(o.struct_size, sizeof o);
+    o.device = -1;
+    o.struct_size = offsetof(fg_context_options, log); /* a caller built before the log fields */
+    o.log_level = 99;                                   /* beyond its size: never read */
+    EXPECT(fg_context_create(&o, &ctx), FG_OK);
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+
+    /* a planner knob that does not parse is a warning, through the callback */
+    captured_log c;
+    memset(&c, 0, sizeof c);
+    fg_context_options_init(&o);
+    o.device = -1;
+    o.log = capture;
+    o.log_user = &c;
+    setenv("FUSEGEN_STRATEGY", "bogus", 1);
+    EXPECT(fg_context_create(&o, &ctx), FG_OK);
+    assert_int_equal(c.count[FG_LOG_WARN], 1);
+    fgt_assert_contains(c.last, "FUSEGEN_STRATEGY=\"bogus\" ignored");
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+    /* FUSEGEN_LOG that does not parse is said too; the level filters */
+    memset(&c, 0, sizeof c);
+    unsetenv("FUSEGEN_STRATEGY");
+    setenv("FUSEGEN_LOG", "loud", 1);
+    EXPECT(fg_context_create(&o, &ctx), FG_OK);
+    assert_int_equal(c.count[FG_LOG_WARN], 1);
+    fgt_assert_contains(c.last, "FUSEGEN_LOG=\"loud\" ignored: expected warn, info or debug");
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+    unsetenv("FUSEGEN_LOG");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -693,6 +752,7 @@ int main(void)
         cmocka_unit_test(threads_share_a_context),
         cmocka_unit_test(close_and_bind_during_runs),
         cmocka_unit_test(specs_are_pure),
+        cmocka_unit_test(options_size_and_log),
     };
     char *dir = fgt_tmpdir("api-misuse-env");
     fgt_isolate_environment(dir);

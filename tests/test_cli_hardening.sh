@@ -85,5 +85,12 @@ return layer "big" {
 }
 LUA
 expect 1 "pass --force to run it anyway" -- run "$big" --device cpu
+# architectures: validated against the NVRTC in use, before NVRTC sees them (no source left in TMPDIR)
+expect 2 "is not supported by NVRTC" -- build --arch sm_101 --cache "$work/c" "$small"
+expect 2 "is not supported by NVRTC" -- build --arch sm_999 --cache "$work/c" "$small"
+if ls "$work"/fusegen-failed-* >/dev/null 2>&1; then
+  failed=$((failed + 1))
+  echo "FAIL: an unsupported architecture left a source in TMPDIR" >&2
+fi
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

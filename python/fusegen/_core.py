@@ -13,6 +13,7 @@ torch tensor is recognised through sys.modules, since whoever passes one has imp
 
 import collections
 import ctypes
+import ctypes.util
 import difflib
 import os
 import sys
@@ -83,6 +84,33 @@ def _torch_if_tensor(x):
     return None
 
 
+def _pip_nvrtc():
+    """libnvrtc from the NVIDIA pip wheels (torch's dependency nvidia-cuda-nvrtc-cu12, or a
+    CUDA 13 wheel), or None. The C library finds a toolkit's NVRTC itself; it cannot know
+    Python's site-packages."""
+    for base in sys.path:
+        for sub, name in (("nvidia/cuda_nvrtc/lib", "libnvrtc.so.12"), ("nvidia/cu13/lib", "libnvrtc.so.13"),
+                          ("nvidia/cuda_nvrtc/lib", "libnvrtc.so.13")):
+            path = os.path.join(base, sub, name)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def _find_nvrtc_for_torch_users():
+    """Points FUSEGEN_NVRTC (read by fg_context_create) at the pip wheels' NVRTC when the
+    user set none and the system has no libnvrtc the loader can find."""
+    if os.environ.get("FUSEGEN_NVRTC"):
+        return
+    if ctypes.util.find_library("nvrtc") or any(
+        os.path.exists(f"/usr/local/cuda/lib64/libnvrtc.so.{v}") for v in (13, 12)
+    ):
+        return
+    path = _pip_nvrtc()
+    if path:
+        os.environ["FUSEGEN_NVRTC"] = path
+
+
 def version():
     """The library's version string (fg_version)."""
     return lib().fg_version().decode()
@@ -140,6 +168,7 @@ class Context(_Handle):
         self._layers = weakref.WeakSet()
         self._lock = threading.Lock()
         L = lib()
+        _find_nvrtc_for_torch_users()
         opts = ContextOptions()
         L.fg_context_options_init(ctypes.byref(opts))
         opts.device = int(device)

@@ -77,15 +77,24 @@ def _declare(lib):
     fn("fg_layer_run_cpu", c_int, c_void_p, p_float, p_float, c_int64)
 
 
+# fg_log_fn: void (*)(void *user, fg_log_level level, const char *message)
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
 class ContextOptions(ctypes.Structure):
-    """struct fg_context_options, field for field."""
+    """struct fg_context_options, field for field (tests/test_prototypes.py checks it against
+    include/fusegen.h). fg_context_options_init sets struct_size."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("device", ctypes.c_int),
         ("cache_dir", ctypes.c_char_p),
         ("cache_path", ctypes.c_char_p),
         ("arch", ctypes.c_char_p),
         ("verbose", ctypes.c_int),
+        ("log", LOG_FN),
+        ("log_user", ctypes.c_void_p),
+        ("log_level", ctypes.c_int),
     ]
 
 
