@@ -391,7 +391,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
     [FG_OP_MUL] = {.name = "mul", .cls = FG_CLASS_BINARY, .fields = {OPERAND}, .cuda = {{.text = "({a} * {b})"}},
                    .doc = "x · operand", .examples = {"mul { scalar = -1.5 }", "mul { param = \"p\" }", "mul { value = \"c\" }"}},
     [FG_OP_DIV] = {.name = "div", .cls = FG_CLASS_BINARY, .fields = {OPERAND}, .cuda = {{.text = "({a} / {b})"}},
-                   .doc = "x / operand", .examples = {"div { scalar = 3 }", "div { param = \"p\", shape = { 8, 1, 34 } }", "abs {}, add { scalar = 1 }, div { value = \"c\" }"}},
+                   .doc = "x / operand", .examples = {"div { scalar = 3 }", "div { param = \"p\", shape = { 8, 1, 34 } }", "abs {}, add { scalar = 1, as = \"d\" }, mul { scalar = 3 }, div { value = \"d\" }"}},
     [FG_OP_MINIMUM] = {.name = "min", .cls = FG_CLASS_BINARY, .fields = {OPERAND},
                        .cuda = {{.text = "fg_minimum({a}, {b})"}},
                        .doc = "the smaller of x and the operand (NaN if either is; torch.minimum)", .examples = {"min { scalar = 0.1 }", "min { param = \"p\" }", "relu {}, min { value = \"c\" }"}},

@@ -446,6 +446,9 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
      * accumulator (and the block accumulator); in the epilogue the accumulator, a statistics
      * partial per channel slot and its working set (estimates: ptxas reports, and the
      * compile test fails on any spill). */
+    /* statistics partials gathered across a block's tiles: two fp64 per channel and per
+     * consumer warp (two accumulators at most) */
+    w->stat_bytes = partials ? 2 * 8 * (int64_t)w->bn * 2 * 8 : 0;
     for (w->wgmt = 2; w->wgmt >= 1; w->wgmt--) {
         int acc = w->wgmt * w->bn / 2;
         int main_loop = acc * (1 + w->block_acc) + 32;
@@ -454,7 +457,7 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         w->bm = 128 * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
         w->stage_bytes = w->parts * (w->a_bytes + w->b_bytes);
-        int64_t stages = (WGMMA_SMEM - 1024 - 256) / w->stage_bytes;
+        int64_t stages = (WGMMA_SMEM - 1024 - 256 - w->stat_bytes) / w->stage_bytes;
         if (need > 232 || stages < 3)
             continue;
         w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
@@ -466,7 +469,8 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     if (w->wgmt < 1)
         return false;
     w->m_tiles = (int)ceil_div(opix, w->bm);
-    w->bar_offset = (int64_t)w->stages * w->stage_bytes;
+    w->stat_offset = (int64_t)w->stages * w->stage_bytes;
+    w->bar_offset = w->stat_offset + w->stat_bytes;
     w->packed_hi = w->packed_lo = w->packed_w = -1;
     return true;
 }

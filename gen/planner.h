@@ -167,7 +167,8 @@ typedef struct fg_conv_tiling {
         int kch;             /* K chunks of 32 */
         int stages;          /* the ring's depth */
         int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */
-        int64_t bar_offset;  /* the mbarriers, after the stages (from the 1024-aligned base) */
+        int64_t stat_offset, stat_bytes; /* fp64 statistics partials of the 8 consumer warps, after the stages */
+        int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
         int consumer_regs, producer_regs; /* setmaxnreg */
         int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
     } wg;

@@ -375,6 +375,8 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "a_bytes", w->a_bytes);
         set_int(L, "b_bytes", w->b_bytes);
         set_int(L, "stage_bytes", w->stage_bytes);
+        set_int(L, "stat_offset", w->stat_offset);
+        set_int(L, "stat_bytes", w->stat_bytes);
         set_int(L, "bar_offset", w->bar_offset);
         set_int(L, "consumer_regs", w->consumer_regs);
         set_int(L, "producer_regs", w->producer_regs);

@@ -155,22 +155,30 @@ end
 
 -- The producer and the consumers' main loop (inside namespace fgw).
 M.engine = [[
-/* tile t -> (sample, group, channel block, first output pixel); channel blocks and groups vary
- * fastest, so the blocks running at once share their input rows in L2. A tile never spans two
- * samples: the epilogue's statistics then have one key per channel. */
+/* tile t -> (sample, group, channel block, first output pixel), the pixels fastest. A block
+ * takes a contiguous range of tiles (tile_range): consecutive tiles of one sample and channel
+ * block, whose neighbouring rows share input in L2 and whose statistics the epilogue keeps
+ * in registers across tiles. A tile never spans two samples. */
 struct Tile {
     int n, g, nb, m0;
 };
 __device__ __forceinline__ Tile decode_tile(int t)
 {
     Tile r;
+    r.m0 = (t % M_TILES) * BM;
+    t /= M_TILES;
     r.nb = t % NBLK;
     t /= NBLK;
     r.g = t % GROUPS;
-    t /= GROUPS;
-    r.m0 = (t % M_TILES) * BM;
-    r.n = t / M_TILES;
+    r.n = t / GROUPS;
     return r;
+}
+/* this block's tiles: [*begin, *end) */
+__device__ __forceinline__ void tile_range(int ntiles, int *begin, int *end)
+{
+    const int per = (ntiles + (int)gridDim.x - 1) / (int)gridDim.x;
+    *begin = (int)blockIdx.x * per;
+    *end = *begin + per < ntiles ? *begin + per : ntiles;
 }
 
 /* The producer warpgroup: thread t copies 16-byte unit (t & 7) of rows (t >> 3) + 16 j of every
@@ -183,8 +191,9 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
 {
     const int t = (int)threadIdx.x; /* 0..127 */
     const int seg = t & 7, r0 = t >> 3;
-    int it = 0;
-    for (int tile = (int)blockIdx.x; tile < ntiles; tile += (int)gridDim.x) {
+    int it = 0, begin, end;
+    tile_range(ntiles, &begin, &end);
+    for (int tile = begin; tile < end; ++tile) {
         const Tile tl = decode_tile(tile);
         /* per row: the element offset of its input origin and the packed origin */
         int roff[RPT];
@@ -264,7 +273,7 @@ template <int R> __device__ __forceinline__ void fence_all(float (&d)[WGMT][R])
     for (int mt = 0; mt < WGMT; ++mt) fgw_fence_regs(d[mt]);
 }
 
-/* A consumer warpgroup's K loop over one tile (the CTA's tile number `seq`): its rows
+/* A consumer warpgroup's K loop over one tile (the block's `seq`-th): its rows
  * row0 .. row0 + 64 WGMT of every stage, the sums in acc (tmp: the block accumulator). */
 __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp)[WGMT][BN / 2], int seq, int row0,
                                          fgw_u32 sbase, fgw_u32 bar_full, fgw_u32 bar_empty)
@@ -420,21 +429,40 @@ function M.render(layer, plan, pass, names, signature)
   c:line("const int cw = wgi - 1, lane = (int)threadIdx.x & 31, warp = ((int)threadIdx.x >> 5) & 3;")
   c:line("const int row0 = 64 * WGMT * cw; /* this warpgroup's rows of every tile */")
   c:line("float acc[WGMT][BN / 2], tmp[WGMT][BN / 2];")
-  c:line("(void)tmp;")
+  c:line("(void)tmp; (void)lane;")
+  c:line("int begin, end;")
+  c:line("tile_range(ntiles, &begin, &end);")
+  -- Statistics: each tile's partials (per channel slot, in registers) are added up over the
+  -- warp's lanes holding the channel and kept in fp64 in shared memory across the tiles of
+  -- one sample and channel block; they are fed to the accumulators when those change and at
+  -- the end. Feeding every tile from registers (warp merges and atomics per slot) cost as
+  -- much as the wgmmas on KB17 (bench/NOTES.md v6). Additive monoids (moments, sums) only;
+  -- others feed per tile.
+  local ev = expr.new(layer, plan, pass, c, names)
+  local slots = feed.conv_slots(layer, plan, pass.feeds, w.bn // 4)
+  local additive = pass.feeds.n > 0 and pass.feeds.n <= 2 and w.stat_bytes > 0
+  for i = 0, pass.feeds.n - 1 do
+    local kind = plan.accums[pass.feeds[i]].kind
+    additive = additive and (kind == "moments" or kind == "sum")
+  end
+  local across = slots > 0 and additive
+  if across then
+    c:line("double *s_stat = (double *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d); /* [acc][8 warps][BN][2] */",
+      w.stat_offset)
+    c:line("const int tid = (int)threadIdx.x - 128, swarp = tid >> 5;")
+    c:line("for (int i = tid; i < %d; i += 256) s_stat[i] = 0.0;", pass.feeds.n * 8 * w.bn * 2)
+    c:line("int fed_n = -1, fed_g = 0, fed_co0 = 0; /* whose partials s_stat holds */")
+  end
   c:line("#pragma unroll 1")
-  c:open("for (int seq = 0;; ++seq) {")
-  c:line("const int tile = (int)blockIdx.x + seq * (int)gridDim.x;")
-  c:line("if (tile >= ntiles) break;")
+  c:open("for (int tile = begin; tile < end; ++tile) {")
   c:line("const Tile tl = decode_tile(tile);")
-  c:line("mainloop(acc, tmp, seq, row0, sbase, bar_full, bar_empty);")
+  c:line("mainloop(acc, tmp, tile - begin, row0, sbase, bar_full, bar_empty);")
   c:line("const int n = tl.n, g = tl.g, co0 = tl.nb * BN, pm0 = tl.m0 + row0;")
   c:line("(void)warp;")
 
   -- the fused epilogue on the fragments: register 4 j + 2 h + e of m-tile mt holds output pixel
   -- pm0 + 64 mt + 16 warp + lane / 4 + 8 h and channel co0 + 8 j + 2 (lane % 4) + e; a slot q
   -- = 2 j + e is one channel (lanes holding it merge their statistics before the atomics)
-  local ev = expr.new(layer, plan, pass, c, names)
-  local slots = feed.conv_slots(layer, plan, pass.feeds, w.bn // 4)
   local px = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)"
   local O = g.O
   local th = {
@@ -449,9 +477,63 @@ function M.render(layer, plan, pass, names, signature)
     slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
     merge_lanes = true,
     full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g),
+    feeds_outside = across,
   }
+  -- feeds what s_stat holds (for sample fed_n, group fed_g, channels fed_co0..), then clears it;
+  -- every consumer thread takes the tile-uniform condition (the barriers)
+  local function flush(cond)
+    c:open("if (%s) {", cond)
+    c:line("asm volatile(\"bar.sync 1, 256;\" ::: \"memory\"); /* every warp's partials are in */")
+    c:open("for (int ch = tid; ch < BN; ch += 256) {")
+    c:line("const int n = fed_n, g = fed_g, co = fed_co0 + ch;")
+    c:open("if (co < %d) {", g.cout_g)
+    local cc = { string.format("(g * %d + co)", g.cout_g) }
+    for d = 2, g.conv.out_shape.rank - 1 do cc[d] = "0" end
+    for i = 0, pass.feeds.n - 1 do
+      local a = pass.feeds[i]
+      local def = plan.accum_defs[plan.accums[a].kind]
+      c:line("double ss%d = 0.0, sq%d = 0.0;", a, a)
+      c:line("for (int wi = 0; wi < 8; ++wi) { ss%d += s_stat[((%d * 8 + wi) * BN + ch) * 2]; sq%d += s_stat[((%d * 8 + wi) * BN + ch) * 2 + 1]; }",
+        a, i, a, i)
+      c:line("const long long sk%d = %s;", a, ev:accum_key(a, cc))
+      lib.emit(c, lib.fill(def.flush, nil, { acc = names.accum[a], k = "sk" .. a, s = "ss" .. a, q = "sq" .. a }))
+    end
+    c:close()
+    c:close()
+    c:line("asm volatile(\"bar.sync 1, 256;\" ::: \"memory\"); /* read before cleared */")
+    c:line("for (int i = tid; i < %d; i += 256) s_stat[i] = 0.0;", pass.feeds.n * 8 * w.bn * 2)
+    c:line("asm volatile(\"bar.sync 1, 256;\" ::: \"memory\");")
+    c:close()
+  end
+  if across then
+    -- a new sample or channel block: feed the old one's partials first
+    flush("fed_n >= 0 && (fed_n != n || fed_g != g || fed_co0 != co0)")
+    feed.declare(c, plan, pass.feeds, slots)
+    th.feeds_outside = true
+  end
   conv_t.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
+  if across then
+    -- this tile's partials: over the 8 lanes holding each channel, then into s_stat (in fp64)
+    c:line("const unsigned full = 0xffffffffu;")
+    for i = 0, pass.feeds.n - 1 do
+      local a = pass.feeds[i]
+      c:line("#pragma unroll")
+      c:open("for (int q = 0; q < %d; ++q) {", slots)
+      c:line("float s = fs%d[q], t = fq%d[q];", a, a)
+      c:line("s += __shfl_xor_sync(full, s, 4); t += __shfl_xor_sync(full, t, 4);")
+      c:line("s += __shfl_xor_sync(full, s, 8); t += __shfl_xor_sync(full, t, 8);")
+      c:line("s += __shfl_xor_sync(full, s, 16); t += __shfl_xor_sync(full, t, 16);")
+      c:open("if ((lane >> 2) == 0) {")
+      c:line("double *d = s_stat + ((%d * 8 + swarp) * BN + 8 * (q >> 1) + 2 * lane + (q & 1)) * 2;", i)
+      c:line("d[0] += (double)s;")
+      c:line("d[1] += (double)t;")
+      c:close()
+      c:close()
+    end
+    c:line("fed_n = n; fed_g = g; fed_co0 = co0;")
+  end
   c:close()
+  if across then flush("fed_n >= 0") end
   c:close()
   return c
 end
