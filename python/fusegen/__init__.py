@@ -8,11 +8,13 @@ A thin ctypes binding over libfusegen.so (include/fusegen.h); no compiled extens
     y = layer(x)                                        # x: CUDA float32 tensor [N, 3, 16, 32, 32]
     y_ref = layer(x.cpu().numpy())                      # the CPU float64 reference, as NumPy
 
-The library is found through $FUSEGEN_LIBRARY (a path to libfusegen.so), else
-<repo>/build/libfusegen.so next to this package's source checkout, else the system's library
-path (ctypes.util.find_library). It is loaded at first use, not at import.
+The library is found through $FUSEGEN_LIBRARY (a path to libfusegen.so), else the copy an
+installed wheel carries in this package's folder, else <repo>/build/libfusegen.so in a source
+checkout, else the system's library path (ctypes.util.find_library). It is loaded at first
+use, not at import.
 """
 
+from . import _native
 from ._core import (
     Context,
     Error,
@@ -25,6 +27,12 @@ from ._core import (
 )
 from ._native import LibraryNotFound
 
+try:
+    from ._version import __version__  # written into the wheel when it is built
+except ImportError:  # a source checkout: the version is in CMakeLists.txt
+    __version__ = _native.source_version()
+
+
 __all__ = [
     "Context",
     "Error",
@@ -32,6 +40,7 @@ __all__ = [
     "Layer",
     "LibraryNotFound",
     "StateDictError",
+    "__version__",
     "default_context",
     "library_path",
     "version",
