@@ -18,6 +18,7 @@ int cmd_build(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 /* "fusegen: <message>" on stderr. */
 void cli_error(const char *fmt, ...) FG_PRINTF(1, 2);

@@ -23,6 +23,8 @@ static const char usage[] =
     "                             run a layer on random or given tensors\n"
     "  bench SPEC [--batch N] [--iters N] | bench --ceilings\n"
     "                             time a layer on the GPU against the hardware floor\n"
+    "  export MODULE.py[:CLASS] [-o SPEC]\n"
+    "                             write the spec of a PyTorch module (needs the Python package and torch)\n"
     "  version                    print the version\n"
     "\n"
     "Run 'fusegen <command> --help' for a command's options. Docs: docs/spec.md, docs/cli.md.\n";
@@ -123,13 +125,13 @@ int main(int argc, char **argv)
         int (*fn)(int, char **);
     } commands[] = {
         {"plan", cmd_plan}, {"gen", cmd_gen}, {"build", cmd_build}, {"cache", cmd_cache},
-        {"run", cmd_run},   {"bench", cmd_bench},
+        {"run", cmd_run},   {"bench", cmd_bench}, {"export", cmd_export},
     };
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(cmd, commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
-    const char *names[] = {"plan", "gen", "build", "cache", "run", "bench", "version", "help"};
-    const char *near = fg_nearest_name(cmd, names, 8);
+    const char *names[] = {"plan", "gen", "build", "cache", "run", "bench", "export", "version", "help"};
+    const char *near = fg_nearest_name(cmd, names, 9);
     if (near)
         cli_error("unknown command '%s' (did you mean '%s'?)", cmd, near);
     else

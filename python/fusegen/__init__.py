@@ -8,10 +8,12 @@ A thin ctypes binding over libfusegen.so (include/fusegen.h); no compiled extens
     y = layer(x)                                        # x: CUDA float32 tensor [N, 3, 16, 32, 32]
     y_ref = layer(x.cpu().numpy())                      # the CPU float64 reference, as NumPy
 
+    spec = fusegen.export(module, example_input)        # a PyTorch conv block -> spec text
+
 The library is found through $FUSEGEN_LIBRARY (a path to libfusegen.so), else the copy an
 installed wheel carries in this package's folder, else <repo>/build/libfusegen.so in a source
 checkout, else the system's library path (ctypes.util.find_library). It is loaded at first
-use, not at import.
+use, not at import; torch is imported only when fusegen.export is called.
 """
 
 from . import _native
@@ -25,6 +27,7 @@ from ._core import (
     library_path,
     version,
 )
+from ._export import ExportError, export
 from ._native import LibraryNotFound
 
 try:
@@ -36,12 +39,14 @@ except ImportError:  # a source checkout: the version is in CMakeLists.txt
 __all__ = [
     "Context",
     "Error",
+    "ExportError",
     "IncompatibleKeys",
     "Layer",
     "LibraryNotFound",
     "StateDictError",
     "__version__",
     "default_context",
+    "export",
     "library_path",
     "version",
 ]
