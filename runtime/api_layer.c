@@ -538,14 +538,21 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     return FG_OK;
 }
 
-FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream)
+/* The checks every GPU run starts with: its pointers and batch. */
+static fg_status check_run_args(const char *fn, const void *input, const void *output, int64_t batch)
 {
-    CHECK_LAYER(layer, "fg_layer_run");
     if (!input || !output)
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run: input or output is NULL");
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: input or output is NULL", fn);
     if (batch < 1 || batch > INT32_MAX)
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run: batch must be between 1 and %d (got %lld)",
-                           INT32_MAX, (long long)batch);
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: batch must be between 1 and %d (got %lld)", fn, INT32_MAX,
+                           (long long)batch);
+    return FG_OK;
+}
+
+/* What every GPU run needs before launching: the context current, every parameter bound,
+ * the kernels prepared. */
+static fg_status enter_bound_prepared(fg_layer *layer)
+{
     fg_status s = fg_api_enter(layer->ctx);
     if (s != FG_OK)
         return s;
@@ -554,12 +561,79 @@ FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, 
     pthread_mutex_lock(&layer->ctx->lock);
     s = prepare_locked(layer);
     pthread_mutex_unlock(&layer->ctx->lock);
-    if (s != FG_OK)
+    return s;
+}
+
+FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream)
+{
+    CHECK_LAYER(layer, "fg_layer_run");
+    fg_status s = check_run_args("fg_layer_run", input, output, batch);
+    if (s != FG_OK || (s = enter_bound_prepared(layer)) != FG_OK)
         return s;
     pthread_mutex_lock(&layer->lock);
     s = run_locked(layer, input, output, batch, (CUstream)stream);
     pthread_mutex_unlock(&layer->lock);
     return s;
+}
+
+FG_API fg_status fg_layer_workspace_size(const fg_layer *layer, int64_t batch, size_t *bytes)
+{
+    CHECK_LAYER(layer, "fg_layer_workspace_size");
+    if (!bytes)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: bytes is NULL");
+    if (batch < 1 || batch > INT32_MAX)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: batch must be between 1 and %d (got %lld)",
+                           INT32_MAX, (long long)batch);
+    fg_workspace_layout layout;
+    fg_error err;
+    if (fg_plan_workspace(&layer->plan, batch, &layout, &err) != 0)
+        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    *bytes = (size_t)layout.total; /* size_t is 64-bit on every target (Linux x86-64, aarch64) */
+    return FG_OK;
+}
+
+/* A run on caller-owned workspace: no allocation, no event, no captured graph of the layer's
+ * own (each pass is launched on `stream`), so it works inside a capture of the caller's, and
+ * runs on different streams with different workspaces may overlap. */
+FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void *output, int64_t batch,
+                                        void *workspace, size_t workspace_bytes, void *stream)
+{
+    CHECK_LAYER(layer, "fg_layer_run_workspace");
+    fg_status s = check_run_args("fg_layer_run_workspace", input, output, batch);
+    if (s != FG_OK)
+        return s;
+    for (int i = 0; i < layer->plan.n_passes; i++)
+        if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
+            return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                               "fg_layer_run_workspace: layer %s runs its conv in cuDNN (precision = \"tf32\"), whose "
+                               "workspace is the layer's own: use fg_layer_run",
+                               layer->ir.name);
+    fg_workspace_layout layout;
+    fg_error err;
+    if (fg_plan_workspace(&layer->plan, batch, &layout, &err) != 0)
+        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    if (layout.total > workspace_bytes || (layout.total > 0 && !workspace))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "fg_layer_run_workspace: layer %s needs %llu bytes of workspace for batch %lld, got %zu%s "
+                           "(fg_layer_workspace_size)",
+                           layer->ir.name, (unsigned long long)layout.total, (long long)batch, workspace_bytes,
+                           workspace ? "" : " at NULL");
+    if ((uintptr_t)workspace % 256 != 0)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_workspace: the workspace must be 256-byte aligned");
+    if ((s = enter_bound_prepared(layer)) != FG_OK)
+        return s;
+    fg_launch_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.layout = layout;
+    mem.input = (CUdeviceptr)input;
+    mem.output = (CUdeviceptr)output;
+    mem.workspace = (CUdeviceptr)workspace;
+    mem.conv = &layer->ir.ops[0];
+    for (int i = 0; i < layer->ir.n_params; i++)
+        mem.params[i] = layer->params[i].device;
+    if (fg_launch_plan(layer->ctx->cu, &layer->plan, layer->functions, &mem, batch, (CUstream)stream, &err) != 0)
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
+    return FG_OK;
 }
 
 FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch)

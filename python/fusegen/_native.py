@@ -104,6 +104,8 @@ def _declare(lib):
     fn("fg_layer_prepare", c_int, c_void_p)
     fn("fg_layer_run", c_int, c_void_p, c_void_p, c_void_p, c_int64, c_void_p)
     fn("fg_layer_run_cpu", c_int, c_void_p, p_float, p_float, c_int64)
+    fn("fg_layer_workspace_size", c_int, c_void_p, c_int64, ctypes.POINTER(c_size_t))
+    fn("fg_layer_run_workspace", c_int, c_void_p, c_void_p, c_void_p, c_int64, c_void_p, c_size_t, c_void_p)
 
 
 class ContextOptions(ctypes.Structure):
