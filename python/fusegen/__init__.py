@@ -9,11 +9,12 @@ A thin ctypes binding over libfusegen.so (include/fusegen.h); no compiled extens
     y_ref = layer(x.cpu().numpy())                      # the CPU float64 reference, as NumPy
 
     spec = fusegen.export(module, example_input)        # a PyTorch conv block -> spec text
+    fused = fusegen.torch.FusedLayer(spec)              # an nn.Module over a torch.library op
 
 The library is found through $FUSEGEN_LIBRARY (a path to libfusegen.so), else the copy an
 installed wheel carries in this package's folder, else <repo>/build/libfusegen.so in a source
 checkout, else the system's library path (ctypes.util.find_library). It is loaded at first
-use, not at import; torch is imported only when fusegen.export is called.
+use, not at import; torch is imported only by fusegen.export and fusegen.torch.
 """
 
 from . import _native
@@ -34,6 +35,15 @@ try:
     from ._version import __version__  # written into the wheel when it is built
 except ImportError:  # a source checkout: the version is in CMakeLists.txt
     __version__ = _native.source_version()
+
+
+def __getattr__(name: str):
+    # `fusegen.torch` is imported on first use, so `import fusegen` never imports torch.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'fusegen' has no attribute '{name}'")
 
 
 __all__ = [

@@ -33,6 +33,7 @@ import inspect
 import operator
 import os
 import re
+from typing import Any, Optional
 
 __all__ = ["ExportError", "PENDING_OPS", "export"]
 
@@ -54,7 +55,7 @@ class ExportError(ValueError):
     """The module cannot be written as a fusegen spec. `node` is the name of the torch.fx node
     at fault (None when the whole module is), `where` its source line when known."""
 
-    def __init__(self, message, node=None, where=None):
+    def __init__(self, message: str, node: Optional[str] = None, where: Optional[str] = None):
         super().__init__(message)
         self.message = message
         self.node = node
@@ -1149,7 +1150,7 @@ def _render(ops, name, input_shape, module, torch_version):
     return "\n".join(lines) + "\n", op_lines
 
 
-def export(module, example_input, *, name=None, check=True):
+def export(module: Any, example_input: Any, *, name: Optional[str] = None, check: bool = True) -> str:
     """Writes `module` (a torch.nn.Module: one conv and the ops after it) as a fusegen spec.
 
     example_input: a tensor the module accepts ([N, C, H, W] or [N, C, D, H, W]), used to

@@ -4,7 +4,7 @@ For each module, fusegen.export writes the spec; fusegen.Layer loads it in a CPU
 context, binds the module's state_dict as it is, and runs its float64 CPU reference
 (reference/cpu_reference.c) on the same float32 input. The oracle is the module itself,
 run by PyTorch in float64 on the same values: two independent implementations of the same
-layer. The modules are the six reference layers of PROBLEMS.md and fourteen more conv
+layer. The modules are the six reference layers of PROBLEMS.md and fifteen more conv
 blocks (2D and 3D, norms in both modes, reductions, pools, residuals, functional forms,
 nested modules). Then: what the exporter refuses, with the node named; the PENDING_OPS
 table; the `python -m fusegen export` and `fusegen export` commands.
@@ -333,6 +333,17 @@ def randomize(module, gen):
                 t.copy_(torch.randn(t.shape, generator=gen))
 
 
+def build_case(cls_, shape, eval_mode):
+    """A module of CASES with random parameters, in its mode, and an input x ~ U[0, 1)."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    module = cls_()
+    randomize(module, gen)
+    if eval_mode:
+        module.eval()
+    return module, torch.rand(shape, generator=gen)
+
+
 def cpu_context():
     return fusegen.Context(device=-1, cache_path="")
 
@@ -350,13 +361,7 @@ class RoundTrip(unittest.TestCase):
         cls.ctx.close()
 
     def round_trip(self, cls_, shape, eval_mode, ref_spec):
-        torch.manual_seed(0)
-        gen = torch.Generator().manual_seed(1)
-        module = cls_()
-        randomize(module, gen)
-        if eval_mode:
-            module.eval()
-        x = torch.rand(shape, generator=gen)
+        module, x = build_case(cls_, shape, eval_mode)
         state_before = {k: v.clone() for k, v in module.state_dict().items()}
         spec = fusegen.export(module, x)
         # export leaves the module as it was (batch norm in training mode would update its
