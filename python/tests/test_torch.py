@@ -12,6 +12,7 @@ without it.
 
 import copy
 import os
+import subprocess
 import sys
 import unittest
 
@@ -142,6 +143,12 @@ class FusedLayerModule(unittest.TestCase):
         with self.assertRaises(TypeError) as cm:
             fused.double()(self.x)
         self.assertIn("fusegen runs float32", str(cm.exception))
+
+    def test_import_fusegen_does_not_import_torch(self):
+        code = "import sys, fusegen; assert 'torch' not in sys.modules; fusegen.torch; assert 'torch' in sys.modules"
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_the_op(self):
         fused = fgt.FusedLayer(self.spec)
