@@ -12,6 +12,7 @@ without it.
 
 import copy
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -185,6 +186,10 @@ class Compile(unittest.TestCase):
         ops = [str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"]
         self.assertIn("fusegen.layer", ops)
 
+    @unittest.skipUnless(
+        shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"),
+        "Inductor's CPU code needs a C++ compiler: torch.compile with Inductor on the CPU did NOT run",
+    )
     def test_fullgraph_inductor(self):
         net = Net(self.fused)
         torch._dynamo.reset()
