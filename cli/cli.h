@@ -5,10 +5,13 @@
 #define FG_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "../common/diag.h"
 #include "../gen/ir.h"
 #include "../gen/planner.h"
+#include "../runtime/cache.h"
+#include "../runtime/environment.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -18,6 +21,7 @@ int cmd_build(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_ops(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 
 /* "fusegen: <message>" on stderr. */
@@ -25,13 +29,27 @@ void cli_error(const char *fmt, ...) FG_PRINTF(1, 2);
 /* Prints a usage error and the hint to run --help; returns EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) FG_PRINTF(2, 3);
 
+/* The environment's runtime settings (runtime/environment.h), read once; commands without a
+ * context take their cache directories and library locations from here. */
+const fg_env_runtime *cli_environment(void);
+/* Initializes `cache` on `dir` (NULL: the environment's user cache), with no shipped caches
+ * unless `with_shipped`; loads NVRTC's preferred library setting. Prints why on failure. */
+int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped);
+
+/* The planner options for `arch` with the knobs of the environment (runtime/environment.h). */
+void cli_plan_options(fg_plan_options *opts, const char *arch);
 /* Loads a spec and plans it for `arch` ("sm_90"), printing any error; returns 0 or -1. */
 int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_plan *plan);
 
 /* Splits "sm_80,sm_90" into at most `cap` entries; checks each looks like sm_NN[a]. */
 int cli_parse_archs(const char *list, char archs[][16], int cap);
 
-/* A positive integer option value, or -1 (after printing why). */
-long cli_parse_positive(const char *command, const char *option, const char *value);
+/* Option values, strictly (digits only, no sign, no spaces, no overflow); each prints a usage
+ * error and returns -1 on a bad value. An integer from 1 to max: */
+long cli_parse_positive(const char *command, const char *option, const char *value, long max);
+/* A seed from 0 to LLONG_MAX: */
+int cli_parse_seed(const char *command, const char *option, const char *value, uint64_t *out);
+/* A directory, never "" (which would mean the default user cache): */
+int cli_parse_dir(const char *command, const char *option, const char *value, const char **out);
 
 #endif

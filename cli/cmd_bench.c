@@ -4,9 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/api_internal.h"
-#include "../runtime/nvrtc_compiler.h"
 #include "../runtime/random_init.h"
+#include "../runtime/tools.h"
 #include "cli.h"
 #include "fusegen.h"
 
@@ -29,139 +28,10 @@ static const char usage[] =
     "  --ceilings         only measure and print the two rates\n"
     "  --cache DIR        user kernel cache\n";
 
-typedef struct gpu {
-    fg_context *ctx;
-    const fg_cuda *cu;
-    CUstream stream;
-    CUevent start, stop;
-    CUdeviceptr flush;
-    size_t flush_bytes;
-} gpu;
-
-static int check(CUresult r, const char *what)
-{
-    if (r == CUDA_SUCCESS)
-        return 0;
-    fg_error err;
-    fg_cuda_fail(&err, r, what);
-    cli_error("%s", err.msg);
-    return -1;
-}
-
-static int gpu_open(gpu *g, const char *cache)
-{
-    memset(g, 0, sizeof *g);
-    fg_context_options o;
-    fg_context_options_init(&o);
-    o.cache_dir = cache;
-    if (fg_context_create(&o, &g->ctx) != FG_OK) {
-        cli_error("%s", fg_last_error());
-        return -1;
-    }
-    g->cu = g->ctx->cu;
-    fg_api_enter(g->ctx);
-    int l2 = 0;
-    g->cu->DeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, g->ctx->dev);
-    g->flush_bytes = (size_t)(l2 > 0 ? l2 : 64 << 20) * 4;
-    if (check(g->cu->StreamCreate(&g->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") ||
-        check(g->cu->EventCreate(&g->start, 0), "cuEventCreate") ||
-        check(g->cu->EventCreate(&g->stop, 0), "cuEventCreate") ||
-        check(g->cu->MemAlloc(&g->flush, g->flush_bytes), "allocating the L2 flush buffer"))
-        return -1;
-    return 0;
-}
-
-static void gpu_close(gpu *g)
-{
-    if (!g->cu)
-        return;
-    if (g->flush)
-        g->cu->MemFree(g->flush);
-    if (g->start)
-        g->cu->EventDestroy(g->start);
-    if (g->stop)
-        g->cu->EventDestroy(g->stop);
-    if (g->stream)
-        g->cu->StreamDestroy(g->stream);
-    fg_context_destroy(g->ctx);
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-/* ---- ceilings ------------------------------------------------------------------------- */
-
-static const char fma_source[] =
-    "extern \"C\" __global__ void fma_peak(float *out, float seed, int iters)\n"
-    "{\n"
-    "    float a[8];\n"
-    "    for (int i = 0; i < 8; ++i) a[i] = seed + threadIdx.x * 1e-7f + i;\n"
-    "    for (int it = 0; it < iters; ++it) {\n"
-    "#pragma unroll\n"
-    "        for (int k = 0; k < 16; ++k) {\n"
-    "#pragma unroll\n"
-    "            for (int i = 0; i < 8; ++i) a[i] = fmaf(a[i], 0.999999f, 1e-7f);\n"
-    "        }\n"
-    "    }\n"
-    "    float s = 0.0f;\n"
-    "    for (int i = 0; i < 8; ++i) s += a[i];\n"
-    "    if (s == 12345.0f) out[0] = s; /* keeps the loop alive */\n"
-    "}\n";
-
-static int measure_ceilings(gpu *g, double *fma_tflops, double *copy_tbs)
-{
-    const fg_cuda *cu = g->cu;
-    fg_compiled c;
-    fg_error err;
-    if (fg_nvrtc_compile(fma_source, "fma_peak.cu", g->ctx->arch, &c, &err) != 0) {
-        cli_error("%s", err.msg);
-        return -1;
-    }
-    CUmodule mod;
-    CUfunction fn;
-    int rc = check(cu->ModuleLoadData(&mod, c.cubin), "loading the FMA kernel");
-    fg_compiled_free(&c);
-    if (rc || check(cu->ModuleGetFunction(&fn, mod, "fma_peak"), "fma_peak"))
-        return -1;
-    float seed = 1.0f;
-    int iters = 4096;
-    CUdeviceptr out = g->flush;
-    void *args[] = {&out, &seed, &iters};
-    unsigned blocks = (unsigned)g->ctx->sm_count * 8, threads = 256;
-    double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        cu->EventRecord(g->start, g->stream);
-        if (check(cu->LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, g->stream, args, NULL), "fma_peak"))
-            return -1;
-        cu->EventRecord(g->stop, g->stream);
-        cu->EventSynchronize(g->stop);
-        float ms = 0;
-        cu->EventElapsedTime(&ms, g->start, g->stop);
-        double flops = 2.0 * blocks * threads * (double)iters * 16 * 8;
-        if (rep > 0 && flops / (ms * 1e-3) > best)
-            best = flops / (ms * 1e-3);
-    }
-    cu->ModuleUnload(mod);
-    *fma_tflops = best / 1e12;
-    /* device-to-device copy of half the flush buffer onto the other half */
-    size_t half = g->flush_bytes / 2;
-    double best_bw = 0;
-    for (int rep = 0; rep < 6; rep++) {
-        cu->EventRecord(g->start, g->stream);
-        if (check(cu->MemcpyDtoDAsync(g->flush + half, g->flush, half, g->stream), "copy"))
-            return -1;
-        cu->EventRecord(g->stop, g->stream);
-        cu->EventSynchronize(g->stop);
-        float ms = 0;
-        cu->EventElapsedTime(&ms, g->start, g->stop);
-        if (rep > 0 && 2.0 * (double)half / (ms * 1e-3) > best_bw)
-            best_bw = 2.0 * (double)half / (ms * 1e-3);
-    }
-    *copy_tbs = best_bw / 1e12;
-    return 0;
 }
 
 /* ---- the layer ------------------------------------------------------------------------ */
@@ -205,15 +75,15 @@ int cmd_bench(int argc, char **argv)
             fputs(usage, stdout);
             return EXIT_OK;
         case 'b':
-            if ((batch = cli_parse_positive("bench", "--batch", optarg)) < 0)
+            if ((batch = cli_parse_positive("bench", "--batch", optarg, INT32_MAX)) < 0)
                 return EXIT_USAGE;
             break;
         case 'i':
-            if ((iters = cli_parse_positive("bench", "--iters", optarg)) < 0)
+            if ((iters = cli_parse_positive("bench", "--iters", optarg, 1000000)) < 0)
                 return EXIT_USAGE;
             break;
         case 'w':
-            if ((warmup = cli_parse_positive("bench", "--warmup", optarg)) < 0)
+            if ((warmup = cli_parse_positive("bench", "--warmup", optarg, 1000000)) < 0)
                 return EXIT_USAGE;
             break;
         case 'f':
@@ -230,7 +100,8 @@ int cmd_bench(int argc, char **argv)
             ceilings_only = 1;
             break;
         case 'd':
-            cache = optarg;
+            if (cli_parse_dir("bench", "--cache", optarg, &cache))
+                return EXIT_USAGE;
             break;
         default:
             return cli_usage_error("bench", "unknown option");
@@ -238,34 +109,42 @@ int cmd_bench(int argc, char **argv)
     }
     if (!ceilings_only && argc - optind != 1)
         return cli_usage_error("bench", "expects exactly one SPEC (or --ceilings)");
-    gpu g;
     int rc = EXIT_FAIL;
+    fg_context *ctx = NULL;
     fg_layer *layer = NULL;
     CUdeviceptr dx = 0, dy = 0;
     float *x = NULL;
     double *times = NULL;
-    if (gpu_open(&g, cache) != 0)
+    fg_context_options copts;
+    fg_context_options_init(&copts);
+    copts.cache_dir = cache;
+    fg_tools_device device;
+    if (fg_context_create(&copts, &ctx) != FG_OK || fg_tools_device_info(ctx, &device) != FG_OK) {
+        cli_error("%s", fg_last_error());
         goto out;
+    }
     if (ceilings_only || fma == 0 || bw == 0) {
         double f, b;
-        if (measure_ceilings(&g, &f, &b) != 0)
+        if (fg_tools_ceilings(ctx, &f, &b) != FG_OK) {
+            cli_error("%s", fg_last_error());
             goto out;
+        }
         if (fma == 0)
             fma = f;
         if (bw == 0)
             bw = b;
-        printf("ceilings on %s: fp32 FMA %.1f TFLOP/s, device copy %.2f TB/s (bytes read + written)\n",
-               g.ctx->device_name, f, b);
+        printf("ceilings on %s: fp32 FMA %.1f TFLOP/s, device copy %.2f TB/s (bytes read + written)\n", device.name, f,
+               b);
         if (ceilings_only) {
             rc = EXIT_OK;
             goto out;
         }
     }
-    if (fg_layer_load_file(g.ctx, argv[optind], &layer) != FG_OK) {
+    if (fg_layer_load_file(ctx, argv[optind], &layer) != FG_OK) {
         fprintf(stderr, "%s\n", fg_last_error());
         goto out;
     }
-    const fg_layer_ir *ir = &layer->ir;
+    const fg_layer_ir *ir = fg_tools_layer_ir(layer);
     int64_t n_in = batch * fg_shape_sample_count(&ir->input);
     int64_t n_out = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
     if (!(x = malloc(sizeof(float) * (size_t)n_in)) || !(times = malloc(sizeof(double) * (size_t)iters))) {
@@ -273,36 +152,15 @@ int cmd_bench(int argc, char **argv)
         goto out;
     }
     fg_random_uniform(x, (size_t)n_in, 0, 1, 0.0f, 1.0f);
-    if (fg_layer_bind_random(layer, 0) != FG_OK) {
-        cli_error("%s", fg_last_error());
-        goto out;
-    }
-    if (fg_layer_prepare(layer) != FG_OK) {
-        cli_error("%s", fg_last_error());
-        goto out;
-    }
     char prepared[160];
-    fg_layer_describe_prepare(layer, prepared, sizeof prepared);
-    fg_api_enter(g.ctx);
-    if (check(g.cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in), "input") ||
-        check(g.cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out), "output") ||
-        check(g.cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in), "input copy"))
+    if (fg_tools_bind_random(layer, 0) != FG_OK || fg_layer_prepare(layer) != FG_OK ||
+        fg_tools_describe_prepare(layer, prepared, sizeof prepared) != FG_OK ||
+        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
+        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
+        fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) != FG_OK ||
+        fg_tools_time_runs(layer, dx, dy, batch, warmup, iters, times) != FG_OK) {
+        cli_error("%s", fg_last_error());
         goto out;
-    for (long i = 0; i < warmup + iters; i++) {
-        if (check(g.cu->MemsetD8Async(g.flush, (unsigned char)i, g.flush_bytes, g.stream), "L2 flush"))
-            goto out;
-        g.cu->EventRecord(g.start, g.stream);
-        if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, g.stream) != FG_OK) {
-            cli_error("%s", fg_last_error());
-            goto out;
-        }
-        g.cu->EventRecord(g.stop, g.stream);
-        if (check(g.cu->EventSynchronize(g.stop), "running the layer"))
-            goto out;
-        float ms = 0;
-        g.cu->EventElapsedTime(&ms, g.start, g.stop);
-        if (i >= warmup)
-            times[i - warmup] = ms;
     }
     qsort(times, (size_t)iters, sizeof *times, cmp_double);
     double med = times[iters / 2], lo = times[iters / 10], hi = times[iters - 1 - iters / 10];
@@ -310,18 +168,17 @@ int cmd_bench(int argc, char **argv)
     double floor_ms = fmax(flops / (fma * 1e12), bytes / (bw * 1e12)) * 1e3;
     printf("%s on %s, batch %ld: median %.4f ms (p10 %.4f, p90 %.4f, %ld runs), %.1f TFLOP/s, %.2f TB/s compulsory, "
            "floor %.4f ms = %.0f%% of the floor's speed; %s\n",
-           ir->name, g.ctx->device_name, batch, med, lo, hi, iters, flops / (med * 1e-3) / 1e12,
-           bytes / (med * 1e-3) / 1e12, floor_ms, 100.0 * floor_ms / med,
-           prepared);
+           ir->name, device.name, batch, med, lo, hi, iters, flops / (med * 1e-3) / 1e12,
+           bytes / (med * 1e-3) / 1e12, floor_ms, 100.0 * floor_ms / med, prepared);
     rc = EXIT_OK;
 out:
-    if (dx)
-        g.cu->MemFree(dx);
-    if (dy)
-        g.cu->MemFree(dy);
+    if (ctx) {
+        fg_tools_free(ctx, dx);
+        fg_tools_free(ctx, dy);
+    }
     if (layer)
         fg_layer_destroy(layer);
-    gpu_close(&g);
+    fg_context_destroy(ctx);
     free(x);
     free(times);
     return rc;

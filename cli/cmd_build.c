@@ -41,8 +41,7 @@ typedef struct pool {
     pthread_mutex_t lock;
     work *items;
     int n, next, done;
-    fg_cache *cache;
-    const char *store_dir;
+    fg_builder builder;
     int compiled, cached, failed, unstored, unaliased;
     double started;
 } pool;
@@ -100,10 +99,10 @@ static void *worker(void *arg)
             return NULL;
         work *w = &p->items[i];
         fg_error err;
-        if (fg_build_cubin(p->cache, p->store_dir, w->ir, w->source, w->arch, &w->built, &err) != 0) {
+        if (fg_build_cubin(&p->builder, w->ir, w->source, w->arch, w->plan_key, &w->built, &err) != 0) {
             w->failed = 1;
             snprintf(w->error, sizeof w->error, "%s", err.msg);
-        } else if (fg_build_record_alias(p->cache, p->store_dir, w->plan_key, &w->built, &err) != 0) {
+        } else if (fg_build_record_alias(&p->builder, w->plan_key, &w->built, &err) != 0) {
             snprintf(w->alias_error, sizeof w->alias_error, "%s", err.msg);
         }
         pthread_mutex_lock(&p->lock);
@@ -132,10 +131,11 @@ int cmd_build(int argc, char **argv)
             arch_list = optarg;
             break;
         case 'c':
-            cache_dir = optarg;
+            if (cli_parse_dir("build", "--cache", optarg, &cache_dir))
+                return EXIT_USAGE;
             break;
         case 'j':
-            if ((jobs = cli_parse_positive("build", "-j", optarg)) < 0)
+            if ((jobs = cli_parse_positive("build", "-j", optarg, 64)) < 0)
                 return EXIT_USAGE;
             break;
         default:
@@ -158,17 +158,15 @@ int cmd_build(int argc, char **argv)
     setenv("CUDA_CACHE_DISABLE", "1", 0);
     fg_cache cache;
     fg_error err;
-    if (fg_cache_init(&cache, cache_dir, NULL, &err) != 0) {
-        cli_error("%s", err.msg);
-        return EXIT_FAIL;
-    }
     /* build fills one cache completely: entries already in $FUSEGEN_CACHE_PATH do not count */
-    cache.n_shipped = 0;
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, &err) != 0) {
+    if (cli_open_cache(&cache, cache_dir, false) != 0)
+        return EXIT_FAIL;
+    cache.create_mode = 0755; /* a cache built to be shipped: others read it */
+    if (fg_build_identity(&cache.identity, &err) != 0) {
         cli_error("%s", err.msg);
         return EXIT_FAIL;
     }
+    int major = cache.identity.nvrtc_major, minor = cache.identity.nvrtc_minor;
 
     fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
     fg_plan *plan = malloc(sizeof *plan);
@@ -194,17 +192,15 @@ int cmd_build(int argc, char **argv)
                 rc = EXIT_FAIL;
                 goto out;
             }
-            if (fg_plan_key(&irs[s], plan, archs[a], w->plan_key, &err) != 0) {
-                cli_error("%s", err.msg);
-                rc = EXIT_FAIL;
-                goto out;
-            }
+            fg_plan_key(&cache.identity, &irs[s], plan, archs[a], w->plan_key);
             w->ir = &irs[s];
             w->source = srcs[s * n_archs + a].source;
             w->arch = archs[a];
         }
     }
-    pool p = {.items = items, .n = n_specs * n_archs, .cache = &cache, .store_dir = cache_dir};
+    pool p = {.items = items,
+              .n = n_specs * n_archs,
+              .builder = {.cache = &cache, .store_dir = cache_dir, .failed_source_dir = cli_environment()->tmpdir}};
     pthread_mutex_init(&p.lock, NULL);
     const char *dest = cache_dir ? cache_dir : cache.user_dir;
     fprintf(stderr, "building %d kernel set%s (%d spec%s x %d arch%s, NVRTC %d.%d) into %s with %ld job%s\n", p.n,

@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@ static const char usage[] =
 
 typedef struct walk_state {
     const char *mode;
-    int entries, bad, aliases;
+    int entries, bad, aliases, temporaries, refused;
     long long bytes;
 } walk_state;
 
@@ -31,38 +32,35 @@ static bool cleared(const walk_state *w, const char *path)
     if (strcmp(w->mode, "clear") != 0)
         return false;
     if (unlink(path) != 0)
-        cli_error("cannot remove %s", path);
+        cli_error("cannot remove %s: %s", path, strerror(errno));
     return true;
 }
 
 /* A plan alias (runtime/cache.h): removed by clear, checked by verify, counted by ls. */
-static int visit_alias(void *ctx, const char *path, const char *plan_key)
+static void visit_alias(walk_state *w, const fg_cache_file *f)
 {
-    walk_state *w = ctx;
     w->aliases++;
-    if (cleared(w, path))
-        return 0;
+    if (cleared(w, f->path))
+        return;
     char key[FG_CACHE_KEY_HEX + 1];
     fg_error err;
-    if (!strcmp(w->mode, "verify") && fg_cache_read_alias(path, key, &err) != 0) {
+    if (!strcmp(w->mode, "verify") && fg_cache_read_alias(f->path, key, &err) != 0) {
         w->bad++;
-        printf("BAD  %.16s  %s\n", plan_key, err.msg);
+        printf("BAD  %.16s  %s\n", f->key, err.msg);
     }
-    return 0;
 }
 
-static int visit(void *ctx, const char *path, const char *key)
+static void visit_entry(walk_state *w, const fg_cache_file *f)
 {
-    walk_state *w = ctx;
     w->entries++;
-    if (cleared(w, path))
-        return 0;
+    if (cleared(w, f->path))
+        return;
     fg_cache_entry e;
     fg_error err;
-    if (fg_cache_read_entry(path, key, NULL, &e, &err) != 0) {
+    if (fg_cache_read_entry(f->path, &(fg_entry_expect){.key = f->key, .version = FUSEGEN_VERSION}, &e, &err) != 0) {
         w->bad++;
-        printf("BAD  %.16s  %s\n", key, err.msg);
-        return 0;
+        printf("BAD  %.16s  %s\n", f->key, err.msg);
+        return;
     }
     w->bytes += (long long)e.cubin_size;
     if (!strcmp(w->mode, "ls")) {
@@ -75,12 +73,35 @@ static int visit(void *ctx, const char *path, const char *key)
             spills += k[i].spill_loads + k[i].spill_stores;
         }
         if (n > 0)
-            printf("%.16s  %-7s %-48s %8zu B  %d kernels, <= %d regs%s\n", key, e.arch, layer, e.cubin_size, n, regs,
+            printf("%.16s  %-7s %-48s %8zu B  %d kernels, <= %d regs%s\n", f->key, e.arch, layer, e.cubin_size, n, regs,
                    spills ? ", SPILLS" : "");
         else /* compiled from NVRTC's own cache: no ptxas report */
-            printf("%.16s  %-7s %-48s %8zu B  registers unknown\n", key, e.arch, layer, e.cubin_size);
+            printf("%.16s  %-7s %-48s %8zu B  registers unknown\n", f->key, e.arch, layer, e.cubin_size);
     }
     fg_cache_entry_free(&e);
+}
+
+static int visit(void *ctx, const fg_cache_file *f)
+{
+    walk_state *w = ctx;
+    switch (f->kind) {
+    case FG_CACHE_ENTRY:
+        visit_entry(w, f);
+        break;
+    case FG_CACHE_ALIAS:
+        visit_alias(w, f);
+        break;
+    case FG_CACHE_TEMPORARY: /* left by a store that was killed; clear removes it */
+        w->temporaries++;
+        if (!cleared(w, f->path) && strcmp(w->mode, "ls") != 0)
+            printf("TEMP %s: a store that never finished (fusegen cache clear removes it)\n", f->path);
+        break;
+    case FG_CACHE_REFUSED: /* never entered, emptied or written through */
+        w->refused++;
+        w->bad++;
+        printf("REFUSED  %s\n", f->problem);
+        break;
+    }
     return 0;
 }
 
@@ -96,10 +117,10 @@ int cmd_cache(int argc, char **argv)
             fputs(usage, stdout);
             return EXIT_OK;
         }
-        if (c == 'c')
-            dir = optarg;
-        else
+        if (c != 'c')
             return cli_usage_error("cache", "unknown option");
+        if (cli_parse_dir("cache", "--cache", optarg, &dir))
+            return EXIT_USAGE;
     }
     if (argc - optind != 1)
         return cli_usage_error("cache", "expects one of ls, verify, clear");
@@ -108,21 +129,24 @@ int cmd_cache(int argc, char **argv)
         return cli_usage_error("cache", "unknown action '%s' (expected ls, verify or clear)", mode);
     fg_cache cache;
     fg_error err;
-    if (fg_cache_init(&cache, dir, NULL, &err) != 0) {
-        cli_error("%s", err.msg);
+    if (cli_open_cache(&cache, dir, false) != 0)
         return EXIT_FAIL;
-    }
     walk_state w = {.mode = mode};
-    if (fg_cache_walk(cache.user_dir, visit, &w, &err) != 0 ||
-        fg_cache_walk_aliases(cache.user_dir, visit_alias, &w, &err) != 0) {
+    if (fg_cache_walk_all(cache.user_dir, visit, &w, &err) != 0) {
         cli_error("%s", err.msg);
         return EXIT_FAIL;
     }
+    char extra[128] = "";
+    if (w.temporaries || w.refused)
+        snprintf(extra, sizeof extra, ", %d unfinished temporary files, %d refused subdirectories", w.temporaries,
+                 w.refused);
     if (!strcmp(mode, "clear"))
-        fprintf(stderr, "removed %d entries and %d plan aliases from %s\n", w.entries, w.aliases, cache.user_dir);
+        fprintf(stderr, "removed %d entries, %d plan aliases and %d temporary files from %s%s\n", w.entries,
+                w.aliases, w.temporaries, cache.user_dir,
+                w.refused ? " (refused subdirectories left alone)" : "");
     else
-        fprintf(stderr, "%s: %d entries, %d bad, %lld bytes of cubins, %d plan aliases\n", cache.user_dir, w.entries,
-                w.bad, w.bytes, w.aliases);
+        fprintf(stderr, "%s: %d entries, %d bad, %lld bytes of cubins, %d plan aliases%s\n", cache.user_dir, w.entries,
+                w.bad, w.bytes, w.aliases, extra);
     /* only verify fails on bad entries; ls lists them */
     return w.bad && !strcmp(mode, "verify") ? EXIT_FAIL : EXIT_OK;
 }

@@ -63,6 +63,12 @@ int cmd_gen(int argc, char **argv)
         char path[2048], tmp[2100];
         snprintf(path, sizeof path, "%s/%s.cu", outdir, ir.name);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        struct stat st; /* renaming would replace a device node or FIFO with a regular file */
+        if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+            cli_error("%s exists and is not a regular file; refusing to replace it", path);
+            fg_rendered_free(&src);
+            return EXIT_FAIL;
+        }
         FILE *f = fopen(tmp, "wb");
         if (!f || fwrite(src.source, 1, src.length, f) != src.length || fclose(f) != 0 || rename(tmp, path) != 0) {
             cli_error("cannot write %s: %s", path, strerror(errno));

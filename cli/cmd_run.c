@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/api_internal.h"
 #include "../runtime/random_init.h"
 #include "../runtime/safetensors.h"
+#include "../runtime/tools.h"
 #include "cli.h"
 #include "compare.h"
 #include "fusegen.h"
@@ -29,6 +29,7 @@ static const char usage[] =
     "  --check               also run the CPU reference (float64) on the same data and compare:\n"
     "                        max abs error, relative L2 error, PASS/FAIL at atol = rtol = 1e-4\n"
     "  --check-samples K     compare only the first K samples (the reference is slow on big batches)\n"
+    "  --force               run the CPU reference even when it needs more than 2e10 multiply-adds\n"
     "  --arch ARCH           compile for ARCH instead of the device's (e.g. sm_90)\n"
     "  --cache DIR           user kernel cache (default $FUSEGEN_CACHE_DIR or ~/.cache/fusegen)\n"
     "  -v, --verbose         say where the kernels came from\n"
@@ -37,8 +38,9 @@ static const char usage[] =
 
 typedef struct run_opts {
     const char *spec, *input, *weights, *out, *arch, *cache;
-    int gpu, check, verbose;
-    long long seed, batch, check_samples;
+    int gpu, check, verbose, force;
+    uint64_t seed;
+    long long batch, check_samples;
 } run_opts;
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -50,6 +52,7 @@ static int parse(int argc, char **argv, run_opts *o)
         {"out", required_argument, 0, 'o'},     {"check", no_argument, 0, 'c'},
         {"check-samples", required_argument, 0, 'k'}, {"arch", required_argument, 0, 'a'},
         {"cache", required_argument, 0, 'C'},   {"verbose", no_argument, 0, 'v'},
+        {"force", no_argument, 0, 'f'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->gpu = 1;
@@ -67,20 +70,17 @@ static int parse(int argc, char **argv, run_opts *o)
                 return cli_usage_error("run", "--device must be gpu or cpu, not '%s'", optarg);
             o->gpu = strcmp(optarg, "gpu") == 0;
             break;
-        case 'r': {
-            char *end;
-            o->seed = strtoll(optarg, &end, 10);
-            if (*optarg == '\0' || *end || o->seed < 0)
-                return cli_usage_error("run", "--random expects a non-negative integer seed, got '%s'", optarg);
+        case 'r':
+            if (cli_parse_seed("run", "--random", optarg, &o->seed))
+                return EXIT_USAGE;
             break;
-        }
         case 'b':
-            if ((v = cli_parse_positive("run", "--batch", optarg)) < 0)
+            if ((v = cli_parse_positive("run", "--batch", optarg, INT32_MAX)) < 0)
                 return EXIT_USAGE;
             o->batch = v;
             break;
         case 'k':
-            if ((v = cli_parse_positive("run", "--check-samples", optarg)) < 0)
+            if ((v = cli_parse_positive("run", "--check-samples", optarg, INT32_MAX)) < 0)
                 return EXIT_USAGE;
             o->check_samples = v;
             break;
@@ -100,10 +100,14 @@ static int parse(int argc, char **argv, run_opts *o)
             o->arch = optarg;
             break;
         case 'C':
-            o->cache = optarg;
+            if (cli_parse_dir("run", "--cache", optarg, &o->cache))
+                return EXIT_USAGE;
             break;
         case 'v':
             o->verbose = 1;
+            break;
+        case 'f':
+            o->force = 1;
             break;
         default:
             return cli_usage_error("run", "unknown option");
@@ -147,18 +151,24 @@ static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int
     if (!t && f.n == 1)
         t = &f.tensors[0];
     float *x = NULL;
+    char shown[512];
+    if (t)
+        fg_tensor_name_shown(t->name, shown, sizeof shown);
     if (!t) {
         cli_error("%s: no tensor named 'input' (and more than one tensor)", o->input);
     } else if (!t->data) {
-        cli_error("%s: tensor '%s' is %s; fusegen needs F32", o->input, t->name, t->dtype);
+        cli_error("%s: tensor '%s' is %s; fusegen needs F32", o->input, shown, t->dtype);
+    } else if (t->rank < 1 || t->dim[0] < 1 || t->dim[0] > INT32_MAX) {
+        cli_error("%s: tensor '%s' has %s; the input's first dim is the batch, 1 or more", o->input, shown,
+                  t->rank < 1 ? "no dims" : "a batch of 0");
     } else {
-        fg_layer_input_shape(layer, t->rank > 0 ? t->dim[0] : 1, &rank, dims);
-        bool ok = t->rank == rank && t->dim[0] >= 1;
+        fg_layer_input_shape(layer, t->dim[0], &rank, dims);
+        bool ok = t->rank == rank;
         for (int d = 1; ok && d < rank; d++)
             ok = t->dim[d] == dims[d];
         if (!ok) {
             cli_error("%s: tensor '%s' does not have the layer's input shape [N, ...] (%d dims expected)", o->input,
-                      t->name, rank);
+                      shown, rank);
         } else {
             *batch = t->dim[0];
             *count = (int64_t)t->count;
@@ -180,7 +190,7 @@ static int bind_params(const run_opts *o, fg_layer *layer)
         }
         return 0;
     }
-    if (fg_layer_bind_random(layer, (uint64_t)o->seed) != FG_OK) {
+    if (fg_tools_bind_random(layer, (uint64_t)o->seed) != FG_OK) {
         cli_error("%s", fg_last_error());
         return -1;
     }
@@ -188,53 +198,100 @@ static int bind_params(const run_opts *o, fg_layer *layer)
 }
 
 /* Runs on the GPU: copies in, poisons the output with NaN so unwritten elements show,
- * runs, copies back. Prints the time of the first run (JIT included) and of a second. */
-static int run_gpu(fg_layer *layer, const float *x, int64_t n_in, float *y, int64_t n_out, int64_t batch)
+ * runs, copies back. Prints the time of the first run (JIT included). */
+static int run_gpu(fg_context *ctx, fg_layer *layer, const float *x, int64_t n_in, float *y, int64_t n_out,
+                   int64_t batch)
 {
-    fg_context *ctx = layer->ctx;
-    const fg_cuda *cu = ctx->cu;
-    fg_error err;
     CUdeviceptr dx = 0, dy = 0;
-    CUresult r;
     int rc = -1;
-    if (fg_api_enter(ctx) != FG_OK) {
-        cli_error("%s", fg_last_error());
-        return -1;
-    }
-    if ((r = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) != CUDA_SUCCESS ||
-        (r = cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out)) != CUDA_SUCCESS ||
-        (r = cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in)) != CUDA_SUCCESS ||
-        (r = cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)n_out, NULL)) != CUDA_SUCCESS) {
-        fg_cuda_fail(&err, r, "preparing device buffers");
-        cli_error("%s", err.msg);
+    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
+        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
+        fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) != FG_OK ||
+        fg_tools_fill_nan(ctx, dy, (size_t)n_out) != FG_OK) {
+        cli_error("preparing device buffers: %s", fg_last_error());
         goto out;
     }
     double t0 = fg_seconds_now();
-    if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK) {
+    if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK || fg_tools_synchronize(ctx) != FG_OK) {
         cli_error("%s", fg_last_error());
-        goto out;
-    }
-    if ((r = cu->StreamSynchronize(NULL)) != CUDA_SUCCESS) {
-        fg_cuda_fail(&err, r, "running the layer");
-        cli_error("%s", err.msg);
         goto out;
     }
     double first = fg_seconds_now() - t0;
     char prepared[160];
-    fg_layer_describe_prepare(layer, prepared, sizeof prepared);
+    fg_tools_describe_prepare(layer, prepared, sizeof prepared);
     fprintf(stderr, "first run %.1f ms; %s\n", first * 1e3, prepared);
-    if ((r = cu->MemcpyDtoH(y, dy, sizeof(float) * (size_t)n_out)) != CUDA_SUCCESS) {
-        fg_cuda_fail(&err, r, "copying the output back");
-        cli_error("%s", err.msg);
+    if (fg_tools_download(ctx, y, dy, sizeof(float) * (size_t)n_out) != FG_OK) {
+        cli_error("%s", fg_last_error());
         goto out;
     }
     rc = 0;
 out:
-    if (dx)
-        cu->MemFree(dx);
-    if (dy)
-        cu->MemFree(dy);
+    fg_tools_free(ctx, dx);
+    fg_tools_free(ctx, dy);
     return rc;
+}
+
+/* The CPU reference's budget: direct loops in double run some 0.3-1e9 multiply-adds a
+ * second, so past this a run takes minutes. */
+#define REFERENCE_BUDGET 2e10
+#define REFERENCE_REPORTED 1e9 /* progress lines past this much work */
+
+typedef struct progress_state {
+    double started;
+    int last_tenth;
+} progress_state;
+
+static void report_progress(void *ctx, double done)
+{
+    progress_state *p = ctx;
+    int tenth = (int)(done * 10);
+    if (tenth > p->last_tenth && tenth < 10) {
+        p->last_tenth = tenth;
+        fprintf(stderr, "CPU reference: %d%% after %.0f s\n", tenth * 10, fg_seconds_now() - p->started);
+    }
+}
+
+/* The samples the CPU reference will run: all of them for --device cpu; for --check the
+ * first --check-samples, or all when a statistic spans the batch. */
+static int64_t reference_samples(const run_opts *o, fg_layer *layer, int64_t batch)
+{
+    if (o->gpu && !o->check)
+        return 0;
+    int64_t samples = o->gpu && o->check_samples && o->check_samples < batch ? o->check_samples : batch;
+    const fg_plan *plan = fg_tools_layer_plan(layer);
+    for (int i = 0; i < plan->n_accums && samples < batch; i++)
+        if (plan->accums[i].over_batch) {
+            fprintf(stderr, "note: statistics span the batch; checking all %lld samples\n", (long long)batch);
+            samples = batch;
+        }
+    return samples;
+}
+
+/* Whether the CPU reference may run on `samples` samples: not past the budget without
+ * --force. Asked before anything is allocated or bound. */
+static bool reference_allowed(const run_opts *o, fg_layer *layer, int64_t samples)
+{
+    double work = fg_tools_reference_work(layer, samples);
+    if (work <= REFERENCE_BUDGET || o->force)
+        return true;
+    cli_error("the CPU reference would need about %.2g multiply-adds for %lld samples (minutes to hours; the budget "
+              "is %.0e): pass --force to run it anyway%s",
+              work, (long long)samples, REFERENCE_BUDGET,
+              o->gpu ? ", or check fewer samples with --check-samples" : "");
+    return false;
+}
+
+/* The CPU reference on `samples` samples, with progress lines on long runs. */
+static fg_status run_reference(fg_layer *layer, const float *x, float *y, int64_t samples)
+{
+    double work = fg_tools_reference_work(layer, samples);
+    progress_state p = {fg_seconds_now(), 0};
+    if (work > REFERENCE_REPORTED)
+        fprintf(stderr, "CPU reference: about %.2g multiply-adds\n", work);
+    fg_status s = fg_tools_run_cpu(layer, x, y, samples, work > REFERENCE_REPORTED ? report_progress : NULL, &p);
+    if (s != FG_OK)
+        cli_error("%s", fg_last_error());
+    return s;
 }
 
 int cmd_run(int argc, char **argv)
@@ -262,7 +319,10 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     int64_t batch = 0, n_in = 0;
-    if (!(x = make_input(&o, layer, &batch, &n_in)) || bind_params(&o, layer) != 0)
+    if (!(x = make_input(&o, layer, &batch, &n_in)))
+        goto out;
+    int64_t samples = reference_samples(&o, layer, batch);
+    if (!reference_allowed(&o, layer, samples) || bind_params(&o, layer) != 0)
         goto out;
     int rank;
     int64_t dims[FG_MAX_DIMS];
@@ -275,14 +335,12 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     if (o.gpu) {
-        if (run_gpu(layer, x, n_in, y, n_out, batch) != 0)
+        if (run_gpu(ctx, layer, x, n_in, y, n_out, batch) != 0)
             goto out;
     } else {
         double t0 = fg_seconds_now();
-        if (fg_layer_run_cpu(layer, x, y, batch) != FG_OK) {
-            cli_error("%s", fg_last_error());
+        if (run_reference(layer, x, y, batch) != FG_OK)
             goto out;
-        }
         fprintf(stderr, "CPU reference: %.1f ms\n", (fg_seconds_now() - t0) * 1e3);
     }
     char shape[128];
@@ -290,7 +348,10 @@ int cmd_run(int argc, char **argv)
     for (int d = 0; d < rank; d++)
         len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
     snprintf(shape + len, sizeof shape - (size_t)len, "]");
-    printf("%s: output %s on %s\n", layer->ir.name, shape, o.gpu ? ctx->device_name : "the CPU (reference)");
+    fg_tools_device device = {.name = "the CPU (reference)"};
+    if (o.gpu)
+        fg_tools_device_info(ctx, &device);
+    printf("%s: output %s on %s\n", fg_tools_layer_ir(layer)->name, shape, device.name);
     if (o.out) {
         fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
         memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
@@ -303,12 +364,6 @@ int cmd_run(int argc, char **argv)
     }
     rc = EXIT_OK;
     if (o.check) {
-        int64_t samples = o.check_samples && o.check_samples < batch ? o.check_samples : batch;
-        for (int i = 0; i < layer->plan.n_accums && samples < batch; i++)
-            if (layer->plan.accums[i].over_batch) {
-                fprintf(stderr, "note: statistics span the batch; checking all %lld samples\n", (long long)batch);
-                samples = batch;
-            }
         int64_t per_out = n_out / batch;
         if (!(ref = malloc(sizeof(float) * (size_t)(per_out * samples)))) {
             cli_error("out of memory for the reference");
@@ -316,8 +371,7 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         double t0 = fg_seconds_now();
-        if (fg_layer_run_cpu(layer, x, ref, samples) != FG_OK) {
-            cli_error("%s", fg_last_error());
+        if (run_reference(layer, x, ref, samples) != FG_OK) {
             rc = EXIT_FAIL;
             goto out;
         }

@@ -1,10 +1,15 @@
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "../runtime/environment.h"
+#include "../runtime/nvrtc_compiler.h"
 #include "../gen/spec_loader.h"
 
 static const char usage[] =
@@ -23,6 +28,7 @@ static const char usage[] =
     "                             run a layer on random or given tensors\n"
     "  bench SPEC [--batch N] [--iters N] | bench --ceilings\n"
     "                             time a layer on the GPU against the hardware floor\n"
+    "  ops [--markdown]           list the ops a spec can use, their fields and defaults\n"
     "  export MODULE.py[:CLASS] [-o SPEC]\n"
     "                             write the spec of a PyTorch module (needs the Python package and torch)\n"
     "  version                    print the version\n"
@@ -50,6 +56,46 @@ int cli_usage_error(const char *command, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+static void warn_knob(void *unused, const char *msg)
+{
+    (void)unused;
+    fprintf(stderr, "fusegen: warning: %s\n", msg);
+}
+
+const fg_env_runtime *cli_environment(void)
+{
+    static fg_env_runtime env;
+    static bool read;
+    if (!read) { /* the CLI is single-threaded until build starts its workers */
+        fg_env_runtime_read(&env);
+        fg_nvrtc_use_library(env.nvrtc_library);
+        read = true;
+    }
+    return &env;
+}
+
+int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped)
+{
+    const fg_env_runtime *env = cli_environment();
+    if (!dir && !env->user_cache[0]) {
+        cli_error("%s", env->user_cache_error);
+        return -1;
+    }
+    fg_error err;
+    if (fg_cache_init(cache, dir ? dir : env->user_cache, with_shipped ? env->shipped_caches : NULL, &err) != 0) {
+        cli_error("%s", err.msg);
+        return -1;
+    }
+    fg_cache_check_trust(cache);
+    return 0;
+}
+
+void cli_plan_options(fg_plan_options *opts, const char *arch)
+{
+    fg_plan_options_init(opts, fg_arch_sm(arch));
+    fg_env_plan_options(opts, warn_knob, NULL);
+}
+
 int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_plan *plan)
 {
     fg_error err;
@@ -57,7 +103,8 @@ int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_pl
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
-    fg_plan_options opts = {.force_strategy = -1, .sm = fg_arch_sm(arch)};
+    fg_plan_options opts;
+    cli_plan_options(&opts, arch);
     if (plan && fg_plan_layer(ir, &opts, plan, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
@@ -94,15 +141,44 @@ int cli_parse_archs(const char *list, char archs[][16], int cap)
     return n ? n : -1;
 }
 
-long cli_parse_positive(const char *command, const char *option, const char *value)
+/* Digits only: strtoll alone would take " 5", "+5" and clamp what overflows. */
+static bool parse_digits(const char *value, long long *out)
 {
+    if (!isdigit((unsigned char)value[0]))
+        return false;
     char *end;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v <= 0 || v > 1000000000L) {
-        cli_usage_error(command, "%s expects a positive integer, got '%s'", option, value);
+    errno = 0;
+    *out = strtoll(value, &end, 10);
+    return *end == '\0' && errno == 0;
+}
+
+long cli_parse_positive(const char *command, const char *option, const char *value, long max)
+{
+    long long v;
+    if (!parse_digits(value, &v) || v <= 0 || v > max) {
+        cli_usage_error(command, "%s expects an integer from 1 to %ld, got '%s'", option, max, value);
         return -1;
     }
-    return v;
+    return (long)v;
+}
+
+int cli_parse_seed(const char *command, const char *option, const char *value, uint64_t *out)
+{
+    long long v;
+    if (!parse_digits(value, &v)) {
+        cli_usage_error(command, "%s expects an integer from 0 to %lld, got '%s'", option, LLONG_MAX, value);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_parse_dir(const char *command, const char *option, const char *value, const char **out)
+{
+    if (!value[0]) /* "" would fall back to the default user cache: `cache clear --cache ""` emptied it */
+        return cli_usage_error(command, "%s expects a directory, got an empty string", option), -1;
+    *out = value;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -125,13 +201,13 @@ int main(int argc, char **argv)
         int (*fn)(int, char **);
     } commands[] = {
         {"plan", cmd_plan}, {"gen", cmd_gen}, {"build", cmd_build}, {"cache", cmd_cache},
-        {"run", cmd_run},   {"bench", cmd_bench}, {"export", cmd_export},
+        {"run", cmd_run},   {"bench", cmd_bench}, {"ops", cmd_ops}, {"export", cmd_export},
     };
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(cmd, commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
-    const char *names[] = {"plan", "gen", "build", "cache", "run", "bench", "export", "version", "help"};
-    const char *near = fg_nearest_name(cmd, names, 9);
+    const char *names[] = {"plan", "gen", "build", "cache", "run", "bench", "ops", "export", "version", "help"};
+    const char *near = fg_nearest_name(cmd, names, (int)(sizeof names / sizeof *names));
     if (near)
         cli_error("unknown command '%s' (did you mean '%s'?)", cmd, near);
     else

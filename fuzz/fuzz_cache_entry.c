@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "fusegen.h"
 #include "kernel_build.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -35,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *expect_arch = (mode & 4) ? "sm_90" : NULL;
     fg_cache_entry e;
     fg_error err;
-    if (fg_cache_parse_entry(copy, size, expect_key, expect_arch, &e, &err) == 0) {
+    const fg_entry_expect expect = {expect_key, expect_arch, (mode & 4) ? fg_version() : NULL};
+    if (fg_cache_parse_entry(copy, size, &expect, &e, &err) == 0) {
         volatile unsigned sink = 0;
         for (size_t i = 0; i < e.cubin_size; i++)
             sink += e.cubin[i];

@@ -23,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (fg_spec_load_string_limited("fuzz.lua", (const char *)data, size, &limits, &ir, &err) != 0)
         return 0;
     for (int sm = 80; sm <= 90; sm += 10) {
-        fg_plan_options opts = {.force_strategy = -1, .sm = sm};
+        fg_plan_options opts;
+        fg_plan_options_init(&opts, sm);
         if (fg_plan_layer(&ir, &opts, &plan, &err) != 0)
             continue;
         fg_rendered src;

@@ -199,7 +199,7 @@ static void cache_seeds(const char *tmp)
     fg_error err;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/cache", tmp);
-    if (fg_cache_init(&cache, dir, "", &err) != 0) {
+    if (fg_cache_init(&cache, dir, "", &err) != 0 || fg_build_identity(&cache.identity, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }
@@ -269,11 +269,12 @@ static void cache_seeds(const char *tmp)
     fg_layer_ir *ir = malloc(sizeof *ir);
     fg_plan *plan = malloc(sizeof *plan);
     fg_rendered src;
-    fg_plan_options opts = {.force_strategy = -1, .sm = 90};
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
     fg_built built;
     if (fg_spec_load_string("seed.lua", small_spec, strlen(small_spec), ir, &err) == 0 &&
         fg_plan_layer(ir, &opts, plan, &err) == 0 && fg_render(ir, plan, &src, &err) == 0) {
-        if (fg_build_cubin(&cache, NULL, ir, src.source, "sm_90", &built, &err) == 0 && built.stored) {
+        if (fg_build_cubin(&(fg_builder){.cache = &cache}, ir, src.source, "sm_90", NULL, &built, &err) == 0 && built.stored) {
             fg_cache_entry_path(dir, built.key, path, sizeof path);
             unsigned char *real = fgt_read_file(path, &len);
             if (real)

@@ -1,30 +1,10 @@
 #include "ir.h"
 
+#include "op_registry.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-
-static const char *const kind_names[] = {
-#define FG_X(kind, name, cls) name,
-    FG_OP_KINDS(FG_X)
-#undef FG_X
-};
-
-static const fg_op_class kind_classes[] = {
-#define FG_X(kind, name, cls) FG_CLASS_##cls,
-    FG_OP_KINDS(FG_X)
-#undef FG_X
-};
-
-const char *fg_op_kind_name(fg_op_kind kind)
-{
-    return (unsigned)kind < FG_OP_KIND_COUNT ? kind_names[kind] : "?";
-}
-
-fg_op_class fg_op_kind_class(fg_op_kind kind)
-{
-    return kind_classes[kind];
-}
 
 int64_t fg_shape_sample_count(const fg_shape *s)
 {
@@ -48,28 +28,23 @@ void fg_norm_stat_layout(const fg_op *op, fg_stat_layout *out)
 {
     const fg_shape *s = &op->in;
     int64_t channels = s->dim[1];
+    const fg_norm_def *norm = &fg_op_def_of(op->kind)->norm;
     memset(out, 0, sizeof *out);
-    switch (op->kind) {
-    case FG_OP_GROUP_NORM:
+    switch (norm->channels) {
+    case FG_NORM_GROUPS:
         out->channel_group = channels / op->groups;
         break;
-    case FG_OP_INSTANCE_NORM:
+    case FG_NORM_EACH:
         out->channel_group = 1;
         break;
-    case FG_OP_BATCH_NORM:
-        out->channel_group = 1;
-        out->over_batch = true;
-        break;
-    case FG_OP_LAYER_NORM:
-        /* Normalizes the trailing dims; when those include the channels, all of them share
-         * the statistic. */
+    case FG_NORM_TRAILING:
+        /* the trailing dims; when those include the channels, all of them share the statistic */
         out->channel_group = op->normalized_rank >= s->rank - 1 ? channels : 1;
         break;
-    default:
-        return;
     }
+    out->over_batch = norm->over_batch;
     for (int d = 2; d < s->rank; d++) {
-        bool reduced = op->kind != FG_OP_LAYER_NORM || d >= s->rank - op->normalized_rank;
+        bool reduced = norm->channels != FG_NORM_TRAILING || d >= s->rank - op->normalized_rank;
         if (reduced)
             out->mask |= 1u << d;
     }
@@ -83,29 +58,72 @@ void fg_norm_stat_layout(const fg_op *op, fg_stat_layout *out)
     }
 }
 
-static void describe_op(const fg_layer_ir *ir, const fg_op *op, char *buf, size_t cap)
-{
-    size_t len = 0;
 #define APPEND(...) \
-    (len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, __VA_ARGS__), len = len < cap ? len : cap)
-    APPEND("%s", fg_op_kind_name(op->kind));
-    switch (fg_op_kind_class(op->kind)) {
-    case FG_CLASS_CONV:
-        APPEND(" %s: out_channels=%" PRId64 " kernel=", op->name, op->out_channels);
-        for (int i = 0; i < op->spatial; i++)
-            APPEND("%s%d", i ? "x" : "", op->kernel[i]);
-        APPEND(" stride=");
-        for (int i = 0; i < op->spatial; i++)
-            APPEND("%s%d", i ? "x" : "", op->stride[i]);
-        APPEND(" padding=");
-        for (int i = 0; i < op->spatial; i++)
-            APPEND("%s%d", i ? "x" : "", op->padding[i]);
-        APPEND(" dilation=");
-        for (int i = 0; i < op->spatial; i++)
-            APPEND("%s%d", i ? "x" : "", op->dilation[i]);
-        APPEND(" groups=%" PRId64 " bias=%s", op->groups, op->bias ? "on" : "off");
+    (*len += (size_t)snprintf(buf + *len, *len < cap ? cap - *len : 0, __VA_ARGS__), *len = *len < cap ? *len : cap)
+
+/* One registry field as `fusegen plan` shows it. */
+static void describe_field(const fg_layer_ir *ir, const fg_op *op, const fg_field *f, char *buf, size_t cap,
+                           size_t *len)
+{
+    const char *base = (const char *)op;
+    const char *label = f->describe_as ? f->describe_as : f->name;
+    if (f->describe == FG_DESCRIBE_NONE)
+        return;
+    switch (f->type) {
+    case FG_FIELD_NAME:
+        if (f->describe == FG_DESCRIBE_MODULE)
+            APPEND(" %s:", base + f->member);
+        else
+            APPEND(" %s=%s", label, base + f->member);
         break;
-    case FG_CLASS_BINARY:
+    case FG_FIELD_INT:
+        APPEND(" %s=%" PRId64, label, *(const int64_t *)(base + f->member));
+        break;
+    case FG_FIELD_NUMBER:
+        APPEND(" %s=%g", label, *(const double *)(base + f->member));
+        break;
+    case FG_FIELD_OPT_NUMBER:
+        if (*(const bool *)(base + f->flag))
+            APPEND(" %s=%g", label, *(const double *)(base + f->member));
+        break;
+    case FG_FIELD_BOOL: {
+        bool v = *(const bool *)(base + f->member);
+        if (f->describe == FG_DESCRIBE_BARE) {
+            if (v)
+                APPEND(" %s", label);
+        } else {
+            APPEND(" %s=%s", label, v ? "on" : "off");
+        }
+        break;
+    }
+    case FG_FIELD_CHOICE:
+        APPEND(" %s=%s", label, f->choices[*(const int *)(base + f->member)]);
+        break;
+    case FG_FIELD_SPATIAL: {
+        const int *v = (const int *)(base + f->member);
+        APPEND(" %s=", label);
+        for (int i = 0; i < op->spatial; i++)
+            APPEND("%s%d", i ? "x" : "", v[i]);
+        break;
+    }
+    case FG_FIELD_INT_LIST: {
+        const int64_t *v = (const int64_t *)(base + f->member);
+        APPEND(" %s={", label);
+        for (int i = 0; i < *(const int *)(base + f->flag); i++)
+            APPEND("%s%" PRId64, i ? "," : "", v[i]);
+        APPEND("}");
+        break;
+    }
+    case FG_FIELD_DIMS:
+        APPEND(" dims={");
+        for (int d = 1, first = 1; d < FG_MAX_RANK; d++)
+            if (op->reduce_mask & (1u << d)) {
+                APPEND("%s%d", first ? "" : ",", d);
+                first = 0;
+            }
+        APPEND("}");
+        break;
+    case FG_FIELD_OPERAND:
         if (op->operand == FG_OPERAND_SCALAR)
             APPEND(" scalar %.9g", op->scalar);
         else if (op->operand == FG_OPERAND_PARAM)
@@ -113,52 +131,20 @@ static void describe_op(const fg_layer_ir *ir, const fg_op *op, char *buf, size_
         else
             APPEND(" value %s (op %d)", ir->ops[op->operand_value].as, op->operand_value);
         break;
-    case FG_CLASS_NORM:
-        APPEND(" %s: eps=%g affine=%s", op->name, op->eps, op->affine ? "on" : "off");
-        if (op->kind == FG_OP_GROUP_NORM)
-            APPEND(" groups=%" PRId64, op->groups);
-        if (op->kind == FG_OP_BATCH_NORM)
-            APPEND(" stats=%s", op->running_stats ? "running" : "batch");
-        if (op->kind == FG_OP_LAYER_NORM)
-            APPEND(" normalized_dims=%d", op->normalized_rank);
-        break;
-    case FG_CLASS_REDUCE:
-    case FG_CLASS_SOFTMAX:
-        APPEND(" dims={");
-        for (int d = 1, first = 1; d < FG_MAX_RANK; d++)
-            if (op->reduce_mask & (1u << d)) {
-                APPEND("%s%d", first ? "" : ",", d);
-                first = 0;
-            }
-        APPEND("}%s", op->keepdim ? " keepdim" : "");
-        break;
-    case FG_CLASS_POOL:
-        APPEND(" kernel=");
-        for (int i = 0; i < op->in.rank - 2; i++)
-            APPEND("%s%d", i ? "x" : "", op->kernel[i]);
-        APPEND(" stride=");
-        for (int i = 0; i < op->in.rank - 2; i++)
-            APPEND("%s%d", i ? "x" : "", op->stride[i]);
-        break;
-    case FG_CLASS_UNARY:
-        if (op->kind == FG_OP_CLAMP || op->kind == FG_OP_HARDTANH) {
-            if (op->has_lo)
-                APPEND(" min=%g", op->lo);
-            if (op->has_hi)
-                APPEND(" max=%g", op->hi);
-        } else if (op->kind == FG_OP_LEAKY_RELU) {
-            APPEND(" negative_slope=%g", op->alpha);
-        } else if (op->kind == FG_OP_SOFTPLUS) {
-            APPEND(" beta=%g threshold=%g", op->beta, op->threshold);
-        } else if (op->kind == FG_OP_GELU) {
-            APPEND(" approximate=%s", op->gelu_tanh ? "tanh" : "none");
-        }
-        break;
     }
+}
+
+static void describe_op(const fg_layer_ir *ir, const fg_op *op, char *buf, size_t cap)
+{
+    size_t n = 0, *len = &n;
+    const fg_op_def *d = fg_op_def_of(op->kind);
+    APPEND("%s", d->name);
+    for (int i = 0; i < FG_MAX_FIELDS && d->fields[i].name; i++)
+        describe_field(ir, op, &d->fields[i], buf, cap, len);
     if (op->as[0])
         APPEND(" as %s", op->as);
-#undef APPEND
 }
+#undef APPEND
 
 void fg_ir_print(const fg_layer_ir *ir, void (*emit)(void *ctx, const char *line), void *ctx)
 {

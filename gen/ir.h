@@ -33,53 +33,59 @@ typedef enum fg_op_class {
     FG_CLASS_POOL,
 } fg_op_class;
 
-/* X-macro: kind, spec name, class. The spec name is what a spec writes; several kinds
- * share a name (max is a reduction with `dim`, elementwise with an operand). */
-#define FG_OP_KINDS(X)                                 \
-    X(CONV2D, "conv2d", CONV)                          \
-    X(CONV3D, "conv3d", CONV)                          \
-    X(RELU, "relu", UNARY)                             \
-    X(LEAKY_RELU, "leaky_relu", UNARY)                 \
-    X(GELU, "gelu", UNARY)                             \
-    X(SIGMOID, "sigmoid", UNARY)                       \
-    X(TANH, "tanh", UNARY)                             \
-    X(SOFTPLUS, "softplus", UNARY)                     \
-    X(MISH, "mish", UNARY)                             \
-    X(SILU, "silu", UNARY)                             \
-    X(HARDSWISH, "hardswish", UNARY)                   \
-    X(HARDSIGMOID, "hardsigmoid", UNARY)               \
-    X(HARDTANH, "hardtanh", UNARY)                     \
-    X(CLAMP, "clamp", UNARY)                           \
-    X(EXP, "exp", UNARY)                               \
-    X(LOG, "log", UNARY)                               \
-    X(ABS, "abs", UNARY)                               \
-    X(NEG, "neg", UNARY)                               \
-    X(ADD, "add", BINARY)                              \
-    X(SUB, "sub", BINARY)                              \
-    X(MUL, "mul", BINARY)                              \
-    X(DIV, "div", BINARY)                              \
-    X(MINIMUM, "min", BINARY)                          \
-    X(MAXIMUM, "max", BINARY)                          \
-    X(GROUP_NORM, "group_norm", NORM)                  \
-    X(INSTANCE_NORM, "instance_norm", NORM)            \
-    X(BATCH_NORM, "batch_norm", NORM)                  \
-    X(LAYER_NORM, "layer_norm", NORM)                  \
-    X(REDUCE_MAX, "max", REDUCE)                       \
-    X(REDUCE_MIN, "min", REDUCE)                       \
-    X(REDUCE_SUM, "sum", REDUCE)                       \
-    X(REDUCE_MEAN, "mean", REDUCE)                     \
-    X(LOGSUMEXP, "logsumexp", REDUCE)                  \
-    X(SOFTMAX, "softmax", SOFTMAX)                     \
-    X(MAX_POOL, "max_pool", POOL)                      \
-    X(AVG_POOL, "avg_pool", POOL)                      \
-    X(GLOBAL_AVG_POOL, "global_avg_pool", REDUCE)
+/* Every op kind. What each one is -- its constructor, class, fields and semantics -- is
+ * the op registry's (gen/op_registry.h): this list only names them. Several kinds may
+ * share a constructor (max is a reduction with `dim`, elementwise with an operand). */
+#define FG_OP_KINDS(X) \
+    X(CONV2D)          \
+    X(CONV3D)          \
+    X(RELU)            \
+    X(LEAKY_RELU)      \
+    X(GELU)            \
+    X(SIGMOID)         \
+    X(TANH)            \
+    X(SOFTPLUS)        \
+    X(MISH)            \
+    X(SILU)            \
+    X(HARDSWISH)       \
+    X(HARDSIGMOID)     \
+    X(HARDTANH)        \
+    X(CLAMP)           \
+    X(EXP)             \
+    X(LOG)             \
+    X(ABS)             \
+    X(NEG)             \
+    X(SOFTSIGN)        \
+    X(DROPOUT)         \
+    X(ADD)             \
+    X(SUB)             \
+    X(MUL)             \
+    X(DIV)             \
+    X(MINIMUM)         \
+    X(MAXIMUM)         \
+    X(GROUP_NORM)      \
+    X(INSTANCE_NORM)   \
+    X(BATCH_NORM)      \
+    X(LAYER_NORM)      \
+    X(REDUCE_MAX)      \
+    X(REDUCE_MIN)      \
+    X(REDUCE_SUM)      \
+    X(REDUCE_MEAN)     \
+    X(LOGSUMEXP)       \
+    X(SOFTMAX)         \
+    X(MAX_POOL)        \
+    X(AVG_POOL)        \
+    X(GLOBAL_AVG_POOL)
 
 typedef enum fg_op_kind {
-#define FG_X(kind, name, cls) FG_OP_##kind,
+#define FG_X(kind) FG_OP_##kind,
     FG_OP_KINDS(FG_X)
 #undef FG_X
-        FG_OP_KIND_COUNT
 } fg_op_kind;
+/* Not an enumerator, so that a switch naming every kind is complete (-Wswitch). */
+#define FG_X(kind) +1
+enum { FG_OP_KIND_COUNT = 0 FG_OP_KINDS(FG_X) };
+#undef FG_X
 
 typedef enum fg_operand_kind {
     FG_OPERAND_NONE,
@@ -124,12 +130,14 @@ typedef struct fg_op {
     double alpha, beta, threshold;
     bool has_lo, has_hi;
     double lo, hi;
-    bool gelu_tanh;          /* gelu approximate = "tanh" */
+    int gelu_tanh;           /* gelu: the `approximate` choice, 1 for "tanh" */
+    double dropout_p;        /* dropout: the drop probability (the identity in inference) */
+    bool training;           /* dropout: training mode asked for (refused) */
 
     /* norms */
     double eps;
     bool affine;
-    bool running_stats;      /* batch_norm with running statistics */
+    int running_stats;       /* batch_norm: the `stats` choice, 1 for "running" */
     int normalized_rank;     /* layer_norm: how many trailing dims are normalized */
     int mean_param, var_param; /* batch_norm running statistics */
 
@@ -164,6 +172,7 @@ typedef struct fg_layer_ir {
     fg_param params[FG_MAX_PARAMS];
 } fg_layer_ir;
 
+/* The constructor name and class of a kind (gen/op_registry.c); "?" for no kind. */
 const char *fg_op_kind_name(fg_op_kind kind);
 fg_op_class fg_op_kind_class(fg_op_kind kind);
 

@@ -7,6 +7,7 @@
 
 typedef struct planner {
     const fg_layer_ir *ir;
+    const fg_plan_options *opts;
     fg_plan *plan;
     fg_error *err;
     bool stored[FG_MAX_OPS];     /* value has a buffer */
@@ -24,22 +25,25 @@ static int64_t reduce_extent(const fg_op *op)
     return e;
 }
 
-/* Ops that need a statistic over their whole input before producing an element. */
+/* Ops that need a finalized statistic over their whole input before producing an element
+ * (norms, softmax: the registry's `stats`). */
 static bool needs_stats(const fg_op *op)
 {
-    switch (fg_op_kind_class(op->kind)) {
-    case FG_CLASS_NORM:
-        return !(op->kind == FG_OP_BATCH_NORM && op->running_stats);
-    case FG_CLASS_SOFTMAX:
-        return true;
-    default:
-        return false;
-    }
+    return fg_op_stats(op) != NULL;
 }
 
 static bool is_big_reduce(const fg_op *op)
 {
     return fg_op_kind_class(op->kind) == FG_CLASS_REDUCE && reduce_extent(op) > FG_INLINE_REDUCE_MAX;
+}
+
+/* The accumulators an op gathers across blocks: its statistic's (norms, softmax) or, for a
+ * reduction too long to loop over inline, its partial results'. */
+static const fg_reduce_def *accumulated(const fg_op *op)
+{
+    if (needs_stats(op))
+        return fg_op_stats(op);
+    return is_big_reduce(op) ? fg_op_def_of(op->kind)->reduce : NULL;
 }
 
 static bool is_window(const fg_op *op)
@@ -77,6 +81,7 @@ static int add_accum(planner *p, fg_accum_kind kind, int op_index, int max_accum
     a->max_accum = max_accum;
     a->finalized = -1;
     if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
+        /* one key per statistic of the norm */
         fg_stat_layout L;
         fg_norm_stat_layout(op, &L);
         a->keys_per_sample = L.keys_per_sample;
@@ -150,48 +155,40 @@ static int add_finalize(planner *p, int accum)
     return 0;
 }
 
-/* Makes the statistics op k needs available: passes over value k-1 (starting from `src`:
- * -1 for the conv, else a buffered value) that feed its accumulators, then finalize. The
- * first feeding pass has already been created by the caller (`ps`). */
+/* Makes the statistics op k needs available: its accumulators (the registry's list, in
+ * order) are fed by passes over value k-1 -- the first by the pass the caller has created
+ * (`ps`), each later one (a sum of exp(x - max) after the max) by a further map pass over
+ * the stored value -- and, for an op that reads a finalized statistic (norms, softmax), a
+ * finalize pass of the last. */
 static int prepare_stats(planner *p, fg_pass *ps, int k)
 {
     const fg_op *op = &p->ir->ops[k];
     fg_plan *plan = p->plan;
-    if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
-        int a = add_accum(p, FG_ACCUM_MOMENTS, k, -1);
-        if (a < 0 || feed(p, ps, a) || add_finalize(p, a))
+    const fg_reduce_def *r = accumulated(op);
+    int previous = -1;
+    for (int i = 0; i < r->n_accums; i++) {
+        fg_accum_kind kind = r->accums[i];
+        int a = add_accum(p, kind, k, fg_accum_defs[kind].needs_max ? previous : -1);
+        if (a < 0)
             return -1;
+        fg_pass *feeder = ps;
+        if (i > 0) {
+            feeder = new_pass(p, FG_PASS_MAP);
+            if (!feeder)
+                return -1;
+            int v = k - 1;
+            feeder->source_buffer = p->buffer_of[v];
+            feeder->first = v + 1;
+            feeder->last = v;
+            feeder->domain = v;
+        }
+        if (feed(p, feeder, a))
+            return -1;
+        plan->op_max_accum[k] = previous;
         plan->op_accum[k] = a;
-        return 0;
+        previous = a;
     }
-    fg_accum_kind kind = FG_ACCUM_SUM;
-    if (op->kind == FG_OP_REDUCE_MAX || op->kind == FG_OP_LOGSUMEXP || op->kind == FG_OP_SOFTMAX)
-        kind = FG_ACCUM_MAX;
-    if (op->kind == FG_OP_REDUCE_MIN)
-        kind = FG_ACCUM_MIN;
-    int a = add_accum(p, kind, k, -1);
-    if (a < 0 || feed(p, ps, a))
-        return -1;
-    plan->op_accum[k] = a;
-    if (op->kind == FG_OP_LOGSUMEXP || op->kind == FG_OP_SOFTMAX) {
-        /* second pass over the same value: sum of exp(x - max) */
-        int b = add_accum(p, FG_ACCUM_SUMEXP, k, a);
-        if (b < 0)
-            return -1;
-        plan->op_max_accum[k] = a;
-        plan->op_accum[k] = b;
-        fg_pass *again = new_pass(p, FG_PASS_MAP);
-        if (!again)
-            return -1;
-        int v = k - 1;
-        again->source_buffer = p->buffer_of[v];
-        again->first = v + 1;
-        again->last = v;
-        again->domain = v;
-        if (feed(p, again, b))
-            return -1;
-    }
-    if (op->kind == FG_OP_SOFTMAX)
+    if (needs_stats(op))
         return add_finalize(p, plan->op_accum[k]);
     return 0;
 }
@@ -232,11 +229,33 @@ static void geometry(const fg_op *conv, conv_geometry *g)
     g->taps = (int64_t)g->k[0] * g->k[1] * g->k[2];
 }
 
-/* Shared memory for ci channels of the input tile and their weights. */
+/* The FMA engine's shared memory for ci staged channels, after `kept` floats of kept conv
+ * output (resident passes): [ci][input tile] and their weights [ci][tap][co, padded to 4].
+ * Returns the bytes; fills *out when given. */
+static int64_t fma_layout(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci, int64_t kept,
+                          fg_smem_layout *out)
+{
+    fg_smem_layout l = {0};
+    int64_t tile = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    l.kept_offset = 0;
+    l.kept_floats = kept;
+    l.input_offset = kept;
+    l.input_buffers = 1;
+    l.buffer_floats = ci * tile;
+    l.channel_pitch = tile;
+    l.weights_offset = kept + ci * tile;
+    l.weights_co_pitch = round_up(t->co_tile, 4);
+    l.weights_floats = ci * g->taps * l.weights_co_pitch;
+    l.table_offset = l.weights_offset + l.weights_floats;
+    l.bytes = 4 * l.table_offset;
+    if (out)
+        *out = l;
+    return l.bytes;
+}
+
 static int64_t conv_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
 {
-    int64_t in = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
-    return 4 * ci * (in + g->taps * round_up(t->co_tile, 4));
+    return fma_layout(g, t, ci, 0, NULL);
 }
 
 enum { CONV_SMEM_BUDGET = 96 * 1024 }; /* two blocks per SM fit beside each other */
@@ -248,14 +267,31 @@ static int64_t mma_ksteps(const conv_geometry *g, const fg_conv_tiling *t, int64
     return t->k_blocked ? ci / 8 * g->taps : ceil_div(ci * g->taps, 8);
 }
 
-/* Shared memory of the MMA engine: ci staged channels, and the weights of co_tile channels
- * for them as ready-made A fragments (hi and lo halves, 32 lanes x 4 floats each). */
+/* Shared memory of the MMA engine: ci staged channels (two buffers where a block computes
+ * several tiles, never when chunked), the weights of co_tile channels for them as ready-made
+ * A fragments ([step][m-tile][hi, lo][32 lanes][4]), and the unblocked steps' offset table.
+ * Returns the bytes; fills *out when given. */
+static int64_t mma_layout(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci, fg_smem_layout *out)
+{
+    fg_smem_layout l = {0};
+    int64_t ksteps = mma_ksteps(g, t, ci);
+    l.input_offset = 0;
+    l.input_buffers = ci == g->cin_g && t->tiles_per_block > 1 ? 2 : 1;
+    l.buffer_floats = ci * t->ch_pitch;
+    l.channel_pitch = t->ch_pitch;
+    l.weights_offset = l.input_buffers * l.buffer_floats;
+    l.weights_floats = ksteps * (t->co_tile / 16) * 2 * 128;
+    l.table_offset = l.weights_offset + l.weights_floats;
+    l.table_entries = t->k_blocked ? 0 : ksteps * 8; /* an offset per reduction index */
+    l.bytes = 4 * (l.table_offset + l.table_entries);
+    if (out)
+        *out = l;
+    return l.bytes;
+}
+
 static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
 {
-    /* a second input buffer only where a block computes several tiles (never when chunked) */
-    int buffers = ci == g->cin_g && t->tiles_per_block > 1 ? 2 : 1;
-    int64_t table = t->k_blocked ? 0 : mma_ksteps(g, t, ci) * 8; /* offsets per reduction index */
-    return 4 * (buffers * ci * t->ch_pitch + mma_ksteps(g, t, ci) * (t->co_tile / 16) * 2 * 128 + table);
+    return mma_layout(g, t, ci, NULL);
 }
 
 /* Unblocked steps read their offsets from a table in shared memory; they are fully
@@ -266,8 +302,9 @@ enum { MMA_TABLE_STEPS = 16 };
  * channels or a reduction under 8; a reduction that neither blocks by 8 nor fits the step
  * table; shared memory over budget) or, unless `forced`, when the FMA engine measured faster
  * for such shapes. */
-static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
+static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_options *opts)
 {
+    bool forced = opts->engine == FG_ENGINE_PREFER_MMA;
     fg_conv_tiling *t = &ps->conv;
     int64_t k = g->cin_g * g->taps;
     if (g->cout_g < 8 || k < 8)
@@ -293,14 +330,11 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
     /* a narrow row (W < 64) is one warp's work: stacking two rows spilled KB79's conv (8
      * bytes) for no measurable gain (0.237 vs 0.239 ms) */
     t->warp_rows = 1;
-    /* FUSEGEN_MMA_WARP="mt,rows,ntw" overrides the warp tile (bench/NOTES.md) */
-    const char *force = getenv("FUSEGEN_MMA_WARP");
-    int f_mt = 0, f_rows = 0, f_ntw = 0;
-    if (force && sscanf(force, "%d,%d,%d", &f_mt, &f_rows, &f_ntw) == 3 && f_mt >= 1 && f_mt <= 4 && f_rows >= 1 &&
-        f_ntw >= 1 && f_rows * f_ntw <= 16) {
-        t->warp_mt = f_mt;
-        t->warp_rows = f_rows;
-        t->warp_ntw = f_ntw;
+    /* a caller may set the warp tile (FUSEGEN_MMA_WARP; bench/NOTES.md) */
+    if (opts->mma_warp[0] > 0) {
+        t->warp_mt = opts->mma_warp[0];
+        t->warp_rows = opts->mma_warp[1];
+        t->warp_ntw = opts->mma_warp[2];
     }
     if (t->warp_rows > g->out[1])
         t->warp_rows = (int)g->out[1];
@@ -334,11 +368,8 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
     int64_t tiles = ceil_div(g->out[0], t->tile[0]) * ceil_div(g->out[1], t->tile[1]) * ceil_div(g->out[2], t->tile[2]);
     /* several tiles per block amortize the weights' staging and hide the input's behind
      * compute (two input buffers); a sample keeps >= 8 blocks so that small batches still
-     * spread over the GPU. FUSEGEN_MMA_TILES=R overrides (bench/NOTES.md). */
-    int64_t r = tiles / 8;
-    const char *env = getenv("FUSEGEN_MMA_TILES");
-    if (env && atoi(env) > 0)
-        r = atoi(env);
+     * spread over the GPU. A caller may set it (FUSEGEN_MMA_TILES; bench/NOTES.md). */
+    int64_t r = opts->mma_tiles > 0 ? opts->mma_tiles : tiles / 8;
     t->tiles_per_block = (int)(r < 1 ? 1 : r > 8 ? 8 : r);
     /* within the budget: first one channel tile per block, then one tile (one buffer), then
      * the input channels in halving chunks (one tile per block) */
@@ -355,33 +386,45 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, bool forced)
         return false;
     ps->launch.block = 32 * warps;
     ps->launch.grid_x = ceil_div(tiles, t->tiles_per_block);
-    ps->launch.smem_bytes = (int)mma_smem(g, t, t->ci_chunk);
+    t->ksteps = (int)mma_ksteps(g, t, t->ci_chunk);
+    ps->launch.smem_bytes = (int)mma_layout(g, t, t->ci_chunk, &t->smem);
     return true;
 }
 
-/* FUSEGEN_CONV_ENGINE="fma" or "mma" overrides the planner's engine where the shape allows
- * it: a knob for tests and benchmarks (bench/NOTES.md). */
-static const char *engine_knob(void)
+/* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
+ * tests and benchmarks (bench/NOTES.md). mma.sync with TF32 starts at sm_80. */
+static bool want_mma(const fg_plan_options *opts)
 {
-    const char *env = getenv("FUSEGEN_CONV_ENGINE");
-    return env ? env : "";
+    return opts->sm >= 80 && opts->engine != FG_ENGINE_PREFER_FMA;
 }
 
-static bool want_mma(int sm)
-{
-    return sm >= 80 && strcmp(engine_knob(), "fma") != 0; /* mma.sync with TF32 starts at sm_80 */
-}
+/* Where generation stops: both engines unroll every tap of the kernel (the instruction-cache
+ * cliff, DESIGN.md: a loop body past ~50 KB of SASS runs slower, and NVRTC's time grows
+ * with it), and stage a block's input tile, halo included, in shared memory. A conv past
+ * either bound is refused with the reason rather than rendered into a source of hundreds
+ * of megabytes. */
+enum {
+    MAX_UNROLLED_TAPS = 4096,        /* 16x16x16; the largest common kernels are 7x7x7 (343), 31x31 (961) */
+    MAX_BLOCK_SMEM = 227 * 1024,     /* opt-in shared memory of one block on sm_90 */
+};
 
-static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
+static int conv_tiling(const planner *p, fg_pass *ps)
 {
-    const fg_op *conv = &ir->ops[0];
+    const fg_plan_options *opts = p->opts;
+    const fg_op *conv = &p->ir->ops[0];
     conv_geometry g;
     geometry(conv, &g);
+    const char *what = fg_op_kind_name(conv->kind);
+    if (g.taps > MAX_UNROLLED_TAPS)
+        return fg_fail(p->err, "%s:%d: %s: field 'kernel' has %lld taps; fusegen unrolls the taps of a kernel and "
+                               "generates at most %d (the instruction cache would thrash long before): this conv "
+                               "cannot be generated",
+                       p->ir->file, conv->line, what, (long long)g.taps, MAX_UNROLLED_TAPS);
     fg_conv_tiling *t = &ps->conv;
     ps->launch.per_sample = true;
-    if (want_mma(sm) && conv_tiling_mma(&g, ps, strcmp(engine_knob(), "mma") == 0)) {
+    if (want_mma(opts) && conv_tiling_mma(&g, ps, opts)) {
         ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
-        return;
+        return 0;
     }
     memset(t, 0, sizeof *t);
     t->engine = FG_CONV_FMA;
@@ -409,11 +452,10 @@ static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
         else
             t->thread_w = 1;
     }
-    /* FUSEGEN_CONV_TILE="rows,cols,channels,unroll" overrides the thread tile: a knob for
-     * benchmarking candidates by hand (bench/NOTES.md); 0 keeps the planner's choice */
-    const char *force = getenv("FUSEGEN_CONV_TILE");
-    int f_h = 0, f_w = 0, f_c = 0, f_u = 0;
-    if (force && sscanf(force, "%d,%d,%d,%d", &f_h, &f_w, &f_c, &f_u) >= 3) {
+    /* a caller may set the thread tile (FUSEGEN_CONV_TILE="rows,cols,channels,unroll"), a knob
+     * for benchmarking candidates by hand (bench/NOTES.md); 0 keeps the planner's choice */
+    int f_h = opts->conv_tile[0], f_w = opts->conv_tile[1], f_c = opts->conv_tile[2], f_u = opts->conv_tile[3];
+    {
         if (f_h > 0)
             t->thread_h = f_h;
         if (f_w > 0)
@@ -455,8 +497,18 @@ static void conv_tiling(const fg_layer_ir *ir, fg_pass *ps, int sm)
     ps->launch.grid_x = tiles;
     ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
     ps->launch.per_sample = true;
-    ps->launch.smem_bytes = (int)conv_smem(&g, t, t->ci_chunk);
     t->ch_pitch = t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    int64_t bytes = fma_layout(&g, t, t->ci_chunk, 0, &t->smem);
+    if (bytes > MAX_BLOCK_SMEM)
+        return fg_fail(p->err, "%s:%d: %s: one input channel of a block's tile, halo included (%d x %d x %d "
+                               "floats: the kernel spans %lld x %lld x %lld inputs with its dilation), and its "
+                               "weights need %lld bytes of shared memory; a block has at most %d: this conv cannot "
+                               "be generated",
+                       p->ir->file, conv->line, what, t->in_tile[0], t->in_tile[1], t->in_tile[2],
+                       (long long)(g.k[0] - 1) * g.d[0] + 1, (long long)(g.k[1] - 1) * g.d[1] + 1,
+                       (long long)(g.k[2] - 1) * g.d[2] + 1, (long long)bytes, MAX_BLOCK_SMEM);
+    ps->launch.smem_bytes = (int)bytes;
+    return 0;
 }
 
 static void map_launch(const fg_layer_ir *ir, fg_pass *ps)
@@ -488,11 +540,19 @@ static void finalize_launch(const fg_plan *plan, fg_pass *ps)
 
 /* ---- kernel arguments ---------------------------------------------------------------- */
 
+/* Adds a kernel parameter once. A full table (FG_MAX_ARGS covers the worst case, so that
+ * would be a planner bug) leaves n_args past FG_MAX_ARGS, which pass_args reports. */
 static void add_arg(fg_pass *ps, fg_arg_kind kind, int index)
 {
+    if (ps->n_args > FG_MAX_ARGS)
+        return;
     for (int i = 0; i < ps->n_args; i++)
         if (ps->args[i].kind == kind && ps->args[i].index == index)
             return;
+    if (ps->n_args == FG_MAX_ARGS) {
+        ps->n_args = FG_MAX_ARGS + 1;
+        return;
+    }
     ps->args[ps->n_args].kind = kind;
     ps->args[ps->n_args].index = index;
     ps->n_args++;
@@ -517,7 +577,7 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
             add_arg(ps, FG_ARG_PARAM, op->weight_param);
             add_arg(ps, FG_ARG_PARAM, op->bias_param);
         }
-        if (op->kind == FG_OP_BATCH_NORM && op->running_stats) {
+        if (op->mean_param >= 0) { /* running statistics */
             add_arg(ps, FG_ARG_PARAM, op->mean_param);
             add_arg(ps, FG_ARG_PARAM, op->var_param);
         }
@@ -747,122 +807,129 @@ static bool plan_resident(planner *p, int sm)
     ps->launch.grid_x = cluster;
     ps->launch.grid_y = channels / block;
     ps->launch.per_sample = true;
-    ps->launch.smem_bytes = (int)(kept + conv_smem(&g, ct, ct->ci_chunk));
+    ps->launch.smem_bytes = (int)fma_layout(&g, ct, ct->ci_chunk, kept / 4, &ct->smem);
     return true;
 }
 
-int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err)
+void fg_plan_options_init(fg_plan_options *opts, int sm)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->force_strategy = -1;
+    opts->default_strategy = -1;
+    opts->sm = sm ? sm : 90;
+}
+
+/* A fresh planner state over an empty plan. */
+static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err)
 {
     memset(plan, 0, sizeof *plan);
-    planner p = {.ir = ir, .plan = plan, .err = err, .auto_cut = -1};
+    memset(p, 0, sizeof *p);
+    p->ir = ir;
+    p->opts = opts;
+    p->plan = plan;
+    p->err = err;
+    p->auto_cut = -1;
     for (int k = 0; k < FG_MAX_OPS; k++) {
         plan->op_accum[k] = plan->op_max_accum[k] = -1;
-        p.buffer_of[k] = -1;
+        p->buffer_of[k] = -1;
     }
     for (int k = 0; k < ir->n_ops; k++)
         plan->inline_loop[k] = is_window(&ir->ops[k]);
-    int last_op = ir->n_ops - 1;
+}
 
-    int sm = opts && opts->sm ? opts->sm : 90;
-    int wanted = opts && opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
-    /* FUSEGEN_STRATEGY overrides "auto" in specs: a knob for benchmarking (bench/NOTES.md) */
-    const char *env = getenv("FUSEGEN_STRATEGY");
-    if (wanted < 0 && env && *env) {
-        static const char *const names[] = {"materialize", "recompute", "resident"};
-        for (int i = 0; i < 3; i++)
-            if (strcmp(env, names[i]) == 0)
-                wanted = i;
-    }
-    /* "auto" does not pick resident: measured on the H200 it is still slower than materialize
-     * (bench/NOTES.md, v3); a spec (or FUSEGEN_STRATEGY) can ask for it */
-    if (wanted == FG_STRATEGY_RESIDENT) {
-        if (plan_resident(&p, sm)) {
-            pass_args(ir, plan, &p, &plan->passes[0]);
-            return 0;
-        }
-        if (wanted == FG_STRATEGY_RESIDENT)
-            return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
-                                "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "
-                                "most one channel reduction after it, and a norm group that fits in 8 CTAs' shared "
-                                "memory; use \"auto\"",
-                           ir->file, sm);
-    }
-    fg_pass *ps;
+/* The last op of a chain that starts at op `first` in a pass that can compute every value
+ * from `lowest` on. */
+static int chain_end(planner *p, int lowest, int first, bool conv_pass)
+{
+    int last_op = p->ir->n_ops - 1, u = first;
+    while (u < last_op && inline_ok(p, lowest, u + 1, conv_pass))
+        u++;
+    return u;
+}
+
+/* The first pass: cuDNN's conv (precision "tf32") and a map pass for the ops after it, or
+ * the conv pass with every op it can fuse. Sets the plan's strategy when a norm follows the
+ * conv's chain: recompute unless `wanted` says materialize or a later op reads a value of
+ * the chain back. Returns the pass the chain continues from. */
+static fg_pass *first_passes(planner *p, int wanted)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    int last_op = ir->n_ops - 1;
+    plan->strategy = FG_STRATEGY_MATERIALIZE;
     if (ir->precision == FG_PRECISION_TF32) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
          * its buffer */
-        ps = new_pass(&p, FG_PASS_CUDNN);
+        fg_pass *ps = new_pass(p, FG_PASS_CUDNN);
         if (!ps)
-            return -1;
+            return NULL;
         ps->first = ps->last = ps->domain = 0;
-        plan->strategy = FG_STRATEGY_MATERIALIZE;
-        if (last_op > 0) {
-            if ((ps->store_buffer = add_buffer(&p, 0)) < 0)
-                return -1;
-            ps = new_pass(&p, FG_PASS_MAP);
-            if (!ps)
-                return -1;
-            ps->first = 1;
-            ps->source_buffer = p.buffer_of[0];
-            int u = 0;
-            while (u < last_op && inline_ok(&p, 0, u + 1, false))
-                u++;
-            ps->last = ps->domain = u;
-        }
-    } else {
-        /* The conv pass: value 0 and every following op it can fuse. */
-        ps = new_pass(&p, FG_PASS_CONV);
+        if (last_op == 0)
+            return ps;
+        if ((ps->store_buffer = add_buffer(p, 0)) < 0)
+            return NULL;
+        ps = new_pass(p, FG_PASS_MAP);
         if (!ps)
-            return -1;
-        ps->first = 0;
-        int t = 0;
-        while (t < last_op && inline_ok(&p, 0, t + 1, true))
-            t++;
-        ps->last = ps->domain = t;
-
-        plan->strategy = FG_STRATEGY_MATERIALIZE;
-        if (t < last_op && needs_stats(&ir->ops[t + 1]) &&
-            fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
-            plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
-            p.auto_cut = wanted < 0 ? t : -1; /* decided once the recompute plan is known */
-            /* recompute cannot serve a value some later op reads back */
-            for (int v = 0; v <= t; v++)
-                if (value_needed_after(ir, v, t))
-                    plan->strategy = FG_STRATEGY_MATERIALIZE;
-        }
+            return NULL;
+        ps->first = 1;
+        ps->source_buffer = p->buffer_of[0];
+        ps->last = ps->domain = chain_end(p, 0, 0, false);
+        return ps;
     }
+    fg_pass *ps = new_pass(p, FG_PASS_CONV);
+    if (!ps)
+        return NULL;
+    ps->first = 0;
+    int t = ps->last = ps->domain = chain_end(p, 0, 0, true);
+    if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
+        plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
+        p->auto_cut = wanted < 0 ? t : -1; /* "auto": decided once the recompute plan is known */
+        /* recompute cannot serve a value some later op reads back */
+        for (int v = 0; v <= t; v++)
+            if (value_needed_after(ir, v, t))
+                plan->strategy = FG_STRATEGY_MATERIALIZE;
+    }
+    return ps;
+}
 
+/* Chains the passes after `ps` until the layer's output: at each op the chain stopped at
+ * (one that needs a statistic, a big reduction, a window the pass cannot hold), the value is
+ * stored where later passes read it, the statistics are gathered, and a new pass takes
+ * over. With the recompute strategy the first stop gathers the norm's statistics and runs
+ * the conv pass again instead. */
+static int chain_passes(planner *p, fg_pass *ps)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    fg_error *err = p->err;
+    int last_op = ir->n_ops - 1;
     bool recomputed = false;
     for (;;) {
         int k = ps->last + 1; /* the op that stopped the chain */
         if (ps->last == last_op) {
             ps->store_output = true;
-            break;
+            return 0;
         }
         const fg_op *op = &ir->ops[k];
         if (plan->strategy == FG_STRATEGY_RECOMPUTE && !recomputed) {
             /* statistics only; then the conv pass again, now able to apply the norm */
             recomputed = true;
-            if (prepare_stats(&p, ps, k))
+            if (prepare_stats(p, ps, k))
                 return -1;
-            p.ready[k] = true;
-            ps = new_pass(&p, FG_PASS_CONV);
-            if (!ps)
+            p->ready[k] = true;
+            if (!(ps = new_pass(p, FG_PASS_CONV)))
                 return -1;
             ps->first = 0;
-            int u = 0;
-            while (u < last_op && inline_ok(&p, 0, u + 1, true))
-                u++;
-            ps->last = ps->domain = u;
+            ps->last = ps->domain = chain_end(p, 0, 0, true);
             continue;
         }
         /* The value the chain stopped at goes to a buffer when the next pass reads it (all
          * but a big reduction, which reads only its accumulator; logsumexp reads it twice)
          * or a later op does. */
         int v = ps->last;
-        bool next_reads_value = !is_big_reduce(op) || op->kind == FG_OP_LOGSUMEXP;
-        if ((next_reads_value || value_needed_after(ir, v, k)) && !p.stored[v]) {
-            ps->store_buffer = add_buffer(&p, v);
+        bool next_reads_value = !is_big_reduce(op) || accumulated(op)->n_accums > 1;
+        if ((next_reads_value || value_needed_after(ir, v, k)) && !p->stored[v]) {
+            ps->store_buffer = add_buffer(p, v);
             if (ps->store_buffer < 0)
                 return -1;
         }
@@ -871,55 +938,124 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *p
         for (int u = ps->last - 1; u >= ps->first; u--) {
             if (is_window(&ir->ops[u + 1]))
                 break;
-            if (value_needed_after(ir, u, ps->last) && !p.stored[u]) {
+            if (value_needed_after(ir, u, ps->last) && !p->stored[u]) {
                 if (ps->n_extra_stores == 4)
                     return fg_fail(err, "%s: a pass stores too many named values", ir->file);
-                int b = add_buffer(&p, u);
+                int b = add_buffer(p, u);
                 if (b < 0)
                     return -1;
                 ps->extra_stores[ps->n_extra_stores++] = b;
             }
         }
         for (int u = ps->first; u < ps->last; u++)
-            if (value_needed_after(ir, u, ps->last) && !p.stored[u])
+            if (value_needed_after(ir, u, ps->last) && !p->stored[u])
                 return fg_fail(err, "%s:%d: value '%s' is read after a statistic but is followed by a pooling or "
                                     "reduction in the same pass; name the value after that op instead",
                                ir->file, ir->ops[u].line, ir->ops[u].as);
         if (needs_stats(op) || is_big_reduce(op)) {
-            if (prepare_stats(&p, ps, k))
+            if (prepare_stats(p, ps, k))
                 return -1;
-            p.ready[k] = true;
+            p->ready[k] = true;
         }
-        ps = new_pass(&p, FG_PASS_MAP);
-        if (!ps)
+        if (!(ps = new_pass(p, FG_PASS_MAP)))
             return -1;
         ps->first = k;
         /* a big reduction starts from its accumulator, everything else from the buffer */
         bool from_accum = is_big_reduce(op);
-        ps->source_buffer = from_accum ? -1 : p.buffer_of[v];
-        int lowest = from_accum ? k : v;
-        int u = k;
-        while (u < last_op && inline_ok(&p, lowest, u + 1, false))
-            u++;
-        ps->last = ps->domain = u;
+        ps->source_buffer = from_accum ? -1 : p->buffer_of[v];
+        ps->last = ps->domain = chain_end(p, from_accum ? k : v, k, false);
     }
+}
 
-    /* geometry and arguments */
+/* Launch geometry of every pass: the conv tiling (and its shared-memory layout), the map and
+ * finalize grids. cuDNN's pass has none: the runtime calls cuDNN. */
+static int assign_geometry(planner *p)
+{
+    fg_plan *plan = p->plan;
+    for (int i = 0; i < plan->n_passes; i++) {
+        fg_pass *q = &plan->passes[i];
+        switch (q->kind) {
+        case FG_PASS_CONV:
+            if (conv_tiling(p, q))
+                return -1;
+            break;
+        case FG_PASS_MAP:
+            map_launch(p->ir, q);
+            break;
+        case FG_PASS_FINALIZE:
+            finalize_launch(plan, q);
+            break;
+        case FG_PASS_CUDNN:
+        case FG_PASS_RESIDENT: /* tiled by plan_resident */
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Every pass's kernel parameters, in the order the templates print them. */
+static int assign_arguments(planner *p)
+{
+    fg_plan *plan = p->plan;
     for (int i = 0; i < plan->n_passes; i++) {
         fg_pass *q = &plan->passes[i];
         if (q->kind == FG_PASS_CUDNN)
-            continue; /* the runtime calls cuDNN; no kernel, no arguments */
-        if (q->kind == FG_PASS_CONV)
-            conv_tiling(ir, q, sm);
-        else if (q->kind == FG_PASS_MAP)
-            map_launch(ir, q);
-        else
-            finalize_launch(plan, q);
-        pass_args(ir, plan, &p, q);
+            continue; /* no kernel, no arguments */
+        pass_args(p->ir, plan, p, q);
+        if (q->n_args > FG_MAX_ARGS)
+            return fg_fail(p->err, "%s: pass %d needs more than %d kernel parameters (a planner bug)", p->ir->file, i,
+                           FG_MAX_ARGS);
     }
+    return 0;
+}
+
+/* The strategy the spec (or the caller) asks for: -1 for "auto". */
+static int wanted_strategy(const fg_layer_ir *ir, const fg_plan_options *opts)
+{
+    int wanted = opts->force_strategy >= 0 ? opts->force_strategy : ir->strategy;
+    /* a caller's default for specs that say "auto" (FUSEGEN_STRATEGY: a benchmarking knob,
+     * bench/NOTES.md) */
+    return wanted < 0 ? opts->default_strategy : wanted;
+}
+
+/* The plan for one strategy request (`wanted`: -1 auto, or materialize or recompute). */
+static int plan_with(planner *p, int wanted)
+{
+    fg_pass *ps = first_passes(p, wanted);
+    if (!ps || chain_passes(p, ps) || assign_geometry(p))
+        return -1;
+    return assign_arguments(p);
+}
+
+int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *plan, fg_error *err)
+{
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, given ? given->sm : 0);
+    if (given) {
+        opts = *given;
+        if (!opts.sm)
+            opts.sm = 90;
+    }
+    planner p;
+    start(&p, ir, &opts, plan, err);
+    int wanted = wanted_strategy(ir, &opts);
+    /* "auto" does not pick resident: measured on the H200 it is still slower than materialize
+     * (bench/NOTES.md, v3); a spec (or FUSEGEN_STRATEGY) can ask for it */
+    if (wanted == FG_STRATEGY_RESIDENT) {
+        if (!plan_resident(&p, opts.sm))
+            return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
+                                "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "
+                                "most one channel reduction after it, and a norm group that fits in 8 CTAs' shared "
+                                "memory; use \"auto\"",
+                           ir->file, opts.sm);
+        return assign_arguments(&p);
+    }
+    if (plan_with(&p, wanted))
+        return -1;
+    /* "auto" planned recompute first; it keeps it only when it pays, else plans materialize */
     if (p.auto_cut >= 0 && plan->strategy == FG_STRATEGY_RECOMPUTE && !recompute_pays(ir, plan, p.auto_cut)) {
-        fg_plan_options again = {.force_strategy = FG_STRATEGY_MATERIALIZE, .sm = sm};
-        return fg_plan_layer(ir, &again, plan, err);
+        start(&p, ir, &opts, plan, err);
+        return plan_with(&p, FG_STRATEGY_MATERIALIZE);
     }
     return 0;
 }
@@ -930,16 +1066,6 @@ int fg_arch_sm(const char *arch)
     if (!arch || sscanf(arch, "sm_%d", &sm) != 1 || sm < 10)
         return 0;
     return sm;
-}
-
-uint32_t fg_accum_clear_pattern(const fg_accum *a)
-{
-    /* floats are accumulated as order-preserving ints: i >= 0 ? i : i ^ 0x7fffffff */
-    if (a->kind == FG_ACCUM_MAX)
-        return 0xff800000u ^ 0x7fffffffu; /* -inf */
-    if (a->kind == FG_ACCUM_MIN)
-        return 0x7f800000u;               /* +inf */
-    return 0;
 }
 
 static uint64_t align256(uint64_t x)
@@ -961,7 +1087,7 @@ int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *o
     for (int i = 0; i < plan->n_accums; i++) {
         const fg_accum *a = &plan->accums[i];
         uint64_t keys = (uint64_t)a->keys_per_sample * (a->over_batch ? 1 : (uint64_t)batch);
-        uint64_t per_key = a->kind == FG_ACCUM_MOMENTS ? 16 : a->kind == FG_ACCUM_MAX || a->kind == FG_ACCUM_MIN ? 4 : 8;
+        uint64_t per_key = (uint64_t)fg_accum_defs[a->kind].bytes_per_key;
         out->accum_offset[i] = off;
         out->accum_bytes[i] = keys * per_key;
         off = align256(off + keys * per_key);
@@ -976,9 +1102,7 @@ int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *o
 
 static const char *accum_kind_name(fg_accum_kind k)
 {
-    static const char *const names[] = {"mean+variance (fp64 sums)", "sum (fp64)", "max", "min",
-                                        "sum of exp(x - max) (fp64)"};
-    return names[k];
+    return fg_accum_defs[k].describe;
 }
 
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),

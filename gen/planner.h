@@ -17,11 +17,15 @@
 
 #include "../common/diag.h"
 #include "ir.h"
+#include "op_registry.h"
 
 #define FG_MAX_PASSES 32
 #define FG_MAX_BUFFERS 16
 #define FG_MAX_ACCUMS 16
-#define FG_MAX_ARGS 48
+/* A pass's kernel parameters: every parameter, buffer and accumulator of the layer (two per
+ * accumulator at most: its own and the max it reads), its statistics, the input, the
+ * output, the batch and its base. A pass can never need more: the planner still checks. */
+#define FG_MAX_ARGS (FG_MAX_PARAMS + FG_MAX_BUFFERS + 3 * FG_MAX_ACCUMS + 4)
 
 /* Reductions whose extent is at most this run as a loop inside the consumer's evaluation;
  * larger ones go through an accumulator. */
@@ -34,14 +38,6 @@ typedef enum fg_pass_kind {
     FG_PASS_CUDNN,    /* value 0 by cuDNN's convolution (precision = "tf32"); no generated kernel */
     FG_PASS_RESIDENT, /* the whole layer in one kernel: a cluster keeps a norm's groups in shared memory */
 } fg_pass_kind;
-
-typedef enum fg_accum_kind {
-    FG_ACCUM_MOMENTS, /* sum and sum of squares in fp64, per statistic (norms) */
-    FG_ACCUM_SUM,     /* fp64 sum (sum, mean, global_avg_pool) */
-    FG_ACCUM_MAX,     /* order-preserving int encoding of a float, atomicMax */
-    FG_ACCUM_MIN,
-    FG_ACCUM_SUMEXP,  /* fp64 sum of exp(x - max), after a FG_ACCUM_MAX on the same value */
-} fg_accum_kind;
 
 typedef struct fg_accum {
     fg_accum_kind kind;
@@ -101,6 +97,21 @@ typedef enum fg_conv_engine {
     FG_CONV_MMA = 1,
 } fg_conv_engine;
 
+/* A conv pass's dynamic shared memory as the planner lays it out: the one place these
+ * numbers are computed (templates print them, the launcher reserves `bytes`). Offsets and
+ * sizes are in floats from the start of dynamic shared memory. */
+typedef struct fg_smem_layout {
+    int64_t kept_offset, kept_floats;  /* resident passes: the kept conv output */
+    int64_t input_offset;              /* the staged input tile(s) */
+    int input_buffers;                 /* 2: double-buffered (the next tile lands while one computes) */
+    int64_t buffer_floats;             /* floats from one input buffer to the next */
+    int64_t channel_pitch;             /* floats between two staged input channels */
+    int64_t weights_offset, weights_floats;
+    int weights_co_pitch;              /* FMA: floats per (channel, tap) row of weights */
+    int64_t table_offset, table_entries; /* MMA, unblocked: the (channel, tap) offsets (ints) */
+    int64_t bytes;
+} fg_smem_layout;
+
 /* Conv pass tiling (all extents in output elements). */
 typedef struct fg_conv_tiling {
     int engine;             /* an fg_conv_engine */
@@ -128,6 +139,8 @@ typedef struct fg_conv_tiling {
      * copied while this one computes: double-buffered); 1 when the input is staged in
      * chunks */
     int tiles_per_block;
+    int ksteps;             /* MMA: reduction steps per staged chunk */
+    fg_smem_layout smem;
 } fg_conv_tiling;
 
 typedef struct fg_pass {
@@ -181,10 +194,29 @@ typedef struct fg_plan {
     int op_max_accum[FG_MAX_OPS];
 } fg_plan;
 
+/* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the
+ * shape allows it; a benchmarking and testing knob). */
+typedef enum fg_engine_choice {
+    FG_ENGINE_AUTO = 0,
+    FG_ENGINE_PREFER_FMA,
+    FG_ENGINE_PREFER_MMA,
+} fg_engine_choice;
+
+/* Everything the planner decides from besides the layer IR. The planner reads nothing else
+ * (no environment): runtime/environment.c fills the knobs at the API and CLI edges. Zero
+ * means "the planner chooses" for every knob; fg_plan_options_init sets the rest. */
 typedef struct fg_plan_options {
-    int force_strategy;     /* -1: choose by cost; else an fg_strategy */
+    int force_strategy;     /* -1: the spec's `strategy` (or, for "auto", default_strategy); else an fg_strategy */
+    int default_strategy;   /* -1: choose by cost; else the fg_strategy for specs that say "auto" */
     int sm;                 /* target compute capability x 10 (80, 90); 0: 90 */
+    fg_engine_choice engine;
+    int mma_warp[3];        /* tensor-core warp tile: m-tiles, rows, n-tiles (0: choose) */
+    int mma_tiles;          /* tensor-core tiles per block, 1..8 (0: choose) */
+    int conv_tile[4];       /* FMA thread tile: rows, cols, channels, ci unroll (0: choose) */
 } fg_plan_options;
+
+/* The planner's own choice for everything, for architecture `sm` (0: sm_90). */
+void fg_plan_options_init(fg_plan_options *opts, int sm);
 
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err);
 
@@ -202,8 +234,6 @@ typedef struct fg_workspace_layout {
 
 int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *out, fg_error *err);
 
-/* The 32-bit pattern an accumulator is cleared with (0 for sums, encoded -inf for max). */
-uint32_t fg_accum_clear_pattern(const fg_accum *a);
 
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
                    void *ctx);

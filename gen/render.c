@@ -1,5 +1,6 @@
 #include "render.h"
 
+#include <assert.h>
 #include <lauxlib.h>
 #include <pthread.h>
 #include <lualib.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "embedded.h"
+#include "op_registry.h"
 
 /* ---- embedded modules ---------------------------------------------------------------- */
 
@@ -98,19 +100,114 @@ static void push_shape(lua_State *L, const fg_shape *s)
 }
 
 static const char *const kind_enum_names[] = {
-#define FG_X(kind, name, cls) #kind,
+#define FG_X(kind) #kind,
     FG_OP_KINDS(FG_X)
 #undef FG_X
 };
+static_assert(sizeof kind_enum_names / sizeof *kind_enum_names == FG_OP_KIND_COUNT, "one name per kind");
 
 static const char *const class_names[] = {"conv", "unary", "binary", "norm", "reduce", "softmax", "pool"};
+static const char *const norm_channel_names[] = {"groups", "each", "trailing"};
+
+/* An optional string field (nil when NULL). */
+static void set_opt_str(lua_State *L, const char *k, const char *v)
+{
+    if (v)
+        set_str(L, k, v);
+}
+
+/* The registry's fields of an op, by spec name, as `op.f` (and `op.given` for optional
+ * ones): what the CUDA snippets' placeholders name. */
+static void push_fields(lua_State *L, const fg_op *op, const fg_op_def *d)
+{
+    const char *base = (const char *)op;
+    lua_createtable(L, 0, FG_MAX_FIELDS);
+    lua_createtable(L, 0, 2); /* given */
+    for (int i = 0; i < FG_MAX_FIELDS && d->fields[i].name; i++) {
+        const fg_field *f = &d->fields[i];
+        switch (f->type) {
+        case FG_FIELD_INT:
+            lua_pushinteger(L, *(const int64_t *)(base + f->member));
+            break;
+        case FG_FIELD_NUMBER:
+        case FG_FIELD_OPT_NUMBER:
+            lua_pushnumber(L, *(const double *)(base + f->member));
+            if (f->type == FG_FIELD_OPT_NUMBER) {
+                lua_pushboolean(L, *(const bool *)(base + f->flag));
+                lua_setfield(L, -3, f->name);
+            }
+            break;
+        case FG_FIELD_BOOL:
+            lua_pushboolean(L, *(const bool *)(base + f->member));
+            break;
+        case FG_FIELD_NAME:
+            lua_pushstring(L, base + f->member);
+            break;
+        case FG_FIELD_CHOICE:
+            lua_pushstring(L, f->choices[*(const int *)(base + f->member)]);
+            break;
+        case FG_FIELD_SPATIAL: {
+            const int *v = (const int *)(base + f->member);
+            int64_t t[3] = {v[0], v[1], v[2]};
+            push_int_array(L, t, 3);
+            break;
+        }
+        case FG_FIELD_INT_LIST:
+            push_int_array(L, (const int64_t *)(base + f->member), *(const int *)(base + f->flag));
+            break;
+        case FG_FIELD_DIMS:    /* resolved into reduce_mask by shape inference */
+        case FG_FIELD_OPERAND: /* resolved into the operand fields below */
+            continue;
+        }
+        lua_setfield(L, -3, f->name);
+    }
+    lua_setfield(L, -2, "given");
+    lua_setfield(L, -2, "f");
+}
+
+static void push_accum_list(lua_State *L, const fg_reduce_def *r)
+{
+    lua_createtable(L, r->n_accums, 0);
+    for (int i = 0; i < r->n_accums; i++) {
+        lua_pushstring(L, fg_accum_defs[r->accums[i]].name);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* The op's semantics from the registry: `cuda` (snippet steps), `reduce` (inline loop and
+ * accumulators), `has_stats` (whether it reads a finalized statistic), `norm_channels`. */
+static void push_semantics(lua_State *L, const fg_op *op, const fg_op_def *d)
+{
+    lua_createtable(L, FG_MAX_SNIPPET_STEPS, 0);
+    for (int i = 0; i < FG_MAX_SNIPPET_STEPS && d->cuda[i].text; i++) {
+        lua_createtable(L, 0, 2);
+        set_opt_str(L, "guard", d->cuda[i].guard);
+        set_str(L, "text", d->cuda[i].text);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "cuda");
+    if (d->reduce) {
+        lua_createtable(L, 0, 5);
+        set_opt_str(L, "init", d->reduce->init);
+        set_opt_str(L, "step", d->reduce->step);
+        set_opt_str(L, "final", d->reduce->final);
+        set_opt_str(L, "read", d->reduce->read);
+        push_accum_list(L, d->reduce);
+        lua_setfield(L, -2, "accums");
+        lua_setfield(L, -2, "reduce");
+    }
+    set_bool(L, "has_stats", fg_op_stats(op) != NULL);
+    if (d->cls == FG_CLASS_NORM)
+        set_str(L, "norm_channels", norm_channel_names[d->norm.channels]);
+}
 
 static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
 {
+    const fg_op_def *d = fg_op_def_of(op->kind);
     lua_createtable(L, 0, 40);
     set_str(L, "kind", kind_enum_names[op->kind]);
-    set_str(L, "spec_name", fg_op_kind_name(op->kind));
-    set_str(L, "class", class_names[fg_op_kind_class(op->kind)]);
+    set_str(L, "spec_name", d->name);
+    set_str(L, "class", class_names[d->cls]);
     set_int(L, "line", op->line);
     set_str(L, "name", op->name);
     set_str(L, "as", op->as);
@@ -118,6 +215,10 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
     lua_setfield(L, -2, "in_shape");
     push_shape(L, &op->out);
     lua_setfield(L, -2, "out_shape");
+    push_fields(L, op, d);
+    push_semantics(L, op, d);
+    /* what shape inference resolved: conv and pool geometry, the operand, parameters,
+     * statistics and reduced dims */
     set_int(L, "spatial", op->spatial);
     set_int(L, "out_channels", op->out_channels);
     set_int(L, "groups", op->groups);
@@ -133,24 +234,14 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
     set_num(L, "scalar", op->scalar);
     set_int(L, "operand_param", op->operand_param);
     set_int(L, "operand_value", op->operand_value);
-    set_num(L, "alpha", op->alpha);
-    set_num(L, "beta", op->beta);
-    set_num(L, "threshold", op->threshold);
-    set_bool(L, "has_lo", op->has_lo);
-    set_bool(L, "has_hi", op->has_hi);
-    set_num(L, "lo", op->lo);
-    set_num(L, "hi", op->hi);
-    set_bool(L, "gelu_tanh", op->gelu_tanh);
     set_num(L, "eps", op->eps);
     set_bool(L, "affine", op->affine);
-    set_bool(L, "running_stats", op->running_stats);
     set_int(L, "normalized_rank", op->normalized_rank);
     set_int(L, "mean_param", op->mean_param);
     set_int(L, "var_param", op->var_param);
     set_int(L, "reduce_mask", op->reduce_mask);
     set_bool(L, "keepdim", op->keepdim);
-    set_bool(L, "count_include_pad", op->count_include_pad);
-    if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
+    if (d->cls == FG_CLASS_NORM) {
         fg_stat_layout sl;
         fg_norm_stat_layout(op, &sl);
         lua_createtable(L, 0, 5);
@@ -162,6 +253,28 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
         lua_setfield(L, -2, "stat");
     }
     (void)ir;
+}
+
+/* The accumulators (monoids) by name: what feed.lua and finalize.lua print for each. */
+static void push_accum_defs(lua_State *L)
+{
+    lua_createtable(L, 0, FG_ACCUM_KIND_COUNT);
+    for (int k = 0; k < FG_ACCUM_KIND_COUNT; k++) {
+        const fg_accum_def *a = &fg_accum_defs[k];
+        lua_createtable(L, 0, 12);
+        set_str(L, "name", a->name);
+        set_str(L, "ctype", a->ctype);
+        set_str(L, "identity", a->identity);
+        set_str(L, "combine", a->combine);
+        set_opt_str(L, "contribution", a->contribution);
+        set_str(L, "flush", a->flush);
+        set_str(L, "merge", a->merge);
+        set_str(L, "feed", a->feed);
+        set_bool(L, "extreme", a->extreme);
+        set_bool(L, "needs_max", a->needs_max);
+        set_opt_str(L, "finalize", a->finalize);
+        lua_setfield(L, -2, a->name);
+    }
 }
 
 static void push_ir(lua_State *L, const fg_layer_ir *ir)
@@ -195,7 +308,6 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir)
 }
 
 static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn", "resident"};
-static const char *const accum_kind_names[] = {"moments", "sum", "max", "min", "sumexp"};
 static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
 
 static void push_plan(lua_State *L, const fg_plan *plan)
@@ -246,6 +358,18 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int3(L, "warps", t->warps, 3);
         set_int(L, "k_blocked", t->k_blocked);
         set_int(L, "tiles_per_block", t->tiles_per_block);
+        set_int(L, "ksteps", t->ksteps);
+        lua_createtable(L, 0, 12);
+        set_int(L, "kept_offset", t->smem.kept_offset);
+        set_int(L, "input_offset", t->smem.input_offset);
+        set_int(L, "input_buffers", t->smem.input_buffers);
+        set_int(L, "buffer_floats", t->smem.buffer_floats);
+        set_int(L, "channel_pitch", t->smem.channel_pitch);
+        set_int(L, "weights_offset", t->smem.weights_offset);
+        set_int(L, "weights_co_pitch", t->smem.weights_co_pitch);
+        set_int(L, "table_offset", t->smem.table_offset);
+        set_int(L, "bytes", t->smem.bytes);
+        lua_setfield(L, -2, "smem");
         lua_setfield(L, -2, "conv");
         lua_createtable(L, 0, 8);
         set_int(L, "cluster", ps->res.cluster);
@@ -290,7 +414,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
     for (int i = 0; i < plan->n_accums; i++) {
         const fg_accum *a = &plan->accums[i];
         lua_createtable(L, 0, 8);
-        set_str(L, "kind", accum_kind_names[a->kind]);
+        set_str(L, "kind", fg_accum_defs[a->kind].name);
         set_int(L, "op", a->op);
         set_int(L, "value", a->value);
         set_int(L, "max_accum", a->max_accum);
@@ -307,9 +431,24 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_bool(L, "inline_loop", plan->inline_loop[k]);
         set_int(L, "accum", plan->op_accum[k]);
         set_int(L, "max_accum", plan->op_max_accum[k]);
+        /* the accumulators of a reduction, in the registry's order (a0, a1) */
+        int64_t list[2];
+        int n = 0;
+        if (plan->op_max_accum[k] >= 0)
+            list[n++] = plan->op_max_accum[k];
+        if (plan->op_accum[k] >= 0)
+            list[n++] = plan->op_accum[k];
+        lua_createtable(L, n, 0);
+        for (int i = 0; i < n; i++) {
+            lua_pushinteger(L, list[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        lua_setfield(L, -2, "accums");
         lua_rawseti(L, -2, k);
     }
     lua_setfield(L, -2, "op");
+    push_accum_defs(L);
+    lua_setfield(L, -2, "accum_defs");
 }
 
 /* ---- running the templates --------------------------------------------------------------- */
@@ -334,10 +473,35 @@ static int render_protected(lua_State *L)
     return 1;
 }
 
+/* The templates' Lua heap is capped too: the planner bounds what a layer asks for (taps,
+ * shared memory), and this catches whatever still grows past it -- a template bug, or a
+ * shape nobody foresaw -- as an error instead of gigabytes. */
+typedef struct render_heap {
+    size_t used;
+} render_heap;
+
+static void *render_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    render_heap *h = ud;
+    size_t old = ptr ? osize : 0;
+    if (nsize == 0) {
+        free(ptr);
+        h->used -= old;
+        return NULL;
+    }
+    if (nsize > old && h->used - old + nsize > FG_RENDER_MAX_HEAP)
+        return NULL;
+    void *p = realloc(ptr, nsize);
+    if (p)
+        h->used = h->used - old + nsize;
+    return p;
+}
+
 int fg_render(const fg_layer_ir *ir, const fg_plan *plan, fg_rendered *out, fg_error *err)
 {
     memset(out, 0, sizeof *out);
-    lua_State *L = luaL_newstate();
+    render_heap heap = {0};
+    lua_State *L = lua_newstate(render_alloc, &heap);
     if (!L)
         return fg_fail(err, "%s: out of memory starting the template engine", ir->file);
     luaL_requiref(L, "_G", luaopen_base, 1);
@@ -360,11 +524,18 @@ int fg_render(const fg_layer_ir *ir, const fg_plan *plan, fg_rendered *out, fg_e
     lua_pushlightuserdata(L, &rc);
     int status = lua_pcall(L, 1, 1, 0);
     int ret = 0;
-    if (status != LUA_OK) {
+    size_t len = 0;
+    if (status == LUA_ERRMEM) {
+        ret = fg_fail(err, "%s: rendering layer %s took more than %d MiB; the layer cannot be generated", ir->file,
+                      ir->name, FG_RENDER_MAX_HEAP >> 20);
+    } else if (status != LUA_OK) {
         ret = fg_fail(err, "%s: rendering failed (a template bug): %s", ir->file,
                       lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    } else if (lua_tolstring(L, -1, &len), len > FG_MAX_SOURCE_BYTES) {
+        ret = fg_fail(err, "%s: the source generated for layer %s is %zu bytes; at most %d are compiled (NVRTC's time "
+                           "and the kernels' instruction cache grow with it): the layer cannot be generated",
+                      ir->file, ir->name, len, FG_MAX_SOURCE_BYTES);
     } else {
-        size_t len;
         const char *s = lua_tolstring(L, -1, &len);
         out->source = malloc(len + 1);
         if (!out->source) {

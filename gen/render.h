@@ -11,6 +11,11 @@
 #include "ir.h"
 #include "planner.h"
 
+/* Bounds on rendering: the generated source (today's layers: 20-200 KB; the largest conv the
+ * planner accepts, 4096 taps, about 2 MB) and the templates' Lua heap. */
+#define FG_MAX_SOURCE_BYTES (16 << 20)
+#define FG_RENDER_MAX_HEAP (512 << 20)
+
 typedef struct fg_rendered {
     char *source;     /* NUL-terminated CUDA C++, self-contained */
     size_t length;

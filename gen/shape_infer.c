@@ -1,5 +1,7 @@
 #include "shape_infer.h"
 
+#include "op_registry.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -227,16 +229,17 @@ static int infer_binary(infer_ctx *c, fg_op *op, const fg_shape *in, int k)
 static int infer_norm(infer_ctx *c, fg_op *op, const fg_shape *in)
 {
     char buf[128];
+    const fg_norm_def *norm = &fg_op_def_of(op->kind)->norm;
     op->out = *in;
-    if (in->rank < 2 || (op->kind != FG_OP_LAYER_NORM && in->rank < 3))
+    if (in->rank < 2 || (norm->channels != FG_NORM_TRAILING && in->rank < 3))
         return op_fail(c, NULL, "needs a value with channels and at least one spatial dim, got %s",
                        fg_shape_str(in, buf, sizeof buf));
     int64_t channels = in->dim[1];
     int64_t affine_dim[FG_MAX_RANK] = {channels};
     int affine_rank = 1;
-    if (op->kind == FG_OP_GROUP_NORM && channels % op->groups)
+    if (norm->channels == FG_NORM_GROUPS && channels % op->groups)
         return op_fail(c, "groups", "(%" PRId64 ") must divide the channels (%" PRId64 ")", op->groups, channels);
-    if (op->kind == FG_OP_LAYER_NORM) {
+    if (norm->channels == FG_NORM_TRAILING) {
         if (op->n_list > in->rank - 1)
             return op_fail(c, "normalized_shape", "has %d dims but the value %s has only %d besides the batch",
                            op->n_list, fg_shape_str(in, buf, sizeof buf), in->rank - 1);
@@ -256,7 +259,8 @@ static int infer_norm(infer_ctx *c, fg_op *op, const fg_shape *in)
             add_module_param(c, op->name, "bias", affine_rank, affine_dim, &op->bias_param))
             return -1;
     }
-    if (op->kind == FG_OP_BATCH_NORM && op->running_stats) {
+    if (!fg_op_stats(op)) {
+        /* a norm that gathers no statistic reads the running ones (batch_norm, eval mode) */
         if (add_module_param(c, op->name, "running_mean", 1, &channels, &op->mean_param) ||
             add_module_param(c, op->name, "running_var", 1, &channels, &op->var_param))
             return -1;
@@ -268,7 +272,8 @@ static int infer_reduce(infer_ctx *c, fg_op *op, const fg_shape *in)
 {
     char buf[128];
     const char *field = op->n_dims == 1 ? "dim" : "dims";
-    if (op->kind == FG_OP_GLOBAL_AVG_POOL) {
+    if (!fg_op_field(op->kind, "dim") && !fg_op_field(op->kind, "dims")) {
+        /* a reduction without dims (global_avg_pool): every spatial dim, kept */
         if (in->rank < 3)
             return op_fail(c, NULL, "needs spatial dims, got %s", fg_shape_str(in, buf, sizeof buf));
         op->n_dims = 0;
@@ -291,7 +296,7 @@ static int infer_reduce(infer_ctx *c, fg_op *op, const fg_shape *in)
             return op_fail(c, field, "lists dim %d twice", d);
         op->reduce_mask |= 1u << d;
     }
-    if (op->kind == FG_OP_SOFTMAX) {
+    if (fg_op_kind_class(op->kind) == FG_CLASS_SOFTMAX) {
         if (op->n_dims != 1)
             return op_fail(c, "dim", "must name exactly one dim (got %d)", op->n_dims);
         op->out = *in;

@@ -1,6 +1,10 @@
 #include "spec_loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <math.h>
@@ -8,83 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_registry.h"
 #include "shape_infer.h"
 
-/* ---- The constructors a spec can call ------------------------------------------------ */
+/* ---- The constructors a spec can call: the op registry's (op_registry.h) ------------------ */
 
-/* Fields each constructor accepts. "as" (name this op's value) is accepted everywhere. */
-typedef struct ctor_schema {
-    const char *name;
-    const char *fields[12];
-} ctor_schema;
-
-static const ctor_schema schemas[] = {
-    {"conv2d", {"name", "out_channels", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
-    {"conv3d", {"name", "out_channels", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
-    {"relu", {0}},
-    {"leaky_relu", {"negative_slope"}},
-    {"gelu", {"approximate"}},
-    {"sigmoid", {0}},
-    {"tanh", {0}},
-    {"softplus", {"beta", "threshold"}},
-    {"mish", {0}},
-    {"silu", {0}},
-    {"swish", {0}},
-    {"hardswish", {0}},
-    {"hardsigmoid", {0}},
-    {"hardtanh", {"min", "max"}},
-    {"clamp", {"min", "max"}},
-    {"exp", {0}},
-    {"log", {0}},
-    {"abs", {0}},
-    {"neg", {0}},
-    {"add", {"scalar", "param", "shape", "value"}},
-    {"sub", {"scalar", "param", "shape", "value"}},
-    {"mul", {"scalar", "param", "shape", "value"}},
-    {"div", {"scalar", "param", "shape", "value"}},
-    {"min", {"scalar", "param", "shape", "value", "dim", "dims", "keepdim"}},
-    {"max", {"scalar", "param", "shape", "value", "dim", "dims", "keepdim"}},
-    {"sum", {"dim", "dims", "keepdim"}},
-    {"mean", {"dim", "dims", "keepdim"}},
-    {"logsumexp", {"dim", "dims", "keepdim"}},
-    {"softmax", {"dim"}},
-    {"group_norm", {"name", "groups", "eps", "affine"}},
-    {"instance_norm", {"name", "eps", "affine"}},
-    {"batch_norm", {"name", "eps", "affine", "stats"}},
-    {"layer_norm", {"name", "normalized_shape", "eps", "affine"}},
-    {"max_pool", {"kernel", "stride", "padding"}},
-    {"max_pool2d", {"kernel", "stride", "padding"}},
-    {"max_pool3d", {"kernel", "stride", "padding"}},
-    {"avg_pool", {"kernel", "stride", "padding", "count_include_pad"}},
-    {"avg_pool2d", {"kernel", "stride", "padding", "count_include_pad"}},
-    {"avg_pool3d", {"kernel", "stride", "padding", "count_include_pad"}},
-    {"global_avg_pool", {0}},
-};
-enum { N_SCHEMAS = sizeof schemas / sizeof schemas[0] };
-
-static const char *const constructor_names[N_SCHEMAS + 1] = {
-    "layer",        "conv2d",      "conv3d",     "relu",          "leaky_relu",  "gelu",
-    "sigmoid",      "tanh",        "softplus",   "mish",          "silu",        "swish",
-    "hardswish",    "hardsigmoid", "hardtanh",   "clamp",         "exp",         "log",
-    "abs",          "neg",         "add",        "sub",           "mul",         "div",
-    "min",          "max",         "sum",        "mean",          "logsumexp",   "softmax",
-    "group_norm",   "instance_norm", "batch_norm", "layer_norm",  "max_pool",    "max_pool2d",
-    "max_pool3d",   "avg_pool",    "avg_pool2d", "avg_pool3d",    "global_avg_pool",
-};
-
-int fg_spec_constructor_names(const char *const **names)
-{
-    *names = constructor_names;
-    return N_SCHEMAS + 1;
-}
-
-static const ctor_schema *find_schema(const char *name)
-{
-    for (int i = 0; i < N_SCHEMAS; i++)
-        if (strcmp(schemas[i].name, name) == 0)
-            return &schemas[i];
-    return NULL;
-}
+/* What a spec sees besides the constructors: a few pure functions of Lua's base and math
+ * libraries, and the layer's own fields. */
+/* (and `tostring`: pure_tostring, which prints no addresses) */
+static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tonumber", "select", "error", "assert"};
+static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
+                                         "fmod", "tointeger", "huge", "pi", "maxinteger"};
+static const char *const layer_fields[] = {"input", "precision", "strategy"};
+static const char *const precisions[] = {"fp32", "tf32"};
+static const char *const strategies[] = {"auto", "materialize", "recompute", "resident"};
+#define COUNT(a) (int)(sizeof(a) / sizeof *(a))
 
 /* Registry keys. Op and layer records live in registry tables the spec cannot reach, keyed
  * by the (empty) handle tables the constructors return, so a spec cannot forge an op. */
@@ -167,7 +109,9 @@ static int env_index(lua_State *L)
     const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (!key)
         return 0;
-    const char *near = fg_nearest_name(key, constructor_names, N_SCHEMAS + 1);
+    int n_names;
+    const char *const *names = fg_constructor_names(&n_names);
+    const char *near = fg_nearest_name(key, names, n_names);
     if (near)
         return luaL_error(L, "unknown name '%s' (did you mean '%s'?)", key, near);
     return luaL_error(L, "unknown name '%s': a spec can use only fusegen's constructors, "
@@ -177,6 +121,27 @@ static int env_index(lua_State *L)
 static int env_newindex(lua_State *L)
 {
     return luaL_error(L, "a spec cannot set global '%s': use a local", luaL_optstring(L, 2, "?"));
+}
+
+/* tostring for specs: a spec is a pure function of its text, so a value whose printed form
+ * is an address (a table, a function such as `relu`, a thread) prints as its type alone;
+ * Lua's own tostring would put heap and code addresses into layer names, and so into cache
+ * keys and files. Numbers, strings, booleans and nil print as in Lua. */
+static int pure_tostring(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    switch (lua_type(L, 1)) {
+    case LUA_TNUMBER:
+    case LUA_TSTRING:
+    case LUA_TBOOLEAN:
+    case LUA_TNIL:
+        luaL_tolstring(L, 1, NULL);
+        break;
+    default:
+        lua_pushstring(L, luaL_typename(L, 1));
+        break;
+    }
+    return 1;
 }
 
 /* Builds the spec's environment and leaves it on the stack. */
@@ -195,14 +160,12 @@ static void push_environment(lua_State *L)
     lua_setfield(L, LUA_REGISTRYINDEX, REG_CTORS);
 
     lua_newtable(L); /* env */
-    static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tostring",
-                                             "tonumber", "select", "error", "assert"};
     for (size_t i = 0; i < sizeof base_funcs / sizeof *base_funcs; i++) {
         lua_getglobal(L, base_funcs[i]);
         lua_setfield(L, -2, base_funcs[i]);
     }
-    static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
-                                             "fmod", "tointeger", "huge", "pi", "maxinteger"};
+    lua_pushcfunction(L, pure_tostring);
+    lua_setfield(L, -2, "tostring");
     lua_newtable(L);
     lua_getglobal(L, "math");
     for (size_t i = 0; i < sizeof math_funcs / sizeof *math_funcs; i++) {
@@ -213,12 +176,14 @@ static void push_environment(lua_State *L)
     lua_setfield(L, -2, "math");
 
     lua_getfield(L, LUA_REGISTRYINDEX, REG_CTORS);
-    for (int i = 0; i < N_SCHEMAS; i++) {
-        lua_pushstring(L, schemas[i].name);
+    int n_names;
+    const char *const *names = fg_constructor_names(&n_names);
+    for (int i = 1; i < n_names; i++) { /* names[0] is "layer" */
+        lua_pushstring(L, names[i]);
         lua_pushcclosure(L, op_constructor, 1);
         lua_pushvalue(L, -1);
-        lua_setfield(L, -4, schemas[i].name);
-        lua_pushstring(L, schemas[i].name);
+        lua_setfield(L, -4, names[i]);
+        lua_pushstring(L, names[i]);
         lua_rawset(L, -3); /* ctors[function] = name, to accept a bare `relu` */
     }
     lua_pop(L, 1);
@@ -447,38 +412,119 @@ static void opt_spatial(lua_State *L, walk_ctx *w, int args, const char *field, 
         values[i] = n == 0 ? def : (int)(n == 1 ? v[0] : (i < n ? v[i] : 0));
 }
 
-/* Unknown fields: report the first with the nearest known one. */
-static void check_fields(lua_State *L, walk_ctx *w, int args, const ctor_schema *schema)
+/* The kinds a constructor makes (several share one: max reduces with `dim`, is elementwise
+ * with an operand), with the spatial dims an alias fixes (max_pool2d). */
+typedef struct ctor_kinds {
+    int n;
+    fg_op_kind kinds[3];
+    int spatial;
+} ctor_kinds;
+
+static ctor_kinds kinds_of(const char *ctor)
 {
-    const char *known[16];
+    ctor_kinds c = {0};
+    for (int k = 0; k < FG_OP_KIND_COUNT && c.n < 3; k++) {
+        const fg_op_def *d = &fg_op_defs[k];
+        bool match = strcmp(d->name, ctor) == 0;
+        for (int a = 0; a < 2 && d->aliases[a].name && !match; a++)
+            if (strcmp(d->aliases[a].name, ctor) == 0) {
+                match = true;
+                c.spatial = d->aliases[a].spatial;
+            }
+        if (match)
+            c.kinds[c.n++] = (fg_op_kind)k;
+    }
+    return c;
+}
+
+/* The spec fields a registry field stands for (DIMS "dims" takes `dim` or `dims`, an
+ * OPERAND `scalar`, `param`, `shape` or `value`). */
+static int spec_fields_of(const fg_field *f, const char **out)
+{
+    if (f->type == FG_FIELD_OPERAND) {
+        out[0] = "scalar", out[1] = "param", out[2] = "shape", out[3] = "value";
+        return 4;
+    }
+    if (f->type == FG_FIELD_DIMS && strcmp(f->name, "dims") == 0) {
+        out[0] = "dim", out[1] = "dims";
+        return 2;
+    }
+    out[0] = f->name;
+    return 1;
+}
+
+/* The spec fields of a kind, in the registry's order; returns how many. */
+static int known_fields(fg_op_kind kind, const char **out, int cap)
+{
     int n = 0;
-    for (int i = 0; i < 12 && schema->fields[i]; i++)
-        known[n++] = schema->fields[i];
+    const fg_op_def *d = &fg_op_defs[kind];
+    for (int i = 0; i < FG_MAX_FIELDS && d->fields[i].name; i++) {
+        const char *names[4];
+        int m = spec_fields_of(&d->fields[i], names);
+        for (int j = 0; j < m && n < cap; j++)
+            out[n++] = names[j];
+    }
+    return n;
+}
+
+static bool listed(const char *name, const char *const *list, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* Unknown fields: report the first with the nearest known one. */
+static void check_fields(lua_State *L, walk_ctx *w, int args, const char *ctor, const ctor_kinds *ck)
+{
+    const char *known[40];
+    int n = 0;
+    for (int i = 0; i < ck->n; i++) {
+        const char *fields[32];
+        int m = known_fields(ck->kinds[i], fields, 32);
+        for (int j = 0; j < m; j++)
+            if (!listed(fields[j], known, n))
+                known[n++] = fields[j];
+    }
     known[n++] = "as";
     lua_pushnil(L);
     while (lua_next(L, args)) {
         lua_pop(L, 1);
         if (lua_type(L, -1) != LUA_TSTRING) {
-            raise(L, w, w->op_line, "%s: fields must be named (found a %s key: write name = value)",
-                  schema->name, luaL_typename(L, -1));
+            raise(L, w, w->op_line, "%s: fields must be named (found a %s key: write name = value)", ctor,
+                  luaL_typename(L, -1));
         }
         const char *key = lua_tostring(L, -1);
-        bool ok = false;
-        for (int i = 0; i < n && !ok; i++)
-            ok = strcmp(key, known[i]) == 0;
-        if (!ok) {
+        if (!listed(key, known, n)) {
             const char *near = fg_nearest_name(key, known, n);
-            char list[256] = "";
+            char list[512] = "";
             for (int i = 0; i < n; i++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
             if (near)
-                raise(L, w, w->op_line, "%s: unknown field '%s' (did you mean '%s'?)", schema->name, key, near);
-            raise(L, w, w->op_line, "%s: unknown field '%s' (known fields: %s)", schema->name, key, list);
+                raise(L, w, w->op_line, "%s: unknown field '%s' (did you mean '%s'?)", ctor, key, near);
+            raise(L, w, w->op_line, "%s: unknown field '%s' (known fields: %s)", ctor, key, list);
         }
     }
 }
 
-static void read_dims(lua_State *L, walk_ctx *w, int args, fg_op *op, bool required)
+/* A number a kernel will hold as a float: finite, within fp32's range, and not so small that
+ * it would silently become 0 (values in between round to the nearest float, as PyTorch
+ * rounds a Python float applied to an fp32 tensor). */
+static double check_fp32(lua_State *L, walk_ctx *w, const char *field, double v, fg_number_rule rule)
+{
+    if (fabs(v) > FLT_MAX)
+        FIELD_FAIL(L, w, field, "is outside fp32's range (got %g; the largest float is %g)", v, (double)FLT_MAX);
+    if (v != 0 && (float)v == 0.0f)
+        FIELD_FAIL(L, w, field, "rounds to 0 in fp32 (got %g; the smallest float is %g)", v, (double)FLT_TRUE_MIN);
+    if (rule == FG_NUMBER_POSITIVE && !(v > 0))
+        FIELD_FAIL(L, w, field, "must be positive (got %g)", v);
+    if (rule == FG_NUMBER_NONZERO && v == 0)
+        FIELD_FAIL(L, w, field, "must not be zero");
+    return v;
+}
+
+static void read_dims(lua_State *L, walk_ctx *w, int args, fg_op *op, bool required, const char *doc)
 {
     int64_t v[FG_MAX_RANK];
     bool has_dim = get_field(L, args, "dim");
@@ -491,7 +537,7 @@ static void read_dims(lua_State *L, walk_ctx *w, int args, fg_op *op, bool requi
         FIELD_FAIL(L, w, "dims", "cannot be given together with 'dim'");
     if (!has_dim && !has_dims) {
         if (required)
-            FIELD_FAIL(L, w, "dim", "is required");
+            FIELD_FAIL(L, w, "dim", "is required (%s)", doc);
         return;
     }
     const char *field = has_dim ? "dim" : "dims";
@@ -506,6 +552,7 @@ static void read_operand(lua_State *L, walk_ctx *w, int args, fg_op *op)
     bool has_scalar = false;
     op->scalar = opt_number(L, w, args, "scalar", 0, &has_scalar);
     if (has_scalar) {
+        check_fp32(L, w, "scalar", op->scalar, FG_NUMBER_ANY);
         op->operand = FG_OPERAND_SCALAR;
         given++;
     }
@@ -530,142 +577,111 @@ static void read_operand(lua_State *L, walk_ctx *w, int args, fg_op *op)
         op->param_dim[i] = shape[i];
 }
 
-static void read_op(lua_State *L, walk_ctx *w, const char *spec_name, int line, int args, fg_op *op)
+/* Which of the kinds sharing a constructor the spec means: the one whose selector fields it
+ * gives, else the one that has none. A field of the other kind given along with the
+ * selectors is a mistake worth its own message. */
+static fg_op_kind choose_kind(lua_State *L, walk_ctx *w, int args, const ctor_kinds *ck)
 {
-    const ctor_schema *schema = find_schema(spec_name);
-    w->op_name = spec_name;
+    fg_op_kind plain = ck->kinds[0];
+    int selected = -1;
+    for (int i = 0; i < ck->n; i++) {
+        const fg_op_def *d = &fg_op_defs[ck->kinds[i]];
+        if (!d->selectors[0]) {
+            plain = ck->kinds[i];
+            continue;
+        }
+        for (int j = 0; j < 3 && d->selectors[j]; j++)
+            if (get_field(L, args, d->selectors[j])) {
+                lua_pop(L, 1);
+                selected = (int)ck->kinds[i];
+            }
+    }
+    if (selected < 0)
+        return plain;
+    const char *mine[32], *theirs[32];
+    int n_mine = known_fields((fg_op_kind)selected, mine, 32);
+    for (int i = 0; i < ck->n; i++) {
+        if ((int)ck->kinds[i] == selected)
+            continue;
+        int n = known_fields(ck->kinds[i], theirs, 32);
+        for (int j = 0; j < n; j++)
+            if (!listed(theirs[j], mine, n_mine) && get_field(L, args, theirs[j]))
+                FIELD_FAIL(L, w, theirs[j], "cannot be combined with %s", fg_op_defs[selected].conflict_hint);
+    }
+    return (fg_op_kind)selected;
+}
+
+/* Reads one registry field into the op. */
+static void read_field(lua_State *L, walk_ctx *w, int args, const fg_field *f, fg_op *op)
+{
+    char *base = (char *)op;
+    if (f->required && f->type != FG_FIELD_DIMS && f->type != FG_FIELD_OPERAND && !get_field(L, args, f->name))
+        FIELD_FAIL(L, w, f->name, "is required (%s)", f->doc);
+    else if (f->required && f->type != FG_FIELD_DIMS && f->type != FG_FIELD_OPERAND)
+        lua_pop(L, 1);
+    switch (f->type) {
+    case FG_FIELD_INT:
+        *(int64_t *)(base + f->member) = opt_integer(L, w, args, f->name, (int64_t)f->def, f->lo, f->hi, false);
+        break;
+    case FG_FIELD_NUMBER:
+    case FG_FIELD_OPT_NUMBER: {
+        bool given = false;
+        double v = opt_number(L, w, args, f->name, f->def, &given);
+        *(double *)(base + f->member) = given ? check_fp32(L, w, f->name, v, f->rule) : v;
+        if (f->type == FG_FIELD_OPT_NUMBER)
+            *(bool *)(base + f->flag) = given;
+        break;
+    }
+    case FG_FIELD_BOOL:
+        *(bool *)(base + f->member) = opt_bool(L, w, args, f->name, f->def != 0);
+        break;
+    case FG_FIELD_NAME:
+        opt_name(L, w, args, f->name, base + f->member);
+        break;
+    case FG_FIELD_CHOICE:
+        *(int *)(base + f->member) = opt_choice(L, w, args, f->name, f->choices, f->n_choices, (int)f->def);
+        break;
+    case FG_FIELD_SPATIAL:
+        opt_spatial(L, w, args, f->name, (int)f->def, f->lo, (int *)(base + f->member), (int *)(base + f->flag));
+        break;
+    case FG_FIELD_INT_LIST:
+        *(int *)(base + f->flag) =
+            opt_int_list(L, w, args, f->name, FG_MAX_RANK - 1, f->lo, f->hi, (int64_t *)(base + f->member));
+        break;
+    case FG_FIELD_DIMS:
+        read_dims(L, w, args, op, f->required, f->doc);
+        break;
+    case FG_FIELD_OPERAND:
+        read_operand(L, w, args, op);
+        break;
+    }
+}
+
+static void read_op(lua_State *L, walk_ctx *w, const char *ctor, int line, int args, fg_op *op)
+{
+    ctor_kinds ck = kinds_of(ctor);
+    w->op_name = ctor;
     w->op_line = line;
     memset(op, 0, sizeof *op);
     op->line = line;
     op->weight_param = op->bias_param = op->operand_param = op->operand_value = -1;
     op->mean_param = op->var_param = -1;
-    check_fields(L, w, args, schema);
+    check_fields(L, w, args, ctor, &ck);
     opt_name(L, w, args, "as", op->as);
-
-    const char *s = spec_name;
-    if (!strcmp(s, "conv2d") || !strcmp(s, "conv3d")) {
-        op->kind = s[4] == '2' ? FG_OP_CONV2D : FG_OP_CONV3D;
-        op->spatial = s[4] == '2' ? 2 : 3;
-        strcpy(op->name, "conv");
-        opt_name(L, w, args, "name", op->name);
-        op->out_channels = opt_integer(L, w, args, "out_channels", 0, 1, 1 << 20, true);
-        if (!get_field(L, args, "kernel"))
-            FIELD_FAIL(L, w, "kernel", "is required");
-        lua_pop(L, 1);
-        opt_spatial(L, w, args, "kernel", 1, 1, op->kernel, &op->kernel_n);
-        opt_spatial(L, w, args, "stride", 1, 1, op->stride, &op->stride_n);
-        opt_spatial(L, w, args, "padding", 0, 0, op->padding, &op->padding_n);
-        opt_spatial(L, w, args, "dilation", 1, 1, op->dilation, &op->dilation_n);
-        op->groups = opt_integer(L, w, args, "groups", 1, 1, 1 << 20, false);
-        op->bias = opt_bool(L, w, args, "bias", true);
-    } else if (!strcmp(s, "add") || !strcmp(s, "sub") || !strcmp(s, "mul") || !strcmp(s, "div")) {
-        op->kind = s[0] == 'a' ? FG_OP_ADD : s[0] == 's' ? FG_OP_SUB : s[0] == 'm' ? FG_OP_MUL : FG_OP_DIV;
-        read_operand(L, w, args, op);
-    } else if (!strcmp(s, "min") || !strcmp(s, "max")) {
-        bool is_max = s[1] == 'a';
-        bool reduce = false;
-        static const char *const reduce_fields[] = {"dim", "dims", "keepdim"};
-        for (int i = 0; i < 3; i++)
-            if (get_field(L, args, reduce_fields[i])) {
-                lua_pop(L, 1);
-                reduce = true;
-            }
-        if (reduce) {
-            op->kind = is_max ? FG_OP_REDUCE_MAX : FG_OP_REDUCE_MIN;
-            static const char *const operand_fields[] = {"scalar", "param", "shape", "value"};
-            for (int i = 0; i < 4; i++)
-                if (get_field(L, args, operand_fields[i]))
-                    FIELD_FAIL(L, w, operand_fields[i],
-                               "cannot be combined with dim/dims: %s { dim = ... } reduces, %s { scalar = ... } "
-                               "is elementwise",
-                               s, s);
-            read_dims(L, w, args, op, true);
-            op->keepdim = opt_bool(L, w, args, "keepdim", false);
-        } else {
-            op->kind = is_max ? FG_OP_MAXIMUM : FG_OP_MINIMUM;
-            read_operand(L, w, args, op);
-        }
-    } else if (!strcmp(s, "sum") || !strcmp(s, "mean") || !strcmp(s, "logsumexp")) {
-        op->kind = s[0] == 's' ? FG_OP_REDUCE_SUM : s[0] == 'm' ? FG_OP_REDUCE_MEAN : FG_OP_LOGSUMEXP;
-        read_dims(L, w, args, op, true);
-        op->keepdim = opt_bool(L, w, args, "keepdim", false);
-    } else if (!strcmp(s, "softmax")) {
-        op->kind = FG_OP_SOFTMAX;
-        read_dims(L, w, args, op, true);
-    } else if (!strcmp(s, "group_norm") || !strcmp(s, "instance_norm") || !strcmp(s, "batch_norm") ||
-               !strcmp(s, "layer_norm")) {
-        op->kind = s[0] == 'g' ? FG_OP_GROUP_NORM : s[0] == 'i' ? FG_OP_INSTANCE_NORM
-                   : s[0] == 'b' ? FG_OP_BATCH_NORM : FG_OP_LAYER_NORM;
-        snprintf(op->name, sizeof op->name, "%s", s);
-        opt_name(L, w, args, "name", op->name);
-        op->eps = opt_number(L, w, args, "eps", 1e-5, NULL);
-        if (!(op->eps > 0))
-            FIELD_FAIL(L, w, "eps", "must be positive (got %g)", op->eps);
-        op->affine = opt_bool(L, w, args, "affine", op->kind != FG_OP_INSTANCE_NORM);
-        if (op->kind == FG_OP_GROUP_NORM)
-            op->groups = opt_integer(L, w, args, "groups", 0, 1, 1 << 20, true);
-        if (op->kind == FG_OP_BATCH_NORM) {
-            static const char *const stats[] = {"batch", "running"};
-            op->running_stats = opt_choice(L, w, args, "stats", stats, 2, 0) == 1;
-        }
-        if (op->kind == FG_OP_LAYER_NORM) {
-            op->n_list = opt_int_list(L, w, args, "normalized_shape", FG_MAX_RANK - 1, 1, INT32_MAX, op->list);
-            if (op->n_list == 0)
-                FIELD_FAIL(L, w, "normalized_shape", "is required (the trailing dims to normalize, as in PyTorch)");
-        }
-    } else if (!strncmp(s, "max_pool", 8) || !strncmp(s, "avg_pool", 8)) {
-        op->kind = s[0] == 'm' ? FG_OP_MAX_POOL : FG_OP_AVG_POOL;
-        op->spatial = s[8] == '2' ? 2 : s[8] == '3' ? 3 : 0; /* 0: from the value's rank */
-        if (!get_field(L, args, "kernel"))
-            FIELD_FAIL(L, w, "kernel", "is required");
-        lua_pop(L, 1);
-        opt_spatial(L, w, args, "kernel", 1, 1, op->kernel, &op->kernel_n);
-        opt_spatial(L, w, args, "stride", 0, 1, op->stride, &op->stride_n);
-        if (op->stride_n == 0)
-            memcpy(op->stride, op->kernel, sizeof op->stride); /* PyTorch: stride defaults to kernel */
-        opt_spatial(L, w, args, "padding", 0, 0, op->padding, &op->padding_n);
-        op->count_include_pad = opt_bool(L, w, args, "count_include_pad", true);
-    } else if (!strcmp(s, "global_avg_pool")) {
-        op->kind = FG_OP_GLOBAL_AVG_POOL;
-    } else {
-        /* unary */
-        static const struct {
-            const char *name;
-            fg_op_kind kind;
-        } unary[] = {
-            {"relu", FG_OP_RELU},         {"leaky_relu", FG_OP_LEAKY_RELU},   {"gelu", FG_OP_GELU},
-            {"sigmoid", FG_OP_SIGMOID},   {"tanh", FG_OP_TANH},               {"softplus", FG_OP_SOFTPLUS},
-            {"mish", FG_OP_MISH},         {"silu", FG_OP_SILU},               {"swish", FG_OP_SILU},
-            {"hardswish", FG_OP_HARDSWISH}, {"hardsigmoid", FG_OP_HARDSIGMOID}, {"hardtanh", FG_OP_HARDTANH},
-            {"clamp", FG_OP_CLAMP},       {"exp", FG_OP_EXP},                 {"log", FG_OP_LOG},
-            {"abs", FG_OP_ABS},           {"neg", FG_OP_NEG},
-        };
-        for (size_t i = 0; i < sizeof unary / sizeof *unary; i++)
-            if (!strcmp(s, unary[i].name))
-                op->kind = unary[i].kind;
-        if (op->kind == FG_OP_LEAKY_RELU)
-            op->alpha = opt_number(L, w, args, "negative_slope", 0.01, NULL);
-        if (op->kind == FG_OP_GELU) {
-            static const char *const approx[] = {"none", "tanh"};
-            op->gelu_tanh = opt_choice(L, w, args, "approximate", approx, 2, 0) == 1;
-        }
-        if (op->kind == FG_OP_SOFTPLUS) {
-            op->beta = opt_number(L, w, args, "beta", 1.0, NULL);
-            op->threshold = opt_number(L, w, args, "threshold", 20.0, NULL);
-            if (op->beta == 0)
-                FIELD_FAIL(L, w, "beta", "must not be zero");
-        }
-        if (op->kind == FG_OP_HARDTANH || op->kind == FG_OP_CLAMP) {
-            double dlo = op->kind == FG_OP_HARDTANH ? -1.0 : 0.0, dhi = op->kind == FG_OP_HARDTANH ? 1.0 : 0.0;
-            op->lo = opt_number(L, w, args, "min", dlo, &op->has_lo);
-            op->hi = opt_number(L, w, args, "max", dhi, &op->has_hi);
-            if (op->kind == FG_OP_HARDTANH)
-                op->has_lo = op->has_hi = true;
-            if (!op->has_lo && !op->has_hi)
-                FIELD_FAIL(L, w, "min", "or 'max' is required: clamp { min = ..., max = ... }");
-            if (op->has_lo && op->has_hi && op->lo > op->hi)
-                FIELD_FAIL(L, w, "max", "must not be below min (%g < %g)", op->hi, op->lo);
-        }
+    op->kind = choose_kind(L, w, args, &ck);
+    const fg_op_def *d = &fg_op_defs[op->kind];
+    op->spatial = d->spatial ? d->spatial : ck.spatial; /* pools without one: from the value's rank */
+    for (int i = 0; i < FG_MAX_FIELDS && d->fields[i].name; i++) {
+        const fg_field *f = &d->fields[i];
+        if (f->type == FG_FIELD_NAME)
+            snprintf(op->name, sizeof op->name, "%s", f->def_name ? f->def_name : ctor);
+        read_field(L, w, args, f, op);
+    }
+    if (d->check) {
+        char msg[256];
+        const char *field = d->check(op, msg, sizeof msg);
+        if (field)
+            FIELD_FAIL(L, w, field, "%s", msg);
     }
 }
 
@@ -740,10 +756,9 @@ static int walk(lua_State *L)
         lua_pop(L, 1);
         if (lua_type(L, -1) == LUA_TSTRING) {
             const char *k = lua_tostring(L, -1);
-            static const char *const known[] = {"input", "precision", "strategy"};
-            if (k[0] == '\1' || !strcmp(k, "input") || !strcmp(k, "precision") || !strcmp(k, "strategy"))
+            if (k[0] == '\1' || listed(k, layer_fields, COUNT(layer_fields)))
                 continue;
-            const char *near = fg_nearest_name(k, known, 3);
+            const char *near = fg_nearest_name(k, layer_fields, COUNT(layer_fields));
             raise(L, w, line, "layer: unknown field '%s'%s%s%s", k,
                   near ? " (did you mean '" : " (known: input, precision, strategy)",
                   near ? near : "", near ? "'?)" : "");
@@ -753,11 +768,9 @@ static int walk(lua_State *L)
             raise(L, w, line, "layer: the ops must form a plain list (found key %s)", luaL_tolstring(L, -1, NULL));
     }
     read_input(L, w, body, line);
-    static const char *const precisions[] = {"fp32", "tf32"};
-    ir->precision = opt_choice(L, w, body, "precision", precisions, 2, 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
+    ir->precision = opt_choice(L, w, body, "precision", precisions, COUNT(precisions), 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
     /* the planner chooses by cost; a spec may insist (benchmarks, tests) */
-    static const char *const strategies[] = {"auto", "materialize", "recompute", "resident"};
-    ir->strategy = opt_choice(L, w, body, "strategy", strategies, 4, 0) - 1;
+    ir->strategy = opt_choice(L, w, body, "strategy", strategies, COUNT(strategies), 0) - 1;
 
     if (n == 0)
         raise(L, w, line, "layer: has no ops; the first must be conv2d or conv3d");
@@ -856,9 +869,20 @@ int fg_spec_load_string(const char *display_name, const char *source, size_t len
 
 int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: a FIFO (or a device) would block open() forever; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0)
         return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fg_fail(err, "%s: cannot open spec: not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    }
     char *buf = malloc(FG_SPEC_MAX_BYTES + 1);
     if (!buf) {
         fclose(f);
@@ -876,4 +900,31 @@ int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
         rc = load(path, buf, len, NULL, ir, err);
     free(buf);
     return rc;
+}
+
+void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx)
+{
+    int n;
+    const char *const *names = fg_constructor_names(&n);
+    for (int i = 0; i < n; i++)
+        word(ctx, names[i]);
+    for (int k = 0; k < FG_OP_KIND_COUNT; k++) {
+        const char *fields[32];
+        int m = known_fields((fg_op_kind)k, fields, 32);
+        for (int i = 0; i < m; i++)
+            word(ctx, fields[i]);
+        for (int i = 0; i < FG_MAX_FIELDS && fg_op_defs[k].fields[i].name; i++)
+            for (int c = 0; c < fg_op_defs[k].fields[i].n_choices; c++)
+                word(ctx, fg_op_defs[k].fields[i].choices[c]);
+    }
+    word(ctx, "as");
+    word(ctx, "N");
+    word(ctx, "tostring");
+    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies};
+    const int counts[] = {COUNT(base_funcs), COUNT(math_funcs), COUNT(layer_fields), COUNT(precisions),
+                          COUNT(strategies)};
+    for (int l = 0; l < 5; l++)
+        for (int i = 0; i < counts[l]; i++)
+            word(ctx, lists[l][i]);
+    word(ctx, "math");
 }

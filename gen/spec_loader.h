@@ -22,7 +22,9 @@ int fg_spec_load_string(const char *display_name, const char *source, size_t len
 int fg_spec_load_string_limited(const char *display_name, const char *source, size_t len,
                                 const fg_sandbox_limits *limits, fg_layer_ir *ir, fg_error *err);
 
-/* Every name a spec can call, for documentation and suggestions. */
-int fg_spec_constructor_names(const char *const **names);
+/* Every word of the spec language -- constructors, their fields and choices, the layer's
+ * fields, the functions a spec sees -- once or more, in no particular order (`fusegen ops
+ * --fuzz-dict` sorts them into the fuzzer's dictionary). */
+void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx);
 
 #endif

@@ -13,8 +13,9 @@
  * Thread safety: a context may be shared by threads; a layer may be run from several
  * threads and on several streams: its runs share the layer's workspace, so they are queued
  * one at a time and a run on another stream than the previous run waits for that run on
- * the GPU (an event). Binding parameters while another thread runs the same layer is not
- * allowed.
+ * the GPU (an event). A bind waits for the layer's runs in flight (and for the GPU to
+ * finish the last one) before it replaces a parameter; destroying a layer or a context waits
+ * for the calls on it in flight in other threads and refuses new ones.
  *
  * CUDA context: fusegen works in the device's primary context, the one the CUDA runtime
  * (and so PyTorch) uses, so device pointers and streams from the runtime can be passed in.

@@ -1,9 +1,14 @@
 #include "cpu_reference.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The semantics here are written independently of the op registry (gen/op_registry.c),
+ * which only says which class an op belongs to: this file is the oracle the generated
+ * kernels are tested against. */
 
 /* A dense value of the chain: batch * sample_count doubles, NC(D)HW. */
 typedef struct value {
@@ -29,75 +34,165 @@ static int64_t ravel(const fg_shape *s, const int64_t *coords)
     return i;
 }
 
+/* ---- each op's semantics, one table per class ------------------------------------------
+ * A table has one entry per op kind of its class (NULL elsewhere); a count check beside each
+ * fails the build when a kind is added, so that every table is visited (docs/design.md,
+ * "Adding an op"), and a kind of the class without an entry is refused at run time, never
+ * computed as something else (tests/test_reference.c checks every kind has one). */
+
+typedef double (*ref_unary_fn)(const fg_op *op, double x);
+
+static double ref_relu(const fg_op *op, double x) { (void)op; return x > 0 ? x : 0; }
+static double ref_leaky_relu(const fg_op *op, double x) { return x > 0 ? x : op->alpha * x; }
+static double ref_gelu(const fg_op *op, double x)
+{
+    if (op->gelu_tanh)
+        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+}
+static double ref_sigmoid(const fg_op *op, double x) { (void)op; return 1 / (1 + exp(-x)); }
+static double ref_tanh(const fg_op *op, double x) { (void)op; return tanh(x); }
+static double ref_softplus(const fg_op *op, double x)
+{
+    return op->beta * x > op->threshold ? x : log1p(exp(op->beta * x)) / op->beta;
+}
+static double ref_mish(const fg_op *op, double x)
+{
+    (void)op;
+    double sp = x > 20 ? x : log1p(exp(x));
+    return x * tanh(sp);
+}
+static double ref_silu(const fg_op *op, double x) { (void)op; return x / (1 + exp(-x)); }
+static double ref_hardswish(const fg_op *op, double x) { (void)op; return x * fmin(fmax(x + 3, 0), 6) / 6; }
+static double ref_hardsigmoid(const fg_op *op, double x) { (void)op; return fmin(fmax(x + 3, 0), 6) / 6; }
+static double ref_clamp(const fg_op *op, double x)
+{
+    if (op->has_lo && x < op->lo)
+        x = op->lo;
+    if (op->has_hi && x > op->hi)
+        x = op->hi;
+    return x;
+}
+static double ref_exp(const fg_op *op, double x) { (void)op; return exp(x); }
+static double ref_log(const fg_op *op, double x) { (void)op; return log(x); }
+static double ref_abs(const fg_op *op, double x) { (void)op; return fabs(x); }
+static double ref_neg(const fg_op *op, double x) { (void)op; return -x; }
+static double ref_softsign(const fg_op *op, double x) { (void)op; return x / (1 + fabs(x)); }
+static double ref_identity(const fg_op *op, double x) { (void)op; return x; }
+
+static const ref_unary_fn ref_unary[FG_OP_KIND_COUNT] = {
+    [FG_OP_RELU] = ref_relu,
+    [FG_OP_LEAKY_RELU] = ref_leaky_relu,
+    [FG_OP_GELU] = ref_gelu,
+    [FG_OP_SIGMOID] = ref_sigmoid,
+    [FG_OP_TANH] = ref_tanh,
+    [FG_OP_SOFTPLUS] = ref_softplus,
+    [FG_OP_MISH] = ref_mish,
+    [FG_OP_SILU] = ref_silu,
+    [FG_OP_HARDSWISH] = ref_hardswish,
+    [FG_OP_HARDSIGMOID] = ref_hardsigmoid,
+    [FG_OP_HARDTANH] = ref_clamp, /* with both bounds */
+    [FG_OP_CLAMP] = ref_clamp,
+    [FG_OP_EXP] = ref_exp,
+    [FG_OP_LOG] = ref_log,
+    [FG_OP_ABS] = ref_abs,
+    [FG_OP_NEG] = ref_neg,
+    [FG_OP_SOFTSIGN] = ref_softsign,
+    [FG_OP_DROPOUT] = ref_identity, /* inference */
+};
+
+typedef double (*ref_binary_fn)(double a, double b);
+
+static double ref_add(double a, double b) { return a + b; }
+static double ref_sub(double a, double b) { return a - b; }
+static double ref_mul(double a, double b) { return a * b; }
+static double ref_div(double a, double b) { return a / b; }
+/* torch.minimum and torch.maximum propagate NaN */
+static double ref_minimum(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a < b ? a : b); }
+static double ref_maximum(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a > b ? a : b); }
+
+static const ref_binary_fn ref_binary[FG_OP_KIND_COUNT] = {
+    [FG_OP_ADD] = ref_add,
+    [FG_OP_SUB] = ref_sub,
+    [FG_OP_MUL] = ref_mul,
+    [FG_OP_DIV] = ref_div,
+    [FG_OP_MINIMUM] = ref_minimum,
+    [FG_OP_MAXIMUM] = ref_maximum,
+};
+
+/* A reduction's result from the extreme of its elements (the max; the min for a min), their
+ * sum (of exp(x - max) for logsumexp) and their count. */
+typedef double (*ref_reduce_fn)(double extreme, double sum, int64_t count);
+
+static double ref_extreme(double extreme, double sum, int64_t count) { (void)sum, (void)count; return extreme; }
+static double ref_sum(double extreme, double sum, int64_t count) { (void)extreme, (void)count; return sum; }
+static double ref_mean(double extreme, double sum, int64_t count) { (void)extreme; return sum / (double)count; }
+static double ref_logsumexp(double extreme, double sum, int64_t count)
+{
+    (void)count;
+    return isfinite(extreme) ? extreme + log(sum) : extreme;
+}
+
+/* what the extreme is: a max, or a min */
+static const bool ref_reduce_min[FG_OP_KIND_COUNT] = {[FG_OP_REDUCE_MIN] = true};
+
+static const ref_reduce_fn ref_reduce[FG_OP_KIND_COUNT] = {
+    [FG_OP_REDUCE_MAX] = ref_extreme,
+    [FG_OP_REDUCE_MIN] = ref_extreme,
+    [FG_OP_REDUCE_SUM] = ref_sum,
+    [FG_OP_REDUCE_MEAN] = ref_mean,
+    [FG_OP_LOGSUMEXP] = ref_logsumexp,
+    [FG_OP_GLOBAL_AVG_POOL] = ref_mean,
+};
+
+/* A pool's result from the max, the sum and the count of its window's elements (`count`:
+ * all of them, or those inside the input, as count_include_pad says). */
+typedef double (*ref_pool_fn)(double best, double sum, int64_t count);
+
+static const ref_pool_fn ref_pool[FG_OP_KIND_COUNT] = {
+    [FG_OP_MAX_POOL] = ref_extreme,
+    [FG_OP_AVG_POOL] = ref_mean,
+};
+/* ggml's guard: a new op kind fails the build here until the tables above have been visited */
+static_assert(FG_OP_KIND_COUNT == 39, "a new op kind: define it in ref_unary, ref_binary, ref_reduce or ref_pool");
+
+/* Whether the reference defines `kind` (its class's table has it). */
+bool fg_ref_defines(fg_op_kind kind)
+{
+    switch (fg_op_kind_class(kind)) {
+    case FG_CLASS_CONV:
+    case FG_CLASS_NORM:
+    case FG_CLASS_SOFTMAX:
+        return true; /* one routine each below */
+    case FG_CLASS_UNARY:
+        return ref_unary[kind] != NULL;
+    case FG_CLASS_BINARY:
+        return ref_binary[kind] != NULL;
+    case FG_CLASS_REDUCE:
+        return ref_reduce[kind] != NULL;
+    case FG_CLASS_POOL:
+        return ref_pool[kind] != NULL;
+    }
+    return false;
+}
+
 double fg_ref_unary(const fg_op *op, double x)
 {
-    switch (op->kind) {
-    case FG_OP_RELU:
-        return x > 0 ? x : 0;
-    case FG_OP_LEAKY_RELU:
-        return x > 0 ? x : op->alpha * x;
-    case FG_OP_GELU:
-        if (op->gelu_tanh)
-            return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
-    case FG_OP_SIGMOID:
-        return 1 / (1 + exp(-x));
-    case FG_OP_TANH:
-        return tanh(x);
-    case FG_OP_SOFTPLUS:
-        return op->beta * x > op->threshold ? x : log1p(exp(op->beta * x)) / op->beta;
-    case FG_OP_MISH: {
-        double sp = x > 20 ? x : log1p(exp(x));
-        return x * tanh(sp);
-    }
-    case FG_OP_SILU:
-        return x / (1 + exp(-x));
-    case FG_OP_HARDSWISH:
-        return x * fmin(fmax(x + 3, 0), 6) / 6;
-    case FG_OP_HARDSIGMOID:
-        return fmin(fmax(x + 3, 0), 6) / 6;
-    case FG_OP_HARDTANH:
-    case FG_OP_CLAMP:
-        if (op->has_lo && x < op->lo)
-            x = op->lo;
-        if (op->has_hi && x > op->hi)
-            x = op->hi;
-        return x;
-    case FG_OP_EXP:
-        return exp(x);
-    case FG_OP_LOG:
-        return log(x);
-    case FG_OP_ABS:
-        return fabs(x);
-    case FG_OP_NEG:
-        return -x;
-    default:
-        return NAN;
-    }
+    return ref_unary[op->kind] ? ref_unary[op->kind](op, x) : NAN;
 }
 
 double fg_ref_binary(fg_op_kind kind, double a, double b)
 {
-    switch (kind) {
-    case FG_OP_ADD:
-        return a + b;
-    case FG_OP_SUB:
-        return a - b;
-    case FG_OP_MUL:
-        return a * b;
-    case FG_OP_DIV:
-        return a / b;
-    case FG_OP_MINIMUM: /* torch.minimum propagates NaN */
-        return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
-    case FG_OP_MAXIMUM:
-        return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
-    default:
-        return NAN;
-    }
+    return ref_binary[kind] ? ref_binary[kind](a, b) : NAN;
 }
 
+typedef struct progress_hook {
+    fg_reference_progress fn;
+    void *ctx;
+} progress_hook;
+
 static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, const float *w, const float *bias,
-                 value *out, int64_t batch)
+                 value *out, int64_t batch, const progress_hook *progress)
 {
     /* 2D runs as 3D with depth 1 */
     int64_t in_d[3] = {1, 1, 1}, out_d[3] = {1, 1, 1};
@@ -146,7 +241,21 @@ static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, cons
                         }
                         o[(od * out_d[1] + oh) * out_d[2] + ow] = acc;
                     }
+            if (progress->fn)
+                progress->fn(progress->ctx, (double)(n * cout + co + 1) / (double)(batch * cout));
         }
+}
+
+double fg_reference_work(const fg_layer_ir *ir, int64_t batch)
+{
+    const fg_op *c = &ir->ops[0];
+    double taps = 1;
+    for (int i = 0; i < c->spatial; i++)
+        taps *= c->kernel[i];
+    double work = (double)fg_shape_sample_count(&c->out) * (double)(c->in.dim[1] / c->groups) * taps;
+    for (int k = 1; k < ir->n_ops; k++) /* norms and reductions read a value two or three times */
+        work += 4.0 * (double)fg_shape_sample_count(&ir->ops[k].in);
+    return work * (double)batch;
 }
 
 /* Index of a broadcast parameter at the given value coordinates (right-aligned). */
@@ -252,7 +361,7 @@ static int64_t reduce_key(const fg_op *op, const fg_shape *s, const fg_shape *ks
 static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, fg_error *err)
 {
     const fg_shape *s = &in->shape;
-    bool softmax = op->kind == FG_OP_SOFTMAX;
+    bool softmax = fg_op_kind_class(op->kind) == FG_CLASS_SOFTMAX;
     /* statistics live on the keepdim shape */
     fg_shape kshape = *s;
     int64_t group = 1;
@@ -270,19 +379,19 @@ static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, f
         return fg_fail(err, "CPU reference: out of memory for a reduction");
     }
     for (int64_t q = 0; q < ksample * batch; q++)
-        mx[q] = op->kind == FG_OP_REDUCE_MIN ? INFINITY : -INFINITY;
+        mx[q] = ref_reduce_min[op->kind] ? INFINITY : -INFINITY;
 #define KEY(n, i) reduce_key(op, s, &kshape, ksample, (n), (i))
     for (int64_t n = 0; n < batch; n++)
         for (int64_t i = 0; i < in->sample; i++) {
             int64_t k = KEY(n, i);
             double x = in->data[n * in->sample + i];
-            if (op->kind == FG_OP_REDUCE_MIN)
+            if (ref_reduce_min[op->kind])
                 mx[k] = x < mx[k] || isnan(x) ? x : mx[k];
             else
                 mx[k] = x > mx[k] || isnan(x) ? x : mx[k];
             acc[k] += x;
         }
-    if (op->kind == FG_OP_LOGSUMEXP || softmax) {
+    if (ref_reduce[op->kind] == ref_logsumexp || softmax) { /* the sum of exp(x - max) */
         memset(acc, 0, sizeof(double) * (size_t)(ksample * batch));
         for (int64_t n = 0; n < batch; n++)
             for (int64_t i = 0; i < in->sample; i++) {
@@ -300,23 +409,7 @@ static int reduce(const fg_op *op, const value *in, value *out, int64_t batch, f
     } else {
         /* the output is the keepdim shape with or without the unit dims: same order */
         for (int64_t q = 0; q < ksample * batch; q++) {
-            double r;
-            switch (op->kind) {
-            case FG_OP_REDUCE_MAX:
-            case FG_OP_REDUCE_MIN:
-                r = mx[q];
-                break;
-            case FG_OP_REDUCE_SUM:
-                r = acc[q];
-                break;
-            case FG_OP_LOGSUMEXP:
-                r = isfinite(mx[q]) ? mx[q] + log(acc[q]) : mx[q];
-                break;
-            default: /* mean, global_avg_pool */
-                r = acc[q] / (double)group;
-                break;
-            }
-            out->data[q] = r;
+            out->data[q] = ref_reduce[op->kind](mx[q], acc[q], group);
         }
     }
 #undef KEY
@@ -355,12 +448,7 @@ static void pool(const fg_op *op, const value *in, value *out, int64_t batch)
                 sum += x;
                 valid++;
             }
-            double r;
-            if (op->kind == FG_OP_MAX_POOL)
-                r = best;
-            else
-                r = sum / (double)(op->count_include_pad ? window : valid);
-            out->data[n * out->sample + j] = r;
+            out->data[n * out->sample + j] = ref_pool[op->kind](best, sum, op->count_include_pad ? window : valid);
         }
 }
 
@@ -375,6 +463,13 @@ static bool used_later(const fg_layer_ir *ir, int k)
 int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                      double *output, fg_error *err)
 {
+    return fg_reference_run_progress(ir, batch, input, params, output, NULL, NULL, err);
+}
+
+int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
+                              double *output, fg_reference_progress progress, void *ctx, fg_error *err)
+{
+    const progress_hook hook = {progress, ctx};
     value vals[FG_MAX_OPS];
     memset(vals, 0, sizeof vals);
     int rc = 0;
@@ -391,14 +486,19 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
             break;
         }
         const value *in = k ? &vals[k - 1] : NULL;
+        if (!fg_ref_defines(op->kind)) {
+            rc = fg_fail(err, "CPU reference: op %s (line %d) has no definition here", fg_op_kind_name(op->kind),
+                         op->line);
+            break;
+        }
         switch (fg_op_kind_class(op->kind)) {
         case FG_CLASS_CONV:
             conv(op, &ir->input, input, params[op->weight_param], op->bias ? params[op->bias_param] : NULL, out,
-                 batch);
+                 batch, &hook);
             break;
         case FG_CLASS_UNARY:
             for (int64_t i = 0; i < in->sample * batch; i++)
-                out->data[i] = fg_ref_unary(op, in->data[i]);
+                out->data[i] = ref_unary[op->kind](op, in->data[i]);
             break;
         case FG_CLASS_BINARY:
             for (int64_t n = 0; n < batch; n++)
@@ -412,7 +512,7 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
                     } else {
                         b = vals[op->operand_value].data[n * in->sample + i];
                     }
-                    out->data[n * in->sample + i] = fg_ref_binary(op->kind, in->data[n * in->sample + i], b);
+                    out->data[n * in->sample + i] = ref_binary[op->kind](in->data[n * in->sample + i], b);
                 }
             break;
         case FG_CLASS_NORM:

@@ -4,6 +4,7 @@
 #ifndef FG_CPU_REFERENCE_H
 #define FG_CPU_REFERENCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../common/diag.h"
@@ -15,6 +16,19 @@
  * memory). */
 int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                      double *output, fg_error *err);
+
+/* Whether the reference defines an op kind (tests check every kind of the registry). */
+bool fg_ref_defines(fg_op_kind kind);
+/* The same, calling progress(ctx, fraction done) as it goes (after every output channel of
+ * every sample of the convolution, which is nearly all the work); progress may be NULL. */
+typedef void (*fg_reference_progress)(void *ctx, double done);
+int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
+                              double *output, fg_reference_progress progress, void *ctx, fg_error *err);
+
+/* About how many multiply-adds (or other double operations) a run of `batch` samples costs:
+ * the convolution's multiply-adds, plus a few operations per element of every later value.
+ * For refusing, or warning about, runs that would take minutes before starting them. */
+double fg_reference_work(const fg_layer_ir *ir, int64_t batch);
 
 /* The elementwise functions, exposed so that tests can hold the templates to them. */
 double fg_ref_unary(const fg_op *op, double x);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "environment.h"
 #include "handles.h"
 #include "nvrtc_compiler.h"
 
@@ -70,7 +71,7 @@ fg_status fg_api_enter(fg_context *ctx)
 static fg_status open_device(fg_context *ctx)
 {
     fg_error err;
-    ctx->cu = fg_cuda_get(&err);
+    ctx->cu = fg_cuda_get(ctx->env.cuda_library, &err);
     if (!ctx->cu)
         return fg_api_fail_error(FG_ERR_NO_DEVICE, &err);
     const fg_cuda *cu = ctx->cu;
@@ -100,6 +101,12 @@ static fg_status open_device(fg_context *ctx)
     return FG_OK;
 }
 
+static void warn_stderr(void *unused, const char *msg)
+{
+    (void)unused;
+    fprintf(stderr, "fusegen: warning: %s\n", msg);
+}
+
 FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **out)
 {
     fg_api_clear_error();
@@ -119,13 +126,26 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     ctx->device = opts->device;
     ctx->verbose = opts->verbose;
+    fg_plan_options_init(&ctx->plan_options, 0);
+    fg_env_plan_options(&ctx->plan_options, warn_stderr, NULL);
+    fg_env_runtime_read(&ctx->env);
     if (opts->arch)
         snprintf(ctx->arch, sizeof ctx->arch, "%s", opts->arch);
     fg_error err;
-    if (fg_cache_init(&ctx->cache, opts->cache_dir, opts->cache_path, &err) != 0) {
+    const char *user_dir = opts->cache_dir && opts->cache_dir[0] ? opts->cache_dir : ctx->env.user_cache;
+    const char *shipped = opts->cache_path ? opts->cache_path : ctx->env.shipped_caches;
+    if (!user_dir[0]) {
+        fg_status s = fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_create: %s", ctx->env.user_cache_error);
+        free(ctx);
+        return s;
+    }
+    if (fg_cache_init(&ctx->cache, user_dir, shipped, &err) != 0) {
         free(ctx);
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     }
+    fg_cache_check_trust(&ctx->cache); /* untrusted caches are left out, with a warning */
+    fg_nvrtc_use_library(ctx->env.nvrtc_library);
+    fg_cudnn_use_library(ctx->env.cudnn_library);
     if (ctx->device >= 0) {
         fg_nvrtc_preload(); /* overlaps the driver's start-up */
         fg_status s = open_device(ctx);
@@ -154,14 +174,15 @@ static const void *layer_owner(const void *layer)
 FG_API fg_status fg_context_destroy(fg_context *ctx)
 {
     fg_api_clear_error();
-    if (!fg_handle_live(ctx, FG_HANDLE_CONTEXT))
+    /* waits for calls in flight on the context (a load in another thread), then refuses while
+     * layers of it live */
+    int layers = fg_handle_remove(ctx, FG_HANDLE_CONTEXT, layer_owner);
+    if (layers < 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_destroy: not a live context (NULL or destroyed)");
-    int layers = fg_handle_count_layers_of(ctx, layer_owner);
     if (layers)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_context_destroy: %d layers of this context are still alive; "
                                                     "destroy them first",
                            layers);
-    fg_handle_remove(ctx, FG_HANDLE_CONTEXT);
     if (ctx->cu)
         ctx->cu->DevicePrimaryCtxRelease(ctx->dev);
     pthread_mutex_destroy(&ctx->lock);

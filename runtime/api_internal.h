@@ -7,14 +7,19 @@
 
 #include "../gen/ir.h"
 #include "../gen/planner.h"
+#include "../reference/cpu_reference.h"
 #include "cache.h"
 #include "cuda_driver.h"
 #include "cudnn_conv.h"
+#include "environment.h"
+#include "launcher.h"
 #include "fusegen.h"
 
 struct fg_context {
     int device;             /* -1: CPU only */
     int verbose;
+    fg_plan_options plan_options; /* the planner's knobs, read from the environment once here */
+    fg_env_runtime env;     /* the rest of the environment, read once by fg_context_create */
     fg_cache cache;
     char arch[16];
     const fg_cuda *cu;      /* NULL for CPU-only contexts */
@@ -36,6 +41,7 @@ struct fg_layer {
     fg_context *ctx;
     fg_layer_ir ir;
     fg_plan plan;
+    fg_launch_table launch; /* what runs need from the plan, taken and checked at load */
     fg_param_binding params[FG_MAX_PARAMS];
     CUmodule module;
     CUfunction functions[FG_MAX_PASSES];
@@ -49,6 +55,7 @@ struct fg_layer {
     CUdeviceptr workspace;
     size_t workspace_bytes;
     pthread_mutex_t lock;   /* one run at a time: runs share the workspace */
+    pthread_rwlock_t bindings_lock; /* runs read the parameter bindings (shared), binds replace them */
     CUevent done;           /* recorded after each run; a run on another stream waits for it */
     CUstream last_stream;
     /* The last run's launches captured as a CUDA graph and replayed while nothing they bake
@@ -66,14 +73,9 @@ fg_status fg_api_fail(fg_status status, const char *fmt, ...) FG_PRINTF(2, 3);
 fg_status fg_api_fail_error(fg_status status, const fg_error *err);
 void fg_api_clear_error(void);
 
-/* Binds every parameter of the layer to random values drawn as fg_random_params does
- * (runtime/random_init.h) for `seed`: the CLI's --random, fusegen bench and the GPU tests.
- * The layer keeps the host copies (layer->params[i].host). */
-fg_status fg_layer_bind_random(fg_layer *layer, uint64_t seed);
-
-/* "kernels loaded from the cache in 1.9 ms (rendering 0.7, cache lookup 0.3, module load
- * 0.9)": how the last fg_layer_prepare went, for the CLI's timing lines. */
-void fg_layer_describe_prepare(const fg_layer *layer, char *buf, size_t cap);
+/* fg_layer_run_cpu with a progress callback (runtime/tools.h, fg_tools_run_cpu). */
+fg_status fg_layer_run_cpu_progress(fg_layer *layer, const float *input, float *output, int64_t batch,
+                                    fg_reference_progress progress, void *ctx);
 
 /* Makes the context's CUDA context current on this thread. */
 fg_status fg_api_enter(fg_context *ctx);

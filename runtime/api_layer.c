@@ -12,26 +12,21 @@
 #include "handles.h"
 #include "kernel_build.h"
 #include "launcher.h"
-#include "random_init.h"
 #include "safetensors.h"
 #include "../common/clock.h"
 
-#define CHECK_LAYER(layer, fn)                                                                                 \
+/* Every call on a layer holds it (runtime/handles.h) from here to its fg_handle_release, so
+ * that fg_layer_destroy in another thread waits for it instead of freeing the layer under it. */
+#define ENTER_LAYER(layer, fn)                                                                                 \
     do {                                                                                                       \
         fg_api_clear_error();                                                                                  \
-        if (!fg_handle_live(layer, FG_HANDLE_LAYER))                                                           \
+        if (!fg_handle_acquire(layer, FG_HANDLE_LAYER))                                                        \
             return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: not a live layer (NULL or destroyed)", fn);        \
     } while (0)
 
-static fg_status load(fg_context *ctx, const char *name, const char *source, size_t len, bool is_file,
-                      fg_layer **out)
+static fg_status load_held(fg_context *ctx, const char *name, const char *source, size_t len, bool is_file,
+                           fg_layer **out)
 {
-    fg_api_clear_error();
-    if (!out)
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_load: out is NULL");
-    *out = NULL;
-    if (!fg_handle_live(ctx, FG_HANDLE_CONTEXT))
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_load: not a live context (NULL or destroyed)");
     if (!source)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_load: %s is NULL", is_file ? "path" : "source");
     fg_layer *layer = calloc(1, sizeof *layer);
@@ -50,24 +45,46 @@ static fg_status load(fg_context *ctx, const char *name, const char *source, siz
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
     /* the plan depends on the architecture (clusters need sm_90) */
-    fg_plan_options popts = {.force_strategy = -1, .sm = fg_arch_sm(ctx->arch)};
+    fg_plan_options popts = ctx->plan_options;
+    popts.sm = fg_arch_sm(ctx->arch);
     if (fg_plan_layer(&layer->ir, &popts, &layer->plan, &err) != 0) {
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
-    const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
-    layer->graphs_off = (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0) || layer->plan.n_passes < 2;
+    if (fg_launch_table_init(&layer->launch, &layer->ir, &layer->plan, &err) != 0) {
+        fg_status s = fg_api_fail(FG_ERR_SPEC, "%s: cannot be launched: %s", layer->ir.file, err.msg);
+        free(layer);
+        return s;
+    }
+    layer->graphs_off = ctx->env.no_graphs || layer->plan.n_passes < 2;
     for (int i = 0; i < layer->plan.n_passes; i++)
         if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
             layer->graphs_off = true; /* cuDNN's algorithm search cannot run inside a capture */
     pthread_mutex_init(&layer->lock, NULL);
+    pthread_rwlock_init(&layer->bindings_lock, NULL);
     if (fg_handle_add(layer, FG_HANDLE_LAYER) != 0) {
         pthread_mutex_destroy(&layer->lock);
+        pthread_rwlock_destroy(&layer->bindings_lock);
+        fg_launch_table_free(&layer->launch);
         free(layer);
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     }
     *out = layer;
     return FG_OK;
+}
+
+static fg_status load(fg_context *ctx, const char *name, const char *source, size_t len, bool is_file,
+                      fg_layer **out)
+{
+    fg_api_clear_error();
+    if (!out)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_load: out is NULL");
+    *out = NULL;
+    if (!fg_handle_acquire(ctx, FG_HANDLE_CONTEXT))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_load: not a live context (NULL or destroyed)");
+    fg_status s = load_held(ctx, name, source, len, is_file, out);
+    fg_handle_release(ctx);
+    return s;
 }
 
 FG_API fg_status fg_layer_load_file(fg_context *ctx, const char *path, fg_layer **out)
@@ -89,14 +106,39 @@ static void release_binding(fg_layer *layer, int i)
     memset(b, 0, sizeof *b);
 }
 
+/* Waits until the GPU has finished the layer's last run (its kernels read the parameters'
+ * device copies and the workspace), so that they can be freed. */
+static void wait_for_gpu_runs(fg_layer *layer)
+{
+    const fg_cuda *cu = layer->ctx->cu;
+    if (cu && layer->done) {
+        cu->CtxSetCurrent(layer->ctx->cuctx);
+        cu->EventSynchronize(layer->done);
+    }
+}
+
+/* Puts `b` in place of parameter i's binding. Runs read the bindings (a CPU run its host
+ * copy, a GPU run its device copy, asynchronously): the swap waits for the runs in flight in
+ * other threads (the bindings lock) and for the GPU to finish the last one, then frees the
+ * old copies. */
+static void replace_binding(fg_layer *layer, int i, const fg_param_binding *b)
+{
+    pthread_rwlock_wrlock(&layer->bindings_lock);
+    wait_for_gpu_runs(layer);
+    release_binding(layer, i);
+    layer->params[i] = *b;
+    layer->binding_generation++;
+    pthread_rwlock_unlock(&layer->bindings_lock);
+}
+
 FG_API fg_status fg_layer_destroy(fg_layer *layer)
 {
     fg_api_clear_error();
-    if (!fg_handle_remove(layer, FG_HANDLE_LAYER))
+    /* waits for the calls on the layer in flight in other threads; refuses new ones */
+    if (fg_handle_remove(layer, FG_HANDLE_LAYER, NULL) != 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_destroy: not a live layer (NULL or destroyed)");
     const fg_cuda *cu = layer->ctx->cu;
-    if (cu)
-        cu->CtxSetCurrent(layer->ctx->cuctx);
+    wait_for_gpu_runs(layer);
     for (int i = 0; i < layer->ir.n_params; i++)
         release_binding(layer, i);
     if (cu && layer->graph)
@@ -110,7 +152,9 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
     if (cu && layer->module)
         cu->ModuleUnload(layer->module);
     fg_cudnn_conv_destroy(layer->cudnn);
+    fg_launch_table_free(&layer->launch);
     pthread_mutex_destroy(&layer->lock);
+    pthread_rwlock_destroy(&layer->bindings_lock);
     free(layer);
     return FG_OK;
 }
@@ -128,31 +172,51 @@ static fg_status shape_for(const fg_shape *s, int64_t batch, int *rank, int64_t 
     return FG_OK;
 }
 
+static fg_status input_shape_held(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS])
+{
+    return shape_for(&layer->ir.input, batch, rank, dims, "fg_layer_input_shape");
+}
+
 FG_API fg_status fg_layer_input_shape(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS])
 {
-    CHECK_LAYER(layer, "fg_layer_input_shape");
-    return shape_for(&layer->ir.input, batch, rank, dims, "fg_layer_input_shape");
+    ENTER_LAYER(layer, "fg_layer_input_shape");
+    fg_status s = input_shape_held(layer, batch, rank, dims);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status output_shape_held(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS])
+{
+    return shape_for(&layer->ir.ops[layer->ir.n_ops - 1].out, batch, rank, dims, "fg_layer_output_shape");
 }
 
 FG_API fg_status fg_layer_output_shape(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS])
 {
-    CHECK_LAYER(layer, "fg_layer_output_shape");
-    return shape_for(&layer->ir.ops[layer->ir.n_ops - 1].out, batch, rank, dims, "fg_layer_output_shape");
+    ENTER_LAYER(layer, "fg_layer_output_shape");
+    fg_status s = output_shape_held(layer, batch, rank, dims);
+    fg_handle_release(layer);
+    return s;
 }
 
-FG_API fg_status fg_layer_param_count(const fg_layer *layer, int *count)
+static fg_status param_count_held(const fg_layer *layer, int *count)
 {
-    CHECK_LAYER(layer, "fg_layer_param_count");
     if (!count)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_param_count: count is NULL");
     *count = layer->ir.n_params;
     return FG_OK;
 }
 
-FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const char **name, int *rank,
+FG_API fg_status fg_layer_param_count(const fg_layer *layer, int *count)
+{
+    ENTER_LAYER(layer, "fg_layer_param_count");
+    fg_status s = param_count_held(layer, count);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status param_info_held(const fg_layer *layer, int index, const char **name, int *rank,
                                      int64_t dims[FG_MAX_DIMS])
 {
-    CHECK_LAYER(layer, "fg_layer_param_info");
     if (index < 0 || index >= layer->ir.n_params)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_param_info: index %d out of range (the layer has %d "
                                                     "parameters)",
@@ -166,6 +230,15 @@ FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const cha
         for (int d = 0; d < p->rank; d++)
             dims[d] = p->dim[d];
     return FG_OK;
+}
+
+FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const char **name, int *rank,
+                                     int64_t dims[FG_MAX_DIMS])
+{
+    ENTER_LAYER(layer, "fg_layer_param_info");
+    fg_status s = param_info_held(layer, index, name, rank, dims);
+    fg_handle_release(layer);
+    return s;
 }
 
 static int find_param(const fg_layer *layer, const char *name)
@@ -186,9 +259,8 @@ static fg_status unknown_param(const fg_layer *layer, const char *fn, const char
                        near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
 }
 
-FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes)
+static fg_status bind_device_held(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes)
 {
-    CHECK_LAYER(layer, "fg_layer_bind_device");
     if (!name || !device_ptr)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_bind_device: name or pointer is NULL");
     if (!layer->ctx->cu)
@@ -203,16 +275,20 @@ FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const v
     fg_status s = fg_api_enter(layer->ctx);
     if (s != FG_OK)
         return s;
-    release_binding(layer, i);
-    layer->params[i].bound = true;
-    layer->params[i].device = (CUdeviceptr)device_ptr;
-    layer->binding_generation++;
+    replace_binding(layer, i, &(fg_param_binding){.bound = true, .device = (CUdeviceptr)device_ptr});
     return FG_OK;
 }
 
-FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const float *data, size_t bytes)
+FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes)
 {
-    CHECK_LAYER(layer, "fg_layer_bind_host");
+    ENTER_LAYER(layer, "fg_layer_bind_device");
+    fg_status s = bind_device_held(layer, name, device_ptr, bytes);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status bind_host_held(fg_layer *layer, const char *name, const float *data, size_t bytes)
+{
     if (!name || !data)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_bind_host: name or data is NULL");
     int i = find_param(layer, name);
@@ -244,30 +320,15 @@ FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const flo
             return s;
         }
     }
-    release_binding(layer, i);
-    fg_param_binding *b = &layer->params[i];
-    b->bound = true;
-    b->host = copy;
-    b->device = dev;
-    b->owned = dev;
-    layer->binding_generation++;
+    replace_binding(layer, i, &(fg_param_binding){.bound = true, .host = copy, .device = dev, .owned = dev});
     return FG_OK;
 }
 
-fg_status fg_layer_bind_random(fg_layer *layer, uint64_t seed)
+FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const float *data, size_t bytes)
 {
-    const fg_layer_ir *ir = &layer->ir;
-    float *params[FG_MAX_PARAMS] = {0};
-    fg_status s = FG_OK;
-    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
-        if (!(params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count)))
-            s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory for the parameters");
-    if (s == FG_OK)
-        fg_random_params(ir, seed, params);
-    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
-        s = fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count);
-    for (int i = 0; i < ir->n_params; i++)
-        free(params[i]);
+    ENTER_LAYER(layer, "fg_layer_bind_host");
+    fg_status s = bind_host_held(layer, name, data, bytes);
+    fg_handle_release(layer);
     return s;
 }
 
@@ -290,9 +351,8 @@ static void shape_text(int rank, const int64_t *dim, char *buf, size_t cap)
         snprintf(buf + len, cap - len, "]");
 }
 
-FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, int allow_extra)
+static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int allow_extra)
 {
-    CHECK_LAYER(layer, "fg_layer_bind_safetensors");
     if (!path)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_bind_safetensors: path is NULL");
     fg_tensor_file f;
@@ -323,16 +383,25 @@ FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, in
         /* BatchNorm's step counter is state, not a parameter of the forward pass */
         if (suffix && strcmp(suffix, ".num_batches_tracked") == 0)
             continue;
+        char shown[512];
         if (find_param(layer, name) < 0)
             s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is not a parameter of layer %s (pass allow_extra to "
                                                 "ignore tensors the spec does not use)",
-                            path, name, layer->ir.name);
+                            path, fg_tensor_name_shown(name, shown, sizeof shown), layer->ir.name);
     }
     for (int i = 0; i < layer->ir.n_params && s == FG_OK; i++) {
         const fg_tensor *t = fg_tensor_find(&f, layer->ir.params[i].name);
-        s = fg_layer_bind_host(layer, t->name, t->data, t->count * sizeof(float));
+        s = bind_host_held(layer, t->name, t->data, t->count * sizeof(float));
     }
     fg_tensor_file_free(&f);
+    return s;
+}
+
+FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, int allow_extra)
+{
+    ENTER_LAYER(layer, "fg_layer_bind_safetensors");
+    fg_status s = bind_safetensors_held(layer, path, allow_extra);
+    fg_handle_release(layer);
     return s;
 }
 
@@ -345,7 +414,12 @@ static fg_status prepare_locked(fg_layer *layer)
     double t0 = fg_seconds_now();
     fg_error err;
     fg_built built;
-    if (fg_build_layer(&ctx->cache, NULL, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
+    /* the cache's identity needs NVRTC's version: found at the first prepare, not at
+     * fg_context_create, so that CPU-only work never needs NVRTC */
+    if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
+        return fg_api_fail_error(FG_ERR_COMPILE, &err);
+    const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
+    if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
     if (ctx->verbose)
         fprintf(stderr, "fusegen: %s for %s: %s%s\n", layer->ir.name, ctx->arch,
@@ -393,26 +467,22 @@ static fg_status prepare_locked(fg_layer *layer)
     return FG_OK;
 }
 
-void fg_layer_describe_prepare(const fg_layer *layer, char *buf, size_t cap)
+static fg_status prepare_held(fg_layer *layer)
 {
-    char rendering[48] = "found by the plan alias, not rendered";
-    if (layer->prepare_seconds.render >= 0)
-        snprintf(rendering, sizeof rendering, "rendering %.1f", layer->prepare_seconds.render * 1e3);
-    snprintf(buf, cap, "kernels %s in %.1f ms (%s, %s %.1f, module load %.1f)",
-             layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds.total * 1e3, rendering,
-             layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
-             layer->prepare_seconds.load * 1e3);
-}
-
-FG_API fg_status fg_layer_prepare(fg_layer *layer)
-{
-    CHECK_LAYER(layer, "fg_layer_prepare");
     fg_status s = fg_api_enter(layer->ctx);
     if (s != FG_OK)
         return s;
     pthread_mutex_lock(&layer->ctx->lock);
     s = prepare_locked(layer);
     pthread_mutex_unlock(&layer->ctx->lock);
+    return s;
+}
+
+FG_API fg_status fg_layer_prepare(fg_layer *layer)
+{
+    ENTER_LAYER(layer, "fg_layer_prepare");
+    fg_status s = prepare_held(layer);
+    fg_handle_release(layer);
     return s;
 }
 
@@ -451,7 +521,7 @@ static int capture_graph(fg_layer *layer, const fg_launch_memory *mem, int64_t b
         return -1;
     if (cu->StreamBeginCapture(layer->capture_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS)
         return -1;
-    int rc = fg_launch_plan(cu, &layer->plan, layer->functions, mem, batch, layer->capture_stream, &err);
+    int rc = fg_launch_run(cu, &layer->launch, layer->functions, mem, batch, layer->capture_stream, &err);
     CUgraph graph = NULL;
     CUresult r = cu->StreamEndCapture(layer->capture_stream, &graph);
     if (rc != 0 || r != CUDA_SUCCESS || !graph) {
@@ -479,8 +549,8 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     fg_error err;
     fg_launch_memory mem;
     memset(&mem, 0, sizeof mem);
-    if (fg_plan_workspace(&layer->plan, batch, &mem.layout, &err) != 0)
-        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    if (fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
+        return fg_api_fail_error(FG_ERR_OUT_OF_MEMORY, &err);
     if (mem.layout.total > layer->workspace_bytes) {
         /* the old workspace may still be in use by work queued on this stream, or by the
          * previous run on another stream */
@@ -513,9 +583,10 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.output = (CUdeviceptr)output;
     mem.workspace = layer->workspace;
     mem.cudnn = layer->cudnn;
-    mem.conv = &layer->ir.ops[0];
+    CUdeviceptr params[FG_MAX_PARAMS];
     for (int i = 0; i < layer->ir.n_params; i++)
-        mem.params[i] = layer->params[i].device;
+        params[i] = layer->params[i].device;
+    mem.params = params;
     if (!layer->graphs_off && !graph_matches(layer, &mem, batch) && capture_graph(layer, &mem, batch) != 0)
         layer->graphs_off = true; /* a capture that fails is not retried: plain launches work */
     if (!layer->graphs_off && layer->graph) {
@@ -524,7 +595,7 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
             fg_cuda_fail(&err, g, "launching the layer's CUDA graph");
             return fg_api_fail_error(FG_ERR_CUDA, &err);
         }
-    } else if (fg_launch_plan(cu, &layer->plan, layer->functions, &mem, batch, stream, &err) != 0) {
+    } else if (fg_launch_run(cu, &layer->launch, layer->functions, &mem, batch, stream, &err) != 0) {
         return fg_api_fail_error(FG_ERR_CUDA, &err);
     }
     CUresult r = layer->done ? CUDA_SUCCESS : cu->EventCreate(&layer->done, CU_EVENT_DISABLE_TIMING);
@@ -549,118 +620,166 @@ static fg_status check_run_args(const char *fn, const void *input, const void *o
     return FG_OK;
 }
 
-/* What every GPU run needs before launching: the context current, every parameter bound,
- * the kernels prepared. */
-static fg_status enter_bound_prepared(fg_layer *layer)
+/* What every GPU run needs before launching, the caller holding bindings_lock for reading:
+ * every parameter bound, the kernels prepared. */
+static fg_status bound_and_prepared(fg_layer *layer)
 {
-    fg_status s = fg_api_enter(layer->ctx);
-    if (s != FG_OK)
+    fg_status s = check_bound(layer, false);
+    if (s == FG_OK) {
+        pthread_mutex_lock(&layer->ctx->lock);
+        s = prepare_locked(layer);
+        pthread_mutex_unlock(&layer->ctx->lock);
+    }
+    return s;
+}
+
+static fg_status run_held(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream)
+{
+    fg_status s = check_run_args("fg_layer_run", input, output, batch);
+    if (s != FG_OK || (s = fg_api_enter(layer->ctx)) != FG_OK)
         return s;
-    if ((s = check_bound(layer, false)) != FG_OK)
-        return s;
-    pthread_mutex_lock(&layer->ctx->lock);
-    s = prepare_locked(layer);
-    pthread_mutex_unlock(&layer->ctx->lock);
+    pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
+    if ((s = bound_and_prepared(layer)) == FG_OK) {
+        pthread_mutex_lock(&layer->lock);
+        s = run_locked(layer, input, output, batch, (CUstream)stream);
+        pthread_mutex_unlock(&layer->lock);
+    }
+    pthread_rwlock_unlock(&layer->bindings_lock);
     return s;
 }
 
 FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream)
 {
-    CHECK_LAYER(layer, "fg_layer_run");
-    fg_status s = check_run_args("fg_layer_run", input, output, batch);
-    if (s != FG_OK || (s = enter_bound_prepared(layer)) != FG_OK)
-        return s;
-    pthread_mutex_lock(&layer->lock);
-    s = run_locked(layer, input, output, batch, (CUstream)stream);
-    pthread_mutex_unlock(&layer->lock);
+    ENTER_LAYER(layer, "fg_layer_run");
+    fg_status s = run_held(layer, input, output, batch, stream);
+    fg_handle_release(layer);
     return s;
 }
 
-FG_API fg_status fg_layer_workspace_size(const fg_layer *layer, int64_t batch, size_t *bytes)
+static fg_status workspace_size_held(const fg_layer *layer, int64_t batch, size_t *bytes)
 {
-    CHECK_LAYER(layer, "fg_layer_workspace_size");
     if (!bytes)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: bytes is NULL");
     if (batch < 1 || batch > INT32_MAX)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: batch must be between 1 and %d (got %lld)",
                            INT32_MAX, (long long)batch);
-    fg_workspace_layout layout;
+    fg_launch_layout layout;
     fg_error err;
-    if (fg_plan_workspace(&layer->plan, batch, &layout, &err) != 0)
+    if (fg_launch_layout_for(&layer->launch, batch, &layout, &err) != 0)
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     *bytes = (size_t)layout.total; /* size_t is 64-bit on every target (Linux x86-64, aarch64) */
     return FG_OK;
 }
 
+FG_API fg_status fg_layer_workspace_size(const fg_layer *layer, int64_t batch, size_t *bytes)
+{
+    ENTER_LAYER(layer, "fg_layer_workspace_size");
+    fg_status s = workspace_size_held(layer, batch, bytes);
+    fg_handle_release(layer);
+    return s;
+}
+
 /* A run on caller-owned workspace: no allocation, no event, no captured graph of the layer's
  * own (each pass is launched on `stream`), so it works inside a capture of the caller's, and
  * runs on different streams with different workspaces may overlap. */
-FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void *output, int64_t batch,
-                                        void *workspace, size_t workspace_bytes, void *stream)
+static fg_status run_workspace_held(fg_layer *layer, const void *input, void *output, int64_t batch, void *workspace,
+                                    size_t workspace_bytes, void *stream)
 {
-    CHECK_LAYER(layer, "fg_layer_run_workspace");
     fg_status s = check_run_args("fg_layer_run_workspace", input, output, batch);
     if (s != FG_OK)
         return s;
-    for (int i = 0; i < layer->plan.n_passes; i++)
-        if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
+    for (int i = 0; i < layer->launch.n_passes; i++)
+        if (layer->launch.passes[i].cudnn)
             return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
                                "fg_layer_run_workspace: layer %s runs its conv in cuDNN (precision = \"tf32\"), whose "
                                "workspace is the layer's own: use fg_layer_run",
                                layer->ir.name);
-    fg_workspace_layout layout;
+    fg_launch_memory mem;
+    memset(&mem, 0, sizeof mem);
     fg_error err;
-    if (fg_plan_workspace(&layer->plan, batch, &layout, &err) != 0)
+    if (fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
-    if (layout.total > workspace_bytes || (layout.total > 0 && !workspace))
+    if (mem.layout.total > workspace_bytes || (mem.layout.total > 0 && !workspace))
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
                            "fg_layer_run_workspace: layer %s needs %llu bytes of workspace for batch %lld, got %zu%s "
                            "(fg_layer_workspace_size)",
-                           layer->ir.name, (unsigned long long)layout.total, (long long)batch, workspace_bytes,
+                           layer->ir.name, (unsigned long long)mem.layout.total, (long long)batch, workspace_bytes,
                            workspace ? "" : " at NULL");
     if ((uintptr_t)workspace % 256 != 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_workspace: the workspace must be 256-byte aligned");
-    if ((s = enter_bound_prepared(layer)) != FG_OK)
+    if ((s = fg_api_enter(layer->ctx)) != FG_OK)
         return s;
-    fg_launch_memory mem;
-    memset(&mem, 0, sizeof mem);
-    mem.layout = layout;
-    mem.input = (CUdeviceptr)input;
-    mem.output = (CUdeviceptr)output;
-    mem.workspace = (CUdeviceptr)workspace;
-    mem.conv = &layer->ir.ops[0];
-    for (int i = 0; i < layer->ir.n_params; i++)
-        mem.params[i] = layer->params[i].device;
-    if (fg_launch_plan(layer->ctx->cu, &layer->plan, layer->functions, &mem, batch, (CUstream)stream, &err) != 0)
-        return fg_api_fail_error(FG_ERR_CUDA, &err);
-    return FG_OK;
+    pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
+    if ((s = bound_and_prepared(layer)) == FG_OK) {
+        CUdeviceptr params[FG_MAX_PARAMS];
+        for (int i = 0; i < layer->ir.n_params; i++)
+            params[i] = layer->params[i].device;
+        mem.input = (CUdeviceptr)input;
+        mem.output = (CUdeviceptr)output;
+        mem.workspace = (CUdeviceptr)workspace;
+        mem.params = params;
+        /* the lock covers enqueuing only (the launch table's scratch arrays): the kernels of
+         * runs on different streams still overlap on the GPU */
+        pthread_mutex_lock(&layer->lock);
+        if (fg_launch_run(layer->ctx->cu, &layer->launch, layer->functions, &mem, batch, (CUstream)stream, &err) != 0)
+            s = fg_api_fail_error(FG_ERR_CUDA, &err);
+        pthread_mutex_unlock(&layer->lock);
+    }
+    pthread_rwlock_unlock(&layer->bindings_lock);
+    return s;
 }
 
-FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch)
+FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void *output, int64_t batch,
+                                        void *workspace, size_t workspace_bytes, void *stream)
 {
-    CHECK_LAYER(layer, "fg_layer_run_cpu");
+    ENTER_LAYER(layer, "fg_layer_run_workspace");
+    fg_status s = run_workspace_held(layer, input, output, batch, workspace, workspace_bytes, stream);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status run_cpu_held(fg_layer *layer, const float *input, float *output, int64_t batch,
+                              fg_reference_progress progress, void *progress_ctx)
+{
     if (!input || !output)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_cpu: input or output is NULL");
     if (batch < 1 || batch > INT32_MAX)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_cpu: batch must be between 1 and %d (got %lld)",
                            INT32_MAX, (long long)batch);
-    fg_status s = check_bound(layer, true);
-    if (s != FG_OK)
-        return s;
     int64_t n_out = batch * fg_shape_sample_count(&layer->ir.ops[layer->ir.n_ops - 1].out);
     double *out = malloc(sizeof(double) * (size_t)n_out);
     if (!out)
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "fg_layer_run_cpu: out of memory");
-    const float *params[FG_MAX_PARAMS];
-    for (int i = 0; i < layer->ir.n_params; i++)
-        params[i] = layer->params[i].host;
-    fg_error err;
-    if (fg_reference_run(&layer->ir, batch, input, params, out, &err) != 0) {
-        free(out);
-        return fg_api_fail_error(FG_ERR_OUT_OF_MEMORY, &err);
+    pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
+    fg_status s = check_bound(layer, true);
+    if (s == FG_OK) {
+        const float *params[FG_MAX_PARAMS];
+        for (int i = 0; i < layer->ir.n_params; i++)
+            params[i] = layer->params[i].host;
+        fg_error err;
+        if (fg_reference_run_progress(&layer->ir, batch, input, params, out, progress, progress_ctx, &err) != 0)
+            s = fg_api_fail_error(FG_ERR_OUT_OF_MEMORY, &err);
     }
-    for (int64_t i = 0; i < n_out; i++)
+    pthread_rwlock_unlock(&layer->bindings_lock);
+    for (int64_t i = 0; s == FG_OK && i < n_out; i++)
         output[i] = (float)out[i];
     free(out);
-    return FG_OK;
+    return s;
+}
+
+FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch)
+{
+    ENTER_LAYER(layer, "fg_layer_run_cpu");
+    fg_status s = run_cpu_held(layer, input, output, batch, NULL, NULL);
+    fg_handle_release(layer);
+    return s;
+}
+
+fg_status fg_layer_run_cpu_progress(fg_layer *layer, const float *input, float *output, int64_t batch,
+                                    fg_reference_progress progress, void *ctx)
+{
+    ENTER_LAYER(layer, "fg_tools_run_cpu");
+    fg_status s = run_cpu_held(layer, input, output, batch, progress, ctx);
+    fg_handle_release(layer);
+    return s;
 }

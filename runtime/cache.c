@@ -10,8 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../gen/render.h"
-#include "nvrtc_compiler.h"
 
 /* ---- entry format ----------------------------------------------------------------------- */
 
@@ -89,15 +87,15 @@ static void decode_header(const unsigned char *p, entry_header *h)
 /* ---- keys and paths ------------------------------------------------------------------------ */
 
 /* BLAKE2b-256 of the generator's identity (with `what` appended), then `parts`. */
-static void hash_key(const char *what, const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
-                     const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+static void hash_key(const fg_cache_identity *id, const char *what, const void *const *parts, const size_t *sizes,
+                     int n_parts, const char *arch, const char *options, char key[FG_CACHE_KEY_HEX + 1])
 {
     unsigned char h[32];
     crypto_generichash_state st;
     char ident[512];
     int n = snprintf(ident, sizeof ident, "fusegen %s|templates %s|nvrtc %d.%d|arch %s|options %s|format %u%s",
-                     FUSEGEN_VERSION, fg_templates_digest(), nvrtc_major, nvrtc_minor, arch, options, ENTRY_FORMAT,
-                     what);
+                     id->version, id->templates_digest, id->nvrtc_major, id->nvrtc_minor, arch, options,
+                     ENTRY_FORMAT, what);
     crypto_generichash_init(&st, NULL, 0, sizeof h);
     crypto_generichash_update(&st, (const unsigned char *)ident, (size_t)n + 1);
     for (int i = 0; i < n_parts; i++)
@@ -106,25 +104,21 @@ static void hash_key(const char *what, const void *const *parts, const size_t *s
     sodium_bin2hex(key, FG_CACHE_KEY_HEX + 1, h, sizeof h);
 }
 
-void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
-                  int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+void fg_cache_key(const fg_cache_identity *id, const char *source, size_t len, const char *arch, const char *options,
+                  char key[FG_CACHE_KEY_HEX + 1])
 {
     const void *parts[] = {source};
-    hash_key("", parts, &len, 1, arch, options, nvrtc_major, nvrtc_minor, key);
+    hash_key(id, "", parts, &len, 1, arch, options, key);
 }
 
-/* cmake/digest.cmake: SHA-256 of the C sources in gen/, which turn (IR, plan) into the
- * templates' input */
-extern const char fg_generator_digest[];
-
-void fg_cache_plan_key(const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
-                       const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1])
+void fg_cache_plan_key(const fg_cache_identity *id, const void *const *parts, const size_t *sizes, int n_parts,
+                       const char *arch, const char *options, char key[FG_CACHE_KEY_HEX + 1])
 {
     char what[256];
-    int len = snprintf(what, sizeof what, "|plan|generator %s|parts", fg_generator_digest);
+    int len = snprintf(what, sizeof what, "|plan|generator %s|parts", id->generator_digest);
     for (int i = 0; i < n_parts && len > 0 && (size_t)len < sizeof what; i++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %zu", sizes[i]);
-    hash_key(what, parts, sizes, n_parts, arch, options, nvrtc_major, nvrtc_minor, key);
+    hash_key(id, what, parts, sizes, n_parts, arch, options, key);
 }
 
 void fg_cache_entry_path(const char *dir, const char *key, char *buf, size_t cap)
@@ -142,42 +136,74 @@ static bool is_key(const char *s)
     return true;
 }
 
+/* ---- trust --------------------------------------------------------------------------------- */
+
+/* What fusegen reads from a cache becomes code on the GPU, so a cache is trusted only as far
+ * as who can write it (ccache's and Triton's rule): directories and files owned by the user
+ * or root, writable by nobody else; no symbolic links inside a cache (the top directory may
+ * be reached through one). A checksum cannot help here: whoever can write the directory can
+ * write a valid checksum. docs/hardening.md has the threat model. */
+static bool trusted_owner(uid_t uid)
+{
+    return uid == geteuid() || uid == 0;
+}
+
+/* Why a cache directory or file with status `st` is not trusted, or NULL. */
+static const char *distrust(const struct stat *st, char *buf, size_t cap)
+{
+    if (!trusted_owner(st->st_uid))
+        snprintf(buf, cap, "owned by uid %u (not you, uid %u, nor root)", (unsigned)st->st_uid, (unsigned)geteuid());
+    else if (st->st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(buf, cap, "writable by %s (mode %04o)", st->st_mode & S_IWOTH ? "every user" : "its group",
+                 (unsigned)(st->st_mode & 07777));
+    else
+        return NULL;
+    return buf;
+}
+
+/* 0 when `path` is a trusted cache directory, 1 when it does not exist, -1 (err says why)
+ * when it is refused. `top`: the cache's own directory, which may be a symbolic link to one;
+ * below it nothing may be. */
+static int check_dir(const char *path, bool top, fg_error *err)
+{
+    struct stat st;
+    if ((top ? stat(path, &st) : lstat(path, &st)) != 0) /* ENOTDIR: a parent is a file, so nothing is there */
+        return errno == ENOENT || errno == ENOTDIR ? 1 : fg_fail(err, "%s: %s", path, strerror(errno));
+    char why[160];
+    if (S_ISLNK(st.st_mode))
+        return fg_fail(err, "%s is a symbolic link; fusegen never reads or writes through one inside a cache", path);
+    if (!S_ISDIR(st.st_mode))
+        return fg_fail(err, "%s: %s", path, strerror(ENOTDIR));
+    if (distrust(&st, why, sizeof why))
+        return fg_fail(err, "%s is %s; fusegen trusts only cache directories that no one but you (or root) can "
+                            "write",
+                       path, why);
+    return 0;
+}
+
 int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_path, fg_error *err)
 {
     memset(cache, 0, sizeof *cache);
     if (!user_dir || !user_dir[0])
-        user_dir = getenv("FUSEGEN_CACHE_DIR");
+        return fg_fail(err, "no cache directory given");
     /* a path that does not fit is refused: truncated, it would name another directory */
-    int n;
-    if (user_dir && user_dir[0]) {
-        n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s", user_dir);
-    } else {
-        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (xdg && xdg[0])
-            n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s/fusegen", xdg);
-        else if (home && home[0])
-            n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s/.cache/fusegen", home);
-        else
-            return fg_fail(err, "no cache directory: set FUSEGEN_CACHE_DIR, XDG_CACHE_HOME or HOME");
-    }
+    int n = snprintf(cache->user_dir, sizeof cache->user_dir, "%s", user_dir);
     if (n < 0 || (size_t)n >= sizeof cache->user_dir) {
         cache->user_dir[0] = '\0';
         return fg_fail(err, "the cache directory's path is too long (%d bytes; at most %zu)", n,
                        sizeof cache->user_dir - 1);
     }
-    if (!shipped_path)
-        shipped_path = getenv("FUSEGEN_CACHE_PATH");
     if (shipped_path) {
         const char *p = shipped_path;
         while (*p) {
             const char *colon = strchr(p, ':');
             size_t len = colon ? (size_t)(colon - p) : strlen(p);
             if (len >= sizeof cache->shipped[0])
-                return fg_fail(err, "a path in FUSEGEN_CACHE_PATH is too long (%zu bytes; at most %zu)", len,
+                return fg_fail(err, "a shipped cache's path is too long (%zu bytes; at most %zu)", len,
                                sizeof cache->shipped[0] - 1);
             if (len > 0) {
                 if (cache->n_shipped == FG_CACHE_MAX_SHIPPED)
-                    return fg_fail(err, "FUSEGEN_CACHE_PATH lists more than %d caches", FG_CACHE_MAX_SHIPPED);
+                    return fg_fail(err, "more than %d shipped caches (FUSEGEN_CACHE_PATH)", FG_CACHE_MAX_SHIPPED);
                 memcpy(cache->shipped[cache->n_shipped], p, len);
                 cache->shipped[cache->n_shipped][len] = '\0';
                 cache->n_shipped++;
@@ -185,7 +211,32 @@ int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_pat
             p += len + (colon != NULL);
         }
     }
+    cache->create_mode = 0700;
     return 0;
+}
+
+int fg_cache_check_trust(fg_cache *cache)
+{
+    fg_error e;
+    int kept = 0;
+    for (int i = 0; i < cache->n_shipped; i++) {
+        if (check_dir(cache->shipped[i], true, &e) < 0) {
+            fg_cache_warn(cache, "ignoring the shipped cache %s", e.msg);
+            continue;
+        }
+        if (kept != i)
+            memcpy(cache->shipped[kept], cache->shipped[i], sizeof cache->shipped[i]);
+        kept++;
+    }
+    int dropped = cache->n_shipped - kept;
+    cache->n_shipped = kept;
+    cache->user_refused[0] = '\0';
+    if (check_dir(cache->user_dir, true, &e) < 0) {
+        snprintf(cache->user_refused, sizeof cache->user_refused, "%s", e.msg);
+        fg_cache_warn(cache, "not using the cache %s", e.msg);
+        dropped++;
+    }
+    return dropped;
 }
 
 void fg_cache_warn(fg_cache *cache, const char *fmt, ...)
@@ -203,9 +254,13 @@ void fg_cache_warn(fg_cache *cache, const char *fmt, ...)
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
-int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *expect_key, const char *expect_arch,
-                         fg_cache_entry *out, fg_error *err)
+int fg_cache_parse_entry(const unsigned char *data, size_t size, const fg_entry_expect *expect, fg_cache_entry *out,
+                         fg_error *err)
 {
+    static const fg_entry_expect anything;
+    if (!expect)
+        expect = &anything;
+    const char *expect_key = expect->key, *expect_arch = expect->arch;
     memset(out, 0, sizeof *out);
     if (size < HEADER_BYTES + CHECKSUM_BYTES)
         return fg_fail(err, "truncated entry (%zu bytes, the header alone is %d)", size, HEADER_BYTES + CHECKSUM_BYTES);
@@ -229,8 +284,8 @@ int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *exp
         return fg_fail(err, "entry holds key %.16s..., not the %.16s... its name promises", h.key, expect_key);
     if (expect_arch && strcmp(h.arch, expect_arch) != 0)
         return fg_fail(err, "entry is for %s, not %s", h.arch, expect_arch);
-    if (strcmp(h.generator, FUSEGEN_VERSION) != 0)
-        return fg_fail(err, "entry was written by fusegen %s, this is %s", h.generator, FUSEGEN_VERSION);
+    if (expect->version && strcmp(h.generator, expect->version) != 0)
+        return fg_fail(err, "entry was written by fusegen %s, this is %s", h.generator, expect->version);
     const unsigned char *meta = data + HEADER_BYTES + h.cubin_size;
     if (h.meta_size == 0 || memchr(meta, '\0', h.meta_size) != meta + h.meta_size - 1)
         return fg_fail(err, "malformed description");
@@ -250,18 +305,33 @@ int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *exp
     return 0;
 }
 
-int fg_cache_read_entry(const char *path, const char *expect_key, const char *expect_arch, fg_cache_entry *out,
-                        fg_error *err)
+/* Opens a cache file for reading: never through a symbolic link, never blocking (a FIFO
+ * planted as an entry would hang open() and read()), and only a regular file that no one
+ * but the user or root can write. */
+static int open_cache_file(const char *path, struct stat *st, fg_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return fg_fail(err, "%s: %s", path, errno == ELOOP ? "a symbolic link (refused)" : strerror(errno));
+    char why[160];
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        close(fd);
+        return fg_fail(err, "%s: not a regular file (refused)", path);
+    }
+    if (distrust(st, why, sizeof why)) {
+        close(fd);
+        return fg_fail(err, "%s: %s (refused)", path, why);
+    }
+    return fd;
+}
+
+int fg_cache_read_entry(const char *path, const fg_entry_expect *expect, fg_cache_entry *out, fg_error *err)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fg_fail(err, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return fg_fail(err, "%s: not a regular file", path);
-    }
+    int fd = open_cache_file(path, &st, err);
+    if (fd < 0)
+        return -1;
     if ((uint64_t)st.st_size > MAX_ENTRY_BYTES) {
         close(fd);
         return fg_fail(err, "%s: implausibly large entry (%lld bytes)", path, (long long)st.st_size);
@@ -283,7 +353,7 @@ int fg_cache_read_entry(const char *path, const char *expect_key, const char *ex
     int rc;
     if (got != size)
         rc = fg_fail(err, "%s: short read", path);
-    else if ((rc = fg_cache_parse_entry(data, size, expect_key, expect_arch, out, err)) != 0)
+    else if ((rc = fg_cache_parse_entry(data, size, expect, out, err)) != 0)
         fg_fail_context(err, "%s", path);
     free(data);
     if (rc == 0)
@@ -301,34 +371,55 @@ void fg_cache_entry_free(fg_cache_entry *e)
     e->meta_json = NULL;
 }
 
+/* The path of `name` (an entry or alias file named after `key`) in cache `dir` when it
+ * exists in a trusted subdirectory; false when it is absent or refused (reported). */
+static bool find_file(fg_cache *cache, const char *dir, const char *key, const char *suffix, char *path, size_t cap)
+{
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%s/%.2s", dir, key);
+    fg_error e;
+    int rc = check_dir(sub, false, &e);
+    if (rc < 0)
+        fg_cache_warn(cache, "ignoring %s", e.msg);
+    if (rc != 0)
+        return false;
+    snprintf(path, cap, "%s/%s%s", sub, key, suffix);
+    return access(path, F_OK) == 0;
+}
+
+/* The caches to read, in order: the shipped ones, then the user cache unless it is refused. */
+static int n_readable(const fg_cache *cache)
+{
+    return cache->n_shipped + (cache->user_refused[0] == '\0');
+}
+
 int fg_cache_lookup(fg_cache *cache, const char *key, const char *arch, fg_cache_entry *out, fg_error *err)
 {
     (void)err;
-    char path[1100];
-    for (int i = 0; i < cache->n_shipped; i++) {
-        fg_cache_entry_path(cache->shipped[i], key, path, sizeof path);
-        if (access(path, F_OK) != 0)
+    if (!is_key(key))
+        return 0;
+    const fg_entry_expect expect = {key, arch, cache->identity.version};
+    char path[1200];
+    for (int i = 0; i < n_readable(cache); i++) {
+        bool user = i == cache->n_shipped;
+        if (!find_file(cache, user ? cache->user_dir : cache->shipped[i], key, ".fgc", path, sizeof path))
             continue;
         fg_error e;
-        if (fg_cache_read_entry(path, key, arch, out, &e) == 0) {
-            out->shipped = true;
+        if (fg_cache_read_entry(path, &expect, out, &e) == 0) {
+            out->shipped = !user;
             return 1;
         }
-        fg_cache_warn(cache, "ignoring a bad entry in the shipped cache: %s", e.msg);
+        fg_cache_warn(cache, user ? "ignoring a bad cache entry (it will be rebuilt): %s"
+                                  : "ignoring a bad entry in the shipped cache: %s",
+                      e.msg);
     }
-    fg_cache_entry_path(cache->user_dir, key, path, sizeof path);
-    if (access(path, F_OK) != 0)
-        return 0;
-    fg_error e;
-    if (fg_cache_read_entry(path, key, arch, out, &e) == 0)
-        return 1;
-    fg_cache_warn(cache, "ignoring a bad cache entry (it will be rebuilt): %s", e.msg);
     return 0;
 }
 
 /* ---- writing ------------------------------------------------------------------------------- */
 
-static int mkdir_p(const char *dir, fg_error *err)
+/* Creates `dir` and its missing parents with `mode`. */
+static int mkdir_p(const char *dir, mode_t mode, fg_error *err)
 {
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s", dir);
@@ -336,15 +427,12 @@ static int mkdir_p(const char *dir, fg_error *err)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
             return fg_fail(err, "cannot create %s: %s", tmp, strerror(errno));
         *p = '/';
     }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    if (mkdir(tmp, mode) != 0 && errno != EEXIST)
         return fg_fail(err, "cannot create %s: %s", tmp, strerror(errno));
-    struct stat st;
-    if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode))
-        return fg_fail(err, "%s is not a directory", tmp);
     return 0;
 }
 
@@ -406,8 +494,16 @@ static int prepare_store(const fg_cache *cache, const char **dir, const char *ke
     if (strlen(*dir) >= sizeof cache->user_dir) /* the paths below would be truncated */
         return fg_fail(err, "the cache directory's path is too long (%zu bytes; at most %zu)", strlen(*dir),
                        sizeof cache->user_dir - 1);
+    if (*dir == cache->user_dir && cache->user_refused[0])
+        return fg_fail(err, "%s", cache->user_refused);
+    /* created private unless the caller builds a cache to ship (create_mode); a directory
+     * someone else made or can write is refused, never written into */
+    if (mkdir_p(*dir, cache->create_mode ? cache->create_mode : 0700, err) || check_dir(*dir, true, err) < 0)
+        return -1;
     snprintf(sub, sub_cap, "%s/%.2s", *dir, key);
-    return mkdir_p(sub, err);
+    if (mkdir(sub, 0755) != 0 && errno != EEXIST)
+        return fg_fail(err, "cannot create %s: %s", sub, strerror(errno));
+    return check_dir(sub, false, err) < 0 ? -1 : 0;
 }
 
 int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char *arch, const void *cubin,
@@ -415,6 +511,8 @@ int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char
 {
     if (strlen(arch) >= 16)
         return fg_fail(err, "bad arch");
+    if (!cache->identity.version[0] || cache->identity.nvrtc_major <= 0)
+        return fg_fail(err, "internal error: the cache was given no identity (fg_build_identity)");
     char sub[1100];
     if (prepare_store(cache, &dir, key, sub, sizeof sub, err))
         return -1;
@@ -425,13 +523,9 @@ int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char
     h.format = ENTRY_FORMAT;
     memcpy(h.key, key, FG_CACHE_KEY_HEX);
     snprintf(h.arch, sizeof h.arch, "%s", arch);
-    snprintf(h.generator, sizeof h.generator, "%s", FUSEGEN_VERSION);
-    int major = 0, minor = 0;
-    fg_error ignored;
-    if (fg_nvrtc_version(&major, &minor, &ignored) != 0)
-        major = minor = 0;
-    h.nvrtc_major = (uint32_t)major;
-    h.nvrtc_minor = (uint32_t)minor;
+    snprintf(h.generator, sizeof h.generator, "%s", cache->identity.version);
+    h.nvrtc_major = (uint32_t)cache->identity.nvrtc_major;
+    h.nvrtc_minor = (uint32_t)cache->identity.nvrtc_minor;
     size_t meta_size = strlen(meta_json) + 1;
     h.cubin_size = cubin_size;
     h.meta_size = meta_size;
@@ -465,12 +559,21 @@ void fg_cache_alias_path(const char *dir, const char *plan_key, char *buf, size_
 
 int fg_cache_read_alias(const char *path, char key[FG_CACHE_KEY_HEX + 1], fg_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return fg_fail(err, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int fd = open_cache_file(path, &st, err);
+    if (fd < 0)
+        return -1;
     char buf[ALIAS_BYTES + 1];
-    size_t got = fread(buf, 1, sizeof buf, f);
-    fclose(f);
+    size_t got = 0;
+    while (got < sizeof buf) {
+        ssize_t r = read(fd, buf + got, sizeof buf - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
     if (got != ALIAS_BYTES || memcmp(buf, ALIAS_MAGIC, sizeof ALIAS_MAGIC - 1) != 0 || buf[ALIAS_BYTES - 1] != '\n')
         return fg_fail(err, "%s: not a fusegen plan alias (%zu bytes; expected \"FGPLAN 1\" and a key)", path, got);
     memcpy(key, buf + sizeof ALIAS_MAGIC - 1, FG_CACHE_KEY_HEX);
@@ -482,11 +585,12 @@ int fg_cache_read_alias(const char *path, char key[FG_CACHE_KEY_HEX + 1], fg_err
 
 int fg_cache_lookup_alias(fg_cache *cache, const char *plan_key, char key[FG_CACHE_KEY_HEX + 1])
 {
-    char path[1100];
-    for (int i = 0; i <= cache->n_shipped; i++) {
+    char path[1200];
+    if (!is_key(plan_key))
+        return 0;
+    for (int i = 0; i < n_readable(cache); i++) {
         bool user = i == cache->n_shipped;
-        fg_cache_alias_path(user ? cache->user_dir : cache->shipped[i], plan_key, path, sizeof path);
-        if (access(path, F_OK) != 0)
+        if (!find_file(cache, user ? cache->user_dir : cache->shipped[i], plan_key, ".fgp", path, sizeof path))
             continue;
         fg_error e;
         if (fg_cache_read_alias(path, key, &e) == 0)
@@ -514,16 +618,56 @@ int fg_cache_store_alias(fg_cache *cache, const char *dir, const char *plan_key,
 
 /* ---- walking ------------------------------------------------------------------------------- */
 
-/* Visits every <dir>/<xx>/<key><suffix> file. */
-static int walk_files(const char *dir, const char *suffix, int (*visit)(void *ctx, const char *path, const char *key),
-                      void *ctx, fg_error *err)
+/* A file name "<64 hex digits><suffix>"; its key goes to `key`. */
+static bool named_by_key(const char *name, const char *suffix, char key[FG_CACHE_KEY_HEX + 1])
 {
-    DIR *top = opendir(dir);
-    if (!top) {
-        if (errno == ENOENT)
-            return 0;
-        return fg_fail(err, "cannot read the cache %s: %s", dir, strerror(errno));
+    size_t len = strlen(name);
+    if (len != FG_CACHE_KEY_HEX + strlen(suffix) || strcmp(name + FG_CACHE_KEY_HEX, suffix) != 0)
+        return false;
+    memcpy(key, name, FG_CACHE_KEY_HEX);
+    key[FG_CACHE_KEY_HEX] = '\0';
+    return is_key(key);
+}
+
+/* Visits the files of one <dir>/<xx> subdirectory (already checked). */
+static int walk_subdir(const char *sub, int (*visit)(void *ctx, const fg_cache_file *f), void *ctx)
+{
+    DIR *inner = opendir(sub);
+    if (!inner)
+        return 0;
+    struct dirent *e;
+    int stop = 0;
+    while (!stop && (e = readdir(inner)) != NULL) {
+        char key[FG_CACHE_KEY_HEX + 1], path[1200];
+        fg_cache_file f = {.key = key, .path = path};
+        if (named_by_key(e->d_name, ".fgc", key))
+            f.kind = FG_CACHE_ENTRY;
+        else if (named_by_key(e->d_name, ".fgp", key))
+            f.kind = FG_CACHE_ALIAS;
+        else if (e->d_name[0] == '.' && strstr(e->d_name, ".tmp.")) /* a store that never finished */
+            f.kind = FG_CACHE_TEMPORARY, f.key = NULL;
+        else
+            continue;
+        snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0)
+            continue;
+        f.bytes = (long long)st.st_size;
+        f.mtime = st.st_mtime;
+        stop = visit(ctx, &f);
     }
+    closedir(inner);
+    return stop;
+}
+
+int fg_cache_walk_all(const char *dir, int (*visit)(void *ctx, const fg_cache_file *f), void *ctx, fg_error *err)
+{
+    int rc = check_dir(dir, true, err);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0; /* refused, or absent: nothing in it */
+    DIR *top = opendir(dir);
+    if (!top)
+        return fg_fail(err, "cannot read the cache %s: %s", dir, strerror(errno));
     struct dirent *d;
     int stop = 0;
     while (!stop && (d = readdir(top)) != NULL) {
@@ -531,37 +675,42 @@ static int walk_files(const char *dir, const char *suffix, int (*visit)(void *ct
             continue;
         char sub[1100];
         snprintf(sub, sizeof sub, "%s/%s", dir, d->d_name);
-        DIR *inner = opendir(sub);
-        if (!inner)
+        fg_error why;
+        if (check_dir(sub, false, &why) != 0) {
+            /* a symbolic link or someone else's: never read, written or emptied through */
+            fg_cache_file f = {.kind = FG_CACHE_REFUSED, .path = sub, .problem = why.msg};
+            stop = visit(ctx, &f);
             continue;
-        struct dirent *e;
-        while (!stop && (e = readdir(inner)) != NULL) {
-            size_t len = strlen(e->d_name);
-            if (len != FG_CACHE_KEY_HEX + strlen(suffix) || strcmp(e->d_name + FG_CACHE_KEY_HEX, suffix) != 0)
-                continue;
-            char key[FG_CACHE_KEY_HEX + 1];
-            memcpy(key, e->d_name, FG_CACHE_KEY_HEX);
-            key[FG_CACHE_KEY_HEX] = '\0';
-            if (!is_key(key))
-                continue;
-            char path[1200];
-            snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
-            stop = visit(ctx, path, key);
         }
-        closedir(inner);
+        stop = walk_subdir(sub, visit, ctx);
     }
     closedir(top);
     return 0;
 }
 
+/* fg_cache_walk / fg_cache_walk_aliases: one kind of file through the general walk */
+typedef struct kind_walk {
+    fg_cache_file_kind kind;
+    int (*visit)(void *ctx, const char *path, const char *key);
+    void *ctx;
+} kind_walk;
+
+static int visit_kind(void *ctx, const fg_cache_file *f)
+{
+    kind_walk *w = ctx;
+    return f->kind == w->kind ? w->visit(w->ctx, f->path, f->key) : 0;
+}
+
 int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
                   fg_error *err)
 {
-    return walk_files(dir, ".fgc", visit, ctx, err);
+    kind_walk w = {FG_CACHE_ENTRY, visit, ctx};
+    return fg_cache_walk_all(dir, visit_kind, &w, err);
 }
 
 int fg_cache_walk_aliases(const char *dir, int (*visit)(void *ctx, const char *path, const char *plan_key), void *ctx,
                           fg_error *err)
 {
-    return walk_files(dir, ".fgp", visit, ctx, err);
+    kind_walk w = {FG_CACHE_ALIAS, visit, ctx};
+    return fg_cache_walk_all(dir, visit_kind, &w, err);
 }

@@ -7,8 +7,8 @@
  * never sees a torn file and concurrent writers of the same key both succeed. Every load
  * verifies the whole entry; a bad one is reported, ignored, and replaced when rebuilt.
  *
- * Lookup order: the shipped read-only caches ($FUSEGEN_CACHE_PATH, colon-separated), then
- * the user cache ($FUSEGEN_CACHE_DIR, else $XDG_CACHE_HOME/fusegen, else ~/.cache/fusegen).
+ * Lookup order: the shipped read-only caches, then the user cache (the directories come
+ * from the caller: the context's options or the environment, runtime/environment.h).
  * Shipped caches are never written. */
 #ifndef FG_CACHE_H
 #define FG_CACHE_H
@@ -22,8 +22,21 @@
 #define FG_CACHE_KEY_HEX 64 /* BLAKE2b-256 */
 #define FG_CACHE_MAX_SHIPPED 16
 
+/* Who made and who compiles the entries: every key hashes it and every entry records the
+ * version and NVRTC's. The cache computes none of it; its caller does (kernel_build.h,
+ * fg_build_identity) and hands it over, so the cache is a function of what it is given. */
+typedef struct fg_cache_identity {
+    char version[16];           /* the generator's version: entries of another are refused */
+    char templates_digest[72];  /* the embedded templates */
+    char generator_digest[72];  /* gen/'s C sources, which turn (IR, plan) into the templates' input */
+    int nvrtc_major, nvrtc_minor; /* 0.0: not known yet (nothing can be keyed or stored) */
+} fg_cache_identity;
+
 typedef struct fg_cache {
     char user_dir[1024];
+    char user_refused[1100]; /* why the user cache is not used (fg_cache_check_trust), or "" */
+    unsigned create_mode;    /* of a cache directory fusegen creates: 0700 (fg_cache_init); 0755 for one to ship */
+    fg_cache_identity identity;
     int n_shipped;
     char shipped[FG_CACHE_MAX_SHIPPED][1024];
     /* called for every problem worth telling the user (bad entries, unwritable dirs) */
@@ -31,21 +44,27 @@ typedef struct fg_cache {
     void *warn_ctx;
 } fg_cache;
 
-/* user_dir / shipped_path may be NULL for the environment's defaults. */
+/* user_dir: the user cache (the callers resolve the environment's default:
+ * runtime/environment.h); shipped_path: colon-separated shipped caches, NULL or "" for none. */
 int fg_cache_init(fg_cache *cache, const char *user_dir, const char *shipped_path, fg_error *err);
 
-/* The key of a compile: hash of the generator version, templates digest, NVRTC version,
- * arch, options and the source. */
-void fg_cache_key(const char *source, size_t len, const char *arch, const char *options, int nvrtc_major,
-                  int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
+/* The key of a compile: hash of the identity's version, templates digest and NVRTC version,
+ * the arch, options and the source. */
+void fg_cache_key(const fg_cache_identity *id, const char *source, size_t len, const char *arch, const char *options,
+                  char key[FG_CACHE_KEY_HEX + 1]);
 
-/* The key of a plan alias: the same identity plus a digest of the generator's C sources
- * (cmake/digest.cmake, gen/ sources: what feeds the IR and plan to the templates) and the
- * parts' sizes, over the parts: the bytes of a layer IR and its plan (kernel_build.c,
- * fg_plan_key; both zero-initialized structs without pointers, so their bytes are their
- * value). */
-void fg_cache_plan_key(const void *const *parts, const size_t *sizes, int n_parts, const char *arch,
-                       const char *options, int nvrtc_major, int nvrtc_minor, char key[FG_CACHE_KEY_HEX + 1]);
+/* The key of a plan alias: the same identity plus the generator digest and the parts'
+ * sizes, over the parts: the bytes of a layer IR and its plan (kernel_build.c, fg_plan_key;
+ * both zero-initialized structs without pointers, so their bytes are their value). */
+void fg_cache_plan_key(const fg_cache_identity *id, const void *const *parts, const size_t *sizes, int n_parts,
+                       const char *arch, const char *options, char key[FG_CACHE_KEY_HEX + 1]);
+
+/* Checks who can write the caches (docs/hardening.md): a shipped cache or the user cache
+ * owned by another user (not root), or writable by its group or everyone, is not used, with
+ * a warning through cache->warn saying why (the user cache's reason stays in user_refused,
+ * and stores into it fail with it). Caches that do not exist yet are fine. Returns the
+ * number of caches refused. Call once after fg_cache_init and setting warn. */
+int fg_cache_check_trust(fg_cache *cache);
 
 /* Tells the user about a cache problem through cache->warn (else on stderr). */
 void fg_cache_warn(fg_cache *cache, const char *fmt, ...) FG_PRINTF(2, 3);
@@ -71,16 +90,42 @@ void fg_cache_entry_free(fg_cache_entry *e);
 int fg_cache_store(fg_cache *cache, const char *dir, const char *key, const char *arch, const void *cubin,
                    size_t cubin_size, const char *meta_json, fg_error *err);
 
-/* Reads and verifies one entry file (used by lookup, `cache verify` and the fuzzers).
- * expect_key / expect_arch may be NULL. */
-int fg_cache_read_entry(const char *path, const char *expect_key, const char *expect_arch, fg_cache_entry *out,
-                        fg_error *err);
-/* The same on bytes already in memory. */
-int fg_cache_parse_entry(const unsigned char *data, size_t size, const char *expect_key, const char *expect_arch,
-                         fg_cache_entry *out, fg_error *err);
+/* What an entry must be for its reader; a NULL field is not checked. */
+typedef struct fg_entry_expect {
+    const char *key, *arch;
+    const char *version; /* the generator version that wrote it */
+} fg_entry_expect;
 
-/* Visits every entry file under dir (ls, verify, clear). The callback returns non-zero to
- * stop. */
+/* Reads and verifies one entry file (used by lookup, `cache verify` and the fuzzers). */
+int fg_cache_read_entry(const char *path, const fg_entry_expect *expect, fg_cache_entry *out, fg_error *err);
+/* The same on bytes already in memory. */
+int fg_cache_parse_entry(const unsigned char *data, size_t size, const fg_entry_expect *expect, fg_cache_entry *out,
+                         fg_error *err);
+
+/* What a walk of a cache finds. */
+typedef enum fg_cache_file_kind {
+    FG_CACHE_ENTRY,     /* <xx>/<key>.fgc */
+    FG_CACHE_ALIAS,     /* <xx>/<plan key>.fgp */
+    FG_CACHE_TEMPORARY, /* <xx>/.<key>.tmp.XXXXXX: a store that never finished (killed) */
+    FG_CACHE_REFUSED,   /* a subdirectory that is a symbolic link or someone else's: not entered */
+} fg_cache_file_kind;
+
+typedef struct fg_cache_file {
+    fg_cache_file_kind kind;
+    const char *path;
+    const char *key;     /* entries and aliases: from the name */
+    const char *problem; /* FG_CACHE_REFUSED: why */
+    long long bytes;
+    long long mtime;     /* seconds since the epoch */
+} fg_cache_file;
+
+/* Visits every file of the cache `dir` (ls, verify, clear, prune), never following a symbolic
+ * link or entering a directory someone else can write. The callback returns non-zero to
+ * stop. A cache that does not exist has nothing; one that is refused (check_trust's rules) is
+ * an error. */
+int fg_cache_walk_all(const char *dir, int (*visit)(void *ctx, const fg_cache_file *f), void *ctx, fg_error *err);
+
+/* Visits every entry file under dir. The callback returns non-zero to stop. */
 int fg_cache_walk(const char *dir, int (*visit)(void *ctx, const char *path, const char *key), void *ctx,
                   fg_error *err);
 

@@ -8,13 +8,12 @@
 
 static fg_cuda cuda;
 static char load_error[1024];
-static int loaded;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int loaded, tried;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void load(void)
+static void load(const char *preferred)
 {
-    const char *env = getenv("FUSEGEN_LIBCUDA");
-    const char *names[] = {env, "libcuda.so.1", "libcuda.so"};
+    const char *names[] = {preferred, "libcuda.so.1", "libcuda.so"};
     void *h = NULL;
     for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
         if (names[i] && names[i][0])
@@ -84,9 +83,13 @@ static void load(void)
     loaded = 1;
 }
 
-const fg_cuda *fg_cuda_get(fg_error *err)
+const fg_cuda *fg_cuda_get(const char *preferred, fg_error *err)
 {
-    pthread_once(&once, load);
+    pthread_mutex_lock(&load_lock);
+    if (!tried)
+        load(preferred);
+    tried = 1;
+    pthread_mutex_unlock(&load_lock);
     if (!loaded) {
         fg_fail(err, "%s", load_error);
         return NULL;

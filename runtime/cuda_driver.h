@@ -51,8 +51,10 @@ typedef struct fg_cuda {
     CUresult (*GetErrorString)(CUresult, const char **);
 } fg_cuda;
 
-/* The loaded driver (cuInit done), or NULL with err saying why. Thread-safe. */
-const fg_cuda *fg_cuda_get(fg_error *err);
+/* The loaded driver (cuInit done), or NULL with err saying why. Thread-safe. The first call
+ * loads it, trying `preferred` (FUSEGEN_LIBCUDA, read by the caller; NULL or "": none)
+ * before libcuda.so.1 and libcuda.so; later calls return what the first one found. */
+const fg_cuda *fg_cuda_get(const char *preferred, fg_error *err);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY: out of memory" for a failed call; returns -1. */
 int fg_cuda_fail(fg_error *err, CUresult r, const char *what);

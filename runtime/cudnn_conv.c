@@ -46,11 +46,20 @@ static cudnn_api api;
 static int api_loaded;
 static char api_error[512];
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+static char preferred_library[4096]; /* fg_cudnn_use_library */
+
+void fg_cudnn_use_library(const char *path)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (!preferred_library[0] && path && strlen(path) < sizeof preferred_library)
+        snprintf(preferred_library, sizeof preferred_library, "%s", path);
+    pthread_mutex_unlock(&lock);
+}
 
 static void load_api(void)
 {
-    const char *env = getenv("FUSEGEN_LIBCUDNN");
-    const char *names[] = {env, "libcudnn.so.9", "libcudnn.so"};
+    const char *names[] = {preferred_library, "libcudnn.so.9", "libcudnn.so"};
     void *h = NULL;
     for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
         if (names[i] && names[i][0])
@@ -135,7 +144,7 @@ static void strides_of(const int *dims, int nd, int *strides)
 int fg_cudnn_conv_create(const fg_op *conv, bool tf32, fg_cudnn_conv **out, fg_error *err)
 {
     *out = NULL;
-    const fg_cuda *cu = fg_cuda_get(err);
+    const fg_cuda *cu = fg_cuda_get(NULL, err); /* loaded by the context already */
     if (!cu)
         return -1;
     pthread_once(&api_once, load_api);

@@ -13,6 +13,10 @@
 
 typedef struct fg_cudnn_conv fg_cudnn_conv;
 
+/* The library to try first (FUSEGEN_LIBCUDNN, read by the caller) before libcudnn.so.9 and
+ * libcudnn.so; only the first call before cuDNN is loaded counts. */
+void fg_cudnn_use_library(const char *path);
+
 /* `conv` is the layer's conv op (its in/out shapes give everything but the batch). With tf32
  * the tensor cores may run in TF32; without, cuDNN is restricted to fp32 FMA math. */
 int fg_cudnn_conv_create(const fg_op *conv, bool tf32, fg_cudnn_conv **out, fg_error *err);

@@ -9,10 +9,35 @@
 #include <string.h>
 #include <time.h>
 
-char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const fg_compiled *c)
+/* cmake/digest.cmake: SHA-256 of the C sources in gen/, which turn (IR, plan) into the
+ * templates' input */
+extern const char fg_generator_digest[];
+
+int fg_build_identity(fg_cache_identity *id, fg_error *err)
+{
+    memset(id, 0, sizeof *id);
+    if (fg_nvrtc_version(&id->nvrtc_major, &id->nvrtc_minor, err))
+        return -1;
+    snprintf(id->version, sizeof id->version, "%s", FUSEGEN_VERSION);
+    snprintf(id->templates_digest, sizeof id->templates_digest, "%s", fg_templates_digest());
+    snprintf(id->generator_digest, sizeof id->generator_digest, "%s", fg_generator_digest);
+    return 0;
+}
+
+/* Keys need the whole identity: a cache without NVRTC's version cannot name an entry. */
+static int check_identity(const fg_cache *cache, fg_error *err)
+{
+    if (!cache->identity.version[0] || cache->identity.nvrtc_major <= 0)
+        return fg_fail(err, "internal error: the cache was given no identity (fg_build_identity)");
+    return 0;
+}
+
+char *fg_build_describe(const fg_layer_ir *ir, const char *arch, const char *plan_key, const fg_compiled *c)
 {
     json_t *root = json_object();
     json_object_set_new(root, "layer", json_string(ir->name));
+    if (plan_key)
+        json_object_set_new(root, "plan_key", json_string(plan_key));
     json_object_set_new(root, "spec", json_string(ir->file));
     json_object_set_new(root, "arch", json_string(arch));
     json_object_set_new(root, "generator", json_string(FUSEGEN_VERSION));
@@ -65,23 +90,39 @@ int fg_describe_parse(const char *json, char *layer, size_t layer_cap, fg_kernel
     return n;
 }
 
+int fg_describe_plan_key(const char *json, char key[FG_CACHE_KEY_HEX + 1])
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    const char *k = root ? json_string_value(json_object_get(root, "plan_key")) : NULL;
+    int rc = k && strlen(k) == FG_CACHE_KEY_HEX ? 0 : -1;
+    if (rc == 0)
+        memcpy(key, k, FG_CACHE_KEY_HEX + 1);
+    json_decref(root);
+    return rc;
+}
+
 /* 1 with `out` holding the entry's cubin and resources when `key` is in the caches (and,
- * with `layer`, describes that layer), 0 when not, -1 on an error. */
-static int lookup_entry(fg_cache *cache, const char *key, const char *arch, const char *layer, fg_built *out,
-                        fg_error *err)
+ * when reached through a plan alias, the entry records exactly that `plan_key`), 0 when not,
+ * -1 on an error. */
+static int lookup_entry(fg_cache *cache, const char *key, const char *arch, const fg_layer_ir *ir,
+                        const char *plan_key, fg_built *out, fg_error *err)
 {
     fg_cache_entry entry;
     int found = fg_cache_lookup(cache, key, arch, &entry, err);
     if (found <= 0)
         return found;
-    char described[FG_NAME_MAX + 8];
-    out->n_kernels = fg_describe_parse(entry.meta_json, described, sizeof described, out->kernels, FG_MAX_KERNELS);
+    out->n_kernels = fg_describe_parse(entry.meta_json, NULL, 0, out->kernels, FG_MAX_KERNELS);
     if (out->n_kernels < 0)
         out->n_kernels = 0;
+    if (fg_describe_plan_key(entry.meta_json, out->plan_key) != 0)
+        out->plan_key[0] = '\0';
     free(entry.meta_json);
-    if (layer && strcmp(described, layer) != 0) { /* an alias can only be trusted so far */
-        fg_cache_warn(cache, "ignoring a plan alias of layer %s: its entry %.16s... holds layer %s", layer, key,
-                      described);
+    /* An alias only points; the entry proves what it was built for. One for another layer or
+     * another shape of this one (same name) would run kernels on the wrong sizes. */
+    if (plan_key && strcmp(out->plan_key, plan_key) != 0) {
+        fg_cache_warn(cache, "ignoring the plan alias %.16s... of layer %s: its entry %.16s... was built for %s", plan_key,
+                      ir->name, key, out->plan_key[0] ? "another layer or shape" : "no recorded layer and shape");
         free(entry.cubin);
         out->n_kernels = 0;
         return 0;
@@ -105,35 +146,38 @@ static int lookup_caches(const fg_cache *cache, const char *store_dir, fg_cache 
     return 0;
 }
 
-int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const char *source,
-                   const char *arch, fg_built *out, fg_error *err)
+int fg_build_cubin(const fg_builder *b, const fg_layer_ir *ir, const char *source, const char *arch,
+                   const char *plan_key, fg_built *out, fg_error *err)
 {
+    fg_cache *cache = b->cache;
+    const char *store_dir = b->store_dir;
     memset(out, 0, sizeof *out);
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, err))
+    if (check_identity(cache, err))
         return -1;
     char options[256];
     fg_nvrtc_options_string(arch, options, sizeof options);
-    fg_cache_key(source, strlen(source), arch, options, major, minor, out->key);
+    fg_cache_key(&cache->identity, source, strlen(source), arch, options, out->key);
 
     fg_cache lookup;
     if (lookup_caches(cache, store_dir, &lookup, err))
         return -1;
-    int found = lookup_entry(&lookup, out->key, arch, NULL, out, err);
+    int found = lookup_entry(&lookup, out->key, arch, ir, NULL, out, err);
     if (found != 0)
         return found < 0 ? -1 : 0;
 
     char name[FG_NAME_MAX + 8];
     snprintf(name, sizeof name, "%s.cu", ir->name);
     fg_compiled c;
-    if (fg_nvrtc_compile(source, name, arch, &c, err))
+    if (fg_nvrtc_compile(source, name, arch, b->failed_source_dir, &c, err))
         return -1;
     out->cubin = c.cubin;
     out->cubin_size = c.size;
     out->compile_seconds = c.seconds;
     out->n_kernels = c.n_kernels;
     memcpy(out->kernels, c.kernels, sizeof c.kernels);
-    char *meta = fg_build_describe(ir, arch, &c);
+    char *meta = fg_build_describe(ir, arch, plan_key, &c);
+    if (plan_key)
+        snprintf(out->plan_key, sizeof out->plan_key, "%s", plan_key);
     fg_error store_err;
     if (!meta) {
         snprintf(out->store_error, sizeof out->store_error, "out of memory describing the entry");
@@ -146,12 +190,9 @@ int fg_build_cubin(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
     return 0;
 }
 
-int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, char key[FG_CACHE_KEY_HEX + 1],
-                fg_error *err)
+void fg_plan_key(const fg_cache_identity *id, const fg_layer_ir *ir, const fg_plan *plan, const char *arch,
+                 char key[FG_CACHE_KEY_HEX + 1])
 {
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, err))
-        return -1;
     char options[256];
     fg_nvrtc_options_string(arch, options, sizeof options);
     /* the IR around the spec's path, which is only for messages (the source never names it),
@@ -159,28 +200,31 @@ int fg_plan_key(const fg_layer_ir *ir, const fg_plan *plan, const char *arch, ch
     const size_t before = offsetof(fg_layer_ir, file), after = before + sizeof ir->file;
     const void *parts[] = {ir, (const char *)ir + after, plan};
     const size_t sizes[] = {before, sizeof *ir - after, sizeof *plan};
-    fg_cache_plan_key(parts, sizes, 3, arch, options, major, minor, key);
-    return 0;
+    fg_cache_plan_key(id, parts, sizes, 3, arch, options, key);
 }
 
-int fg_build_record_alias(fg_cache *cache, const char *store_dir, const char *plan_key, const fg_built *b,
-                          fg_error *err)
+int fg_build_record_alias(const fg_builder *builder, const char *plan_key, const fg_built *b, fg_error *err)
 {
     if (!b->from_cache && !b->stored)
         return 0; /* no entry to point at */
-    return fg_cache_store_alias(cache, store_dir, plan_key, b->key, err);
+    if (strcmp(b->plan_key, plan_key) != 0)
+        return 0; /* the entry records another (IR, plan), or none: an alias to it would be refused */
+    return fg_cache_store_alias(builder->cache, builder->store_dir, plan_key, b->key, err);
 }
 
-int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir, const fg_plan *plan,
-                   const char *arch, fg_built *out, fg_error *err)
+int fg_build_layer(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *plan, const char *arch, fg_built *out,
+                   fg_error *err)
 {
+    fg_cache *cache = b->cache;
+    const char *store_dir = b->store_dir;
     memset(out, 0, sizeof *out);
     char plan_key[FG_CACHE_KEY_HEX + 1], key[FG_CACHE_KEY_HEX + 1];
     fg_cache lookup;
-    if (fg_plan_key(ir, plan, arch, plan_key, err) || lookup_caches(cache, store_dir, &lookup, err))
+    if (check_identity(cache, err) || lookup_caches(cache, store_dir, &lookup, err))
         return -1;
+    fg_plan_key(&cache->identity, ir, plan, arch, plan_key);
     if (fg_cache_lookup_alias(&lookup, plan_key, key)) {
-        int found = lookup_entry(&lookup, key, arch, ir->name, out, err);
+        int found = lookup_entry(&lookup, key, arch, ir, plan_key, out, err);
         if (found < 0)
             return -1;
         if (found) {
@@ -194,7 +238,7 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
     if (fg_render(ir, plan, &src, err) != 0)
         return -1;
     double render_seconds = fg_seconds_now() - t0;
-    int rc = fg_build_cubin(cache, store_dir, ir, src.source, arch, out, err);
+    int rc = fg_build_cubin(b, ir, src.source, arch, plan_key, out, err);
     fg_rendered_free(&src);
     if (rc != 0)
         return -1;
@@ -204,7 +248,7 @@ int fg_build_layer(fg_cache *cache, const char *store_dir, const fg_layer_ir *ir
      * that is only worth a warning for an entry just stored there: a cache that the entry
      * was found in may be read-only on purpose. */
     fg_error alias_err;
-    if (fg_build_record_alias(cache, store_dir, plan_key, out, &alias_err) != 0 && out->stored)
+    if (fg_build_record_alias(b, plan_key, out, &alias_err) != 0 && out->stored)
         fg_cache_warn(cache, "cannot record the plan alias (the next load renders again): %s", alias_err.msg);
     return 0;
 }

@@ -1,9 +1,191 @@
 #include "launcher.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { MAX_GRID_Z = 65535 };
+enum { MAX_GRID_Z = 65535, MAX_GRID_Y = 65535, MAX_BLOCK = 1024 };
+
+/* Whether every argument of pass `ps` names something the plan has. */
+static int check_args(const fg_layer_ir *ir, const fg_plan *plan, int i, const fg_pass *ps, fg_error *err)
+{
+    for (int a = 0; a < ps->n_args; a++) {
+        const fg_arg *arg = &ps->args[a];
+        int limit = -1;
+        const char *what = "";
+        switch (arg->kind) {
+        case FG_ARG_INPUT:
+        case FG_ARG_OUTPUT:
+        case FG_ARG_BATCH:
+        case FG_ARG_BATCH_BASE:
+            continue;
+        case FG_ARG_BUFFER:
+            limit = plan->n_buffers, what = "buffer";
+            break;
+        case FG_ARG_PARAM:
+            limit = ir->n_params, what = "parameter";
+            break;
+        case FG_ARG_ACCUM:
+        case FG_ARG_STATS:
+            limit = plan->n_accums, what = "statistic";
+            break;
+        }
+        if (limit < 0)
+            return fg_fail(err, "pass %d (%s): argument %d has an unknown kind (%d)", i, ps->kernel, a, (int)arg->kind);
+        if (arg->index < 0 || arg->index >= limit)
+            return fg_fail(err, "pass %d (%s): argument %d names %s %d of %d", i, ps->kernel, a, what, arg->index,
+                           limit);
+    }
+    return 0;
+}
+
+static int check_plan(const fg_layer_ir *ir, const fg_plan *plan, fg_error *err)
+{
+    if (plan->n_passes < 1 || plan->n_passes > FG_MAX_PASSES || plan->n_buffers < 0 ||
+        plan->n_buffers > FG_MAX_BUFFERS || plan->n_accums < 0 || plan->n_accums > FG_MAX_ACCUMS ||
+        ir->n_params < 0 || ir->n_params > FG_MAX_PARAMS)
+        return fg_fail(err, "layer %s: the plan's counts are out of range (%d passes, %d buffers, %d statistics)",
+                       ir->name, plan->n_passes, plan->n_buffers, plan->n_accums);
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *ps = &plan->passes[i];
+        const fg_launch *l = &ps->launch;
+        if (ps->n_args < 0 || ps->n_args > FG_MAX_ARGS)
+            return fg_fail(err, "layer %s: pass %d (%s) has %d kernel arguments; fusegen launches at most %d",
+                           ir->name, i, ps->kernel, ps->n_args, FG_MAX_ARGS);
+        if (ps->n_zero < 0 || ps->n_zero > (int)(sizeof ps->zero / sizeof *ps->zero))
+            return fg_fail(err, "layer %s: pass %d (%s) clears %d statistics", ir->name, i, ps->kernel, ps->n_zero);
+        for (int z = 0; z < ps->n_zero; z++)
+            if (ps->zero[z] < 0 || ps->zero[z] >= plan->n_accums)
+                return fg_fail(err, "layer %s: pass %d (%s) clears statistic %d of %d", ir->name, i, ps->kernel,
+                               ps->zero[z], plan->n_accums);
+        if (ps->kind == FG_PASS_CUDNN) {
+            if (!ps->store_output && (ps->store_buffer < 0 || ps->store_buffer >= plan->n_buffers))
+                return fg_fail(err, "layer %s: pass %d (cuDNN) stores into buffer %d of %d", ir->name, i,
+                               ps->store_buffer, plan->n_buffers);
+            continue;
+        }
+        if (l->block < 1 || l->block > MAX_BLOCK || l->grid_x < 1 || l->grid_x > INT32_MAX || l->grid_y < 1 ||
+            l->grid_y > MAX_GRID_Y || l->smem_bytes < 0)
+            return fg_fail(err, "layer %s: pass %d (%s) has a launch the GPU cannot run (block %d, grid %lld x %lld, "
+                                "%d B shared)",
+                           ir->name, i, ps->kernel, l->block, (long long)l->grid_x, (long long)l->grid_y,
+                           l->smem_bytes);
+        if (check_args(ir, plan, i, ps, err))
+            return fg_fail_context(err, "layer %s", ir->name);
+    }
+    const fg_op *conv = &ir->ops[0];
+    if (conv->weight_param < 0 || conv->weight_param >= ir->n_params ||
+        (conv->bias && (conv->bias_param < 0 || conv->bias_param >= ir->n_params)))
+        return fg_fail(err, "layer %s: the conv's parameters are out of range", ir->name);
+    return 0;
+}
+
+int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_plan *plan, fg_error *err)
+{
+    memset(t, 0, sizeof *t);
+    if (check_plan(ir, plan, err))
+        return -1;
+    t->passes = calloc((size_t)plan->n_passes, sizeof *t->passes);
+    if (!t->passes)
+        return fg_fail(err, "out of memory");
+    t->n_passes = plan->n_passes;
+    t->n_buffers = plan->n_buffers;
+    t->n_accums = plan->n_accums;
+    t->n_params = ir->n_params;
+    t->conv_weight = ir->ops[0].weight_param;
+    t->conv_bias = ir->ops[0].bias ? ir->ops[0].bias_param : -1;
+    for (int i = 0; i < plan->n_buffers; i++)
+        t->buffers[i].per_sample = (uint64_t)plan->buffers[i].per_sample * 4; /* floats */
+    for (int i = 0; i < plan->n_accums; i++) {
+        const fg_accum *a = &plan->accums[i];
+        uint64_t per_key = (uint64_t)fg_accum_defs[a->kind].bytes_per_key;
+        uint64_t keys = (uint64_t)a->keys_per_sample;
+        /* statistics over the batch have one set of keys whatever the batch */
+        fg_launch_piece *acc = &t->accums[i], *st = &t->stats[i];
+        if (a->over_batch) {
+            acc->fixed = keys * per_key;
+            st->fixed = keys * 8;
+        } else {
+            acc->per_sample = keys * per_key;
+            st->per_sample = keys * 8;
+        }
+        t->clear_pattern[i] = fg_accum_defs[a->kind].clear_word;
+    }
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *ps = &plan->passes[i];
+        fg_launch_pass *lp = &t->passes[i];
+        lp->cudnn = ps->kind == FG_PASS_CUDNN;
+        lp->store_output = ps->store_output;
+        lp->store_buffer = ps->store_buffer;
+        snprintf(lp->kernel, sizeof lp->kernel, "%s", ps->kernel);
+        lp->grid_x = (unsigned)ps->launch.grid_x;
+        lp->grid_y = (unsigned)ps->launch.grid_y;
+        lp->block = (unsigned)ps->launch.block;
+        lp->smem_bytes = (unsigned)ps->launch.smem_bytes;
+        lp->per_sample = ps->launch.per_sample;
+        lp->n_zero = ps->n_zero;
+        memcpy(lp->zero, ps->zero, sizeof(int) * (size_t)ps->n_zero);
+        lp->n_args = ps->n_args;
+        size_t n = ps->n_args ? (size_t)ps->n_args : 1;
+        lp->args = malloc(n * sizeof *lp->args);
+        lp->ptrs = malloc(n * sizeof *lp->ptrs);
+        lp->ints = malloc(n * sizeof *lp->ints);
+        lp->values = malloc(n * sizeof *lp->values);
+        if (!lp->args || !lp->ptrs || !lp->ints || !lp->values) {
+            fg_launch_table_free(t);
+            return fg_fail(err, "out of memory");
+        }
+        memcpy(lp->args, ps->args, sizeof *lp->args * (size_t)ps->n_args);
+    }
+    return 0;
+}
+
+void fg_launch_table_free(fg_launch_table *t)
+{
+    if (!t || !t->passes)
+        return;
+    for (int i = 0; i < t->n_passes; i++) {
+        free(t->passes[i].args);
+        free(t->passes[i].ptrs);
+        free(t->passes[i].ints);
+        free(t->passes[i].values);
+    }
+    free(t->passes);
+    t->passes = NULL;
+    t->n_passes = 0;
+}
+
+/* Adds a piece of `bytes` at *off (256-byte aligned after it); false on overflow. */
+static bool place(uint64_t *off, const fg_launch_piece *p, uint64_t batch, uint64_t *at, uint64_t *bytes)
+{
+    uint64_t b;
+    if (__builtin_mul_overflow(p->per_sample, batch, &b) || __builtin_add_overflow(b, p->fixed, &b))
+        return false;
+    uint64_t end;
+    if (__builtin_add_overflow(*off, b, &end) || end > UINT64_MAX - 255)
+        return false;
+    *at = *off;
+    if (bytes)
+        *bytes = b;
+    *off = (end + 255) & ~(uint64_t)255;
+    return true;
+}
+
+int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layout *out, fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t off = 0, n = (uint64_t)batch;
+    bool ok = batch >= 1;
+    for (int i = 0; i < t->n_buffers && ok; i++)
+        ok = place(&off, &t->buffers[i], n, &out->buffer_offset[i], NULL);
+    for (int i = 0; i < t->n_accums && ok; i++)
+        ok = place(&off, &t->accums[i], n, &out->accum_offset[i], &out->accum_bytes[i]) &&
+             place(&off, &t->stats[i], n, &out->stats_offset[i], NULL);
+    if (!ok)
+        return fg_fail(err, "the workspace for a batch of %lld does not fit in memory", (long long)batch);
+    out->total = off;
+    return 0;
+}
 
 static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m)
 {
@@ -20,58 +202,54 @@ static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m)
         return m->workspace + m->layout.accum_offset[a->index];
     case FG_ARG_STATS:
         return m->workspace + m->layout.stats_offset[a->index];
-    default:
-        return 0;
+    case FG_ARG_BATCH:
+    case FG_ARG_BATCH_BASE:
+        break;
     }
+    return 0; /* not a pointer (fg_launch_table_init checked every kind) */
 }
 
-int fg_launch_plan(const fg_cuda *cu, const fg_plan *plan, const CUfunction *functions, const fg_launch_memory *mem,
-                   int64_t batch, CUstream stream, fg_error *err)
+int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
+                  const fg_launch_memory *mem, int64_t batch, CUstream stream, fg_error *err)
 {
-    for (int i = 0; i < plan->n_passes; i++) {
-        const fg_pass *ps = &plan->passes[i];
-        for (int z = 0; z < ps->n_zero; z++) {
-            const fg_accum *a = &plan->accums[ps->zero[z]];
-            CUdeviceptr p = mem->workspace + mem->layout.accum_offset[ps->zero[z]];
-            CUresult r = cu->MemsetD32Async(p, fg_accum_clear_pattern(a), mem->layout.accum_bytes[ps->zero[z]] / 4, stream);
+    for (int i = 0; i < t->n_passes; i++) {
+        const fg_launch_pass *lp = &t->passes[i];
+        for (int z = 0; z < lp->n_zero; z++) {
+            int a = lp->zero[z];
+            CUresult r = cu->MemsetD32Async(mem->workspace + mem->layout.accum_offset[a], t->clear_pattern[a],
+                                            mem->layout.accum_bytes[a] / 4, stream);
             if (r != CUDA_SUCCESS)
                 return fg_cuda_fail(err, r, "clearing statistics (cuMemsetD32Async)");
         }
-        if (ps->kind == FG_PASS_CUDNN) {
-            CUdeviceptr y = ps->store_output ? mem->output : mem->workspace + mem->layout.buffer_offset[ps->store_buffer];
-            CUdeviceptr bias = mem->conv->bias ? mem->params[mem->conv->bias_param] : 0;
-            if (fg_cudnn_conv_run(mem->cudnn, batch, mem->input, mem->params[mem->conv->weight_param], bias, y, stream,
-                                  err) != 0)
+        if (lp->cudnn) {
+            CUdeviceptr y = lp->store_output ? mem->output : mem->workspace + mem->layout.buffer_offset[lp->store_buffer];
+            CUdeviceptr bias = t->conv_bias >= 0 ? mem->params[t->conv_bias] : 0;
+            if (fg_cudnn_conv_run(mem->cudnn, batch, mem->input, mem->params[t->conv_weight], bias, y, stream, err) != 0)
                 return -1;
             continue;
         }
-        CUdeviceptr ptrs[FG_MAX_ARGS];
-        int ints[FG_MAX_ARGS];
-        void *args[FG_MAX_ARGS];
         int batch_base = 0;
-        int total = (int)batch;
-        for (int a = 0; a < ps->n_args; a++) {
-            const fg_arg *arg = &ps->args[a];
+        for (int a = 0; a < lp->n_args; a++) {
+            const fg_arg *arg = &lp->args[a];
             if (arg->kind == FG_ARG_BATCH) {
-                ints[a] = total;
-                args[a] = &ints[a];
+                lp->ints[a] = (int)batch;
+                lp->values[a] = &lp->ints[a];
             } else if (arg->kind == FG_ARG_BATCH_BASE) {
-                args[a] = &batch_base;
+                lp->values[a] = &batch_base;
             } else {
-                ptrs[a] = arg_pointer(arg, mem);
-                args[a] = &ptrs[a];
+                lp->ptrs[a] = arg_pointer(arg, mem);
+                lp->values[a] = &lp->ptrs[a];
             }
         }
-        const fg_launch *l = &ps->launch;
-        int64_t chunks = l->per_sample ? batch : 1;
+        int64_t chunks = lp->per_sample ? batch : 1;
         for (int64_t base = 0; base < chunks; base += MAX_GRID_Z) {
             batch_base = (int)base;
             unsigned gz = (unsigned)(chunks - base < MAX_GRID_Z ? chunks - base : MAX_GRID_Z);
-            CUresult r = cu->LaunchKernel(functions[i], (unsigned)l->grid_x, (unsigned)l->grid_y, gz, (unsigned)l->block,
-                                          1, 1, (unsigned)l->smem_bytes, stream, args, NULL);
+            CUresult r = cu->LaunchKernel(functions[i], lp->grid_x, lp->grid_y, gz, lp->block, 1, 1, lp->smem_bytes,
+                                          stream, lp->values, NULL);
             if (r != CUDA_SUCCESS) {
                 char what[128];
-                snprintf(what, sizeof what, "launching %s", ps->kernel);
+                snprintf(what, sizeof what, "launching %s", lp->kernel);
                 return fg_cuda_fail(err, r, what);
             }
         }

@@ -1,9 +1,14 @@
-/* Launching a plan's passes on a stream: clears the accumulators each pass feeds, passes
- * each kernel its arguments in the plan's order, and splits the batch into launches of at
- * most 65535 samples (grid.z). */
+/* Launching a layer's passes on a stream. At prepare time fg_launch_table_init takes from
+ * the plan what every run needs and checks it (argument counts and indices, accumulators to
+ * clear, geometry), so that a run never calls into the planner and never indexes past an
+ * array: a plan the launcher cannot launch is refused there, with a message naming the pass.
+ * A run then scales the workspace pieces by the batch (fg_launch_layout), clears the
+ * accumulators each pass feeds, passes each kernel its arguments in the plan's order and
+ * splits the batch into launches of at most 65535 samples (grid.z). */
 #ifndef FG_LAUNCHER_H
 #define FG_LAUNCHER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../gen/ir.h"
@@ -11,16 +16,64 @@
 #include "cuda_driver.h"
 #include "cudnn_conv.h"
 
+/* One piece of the workspace: `per_sample` bytes for every sample plus `fixed` bytes
+ * (statistics over the whole batch), 256-byte aligned, in the plan's order. */
+typedef struct fg_launch_piece {
+    uint64_t per_sample, fixed;
+} fg_launch_piece;
+
+typedef struct fg_launch_pass {
+    bool cudnn;               /* cuDNN computes value 0 (no generated kernel) */
+    bool store_output;        /* cuDNN: into the layer output, else into buffer `store_buffer` */
+    int store_buffer;
+    char kernel[64];
+    unsigned grid_x, grid_y, block, smem_bytes;
+    bool per_sample;          /* grid.z covers the batch */
+    int n_args;
+    fg_arg *args;             /* n_args, in the kernel's parameter order */
+    CUdeviceptr *ptrs;        /* scratch for one launch: n_args pointers, */
+    int *ints;                /* n_args ints */
+    void **values;            /* and n_args argument addresses */
+    int n_zero;
+    int zero[FG_MAX_ACCUMS];  /* accumulators cleared before the pass */
+} fg_launch_pass;
+
+typedef struct fg_launch_table {
+    int n_passes;
+    fg_launch_pass *passes;
+    int n_buffers, n_accums, n_params;
+    fg_launch_piece buffers[FG_MAX_BUFFERS];
+    fg_launch_piece accums[FG_MAX_ACCUMS], stats[FG_MAX_ACCUMS];
+    uint32_t clear_pattern[FG_MAX_ACCUMS];
+    int conv_weight, conv_bias; /* parameters of the conv (cuDNN), -1 for no bias */
+} fg_launch_table;
+
+/* Builds and checks the table; -1 with err naming what the launcher cannot launch. */
+int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_plan *plan, fg_error *err);
+void fg_launch_table_free(fg_launch_table *t);
+
+/* Where each piece of the workspace lies for a batch. */
+typedef struct fg_launch_layout {
+    uint64_t total;
+    uint64_t buffer_offset[FG_MAX_BUFFERS];
+    uint64_t accum_offset[FG_MAX_ACCUMS], accum_bytes[FG_MAX_ACCUMS];
+    uint64_t stats_offset[FG_MAX_ACCUMS];
+} fg_launch_layout;
+
+/* -1 when the workspace for `batch` samples would not fit in 64 bits. */
+int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layout *out, fg_error *err);
+
 typedef struct fg_launch_memory {
     CUdeviceptr input, output;
-    CUdeviceptr params[FG_MAX_PARAMS];
+    const CUdeviceptr *params;  /* table->n_params bound parameters */
     CUdeviceptr workspace;
-    fg_workspace_layout layout; /* for this batch */
-    fg_cudnn_conv *cudnn;       /* for FG_PASS_CUDNN */
-    const fg_op *conv;          /* the layer's conv op (its weight and bias parameters) */
+    fg_launch_layout layout;    /* for this batch */
+    fg_cudnn_conv *cudnn;       /* for a cuDNN pass */
 } fg_launch_memory;
 
-int fg_launch_plan(const fg_cuda *cu, const fg_plan *plan, const CUfunction *functions, const fg_launch_memory *mem,
-                   int64_t batch, CUstream stream, fg_error *err);
+/* Enqueues every pass. functions[i] is pass i's kernel (unused for cuDNN passes). The
+ * table's scratch arrays are used: one launch of a table at a time (the layer's lock). */
+int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
+                  const fg_launch_memory *mem, int64_t batch, CUstream stream, fg_error *err);
 
 #endif

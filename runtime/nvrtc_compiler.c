@@ -26,10 +26,20 @@ typedef struct nvrtc_api {
 
 static nvrtc_api api;
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+static char preferred_library[4096]; /* fg_nvrtc_use_library */
+
+void fg_nvrtc_use_library(const char *path)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (!preferred_library[0] && path && strlen(path) < sizeof preferred_library)
+        snprintf(preferred_library, sizeof preferred_library, "%s", path);
+    pthread_mutex_unlock(&lock);
+}
 
 static void load_api(void)
 {
-    const char *env = getenv("FUSEGEN_NVRTC");
+    const char *env = preferred_library;
     char toolkit[512];
     snprintf(toolkit, sizeof toolkit, "%s/libnvrtc.so.13", FUSEGEN_CUDA_LIBDIR);
     const char *candidates[] = {env, "libnvrtc.so.13", "libnvrtc.so", toolkit, "/usr/local/cuda/lib64/libnvrtc.so.13"};
@@ -161,10 +171,12 @@ int fg_parse_ptxas_report(const char *log, fg_kernel_resources *out, int cap)
 }
 
 /* Keeps a failing source where the user can open it at the log's line numbers. */
-static void save_failed_source(const char *source, const char *source_name, char *path, size_t cap)
+static void save_failed_source(const char *source, const char *source_name, const char *dir, char *path, size_t cap)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(path, cap, "%s/fusegen-failed-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    path[0] = '\0';
+    if (!dir || !dir[0])
+        return;
+    snprintf(path, cap, "%s/fusegen-failed-XXXXXX", dir);
     int fd = mkstemp(path);
     if (fd < 0) {
         path[0] = '\0';
@@ -178,7 +190,8 @@ static void save_failed_source(const char *source, const char *source_name, char
     (void)source_name;
 }
 
-int fg_nvrtc_compile(const char *source, const char *source_name, const char *arch, fg_compiled *out, fg_error *err)
+int fg_nvrtc_compile(const char *source, const char *source_name, const char *arch, const char *failed_dir,
+                     fg_compiled *out, fg_error *err)
 {
     memset(out, 0, sizeof *out);
     if (ensure_api(err))
@@ -209,7 +222,7 @@ int fg_nvrtc_compile(const char *source, const char *source_name, const char *ar
     int rc = 0;
     if (r != NVRTC_SUCCESS) {
         char saved[512];
-        save_failed_source(source, source_name, saved, sizeof saved);
+        save_failed_source(source, source_name, failed_dir, saved, sizeof saved);
         rc = fg_fail(err, "%s: NVRTC could not compile the generated source for %s (%s)%s%s:\n%s", source_name, arch,
                      api.error_string(r), saved[0] ? "; source saved as " : "", saved, log);
     } else {

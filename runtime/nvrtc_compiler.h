@@ -1,6 +1,6 @@
 /* NVRTC: generated source -> cubin for one architecture. libnvrtc is loaded with dlopen on
- * first use (so nothing needs it to start), from $FUSEGEN_NVRTC, the loader's search path,
- * or the CUDA toolkit found at build time. */
+ * first use (so nothing needs it to start), from the caller's choice (FUSEGEN_NVRTC), the
+ * loader's search path, or the CUDA toolkit found at build time. */
 #ifndef FG_NVRTC_COMPILER_H
 #define FG_NVRTC_COMPILER_H
 
@@ -27,6 +27,10 @@ typedef struct fg_compiled {
     double seconds;
 } fg_compiled;
 
+/* The library to try first (FUSEGEN_NVRTC, read by the caller); only the first call before
+ * NVRTC is loaded counts. */
+void fg_nvrtc_use_library(const char *path);
+
 /* Starts loading libnvrtc on a background thread (once per process; a no-op after that). */
 void fg_nvrtc_preload(void);
 
@@ -37,8 +41,10 @@ int fg_nvrtc_version(int *major, int *minor, fg_error *err);
 void fg_nvrtc_options_string(const char *arch, char *buf, size_t cap);
 
 /* Compiles `source` (named `source_name` in diagnostics). On failure the message holds
- * NVRTC's log, and the source is saved next to it so the line numbers can be followed. */
-int fg_nvrtc_compile(const char *source, const char *source_name, const char *arch, fg_compiled *out, fg_error *err);
+ * NVRTC's log, and the source is saved in `failed_dir` (TMPDIR, read by the caller; NULL:
+ * not saved) so the line numbers can be followed. */
+int fg_nvrtc_compile(const char *source, const char *source_name, const char *arch, const char *failed_dir,
+                     fg_compiled *out, fg_error *err);
 void fg_compiled_free(fg_compiled *c);
 
 /* Parses ptxas' "-v" report into per-kernel resources (exposed for tests). */

@@ -6,26 +6,59 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A header over this is refused before parsing (the format's own reference limit). */
-#define MAX_HEADER_BYTES (100u << 20)
+/* A header over this is refused before parsing. The format's reference allows 100 MB, but a
+ * state_dict's header is about 100 bytes a tensor: 16 MiB is 160k tensors, and parsing
+ * 100 MB of JSON takes gigabytes. So are more tensors than this (500k empty tensors took
+ * 619 MB): a layer binds at most 64 parameters. */
+#define MAX_HEADER_BYTES (16u << 20)
+#define MAX_TENSORS 65536
 
 typedef struct span {
     uint64_t begin, end;
     const char *name;
 } span;
 
-static int by_begin(const void *a, const void *b)
+/* By begin, then end, then name: a zero-size tensor at the same offset as the next one sorts
+ * first whatever the header's key order (the qsort tie made that order decide). */
+static int by_offsets(const void *a, const void *b)
 {
     const span *x = a, *y = b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
 }
 
-static int parse_tensor(const char *display, const char *name, json_t *info, uint64_t data_size,
+/* A tensor name for messages: printable ASCII as is, anything else (control characters,
+ * escapes, bytes of other encodings) as \xHH, at most ~120 characters. Names come from the
+ * file: raw, they could rewrite the user's terminal. */
+const char *fg_tensor_name_shown(const char *name, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && n + 8 < cap; p++) {
+        if (n > 120) {
+            n += (size_t)snprintf(buf + n, cap - n, "...");
+            break;
+        }
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\')
+            buf[n++] = (char)*p;
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", *p);
+    }
+    buf[n < cap ? n : cap - 1] = '\0';
+    return buf;
+}
+
+static int parse_tensor(const char *display, const char *raw_name, json_t *info, uint64_t data_size,
                         const unsigned char *data, fg_tensor *t, span *sp, fg_error *err)
 {
+    char name_buf[512];
+    const char *name = fg_tensor_name_shown(raw_name, name_buf, sizeof name_buf); /* for messages */
     if (!json_is_object(info))
         return fg_fail(err, "%s: tensor '%s': its entry is not an object", display, name);
     const char *dtype = json_string_value(json_object_get(info, "dtype"));
@@ -43,7 +76,8 @@ static int parse_tensor(const char *display, const char *name, json_t *info, uin
         if (strcmp(dtype, known[i].name) == 0)
             elem = known[i].bytes;
     if (!elem)
-        return fg_fail(err, "%s: tensor '%s': unknown dtype '%s'", display, name, dtype);
+        return fg_fail(err, "%s: tensor '%s': unknown dtype '%s'", display, name,
+                       fg_tensor_name_shown(dtype, (char[64]){0}, 64));
     snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
     if (!json_is_array(shape) || json_array_size(shape) > FG_TENSOR_MAX_RANK)
         return fg_fail(err, "%s: tensor '%s': shape must be a list of at most %d dims", display, name,
@@ -74,7 +108,7 @@ static int parse_tensor(const char *display, const char *name, json_t *info, uin
                        display, name, (unsigned long long)count, (unsigned long long)count * (uint64_t)elem, dtype,
                        (long long)(e - b));
     t->count = (size_t)count;
-    t->name = strdup(name);
+    t->name = strdup(raw_name);
     if (!t->name)
         return fg_fail(err, "%s: out of memory", display);
     if (elem == 4 && strcmp(dtype, "F32") == 0) {
@@ -89,20 +123,35 @@ static int parse_tensor(const char *display, const char *name, json_t *info, uin
     return 0;
 }
 
+static uint64_t header_length(const unsigned char *len8)
+{
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)len8[i] << (8 * i);
+    return hlen;
+}
+
+/* The 8-byte header length against the file's size (and fusegen's limit). */
+static int check_header_length(uint64_t hlen, size_t size, const char *display, fg_error *err)
+{
+    if (hlen > size - 8)
+        return fg_fail(err, "%s: header length %llu runs past the end of the file (%zu bytes)", display,
+                       (unsigned long long)hlen, size);
+    if (hlen > MAX_HEADER_BYTES)
+        return fg_fail(err, "%s: header length %llu is larger than fusegen reads (%u bytes)", display,
+                       (unsigned long long)hlen, MAX_HEADER_BYTES);
+    return 0;
+}
+
 int fg_safetensors_parse(const unsigned char *data, size_t size, const char *display, fg_tensor_file *out,
                          fg_error *err)
 {
     memset(out, 0, sizeof *out);
     if (size < 8)
         return fg_fail(err, "%s: too short for a safetensors file (%zu bytes)", display, size);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++)
-        hlen |= (uint64_t)data[i] << (8 * i);
-    if (hlen > size - 8)
-        return fg_fail(err, "%s: header length %llu runs past the end of the file (%zu bytes)", display,
-                       (unsigned long long)hlen, size);
-    if (hlen > MAX_HEADER_BYTES)
-        return fg_fail(err, "%s: header length %llu is implausibly large", display, (unsigned long long)hlen);
+    uint64_t hlen = header_length(data);
+    if (check_header_length(hlen, size, display, err))
+        return -1;
     json_error_t jerr;
     json_t *root = json_loadb((const char *)data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -114,6 +163,10 @@ int fg_safetensors_parse(const unsigned char *data, size_t size, const char *dis
     const unsigned char *payload = data + 8 + hlen;
     uint64_t data_size = size - 8 - hlen;
     size_t n = json_object_size(root);
+    if (n > MAX_TENSORS + 1) { /* + __metadata__ */
+        json_decref(root);
+        return fg_fail(err, "%s: %zu tensors; fusegen reads files of at most %d", display, n, MAX_TENSORS);
+    }
     out->tensors = calloc(n ? n : 1, sizeof *out->tensors);
     span *spans = calloc(n ? n : 1, sizeof *spans);
     int rc = 0;
@@ -130,13 +183,26 @@ int fg_safetensors_parse(const unsigned char *data, size_t size, const char *dis
         rc = parse_tensor(display, name, info, data_size, payload, &out->tensors[out->n], &spans[out->n], err);
         out->n++;
     }
-    if (rc == 0 && out->n > 1) {
-        qsort(spans, (size_t)out->n, sizeof *spans, by_begin);
-        for (int i = 1; i < out->n && rc == 0; i++)
-            if (spans[i].begin < spans[i - 1].end)
-                rc = fg_fail(err, "%s: tensors '%s' and '%s' overlap in the data", display, spans[i - 1].name,
-                             spans[i].name);
+    /* the format's rule (its reference implementation's validate): the tensors' data is
+     * contiguous from the first byte after the header to the last byte of the file, with no
+     * gap, overlap or trailing byte; a header length that is off shows up here */
+    if (rc == 0 && out->n > 0)
+        qsort(spans, (size_t)out->n, sizeof *spans, by_offsets);
+    char a[512], b[512];
+    uint64_t at = 0;
+    for (int i = 0; i < out->n && rc == 0; i++) {
+        if (spans[i].begin < at)
+            rc = fg_fail(err, "%s: tensors '%s' and '%s' overlap in the data", display, fg_tensor_name_shown(spans[i - 1].name, a, sizeof a),
+                         fg_tensor_name_shown(spans[i].name, b, sizeof b));
+        else if (spans[i].begin > at)
+            rc = fg_fail(err, "%s: %llu bytes of the data before tensor '%s' belong to no tensor (the data must be "
+                              "contiguous)",
+                         display, (unsigned long long)(spans[i].begin - at), fg_tensor_name_shown(spans[i].name, a, sizeof a));
+        at = spans[i].end;
     }
+    if (rc == 0 && at != data_size)
+        rc = fg_fail(err, "%s: %llu bytes after the last tensor belong to no tensor (the header length may be wrong)",
+                     display, (unsigned long long)(data_size - at));
     free(spans);
     json_decref(root);
     if (rc)
@@ -147,7 +213,8 @@ int fg_safetensors_parse(const unsigned char *data, size_t size, const char *dis
 int fg_safetensors_read(const char *path, fg_tensor_file *out, fg_error *err)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO would block open() forever; it is refused below instead */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return fg_fail(err, "%s: %s", path, strerror(errno));
     struct stat st;
@@ -156,23 +223,24 @@ int fg_safetensors_read(const char *path, fg_tensor_file *out, fg_error *err)
         return fg_fail(err, "%s: not a regular file", path);
     }
     size_t size = (size_t)st.st_size;
-    unsigned char *data = malloc(size ? size : 1);
-    if (!data) {
+    /* the 8-byte header length first: a huge or foreign file is refused before any of it is
+     * read, and the rest is mapped, so only the header and the F32 tensors are touched */
+    unsigned char len8[8];
+    if (size >= 8 && pread(fd, len8, 8, 0) != 8) {
         close(fd);
-        return fg_fail(err, "%s: out of memory (%zu bytes)", path, size);
+        return fg_fail(err, "%s: cannot read: %s", path, strerror(errno));
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t r = read(fd, data + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
+    if (size >= 8 && check_header_length(header_length(len8), size, path, err)) {
+        close(fd);
+        return -1;
     }
+    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
-    int rc = got == size ? fg_safetensors_parse(data, size, path, out, err) : fg_fail(err, "%s: short read", path);
-    free(data);
+    if (size && map == MAP_FAILED)
+        return fg_fail(err, "%s: cannot map: %s", path, strerror(errno));
+    int rc = fg_safetensors_parse(map ? map : (const void *)"", size, path, out, err);
+    if (map)
+        munmap(map, size);
     return rc;
 }
 
@@ -191,6 +259,13 @@ int fg_safetensors_write(const char *path, const fg_tensor *tensors, int n, fg_e
         json_object_set_new(o, "shape", shape);
         json_object_set_new(o, "data_offsets", offs);
         json_object_set_new(root, tensors[i].name, o);
+    }
+    /* the file goes in by rename, which would replace a device node (`--out /dev/null` as
+     * root) or a FIFO with a regular file: only a regular file (or nothing) is replaced */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        json_decref(root);
+        return fg_fail(err, "%s exists and is not a regular file; refusing to replace it", path);
     }
     char *header = json_dumps(root, JSON_COMPACT);
     json_decref(root);

@@ -34,6 +34,10 @@ int fg_safetensors_parse(const unsigned char *data, size_t size, const char *dis
 /* Writes to a temporary file beside `path` and renames it into place. */
 int fg_safetensors_write(const char *path, const fg_tensor *tensors, int n, fg_error *err);
 
+/* A tensor name (from a file) fit for a message: control characters and non-ASCII bytes as
+ * \xHH, long names cut. Returns buf. */
+const char *fg_tensor_name_shown(const char *name, char *buf, size_t cap);
+
 const fg_tensor *fg_tensor_find(const fg_tensor_file *f, const char *name);
 void fg_tensor_file_free(fg_tensor_file *f);
 

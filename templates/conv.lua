@@ -43,7 +43,7 @@ function M.geometry(layer)
   return g
 end
 
--- Shared-memory layout and thread tile of a pass (from the planner's tiling).
+-- The thread tile and shared-memory layout of a pass, from the planner's tiling.
 function M.tiling(g, t)
   local T = {
     RC = t.thread_co, RH = t.thread_h, RW = t.thread_w,
@@ -52,12 +52,14 @@ function M.tiling(g, t)
     CIC = t.ci_chunk, COT = t.co_tile, unroll = t.ci_unroll,
     IT = { t.in_tile[0], t.in_tile[1], t.in_tile[2] },
   }
-  T.COT4 = ((T.COT + 3) // 4) * 4
   T.ITILE = T.IT[1] * T.IT[2] * T.IT[3]
   T.NCT = T.RC > 0 and T.COT // T.RC or 0 -- FMA engine only
   T.BLOCK = T.TX * T.TY * T.TZ
-  T.CP = t.ch_pitch > 0 and t.ch_pitch or T.ITILE -- floats between staged channels
-  T.W_OFFSET = T.CIC * T.CP -- floats before the weights in shared memory
+  -- shared memory as the planner laid it out (fg_smem_layout): never recomputed here
+  local L = t.smem
+  T.COT4 = L.weights_co_pitch -- FMA: floats per (channel, tap) row of weights
+  T.CP = L.channel_pitch -- floats between staged channels
+  T.W_OFFSET = L.weights_offset - L.input_offset -- from the input tile to the weights
   return T
 end
 

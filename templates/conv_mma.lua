@@ -34,7 +34,7 @@ function M.render(layer, plan, pass, names, signature)
   local MTB = T.COT // 16 -- m-tiles of the block
   local NCT = MTB // MT   -- channel tiles each warp works through
   local blocked = t.k_blocked == 1
-  local KS = blocked and (T.CIC // 8) * g.taps or (T.CIC * g.taps + 7) // 8
+  local KS = t.ksteps
   local conv_op = g.conv
   local O, S, K, Dl = g.O, g.S, g.K, g.Dl
   local plane = T.IT[2] * T.IT[3]
@@ -63,11 +63,11 @@ function M.render(layer, plan, pass, names, signature)
   -- several tiles per block: two input buffers (the next tile's copies land while this one
   -- computes)
   local R = single_chunk and t.tiles_per_block or 1
-  local buffers = R > 1 and 2 or 1
+  local buffers = t.smem.input_buffers
   c:line("/* [%d buffer(s)][%d channels][%d floats: %dx%dx%d] input tiles with halo, then */", buffers, T.CIC, T.CP,
     T.IT[1], T.IT[2], T.IT[3])
   c:line("/* [%d steps][%d m-tiles][hi, lo][32 lanes][4] weights as A fragments */", KS, MTB)
-  c:line("float *s_w = fg_smem + %d;", buffers * T.W_OFFSET)
+  c:line("float *s_w = fg_smem + %d;", t.smem.weights_offset)
   c:line("const int n = batch_base + (int)blockIdx.z;")
   c:line("const int t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;")
   c:line("const int gid = lane >> 2, tig = lane & 3; /* the MMA fragments' row group and column pair */")
@@ -170,7 +170,7 @@ function M.render(layer, plan, pass, names, signature)
   if not blocked then
     -- the offsets of reduction index k = step * 8 + j over (channel, tap), in shared memory
     -- after the weights (a register table spilled): lane tig reads j = tig and tig + 4
-    c:line("int *s_ko = (int *)(s_w + %d);", KS * MTB * 256)
+    c:line("int *s_ko = (int *)(s_w + %d);", t.smem.table_offset - t.smem.weights_offset)
     c:open("for (int k = t; k < %d; k += %d) {", KS * 8, T.BLOCK)
     c:line("const int ci = k / %d, tap = k %% %d;", g.taps, g.taps)
     c:line("const int kw = tap %% %d, kh = (tap / %d) %% %d, kd = tap / %d;", K[3], K[3], K[2], K[3] * K[2])
@@ -237,7 +237,7 @@ function M.render(layer, plan, pass, names, signature)
 
   if R > 1 then
     -- R tiles in turn, double-buffered: tile r+1's copies are in flight while r computes
-    c:line("float *s_in0 = fg_smem, *s_in1 = fg_smem + %d;", T.W_OFFSET)
+    c:line("float *s_in0 = fg_smem, *s_in1 = fg_smem + %d;", t.smem.buffer_floats)
     if feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
     c:line("const int ci0 = 0;")
     stage_weights()

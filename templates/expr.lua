@@ -148,7 +148,7 @@ end
 function Eval:accum_key(a, coords)
   local acc = self.plan.accums[a]
   local op = self.layer.ops[acc.op]
-  if acc.kind == "moments" then return self:norm_key(op, coords) end
+  if op.class == "norm" then return self:norm_key(op, coords) end
   return self:reduce_key(op, coords)
 end
 
@@ -189,25 +189,21 @@ local function window_coords(self, op, coords)
   return incoords, loops
 end
 
+-- A window (pool, small reduction) as a loop over its elements: the registry's inline init,
+-- step and final (gen/op_registry.c) around the evaluation of the previous value.
 function Eval:compute_window(k, op, coords)
   local c = self.code
   local incoords, loops = window_coords(self, op, coords)
   local acc = self:fresh("acc")
   local count = 1
   for _, l in ipairs(loops) do count = count * l.extent end
-  local lse = op.kind == "LOGSUMEXP"
-  local pool_avg = op.kind == "AVG_POOL"
+  local r = op.reduce
+  lib.emit(c, lib.fill(r.init, op, { acc = acc }))
+  -- an average that leaves the padding out divides by the elements it saw
   local valid
-  if lse then
-    c:line("float %s_m = __int_as_float(0xff800000), %s_s = 0.0f;", acc, acc)
-  elseif op.class == "pool" then
-    c:line("float %s = %s;", acc, op.kind == "MAX_POOL" and "__int_as_float(0xff800000)" or "0.0f")
-    if pool_avg and not op.count_include_pad then
-      valid = acc .. "_n"
-      c:line("int %s = 0;", valid)
-    end
-  else
-    c:line("float %s = %s;", acc, ops.reduce[op.kind].init)
+  if op.class == "pool" and op.f.count_include_pad == false then
+    valid = acc .. "_n"
+    c:line("int %s = 0;", valid)
   end
   for _, l in ipairs(loops) do
     c:open("for (int %s = 0; %s < %d; ++%s) {", l.var, l.var, l.extent, l.var)
@@ -227,57 +223,32 @@ function Eval:compute_window(k, op, coords)
     if #guard > 0 then c:open("if (%s) {", table.concat(guard, " && ")) end
   end
   local x = self:eval(k - 1, incoords)
-  if lse then
-    c:open("if (%s > %s_m) {", x, acc)
-    c:line("%s_s = %s_s * expf(%s_m - %s) + 1.0f;", acc, acc, acc, x)
-    c:line("%s_m = %s;", acc, x)
-    c:close("} else if (%s > __int_as_float(0xff800000)) {", x)
-    c.depth = c.depth + 1
-    c:line("%s_s += expf(%s - %s_m);", acc, x, acc)
-    c:close()
-  elseif op.kind == "MAX_POOL" then
-    c:line("%s = fg_maximum(%s, %s);", acc, acc, x)
-  elseif pool_avg then
-    c:line("%s += %s;", acc, x)
-    if valid then c:line("++%s;", valid) end
-  else
-    c:line(ops.reduce[op.kind].step, acc, acc, x)
-  end
+  lib.emit(c, lib.fill(r.step, op, { acc = acc, x = x }))
+  if valid then c:line("++%s;", valid) end
   if #guard > 0 then c:close() end
   self:pop_scope()
   for _ = 1, #loops do c:close() end
-  if lse then
-    return self:declare("v" .. k .. "_", string.format("(%s_s > 0.0f ? %s_m + logf(%s_s) : %s_m)", acc, acc, acc, acc))
-  elseif pool_avg then
-    return self:declare("v" .. k .. "_", string.format("%s / %s", acc, valid and ("(float)" .. valid) or flit(count)))
-  elseif op.class == "pool" then
-    return acc
-  end
-  local r = ops.reduce[op.kind]
-  if r.divide then return self:declare("v" .. k .. "_", string.format(r.final, acc, flit(count))) end
-  return acc
+  if r.final == "{acc}" then return acc end
+  local n = valid and ("(float)" .. valid) or flit(count)
+  return self:declare("v" .. k .. "_", lib.fill(r.final, op, { acc = acc, count = n }))
 end
 
--- A reduction whose partial results an earlier pass accumulated (and did not finalize).
+-- A reduction whose partial results earlier passes accumulated (and did not finalize): the
+-- registry's `read` of its accumulators {a0}, {a1} at the element's key.
 function Eval:compute_from_accum(k, op, coords)
-  local pl = self.plan.op[k]
-  local acc = self.plan.accums[pl.accum]
+  local list = self.plan.op[k].accums
+  local acc = self.plan.accums[list[#list]]
   local key = string.format("(long long)n * %d + %s", acc.keys_per_sample, lib.lin(op.out_shape, coords))
-  local a = self.names.accum[pl.accum]
-  local e
-  if op.kind == "REDUCE_MAX" or op.kind == "REDUCE_MIN" then
-    e = string.format("fg_unordered(%s[%s])", a, key)
-  elseif op.kind == "REDUCE_SUM" then
-    e = string.format("(float)%s[%s]", a, key)
-  elseif op.kind == "LOGSUMEXP" then
-    local m = self.names.accum[pl.max_accum]
+  local read = op.reduce.read
+  local _, uses = read:gsub("{key}", "")
+  if uses > 1 then
     local kv = self:fresh("key")
     self.code:line("const long long %s = %s;", kv, key)
-    e = string.format("fg_unordered(%s[%s]) + logf((float)%s[%s])", m, kv, a, kv)
-  else -- mean, global average pool
-    e = string.format("(float)(%s[%s] / %s)", a, key, lib.dlit(acc.count_per_sample))
+    key = kv
   end
-  return self:declare("v" .. k .. "_", e)
+  local vars = { key = key, count = lib.dlit(acc.count_per_sample) }
+  for i, a in ipairs(list) do vars["a" .. (i - 1)] = self.names.accum[a] end
+  return self:declare("v" .. k .. "_", lib.fill(read, op, vars))
 end
 
 function Eval:compute(k, coords)
@@ -305,7 +276,7 @@ function Eval:compute(k, coords)
   if cls == "norm" then
     local x = self:eval(k - 1, coords)
     local e
-    if op.kind == "BATCH_NORM" and op.running_stats then
+    if not op.has_stats then -- running statistics: parameters
       e = string.format("(%s - %s[%s]) / sqrtf(%s[%s] + %s)", x, self.names.param[op.mean_param], coords[1],
         self.names.param[op.var_param], coords[1], flit(op.eps))
     else
@@ -330,7 +301,7 @@ function Eval:compute(k, coords)
     end
     if op.affine then
       local w, b
-      if op.kind == "LAYER_NORM" then
+      if op.norm_channels == "trailing" then
         w = self:param_at(op.weight_param, op.in_shape, coords)
         b = self:param_at(op.bias_param, op.in_shape, coords)
       else

@@ -8,21 +8,20 @@
 --    partial is flushed with plain atomics (rare: neighbouring elements share statistics),
 --    and the last partial goes through the warp-aggregated path at the end.
 -- Partials over a thread's few elements are float; everything beyond is fp64.
+--
+-- Every piece of code that depends on the accumulator's kind comes from its monoid in the
+-- registry (gen/op_registry.c, fg_accum_defs; plan.accum_defs here).
+local lib = import("lib")
+
 local M = {}
 
-local function is_max(kind) return kind == "max" or kind == "min" end
-
--- What a partial of this kind starts from (-inf for a max, +inf for a min, else 0).
-local function partial_init(kind)
-  return kind == "max" and "__int_as_float(0xff800000)" or kind == "min" and "__int_as_float(0x7f800000)" or "0.0f"
-end
+local function def_of(plan, a) return plan.accum_defs[plan.accums[a].kind] end
 
 -- Declarations before the element loop. `slots` > 0 selects per-slot partials.
 function M.declare(code, plan, feeds, slots)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
-    local kind = plan.accums[a].kind
-    local init = partial_init(kind)
+    local init = def_of(plan, a).identity
     if slots > 0 then
       -- no keys kept: a slot's key is known from its channel (see finish)
       code:line("float fs%d[%d], fq%d[%d];", a, slots, a, slots)
@@ -36,40 +35,22 @@ function M.declare(code, plan, feeds, slots)
   end
 end
 
--- The value to add for element `v` (sum of exp needs the max found by an earlier pass).
+-- The value element `v` adds (a sum of exp reads the max an earlier pass found).
 local function contribution(code, ev, plan, a, v, key)
-  local acc = plan.accums[a]
-  if acc.kind == "sumexp" then
-    local m = ev.names.accum[acc.max_accum]
-    local x = ev:fresh("e")
-    code:line("const float %s = expf(%s - fg_unordered(%s[%s]));", x, v, m, key)
-    return x
-  end
-  return v
+  local def = def_of(plan, a)
+  if not def.contribution then return v end
+  local x = ev:fresh("e")
+  local max = def.needs_max and ev.names.accum[plan.accums[a].max_accum] or nil
+  code:line("const float %s = %s;", x, lib.fill(def.contribution, nil, { v = v, key = key, max = max }))
+  return x
 end
 
-local function combine(code, kind, s, q, x)
-  if kind == "max" then
-    code:line("%s = fg_maximum(%s, %s);", s, s, x)
-  elseif kind == "min" then
-    code:line("%s = fg_minimum(%s, %s);", s, s, x)
-  else
-    code:line("%s += %s;", s, x)
-    if kind == "moments" then code:line("%s += %s * %s;", q, x, x) end
-  end
+local function combine(code, def, s, q, x)
+  lib.emit(code, lib.fill(def.combine, nil, { s = s, q = q, x = x }))
 end
 
-local function flush_plain(code, ev, kind, a, k, s, q)
-  local acc = ev.names.accum[a]
-  if kind == "moments" then
-    code:line("atomicAdd(%s + 2 * %s, (double)%s); atomicAdd(%s + 2 * %s + 1, (double)%s);", acc, k, s, acc, k, q)
-  elseif kind == "max" then
-    code:line("atomicMax(%s + %s, fg_ordered(%s));", acc, k, s)
-  elseif kind == "min" then
-    code:line("atomicMin(%s + %s, fg_ordered(%s));", acc, k, s)
-  else
-    code:line("atomicAdd(%s + %s, (double)%s);", acc, k, s)
-  end
+local function flush_plain(code, ev, def, a, k, s, q)
+  lib.emit(code, lib.fill(def.flush, nil, { acc = ev.names.accum[a], k = k, s = s, q = q }))
 end
 
 -- Inside the element loop, for a valid element with value `v` at `coords`; `slot` is the
@@ -77,25 +58,24 @@ end
 function M.element(code, ev, plan, feeds, v, coords, slot)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
-    local kind = plan.accums[a].kind
-    -- per-slot partials know their key from the slot; only sumexp reads it per element
+    local def = def_of(plan, a)
+    -- per-slot partials know their key from the slot; a contribution may read it per element
     local key
-    if not slot or kind == "sumexp" then
+    if not slot or def.contribution then
       key = ev:fresh("key")
       code:line("const long long %s = %s;", key, ev:accum_key(a, coords))
     end
     local x = contribution(code, ev, plan, a, v, key)
     if slot then
-      combine(code, kind, string.format("fs%d[%s]", a, slot), string.format("fq%d[%s]", a, slot), x)
+      combine(code, def, string.format("fs%d[%s]", a, slot), string.format("fq%d[%s]", a, slot), x)
     else
       code:open("if (%s != fk%d) {", key, a)
       code:open("if (fk%d >= 0) {", a)
-      flush_plain(code, ev, kind, a, "fk" .. a, "fs" .. a, "fq" .. a)
+      flush_plain(code, ev, def, a, "fk" .. a, "fs" .. a, "fq" .. a)
       code:close()
-      local init = partial_init(kind)
-      code:line("fk%d = %s; fs%d = %s; fq%d = 0.0f;", a, key, a, init, a)
+      code:line("fk%d = %s; fs%d = %s; fq%d = 0.0f;", a, key, a, def.identity, a)
       code:close()
-      combine(code, kind, "fs" .. a, "fq" .. a, x)
+      combine(code, def, "fs" .. a, "fq" .. a, x)
     end
   end
 end
@@ -108,28 +88,16 @@ end
 function M.finish(code, ev, plan, feeds, slots, slot_key, merge_lanes)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
-    local kind = plan.accums[a].kind
+    local def = def_of(plan, a)
     local acc = ev.names.accum[a]
     local function call(k, s, q)
       if merge_lanes then
         code:open("{")
         code:line("long long mk = %s;", k)
-        if is_max(kind) then
-          code:line("float ms = %s;", s)
-          code:line("fg_merge_lanes_extreme(mk, ms, %s);", kind == "max" and "true" or "false")
-        else
-          code:line("double ms = (double)%s, mq = (double)%s;", s, q)
-          code:line("fg_merge_lanes(mk, ms, mq);")
-        end
+        lib.emit(code, lib.fill(def.merge, nil, { s = s, q = q }))
         k, s, q = "mk", "ms", "mq"
       end
-      if kind == "moments" then
-        code:line("fg_feed2(%s, %s, (double)%s, (double)%s);", acc, k, s, q)
-      elseif is_max(kind) then
-        code:line("fg_feed_%s((int *)%s, %s, %s);", kind, acc, k, s)
-      else
-        code:line("fg_feed1(%s, %s, (double)%s);", acc, k, s)
-      end
+      lib.emit(code, lib.fill(def.feed, nil, { acc = acc, k = k, s = s, q = q }))
       if merge_lanes then code:close("}") end
     end
     if slots > 0 then
@@ -158,8 +126,9 @@ function M.uniform_per_channel(layer, plan, a)
   local acc = plan.accums[a]
   local op = layer.ops[acc.op]
   local shape = op.in_shape
-  local mask = acc.kind == "moments" and op.stat.mask or op.reduce_mask
-  if acc.kind == "moments" and op.stat.channel_group == 0 then return false end
+  local norm = op.class == "norm"
+  local mask = norm and op.stat.mask or op.reduce_mask
+  if norm and op.stat.channel_group == 0 then return false end
   for d = 2, shape.rank - 1 do
     if (mask >> d) & 1 == 0 and shape.dim[d] ~= 1 then return false end
   end

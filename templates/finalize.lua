@@ -22,25 +22,22 @@ function M.render(layer, plan, pass, names, signature)
   else
     c:line("const long long key = (long long)(batch_base + (int)blockIdx.z) * %d + q;", keys)
   end
-  if acc.kind == "moments" then
+  local def = plan.accum_defs[acc.kind]
+  if not def.finalize then error(string.format("accumulator %s has no finalize", acc.kind)) end
+  -- the monoid's finalize reads `cnt` (elements per key) where it needs it
+  if def.finalize:find("cnt", 1, true) then
     if acc.over_batch then
       c:line("const double cnt = %s * (double)batch;", lib.dlit(acc.count_per_sample))
     else
       c:line("const double cnt = %s;", lib.dlit(acc.count_per_sample))
       c:line("(void)batch;")
     end
-    c:line("const double mean = %s[2 * key] / cnt;", names.accum[a])
-    c:line("double var = %s[2 * key + 1] / cnt - mean * mean;", names.accum[a])
-    c:line("if (var < 0.0) var = 0.0;")
-    c:line("%s[key].a = (float)mean;", names.stats[a])
-    c:line("%s[key].b = (float)(1.0 / sqrt(var + %s));", names.stats[a], lib.dlit(op.eps))
-  elseif acc.kind == "sumexp" then
-    c:line("(void)batch;")
-    c:line("%s[key].a = fg_unordered(%s[key]);", names.stats[a], names.accum[acc.max_accum])
-    c:line("%s[key].b = (float)(1.0 / %s[key]);", names.stats[a], names.accum[a])
   else
-    error("finalize of " .. acc.kind)
+    c:line("(void)batch;")
   end
+  local max = acc.max_accum >= 0 and names.accum[acc.max_accum] or nil
+  lib.emit(c, lib.fill(def.finalize, nil, { acc = names.accum[a], max = max, stats = names.stats[a],
+    eps = lib.dlit(op.eps) }))
   c:close()
   return c
 end

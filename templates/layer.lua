@@ -34,8 +34,7 @@ local function signature(plan, pass)
       parts[#parts + 1] = "const float *__restrict__ p" .. idx
     elseif k == "accum" then
       names.accum[idx] = "a" .. idx
-      local kind = plan.accums[idx].kind
-      parts[#parts + 1] = ((kind == "max" or kind == "min") and "int *" or "double *") .. "a" .. idx
+      parts[#parts + 1] = plan.accum_defs[plan.accums[idx].kind].ctype .. " *a" .. idx
     elseif k == "stats" then
       names.stats[idx] = "s" .. idx
       parts[#parts + 1] = (pass.kind == "finalize" and "fg_stat *" or "const fg_stat *__restrict__ ") .. "s" .. idx

@@ -63,6 +63,25 @@ function lib.dlit(x)
   return s
 end
 
+-- ---- registry snippets ------------------------------------------------------------------
+-- Fills the placeholders {name} of a snippet from the registry (gen/op_registry.c): names in
+-- `vars` (C expressions: variables, accumulator arrays) first, then the op's fields as
+-- float literals. An unknown placeholder is a registry bug, reported as such.
+function lib.fill(text, op, vars)
+  return (text:gsub("{([%w_]+)}", function(name)
+    local v = vars[name]
+    if v ~= nil then return v end
+    v = op and op.f[name]
+    if type(v) == "number" then return lib.flit(v) end
+    error(string.format("snippet of %s: no value for {%s} in %q", op and op.spec_name or "?", name, text))
+  end))
+end
+
+-- Prints a multi-line snippet, each line at the builder's depth plus its own indentation.
+function lib.emit(code, text)
+  for l in (text .. "\n"):gmatch("([^\n]*)\n") do code:line(l) end
+end
+
 -- ---- shapes and indices -------------------------------------------------------------
 -- Shapes come from C as { rank, dim = {[0]=1, ...}, sample }. Coordinates are arrays
 -- indexed by dim (coords[1] is the channel), holding C expressions.

@@ -5,62 +5,32 @@ local flit = lib.flit
 
 local ops = {}
 
--- Elementwise unary ops: an expression of `x` (a variable name).
+-- Elementwise unary ops: the registry's snippet steps (gen/op_registry.c) applied to `x` (a
+-- variable name) in turn; a step with a guard applies only when it holds ("field?": an
+-- optional field was given; "field=choice").
+local function guard_holds(op, guard)
+  if not guard then return true end
+  local given = guard:match("^([%w_]+)%?$")
+  if given then return op.f.given[given] end
+  local field, choice = guard:match("^([%w_]+)=([%w_]+)$")
+  if field then return op.f[field] == choice end
+  error(string.format("op %s: unknown snippet guard '%s'", op.spec_name, guard))
+end
+
 function ops.unary(op, x)
-  local k = op.kind
-  if k == "RELU" then return string.format("(%s < 0.0f ? 0.0f : %s)", x, x) end
-  if k == "LEAKY_RELU" then return string.format("(%s > 0.0f ? %s : %s * %s)", x, x, flit(op.alpha), x) end
-  if k == "GELU" then
-    if op.gelu_tanh then
-      return string.format("(0.5f * %s * (1.0f + tanhf(0.797884561f * (%s + 0.044715f * %s * %s * %s))))", x, x, x, x, x)
-    end
-    return string.format("(0.5f * %s * (1.0f + erff(%s * 0.707106781f)))", x, x)
+  local e = x
+  for _, step in ipairs(op.cuda) do
+    if guard_holds(op, step.guard) then e = lib.fill(step.text, op, { x = e }) end
   end
-  if k == "SIGMOID" then return string.format("fg_sigmoid(%s)", x) end
-  if k == "TANH" then return string.format("tanhf(%s)", x) end
-  if k == "SOFTPLUS" then
-    local b = flit(op.beta)
-    return string.format("(%s * %s > %s ? %s : log1pf(expf(%s * %s)) / %s)", b, x, flit(op.threshold), x, b, x, b)
-  end
-  if k == "MISH" then return string.format("(%s * tanhf(%s > 20.0f ? %s : log1pf(expf(%s))))", x, x, x, x) end
-  if k == "SILU" then return string.format("(%s * fg_sigmoid(%s))", x, x) end
-  if k == "HARDSWISH" then return string.format("(%s * fminf(fmaxf(%s + 3.0f, 0.0f), 6.0f) / 6.0f)", x, x) end
-  if k == "HARDSIGMOID" then return string.format("(fminf(fmaxf(%s + 3.0f, 0.0f), 6.0f) / 6.0f)", x) end
-  if k == "HARDTANH" or k == "CLAMP" then
-    -- comparisons, not fminf/fmaxf, so that NaN passes through as in PyTorch
-    local e = x
-    if op.has_lo then e = string.format("(%s < %s ? %s : %s)", e, flit(op.lo), flit(op.lo), e) end
-    if op.has_hi then e = string.format("(%s > %s ? %s : %s)", e, flit(op.hi), flit(op.hi), e) end
-    return e
-  end
-  if k == "EXP" then return string.format("expf(%s)", x) end
-  if k == "LOG" then return string.format("logf(%s)", x) end
-  if k == "ABS" then return string.format("fabsf(%s)", x) end
-  if k == "NEG" then return string.format("(-%s)", x) end
-  error("no CUDA snippet for unary op " .. k)
+  if #op.cuda == 0 then error("no CUDA snippet for unary op " .. op.spec_name) end
+  return e
 end
 
 -- Elementwise binary ops: an expression of `a` (the chain) and `b` (the operand).
 function ops.binary(op, a, b)
-  local k = op.kind
-  if k == "ADD" then return string.format("(%s + %s)", a, b) end
-  if k == "SUB" then return string.format("(%s - %s)", a, b) end
-  if k == "MUL" then return string.format("(%s * %s)", a, b) end
-  if k == "DIV" then return string.format("(%s / %s)", a, b) end
-  if k == "MINIMUM" then return string.format("fg_minimum(%s, %s)", a, b) end
-  if k == "MAXIMUM" then return string.format("fg_maximum(%s, %s)", a, b) end
-  error("no CUDA snippet for binary op " .. k)
+  if #op.cuda ~= 1 then error("no CUDA snippet for binary op " .. op.spec_name) end
+  return lib.fill(op.cuda[1].text, op, { a = a, b = b })
 end
-
--- Reductions computed by a loop: how the accumulator starts, takes an element, ends.
--- `count` is the number of elements reduced (a constant).
-ops.reduce = {
-  REDUCE_MAX = { init = "__int_as_float(0xff800000)", step = "%s = fg_maximum(%s, %s);", final = "%s" },
-  REDUCE_MIN = { init = "__int_as_float(0x7f800000)", step = "%s = fg_minimum(%s, %s);", final = "%s" },
-  REDUCE_SUM = { init = "0.0f", step = "%s = %s + %s;", final = "%s" },
-  REDUCE_MEAN = { init = "0.0f", step = "%s = %s + %s;", final = "(%s / %s)", divide = true },
-  GLOBAL_AVG_POOL = { init = "0.0f", step = "%s = %s + %s;", final = "(%s / %s)", divide = true },
-}
 
 -- Device helpers every generated source carries (no CUDA headers at JIT time).
 ops.prelude = [[

@@ -63,7 +63,7 @@ function M.render(layer, plan, pass, names, signature)
   c:open("{")
   c:line("extern __shared__ __align__(16) float fg_smem[];")
   c:line("float *s_keep = fg_smem;                 /* [%d channels][%d] kept v%d */", B, SLICE, kept)
-  c:line("float *s_in = fg_smem + %d;             /* [%d][%d][%d][%d] input tile with halo */", B * SLICE, T.CIC, T.IT[1],
+  c:line("float *s_in = fg_smem + %d;             /* [%d][%d][%d][%d] input tile with halo */", pass.conv.smem.input_offset, T.CIC, T.IT[1],
     T.IT[2], T.IT[3])
   c:line("float *s_w = s_in + %d;                  /* [%d ci][%d taps][%d co] weights */", T.W_OFFSET, T.CIC, g.taps, T.COT4)
   c:line("__shared__ double s_part[%d][2];         /* this CTA's sums and sums of squares per statistic */", NG)

@@ -172,14 +172,41 @@ if [ -e "$cli_md" ]; then
       echo "ok   docs/cli.md usage of 'fusegen${cmd:+ $cmd}' = --help"
     fi
   done
-  if [ $helps -ne 8 ]; then
-    echo "FAIL docs/cli.md has $helps usage blocks; expected 8 (fusegen and its seven commands)" >&2
+  if [ $helps -ne 9 ]; then
+    echo "FAIL docs/cli.md has $helps usage blocks; expected 9 (fusegen and its eight commands)" >&2
     failed=$((failed + 1))
   fi
+fi
+
+# ---- generated from the op registry (scripts/update-generated rewrites them) -----------
+"$fusegen" ops --markdown >"$work/ops.md"
+awk '/^<!-- BEGIN fusegen ops --markdown -->$/ { inside = 1; next }
+     /^<!-- END fusegen ops --markdown -->$/ { inside = 0 }
+     inside' "$spec_md" >"$work/ops-doc.md"
+if ! diff -u "$work/ops.md" "$work/ops-doc.md" >"$work/ops.diff" || [ ! -s "$work/ops.md" ]; then
+  echo "FAIL docs/spec.md's op table is not what \`fusegen ops --markdown\` prints (run scripts/update-generated):" >&2
+  sed 's/^/    /' "$work/ops.diff" >&2
+  failed=$((failed + 1))
+else
+  echo "ok   docs/spec.md op table = fusegen ops --markdown"
+fi
+want="| constructors | \`$("$fusegen" ops --names)\` |"
+if ! grep -qxF -- "$want" "$spec_md"; then
+  echo "FAIL docs/spec.md's constructors line is not: $want (run scripts/update-generated)" >&2
+  failed=$((failed + 1))
+else
+  echo "ok   docs/spec.md constructors = fusegen ops --names"
+fi
+if ! "$fusegen" ops --fuzz-dict | diff -u - "$src/fuzz/fuzz_spec.dict" >"$work/dict.diff"; then
+  echo "FAIL fuzz/fuzz_spec.dict is not what \`fusegen ops --fuzz-dict\` prints (run scripts/update-generated):" >&2
+  sed 's/^/    /' "$work/dict.diff" | head -20 >&2
+  failed=$((failed + 1))
+else
+  echo "ok   fuzz/fuzz_spec.dict = fusegen ops --fuzz-dict"
 fi
 
 if [ $failed -ne 0 ]; then
   echo "doc_examples: $failed failed" >&2
   exit 1
 fi
-echo "doc_examples: $checked spec blocks, their plan excerpts, the C example and the CLI usage texts checked"
+echo "doc_examples: $checked spec blocks, their plan excerpts, the C example, the CLI usage texts and the registry's generated docs checked"

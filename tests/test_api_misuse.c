@@ -114,7 +114,7 @@ static void context_arguments(void **state)
     EXPECT_FAIL(fg_context_create(&o, &ctx), FG_ERR_INVALID_ARGUMENT, "path is too long");
     o.cache_dir = NULL;
     o.cache_path = long_path;
-    EXPECT_FAIL(fg_context_create(&o, &ctx), FG_ERR_INVALID_ARGUMENT, "FUSEGEN_CACHE_PATH is too long");
+    EXPECT_FAIL(fg_context_create(&o, &ctx), FG_ERR_INVALID_ARGUMENT, "shipped cache's path is too long");
     o.cache_path = NULL;
     assert_null(ctx);
     EXPECT(fg_context_create(&o, &ctx), FG_OK);
@@ -569,6 +569,119 @@ static void threads_share_a_context(void **state)
     EXPECT(fg_context_destroy(ctx), FG_OK);
 }
 
+/* ---- closing and binding while another thread runs the layer ------------------------------- */
+
+/* A conv big enough that a CPU run takes a few milliseconds: the other thread's call lands
+ * inside it most of the time (whether it does changes nothing the test asserts). */
+static const char *const busy_spec = "return layer \"busy\" {\n"
+                                     "  input = { \"N\", 8, 24, 24 },\n"
+                                     "  conv2d { name = \"conv\", out_channels = 16, kernel = 3, bias = false },\n"
+                                     "}\n";
+enum { BUSY_W = 16 * 8 * 9, BUSY_IN = 8 * 24 * 24, BUSY_OUT = 16 * 22 * 22, BUSY_RUNS = 12 };
+
+typedef struct busy_run {
+    fg_layer *layer;
+    const float *x;
+    const float *expect_a, *expect_b;
+    int runs;
+    fg_status status[BUSY_RUNS];
+    int matched[BUSY_RUNS]; /* 1: A's output, 2: B's, 0: neither */
+    char message[BUSY_RUNS][256];
+} busy_run;
+
+static void *busy_worker(void *arg)
+{
+    busy_run *r = arg;
+    float *y = malloc(sizeof(float) * BUSY_OUT);
+    for (int i = 0; i < r->runs && y; i++) {
+        memset(y, 0, sizeof(float) * BUSY_OUT);
+        r->status[i] = fg_layer_run_cpu(r->layer, r->x, y, 1);
+        snprintf(r->message[i], sizeof r->message[i], "%s", fg_last_error());
+        r->matched[i] = !memcmp(y, r->expect_a, sizeof(float) * BUSY_OUT)   ? 1
+                        : !memcmp(y, r->expect_b, sizeof(float) * BUSY_OUT) ? 2
+                                                                             : 0;
+    }
+    free(y);
+    return NULL;
+}
+
+/* The hardening issue: Layer.close() or bind in one thread while another was inside
+ * layer(x) freed the binding under the run (ASan: heap-use-after-free in the reference). Now
+ * destroy waits for the calls in flight and refuses new ones, and a bind waits for the runs
+ * in flight: every run returns A's or B's exact output, or is refused as a dead layer. */
+static void close_and_bind_during_runs(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    static float x[BUSY_IN], wa[BUSY_W], wb[BUSY_W], ya[BUSY_OUT], yb[BUSY_OUT];
+    for (int i = 0; i < BUSY_IN; i++)
+        x[i] = (float)((i * 37) % 101) / 101.0f;
+    for (int i = 0; i < BUSY_W; i++) {
+        wa[i] = (float)((i * 53) % 97) / 97.0f - 0.5f;
+        wb[i] = -wa[i];
+    }
+    fg_layer *layer = NULL;
+    EXPECT(fg_layer_load_string(ctx, "busy.lua", busy_spec, &layer), FG_OK);
+    EXPECT(fg_layer_bind_host(layer, "conv.weight", wb, sizeof wb), FG_OK);
+    EXPECT(fg_layer_run_cpu(layer, x, yb, 1), FG_OK);
+    EXPECT(fg_layer_bind_host(layer, "conv.weight", wa, sizeof wa), FG_OK);
+    EXPECT(fg_layer_run_cpu(layer, x, ya, 1), FG_OK);
+
+    /* binds while runs go on: each run sees one whole binding */
+    busy_run r = {.layer = layer, .x = x, .expect_a = ya, .expect_b = yb, .runs = BUSY_RUNS};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, busy_worker, &r), 0);
+    for (int i = 0; i < 2 * BUSY_RUNS; i++)
+        EXPECT(fg_layer_bind_host(layer, "conv.weight", i % 2 ? wa : wb, sizeof wa), FG_OK);
+    pthread_join(th, NULL);
+    for (int i = 0; i < BUSY_RUNS; i++) {
+        if (r.status[i] != FG_OK)
+            fail_msg("run %d during binds: %s: %s", i, fg_status_name(r.status[i]), r.message[i]);
+        assert_int_not_equal(r.matched[i], 0);
+    }
+    EXPECT(fg_layer_destroy(layer), FG_OK);
+
+    /* destroy while a run goes on: the run finishes first, or is refused */
+    for (int round = 0; round < 6; round++) {
+        EXPECT(fg_layer_load_string(ctx, "busy.lua", busy_spec, &layer), FG_OK);
+        EXPECT(fg_layer_bind_host(layer, "conv.weight", wa, sizeof wa), FG_OK);
+        busy_run d = {.layer = layer, .x = x, .expect_a = ya, .expect_b = ya, .runs = 3};
+        assert_int_equal(pthread_create(&th, NULL, busy_worker, &d), 0);
+        EXPECT(fg_layer_destroy(layer), FG_OK);
+        pthread_join(th, NULL);
+        for (int i = 0; i < d.runs; i++) {
+            if (d.status[i] == FG_OK) {
+                assert_int_equal(d.matched[i], 1);
+            } else {
+                assert_int_equal(d.status[i], FG_ERR_INVALID_ARGUMENT);
+                fgt_assert_contains(d.message[i], "not a live layer");
+            }
+        }
+    }
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+}
+
+/* A spec is a pure function of its text: tostring of a table or a function used to print its
+ * address, so the layer's name (and its cache key, and the files naming it) changed with
+ * every load. Now such values print as their type. */
+static void specs_are_pure(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    static const char *const source = "return layer (\"pure_\" .. tostring({}) .. \"_\" .. tostring(relu) .. \"_\" ..\n"
+                                      "  tostring(1.5) .. tostring(true) .. tostring(nil)) {\n"
+                                      "  input = { \"N\", 2, 6, 6 },\n"
+                                      "  conv2d { out_channels = 4, kernel = 3 },\n"
+                                      "}\n";
+    fg_layer *layer = NULL;
+    EXPECT(fg_layer_load_string(ctx, "pure.lua", source, &layer), FG_OK);
+    EXPECT(fg_layer_destroy(layer), FG_OK);
+    fg_layer_ir *ir = fgt_load_string(source);
+    assert_string_equal(ir->name, "pure_table_function_1.5truenil");
+    free(ir);
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -583,6 +696,8 @@ int main(void)
         cmocka_unit_test(last_error_is_per_thread),
         cmocka_unit_test(specs_are_isolated),
         cmocka_unit_test(threads_share_a_context),
+        cmocka_unit_test(close_and_bind_during_runs),
+        cmocka_unit_test(specs_are_pure),
     };
     char *dir = fgt_tmpdir("api-misuse-env");
     fgt_isolate_environment(dir);

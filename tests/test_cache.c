@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "fusegen.h"
 #include "kernel_build.h"
 #include "render.h"
 #include "spec_loader.h"
 #include "test_util.h"
+#include "../runtime/environment.h"
 
 /* The entry layout (runtime/cache.c): magic[8], format u32, key[64], arch[16],
  * generator[16], nvrtc major u32, minor u32, cubin size u64, meta size u64 (132 bytes),
@@ -61,6 +63,9 @@ static void collect_warning(void *ctx, const char *msg)
     snprintf(w->last, sizeof w->last, "%s", msg);
 }
 
+/* this fusegen's identity (the NVRTC it loads), as the context and the CLI give the cache */
+static fg_cache_identity test_identity;
+
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -70,14 +75,13 @@ static int setup(void **state)
     fg_error err;
     if (fgt_render_layer("cache_test.lua", small_spec, &f->layer) != 0)
         return -1;
-    int major, minor;
-    if (fg_nvrtc_version(&major, &minor, &err)) {
+    if (fg_build_identity(&test_identity, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return -1;
     }
     char options[256];
     fg_nvrtc_options_string(ARCH, options, sizeof options);
-    fg_cache_key(f->layer.src.source, f->layer.src.length, ARCH, options, major, minor, f->key);
+    fg_cache_key(&test_identity, f->layer.src.source, f->layer.src.length, ARCH, options, f->key);
     *state = f;
     return 0;
 }
@@ -100,7 +104,7 @@ static char *subdir(const fixture *f, const char *name)
 static void init_cache(fg_cache *cache, const char *user_dir, const char *shipped, warnings *w)
 {
     fg_error err = {{0}};
-    if (fg_cache_init(cache, user_dir, shipped ? shipped : "", &err) != 0)
+    if (fgt_cache_init(cache, user_dir, shipped ? shipped : "", &err) != 0)
         fail_msg("fg_cache_init: %s", err.msg);
     if (w) {
         memset(w, 0, sizeof *w);
@@ -112,7 +116,7 @@ static void init_cache(fg_cache *cache, const char *user_dir, const char *shippe
 static void build(const fixture *f, fg_cache *cache, const char *store_dir, fg_built *out)
 {
     fg_error err = {{0}};
-    if (fg_build_cubin(cache, store_dir, f->layer.ir, f->layer.src.source, ARCH, out, &err) != 0)
+    if (fg_build_cubin(FGT_BUILDER(cache, store_dir), f->layer.ir, f->layer.src.source, ARCH, NULL, out, &err) != 0)
         fail_msg("fg_build_cubin: %s", err.msg);
     assert_non_null(out->cubin);
     assert_true(out->cubin_size > 64);
@@ -146,7 +150,7 @@ static void verify_entry(const char *path, const char *key, const char *arch)
 {
     fg_cache_entry e;
     fg_error err = {{0}};
-    if (fg_cache_read_entry(path, key, arch, &e, &err) != 0)
+    if (fg_cache_read_entry(path, &(fg_entry_expect){key, arch, fg_version()}, &e, &err) != 0)
         fail_msg("entry %s does not verify: %s", path, err.msg);
     assert_string_equal(e.arch, arch);
     assert_string_equal(e.path, path);
@@ -168,19 +172,30 @@ static void keys_and_paths(void **state)
     char a[FG_CACHE_KEY_HEX + 1], b[FG_CACHE_KEY_HEX + 1];
     const char *src = f->layer.src.source;
     size_t len = f->layer.src.length;
-    fg_cache_key(src, len, "sm_90", "opts", 13, 0, a);
+    const fg_cache_identity id = {"0.1.0", "t", "g", 13, 0};
+    fg_cache_identity other = id;
+    fg_cache_key(&id, src, len, "sm_90", "opts", a);
     assert_int_equal(strlen(a), FG_CACHE_KEY_HEX);
     for (const char *p = a; *p; p++)
         assert_true((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'));
-    fg_cache_key(src, len, "sm_90", "opts", 13, 0, b);
+    fg_cache_key(&id, src, len, "sm_90", "opts", b);
     assert_string_equal(a, b); /* deterministic */
-    fg_cache_key(src, len, "sm_80", "opts", 13, 0, b);
+    fg_cache_key(&id, src, len, "sm_80", "opts", b);
     assert_string_not_equal(a, b);
-    fg_cache_key(src, len, "sm_90", "opts -G", 13, 0, b);
+    fg_cache_key(&id, src, len, "sm_90", "opts -G", b);
     assert_string_not_equal(a, b);
-    fg_cache_key(src, len, "sm_90", "opts", 13, 1, b);
+    other.nvrtc_minor = 1;
+    fg_cache_key(&other, src, len, "sm_90", "opts", b);
     assert_string_not_equal(a, b);
-    fg_cache_key(src, len - 1, "sm_90", "opts", 13, 0, b);
+    other = id;
+    snprintf(other.templates_digest, sizeof other.templates_digest, "u");
+    fg_cache_key(&other, src, len, "sm_90", "opts", b);
+    assert_string_not_equal(a, b);
+    other = id;
+    snprintf(other.version, sizeof other.version, "0.1.1");
+    fg_cache_key(&other, src, len, "sm_90", "opts", b);
+    assert_string_not_equal(a, b);
+    fg_cache_key(&id, src, len - 1, "sm_90", "opts", b);
     assert_string_not_equal(a, b);
     char path[1200];
     entry_path("/some/dir", a, path, sizeof path);
@@ -194,42 +209,49 @@ static void init_from_environment(void **state)
     (void)state;
     fg_cache c;
     fg_error err = {{0}};
+    fg_env_runtime env;
     char *saved_dir = strdup(getenv("FUSEGEN_CACHE_DIR"));
     char *saved_xdg = strdup(getenv("XDG_CACHE_HOME"));
     char *saved_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
 
+    /* runtime/environment.c resolves the defaults once; the cache takes what it is given */
     setenv("FUSEGEN_CACHE_DIR", "/explicit/dir", 1);
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), 0);
-    assert_string_equal(c.user_dir, "/explicit/dir");
-    assert_int_equal(c.n_shipped, 0);
-    assert_int_equal(fg_cache_init(&c, "/argument/wins", "", &err), 0);
-    assert_string_equal(c.user_dir, "/argument/wins");
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "/explicit/dir");
     unsetenv("FUSEGEN_CACHE_DIR");
     setenv("XDG_CACHE_HOME", "/xdg", 1);
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), 0);
-    assert_string_equal(c.user_dir, "/xdg/fusegen");
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "/xdg/fusegen");
     unsetenv("XDG_CACHE_HOME");
     setenv("HOME", "/home/someone", 1);
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), 0);
-    assert_string_equal(c.user_dir, "/home/someone/.cache/fusegen");
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "/home/someone/.cache/fusegen");
     unsetenv("HOME");
-    assert_int_equal(fg_cache_init(&c, NULL, "", &err), -1);
+    fg_env_runtime_read(&env);
+    assert_string_equal(env.user_cache, "");
+    fgt_assert_contains(env.user_cache_error, "no cache directory");
+    assert_int_equal(fgt_cache_init(&c, NULL, "", &err), -1);
     fgt_assert_contains(err.msg, "no cache directory");
+    assert_int_equal(fgt_cache_init(&c, "/argument/wins", "", &err), 0);
+    assert_string_equal(c.user_dir, "/argument/wins");
+    assert_int_equal(c.n_shipped, 0);
 
-    /* shipped caches: colon-separated, empty parts skipped, from the environment too */
-    assert_int_equal(fg_cache_init(&c, "/u", ":/ship/a::/ship/b:", &err), 0);
+    /* shipped caches: colon-separated, empty parts skipped */
+    assert_int_equal(fgt_cache_init(&c, "/u", ":/ship/a::/ship/b:", &err), 0);
     assert_int_equal(c.n_shipped, 2);
     assert_string_equal(c.shipped[0], "/ship/a");
     assert_string_equal(c.shipped[1], "/ship/b");
     setenv("FUSEGEN_CACHE_PATH", "/env/ship", 1);
-    assert_int_equal(fg_cache_init(&c, "/u", NULL, &err), 0);
-    assert_int_equal(c.n_shipped, 1);
-    assert_string_equal(c.shipped[0], "/env/ship");
+    fg_env_runtime_read(&env);
+    assert_true(env.shipped_set);
+    assert_string_equal(env.shipped_caches, "/env/ship");
+    assert_int_equal(fgt_cache_init(&c, "/u", NULL, &err), 0); /* NULL: none; the cache reads no environment */
+    assert_int_equal(c.n_shipped, 0);
     unsetenv("FUSEGEN_CACHE_PATH");
     char many[1024] = "";
     for (int i = 0; i < FG_CACHE_MAX_SHIPPED + 1; i++)
         snprintf(many + strlen(many), sizeof many - strlen(many), "/s%d:", i);
-    assert_int_equal(fg_cache_init(&c, "/u", many, &err), -1);
+    assert_int_equal(fgt_cache_init(&c, "/u", many, &err), -1);
     fgt_assert_contains(err.msg, "more than 16");
 
     setenv("FUSEGEN_CACHE_DIR", saved_dir, 1);
@@ -272,7 +294,7 @@ static void miss_then_hit(void **state)
     /* the description names the layer and its kernels */
     fg_cache_entry e;
     fg_error err;
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), 0);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), 0);
     char layer[128];
     fg_kernel_resources k[8];
     assert_int_equal(fg_describe_parse(e.meta_json, layer, sizeof layer, k, 8), f->layer.plan->n_passes);
@@ -298,7 +320,7 @@ static void miss_then_hit(void **state)
     /* another architecture is another key, another entry */
     fg_built other;
     fg_error e2 = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, "sm_80", &other, &e2), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", NULL, &other, &e2), 0);
     assert_false(other.from_cache);
     assert_string_not_equal(other.key, f->key);
     assert_int_equal(count_entries(dir), 2);
@@ -353,7 +375,7 @@ static void corrupt_and_rebuild(const fixture *f, corruption kind, const char *n
 
     fg_cache_entry e;
     fg_error err = {{0}};
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, path);
     fgt_assert_contains(err.msg, fragment);
     assert_null(e.cubin);
@@ -425,7 +447,7 @@ static void mismatched_headers(void **state)
     fg_error err;
 
     /* the untouched bytes parse */
-    assert_int_equal(fg_cache_parse_entry(good, size, f->key, ARCH, &e, &err), 0);
+    assert_int_equal(fg_cache_parse_entry(good, size, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), 0);
     assert_string_equal(e.arch, ARCH);
     char generator[17];
     snprintf(generator, sizeof generator, "%s", e.generator);
@@ -436,12 +458,12 @@ static void mismatched_headers(void **state)
     memset(data + OFF_GENERATOR, 0, 16);
     memcpy(data + OFF_GENERATOR, "9.9.9", 5);
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry was written by fusegen 9.9.9, this is");
     fgt_assert_contains(err.msg, generator);
     /* ... on disk: reported, skipped and rebuilt */
     assert_int_equal(fgt_write_file(path, data, size), 0);
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, path);
     fgt_assert_contains(err.msg, "fusegen 9.9.9");
     assert_int_equal(fg_cache_lookup(&cache, f->key, ARCH, &e, &err), 0);
@@ -456,28 +478,28 @@ static void mismatched_headers(void **state)
     memcpy(data, good, size);
     data[OFF_FORMAT] = 2;
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, NULL, NULL, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){NULL, NULL, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry format 2, this fusegen reads format 1");
 
     /* the file name promises another key */
     memcpy(data, good, size);
     data[OFF_KEY] = data[OFF_KEY] == 'a' ? 'b' : 'a';
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry holds key");
 
     /* an unterminated arch string */
     memcpy(data, good, size);
     memset(data + OFF_ARCH, 'x', 16);
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, NULL, NULL, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){NULL, NULL, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "malformed header strings");
 
     /* the size fields claim more than the file holds */
     memcpy(data, good, size);
     data[HEADER_BYTES - 9] = 0x7f; /* the cubin size's top byte */
     reseal(data, size);
-    assert_int_equal(fg_cache_parse_entry(data, size, NULL, NULL, &e, &err), -1);
+    assert_int_equal(fg_cache_parse_entry(data, size, &(fg_entry_expect){NULL, NULL, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "do not match the file");
 
     free(data);
@@ -495,25 +517,23 @@ static void wrong_arch(void **state)
     init_cache(&cache, dir, NULL, &w);
     fg_built b90;
     build(f, &cache, NULL, &b90);
-    int major, minor;
     fg_error err = {{0}};
-    assert_int_equal(fg_nvrtc_version(&major, &minor, &err), 0);
     char options[256], key80[FG_CACHE_KEY_HEX + 1];
     fg_nvrtc_options_string("sm_80", options, sizeof options);
-    fg_cache_key(f->layer.src.source, f->layer.src.length, "sm_80", options, major, minor, key80);
+    fg_cache_key(&test_identity, f->layer.src.source, f->layer.src.length, "sm_80", options, key80);
     /* plant the sm_90 cubin under the sm_80 key, labelled sm_90 */
     assert_int_equal(fg_cache_store(&cache, NULL, key80, "sm_90", b90.cubin, b90.cubin_size, "{}", &err), 0);
     char path[1200];
     entry_path(dir, key80, path, sizeof path);
     fg_cache_entry e;
-    assert_int_equal(fg_cache_read_entry(path, key80, "sm_80", &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){key80, "sm_80", fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "entry is for sm_90, not sm_80");
     assert_int_equal(fg_cache_lookup(&cache, key80, "sm_80", &e, &err), 0);
     assert_int_equal(w.count, 1);
     fgt_assert_contains(w.last, "entry is for sm_90, not sm_80");
 
     fg_built b80;
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, "sm_80", &b80, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, "sm_80", NULL, &b80, &err), 0);
     assert_false(b80.from_cache);
     assert_true(b80.stored);
     assert_string_equal(b80.key, key80);
@@ -533,12 +553,12 @@ static int readonly_case(const fixture *f, const char *dir)
 {
     fg_cache cache;
     fg_error err = {{0}};
-    if (fg_cache_init(&cache, dir, "", &err) != 0) {
+    if (fgt_cache_init(&cache, dir, "", &err) != 0) {
         fprintf(stderr, "readonly: fg_cache_init: %s\n", err.msg);
         return 2;
     }
     fg_built b;
-    if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
+    if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err) != 0) {
         fprintf(stderr, "readonly: the build failed: %s\n", err.msg);
         return 3;
     }
@@ -648,7 +668,7 @@ static void cache_path_is_a_file(void **state)
     assert_int_equal(mkdir(path, 0755), 0);
     fg_cache_entry e;
     fg_error err;
-    assert_int_equal(fg_cache_read_entry(path, f->key, ARCH, &e, &err), -1);
+    assert_int_equal(fg_cache_read_entry(path, &(fg_entry_expect){f->key, ARCH, fg_version()}, &e, &err), -1);
     fgt_assert_contains(err.msg, "not a regular file");
     assert_int_equal(fg_cache_lookup(&cache, f->key, ARCH, &e, &err), 0);
     assert_int_equal(w.count, 1);
@@ -768,12 +788,12 @@ static void concurrent_builders(void **state)
                 _exit(10);
             fg_cache cache;
             fg_error err = {{0}};
-            if (fg_cache_init(&cache, dir, "", &err) != 0) {
+            if (fgt_cache_init(&cache, dir, "", &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.msg);
                 _exit(11);
             }
             fg_built b;
-            if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
+            if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.msg);
                 _exit(12);
             }
@@ -865,7 +885,7 @@ static void walk_sees_entries_only(void **state)
 static void build_layer(const fixture *f, fg_cache *cache, fg_built *out)
 {
     fg_error err = {{0}};
-    if (fg_build_layer(cache, NULL, f->layer.ir, f->layer.plan, ARCH, out, &err) != 0)
+    if (fg_build_layer(FGT_BUILDER(cache, NULL), f->layer.ir, f->layer.plan, ARCH, out, &err) != 0)
         fail_msg("fg_build_layer: %s", err.msg);
     assert_string_equal(out->key, f->key);
     assert_memory_equal(out->cubin, "\x7f" "ELF", 4);
@@ -875,8 +895,7 @@ static void build_layer(const fixture *f, fg_cache *cache, fg_built *out)
 static void alias_path(const fixture *f, const char *dir, char *buf, size_t cap)
 {
     char plan_key[FG_CACHE_KEY_HEX + 1];
-    fg_error err = {{0}};
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, plan_key, &err), 0);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, plan_key);
     fg_cache_alias_path(dir, plan_key, buf, cap);
 }
 
@@ -922,9 +941,8 @@ static void plan_key_inputs(void **state)
 {
     fixture *f = *state;
     char a[FG_CACHE_KEY_HEX + 1], b[FG_CACHE_KEY_HEX + 1];
-    fg_error err = {{0}};
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, a, &err), 0);
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, a);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, b);
     assert_string_equal(a, b);
     assert_string_not_equal(a, f->key); /* its own key space */
     fg_layer_ir *ir = malloc(sizeof *ir);
@@ -934,17 +952,17 @@ static void plan_key_inputs(void **state)
     memcpy(ir, f->layer.ir, sizeof *ir);
     memcpy(plan, f->layer.plan, sizeof *plan);
     snprintf(ir->file, sizeof ir->file, "/elsewhere/cache_test.lua");
-    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, ARCH, b);
     assert_string_equal(a, b);
     ir->ops[0].line++; /* the source's comments name spec lines */
-    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, ARCH, b);
     assert_string_not_equal(a, b);
     ir->ops[0].line--;
     plan->passes[0].launch.block *= 2;
-    assert_int_equal(fg_plan_key(ir, plan, ARCH, b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, ARCH, b);
     assert_string_not_equal(a, b);
     plan->passes[0].launch.block /= 2;
-    assert_int_equal(fg_plan_key(ir, plan, "sm_80", b, &err), 0);
+    fg_plan_key(&test_identity, ir, plan, "sm_80", b);
     assert_string_not_equal(a, b);
     free(ir);
     free(plan);
@@ -1010,15 +1028,52 @@ static void alias_to_another_layer(void **state)
     fg_error err = {{0}};
     assert_int_equal(fg_cache_store(&cache, NULL, other, ARCH, "\x7f" "ELF", 4, "{\"layer\":\"someone_else\"}", &err), 0);
     char plan_key[FG_CACHE_KEY_HEX + 1];
-    assert_int_equal(fg_plan_key(f->layer.ir, f->layer.plan, ARCH, plan_key, &err), 0);
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, plan_key);
     assert_int_equal(fg_cache_store_alias(&cache, NULL, plan_key, other, &err), 0);
     fg_built b;
     build_layer(f, &cache, &b); /* its own key and cubin, checked there */
     assert_true(b.rendered);
     assert_int_equal(w.count, 1);
-    fgt_assert_contains(w.last, "holds layer someone_else");
+    fgt_assert_contains(w.last, "was built for no recorded layer and shape");
     fg_built_free(&b);
     assert_alias_names_fixture(f, dir); /* rewritten to its own entry */
+    free(dir);
+}
+
+/* The hardening issue: an alias written for another spec with the same layer name and a
+ * smaller input was accepted, and its kernels loaded for the wrong shape (out of bounds on
+ * the GPU). The entry records the plan key it was built for; the alias must match it. */
+static void alias_to_another_shape(void **state)
+{
+    fixture *f = *state;
+    char *dir = subdir(f, "other-shape");
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, dir, NULL, &w);
+    fgt_rendered_layer smaller;
+    assert_int_equal(fgt_render_layer("smaller.lua",
+                                      "return layer \"cache_test\" {\n  input = { \"N\", 2, 6, 6 },\n"
+                                      "  conv2d { out_channels = 4, kernel = 3 },\n  relu {},\n}\n",
+                                      &smaller),
+                     0);
+    fg_built b;
+    fg_error err = {{0}};
+    assert_int_equal(fg_build_layer(FGT_BUILDER(&cache, NULL), smaller.ir, smaller.plan, ARCH, &b, &err), 0);
+    assert_true(b.stored);
+    char small_key[FG_CACHE_KEY_HEX + 1], plan_key[FG_CACHE_KEY_HEX + 1];
+    memcpy(small_key, b.key, sizeof small_key);
+    fg_built_free(&b);
+    /* plant: the fixture layer's alias names the smaller layer's entry */
+    fg_plan_key(&test_identity, f->layer.ir, f->layer.plan, ARCH, plan_key);
+    assert_int_equal(fg_cache_store_alias(&cache, NULL, plan_key, small_key, &err), 0);
+    build_layer(f, &cache, &b); /* checks it got its own cubin */
+    assert_true(b.rendered);
+    assert_string_not_equal(b.key, small_key);
+    assert_int_equal(w.count, 1);
+    fgt_assert_contains(w.last, "was built for another layer or shape");
+    fg_built_free(&b);
+    assert_alias_names_fixture(f, dir);
+    fgt_rendered_layer_free(&smaller);
     free(dir);
 }
 
@@ -1031,7 +1086,7 @@ static void shipped_plan_alias(void **state)
     init_cache(&builder, user, NULL, NULL);
     fg_built b;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_layer(&builder, ship, f->layer.ir, f->layer.plan, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_layer(FGT_BUILDER(&builder, ship), f->layer.ir, f->layer.plan, ARCH, &b, &err), 0);
     assert_true(b.stored);
     fg_built_free(&b);
     assert_int_equal(count_entries(user), 0);
@@ -1049,6 +1104,62 @@ static void shipped_plan_alias(void **state)
     assert_int_equal(w.count, 0);
     free(ship);
     free(user);
+}
+
+/* ---- caches other users can write --------------------------------------------------------------- */
+
+/* A shipped cache writable by its group, and a user cache writable by everyone, are left out
+ * with a warning saying why; nothing is read from or stored into them. */
+static void untrusted_caches(void **state)
+{
+    fixture *f = *state;
+    char *ship = subdir(f, "group-writable-ship"), *user = subdir(f, "world-writable-user");
+    assert_int_equal(mkdir(ship, 0775), 0);
+    assert_int_equal(chmod(ship, 0775), 0);
+    assert_int_equal(mkdir(user, 0700), 0);
+    assert_int_equal(chmod(user, 0777), 0);
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, user, ship, &w);
+    assert_int_equal(fg_cache_check_trust(&cache), 2);
+    assert_int_equal(cache.n_shipped, 0);
+    assert_int_equal(w.count, 2);
+    fgt_assert_contains(w.last, "writable by every user (mode 0777)");
+    fgt_assert_contains(cache.user_refused, user);
+    fg_built b;
+    build(f, &cache, NULL, &b);
+    assert_false(b.stored);
+    fgt_assert_contains(b.store_error, "writable by every user");
+    fg_built_free(&b);
+    /* made private, it is used again (and nothing was stored into it before) */
+    assert_int_equal(chmod(user, 0700), 0);
+    assert_int_equal(count_entries(user), 0);
+    init_cache(&cache, user, NULL, &w);
+    assert_int_equal(fg_cache_check_trust(&cache), 0);
+    build(f, &cache, NULL, &b);
+    assert_true(b.stored);
+    fg_built_free(&b);
+    free(ship);
+    free(user);
+}
+
+/* A new user cache is created private (0700). */
+static void new_cache_is_private(void **state)
+{
+    fixture *f = *state;
+    char *parent = subdir(f, "fresh"), *dir = fgt_join(parent, "a/b/cache");
+    fg_cache cache;
+    warnings w;
+    init_cache(&cache, dir, NULL, &w);
+    fg_built b;
+    build(f, &cache, NULL, &b);
+    assert_true(b.stored);
+    fg_built_free(&b);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    free(dir);
+    free(parent);
 }
 
 int main(void)
@@ -1073,6 +1184,9 @@ int main(void)
         cmocka_unit_test(plan_key_inputs),
         cmocka_unit_test(bad_plan_alias),
         cmocka_unit_test(alias_to_another_layer),
+        cmocka_unit_test(alias_to_another_shape),
+        cmocka_unit_test(untrusted_caches),
+        cmocka_unit_test(new_cache_is_private),
         cmocka_unit_test(shipped_plan_alias),
     };
     char *dir = fgt_tmpdir("cache-env");

@@ -77,7 +77,7 @@ static int compile_ir(fg_layer_ir *ir, int force_strategy, const char *const *ar
         fg_compiled c;
         char what[256];
         snprintf(what, sizeof what, "%s for %s", ir->name, arch_list[a]);
-        if (fg_nvrtc_compile(src.source, ir->name, arch_list[a], &c, &err) != 0)
+        if (fg_nvrtc_compile(src.source, ir->name, arch_list[a], NULL, &c, &err) != 0)
             fail_msg("%s: %s", what, err.msg);
         assert_non_null(c.cubin);
         assert_true(c.size > 0);
@@ -158,7 +158,7 @@ static void compile_error_is_reported(void **state)
     const char *bad = "extern \"C\" __global__ void k(float *x) { x[0] = undefined_thing; }\n";
     fg_compiled c;
     fg_error err = {{0}};
-    assert_int_equal(fg_nvrtc_compile(bad, "broken.cu", "sm_90", &c, &err), -1);
+    assert_int_equal(fg_nvrtc_compile(bad, "broken.cu", "sm_90", getenv("TMPDIR"), &c, &err), -1);
     assert_null(c.cubin);
     fgt_assert_contains(err.msg, "broken.cu");
     fgt_assert_contains(err.msg, "NVRTC could not compile the generated source for sm_90");
@@ -177,7 +177,7 @@ static void compile_error_is_reported(void **state)
     unlink(path);
 
     /* an unknown architecture is an error too, not a crash */
-    assert_int_equal(fg_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "arch.cu", "sm_1", &c, &err), -1);
+    assert_int_equal(fg_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "arch.cu", "sm_1", NULL, &c, &err), -1);
     fgt_assert_contains(err.msg, "arch.cu");
 }
 

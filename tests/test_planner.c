@@ -148,7 +148,7 @@ static void kb17(void **state)
     assert_int_equal(ws.accum_bytes[0], 2 * 128 * 16);
     assert_int_equal(ws.stats_offset[0], buf + 2 * 128 * 16);
     assert_int_equal(ws.total, buf + 2 * 128 * 16 + 2 * 128 * 8);
-    assert_int_equal(fg_accum_clear_pattern(&plan->accums[0]), 0);
+    assert_int_equal(fg_accum_defs[plan->accums[0].kind].clear_word, 0);
     free(plan);
     free(ir);
 }
@@ -353,8 +353,8 @@ static void softmax_needs_max_sumexp_and_finalize(void **state)
     assert_int_equal(plan->op_accum[1], 1);
     assert_int_equal(plan->op_max_accum[1], 0);
     /* the max is accumulated as ordered ints from -inf; the sum from 0 */
-    assert_int_equal(fg_accum_clear_pattern(&plan->accums[0]), 0xff800000u ^ 0x7fffffffu);
-    assert_int_equal(fg_accum_clear_pattern(&plan->accums[1]), 0);
+    assert_int_equal(fg_accum_defs[plan->accums[0].kind].clear_word, 0xff800000u ^ 0x7fffffffu);
+    assert_int_equal(fg_accum_defs[plan->accums[1].kind].clear_word, 0);
     check_args_common(plan);
     /* the sum-of-exp pass needs the max too */
     assert_non_null(find_arg(&plan->passes[1], FG_ARG_ACCUM, 0));
@@ -554,7 +554,9 @@ static void named_value_behind_a_statistic(void **state)
                          "}\n");
     plan = malloc(sizeof *plan);
     fg_error err = {{0}};
-    fg_plan_options opts = {.force_strategy = FG_STRATEGY_MATERIALIZE}; /* recompute would fuse r into the second conv pass */
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.force_strategy = FG_STRATEGY_MATERIALIZE; /* recompute would fuse r into the second conv pass */
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
     fgt_assert_contains(err.msg, "test.lua:5:");
     fgt_assert_contains(err.msg, "value 'r' is read after a statistic");
@@ -605,7 +607,8 @@ static void resident_on_request(void **state)
     fg_plan *plan = malloc(sizeof *plan);
     assert_non_null(plan);
     fg_error err = {{0}};
-    fg_plan_options opts = {.force_strategy = -1, .sm = 90};
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
     assert_int_equal(plan->strategy, FG_STRATEGY_RESIDENT);
     assert_int_equal(plan->n_passes, 1);
@@ -664,10 +667,21 @@ static int64_t mma_smem_expected(const fg_conv_tiling *t, int64_t taps)
 }
 
 /* Plans a spec (or spec text) and returns its first pass's conv tiling. */
+/* The first conv pass's tiling, planned for sm_90 with `engine` and `mma_tiles` (0: the
+ * planner's choice). */
+static const fg_conv_tiling *first_conv_with(fg_layer_ir *ir, fg_plan **plan, fg_engine_choice engine, int mma_tiles)
+{
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.engine = engine;
+    opts.mma_tiles = mma_tiles;
+    *plan = fgt_plan_with(ir, &opts);
+    return &(*plan)->passes[0].conv;
+}
+
 static const fg_conv_tiling *first_conv(fg_layer_ir *ir, fg_plan **plan)
 {
-    *plan = fgt_plan(ir, -1);
-    return &(*plan)->passes[0].conv;
+    return first_conv_with(ir, plan, FG_ENGINE_AUTO, 0);
 }
 
 static void tensor_core_tiling(void **state)
@@ -685,16 +699,16 @@ static void tensor_core_tiling(void **state)
     assert_true(t->ch_pitch >= t->in_tile[0] * t->in_tile[1] * t->in_tile[2]);
     free(plan);
     /* sm_80 has mma.sync with TF32 too; before it, FMAs whatever is asked */
-    fg_plan_options opts = {.force_strategy = -1, .sm = 80};
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 80);
     plan = calloc(1, sizeof *plan);
     assert_non_null(plan);
     fg_error err;
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
     assert_int_equal(plan->passes[0].conv.engine, FG_CONV_MMA);
     opts.sm = 75;
-    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
+    opts.engine = FG_ENGINE_PREFER_MMA;
     assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), 0);
-    unsetenv("FUSEGEN_CONV_ENGINE");
     assert_int_equal(plan->passes[0].conv.engine, FG_CONV_FMA);
     free(plan);
     free(ir);
@@ -726,22 +740,18 @@ static void tensor_core_tiling(void **state)
     ir = fgt_load_spec("kb85");
     assert_int_equal(first_conv(ir, &plan)->engine, FG_CONV_FMA);
     free(plan);
-    setenv("FUSEGEN_CONV_ENGINE", "mma", 1);
-    t = first_conv(ir, &plan);
-    unsetenv("FUSEGEN_CONV_ENGINE");
+    t = first_conv_with(ir, &plan, FG_ENGINE_PREFER_MMA, 0);
     assert_int_equal(t->engine, FG_CONV_MMA);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);
     free(ir);
     ir = fgt_load_spec("kb21");
-    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
-    assert_int_equal(first_conv(ir, &plan)->engine, FG_CONV_FMA);
-    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(first_conv_with(ir, &plan, FG_ENGINE_PREFER_FMA, 0)->engine, FG_CONV_FMA);
     free(plan);
     free(ir);
 
     /* a tiny output: one tile per sample, so one tile per block and no second buffer;
-     * FUSEGEN_MMA_TILES asks for more and gets the second buffer */
+     * a caller's mma_tiles (FUSEGEN_MMA_TILES) asks for more and gets the second buffer */
     ir = fgt_load_string("return layer \"tiny\" {\n  input = { \"N\", 8, 10, 10 },\n"
                          "  conv2d { out_channels = 16, kernel = 3 },\n  relu {},\n}\n");
     t = first_conv(ir, &plan);
@@ -750,9 +760,7 @@ static void tensor_core_tiling(void **state)
     assert_int_equal(plan->passes[0].launch.grid_x, 1);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);
-    setenv("FUSEGEN_MMA_TILES", "3", 1);
-    t = first_conv(ir, &plan);
-    unsetenv("FUSEGEN_MMA_TILES");
+    t = first_conv_with(ir, &plan, FG_ENGINE_AUTO, 3);
     assert_int_equal(t->tiles_per_block, 3);
     assert_int_equal(plan->passes[0].launch.smem_bytes, mma_smem_expected(t, 9));
     free(plan);
@@ -784,9 +792,69 @@ static void plan_print_mentions_every_pass(void **state)
     free(ir);
 }
 
+/* A pass with more kernel parameters than the old fixed table held (48): 46 parameters of
+ * their own after the conv, then a norm. The plan keeps every pass and argument (it once
+ * overflowed the table and turned the finalize pass into a nameless map pass). */
+static void many_parameters_in_one_pass(void **state)
+{
+    (void)state;
+    char src[8192];
+    size_t len = (size_t)snprintf(src, sizeof src, "return layer \"many_args\" {\n  input = { \"N\", 3, 12, 12 },\n"
+                                                   "  conv2d { out_channels = 4, kernel = 3 },\n");
+    for (int i = 0; i < 46; i++)
+        len += (size_t)snprintf(src + len, sizeof src - len, "  mul { param = \"p%d\", shape = { 1 } },\n", i);
+    snprintf(src + len, sizeof src - len, "  instance_norm {},\n}\n");
+    fg_layer_ir *ir = fgt_load_string(src);
+    fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->n_passes, 3);
+    assert_int_equal(plan->passes[0].kind, FG_PASS_CONV);
+    assert_int_equal(plan->passes[1].kind, FG_PASS_FINALIZE);
+    assert_int_equal(plan->passes[2].kind, FG_PASS_MAP);
+    /* input, weight, bias, 46 parameters, the buffer, the accumulator, batch, batch base */
+    assert_int_equal(plan->passes[0].n_args, 53);
+    assert_true(plan->passes[0].n_args <= FG_MAX_ARGS);
+    for (int i = 0; i < plan->n_passes; i++)
+        assert_true(plan->passes[i].kernel[0] != '\0');
+    free(plan);
+    free(ir);
+}
+
+/* Convs that cannot be generated are refused by the planner with the spec's line and the
+ * reason, in milliseconds (they once planned, then rendered for minutes into gigabytes). */
+static void ungeneratable_convs_are_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *want;
+    } cases[] = {
+        {"return layer \"t\" {\n  input = { \"N\", 1, 16384, 16384 },\n  conv2d { out_channels = 1, kernel = 8192 },\n}\n",
+         "t.lua:3: conv2d: field 'kernel' has 67108864 taps"},
+        {"return layer \"t\" {\n  input = { \"N\", 1, 8, 2097160 },\n"
+         "  conv2d { out_channels = 1, kernel = { 1, 3 }, dilation = 1048576 },\n}\n",
+         "t.lua:3: conv2d: one input channel of a block's tile"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fg_layer_ir *ir = malloc(sizeof *ir);
+        fg_plan *plan = malloc(sizeof *plan);
+        fg_error err = {{0}};
+        assert_int_equal(fg_spec_load_string("t.lua", cases[i].spec, strlen(cases[i].spec), ir, &err), 0);
+        for (int sm = 80; sm <= 90; sm += 10) {
+            fg_plan_options opts;
+            fg_plan_options_init(&opts, sm);
+            assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
+            fgt_assert_contains(err.msg, cases[i].want);
+            fgt_assert_contains(err.msg, "cannot be generated");
+        }
+        free(plan);
+        free(ir);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(many_parameters_in_one_pass),
+        cmocka_unit_test(ungeneratable_convs_are_refused),
         cmocka_unit_test(kb17),
         cmocka_unit_test(kb21),
         cmocka_unit_test(kb23),

@@ -496,84 +496,115 @@ static void pooling(void **state)
 
 /* ---- elementwise functions ------------------------------------------------------------------- */
 
+/* One row per value checked: the op as a spec writes it, an input and the exact result
+ * (computed independently: closed forms and mpmath). Every unary kind of the op registry
+ * must have a row; a new activation adds its own. */
+static const struct {
+    const char *op;
+    double x, want;
+} unary_rows[] = {
+    {"relu {}", -1, 0},
+    {"relu {}", 2.5, 2.5},
+    {"leaky_relu { negative_slope = 0.1 }", -2, -0.2},
+    {"leaky_relu { negative_slope = 0.1 }", 3, 3},
+    {"leaky_relu {}", -2, -0.02}, /* PyTorch's default slope 0.01 */
+    {"gelu {}", 1, 0.8413447460685429},
+    {"gelu {}", -1, -0.15865525393145707},
+    {"gelu {}", 0, 0},
+    {"gelu { approximate = \"tanh\" }", 1, 0.8411919906082768},
+    {"gelu { approximate = \"tanh\" }", -1, -0.15880800939172324},
+    {"sigmoid {}", 0, 0.5},
+    {"sigmoid {}", 1, 0.7310585786300049},
+    {"tanh {}", 0.5, 0.46211715726000974},
+    {"softplus {}", 1, 1.3132616875182228},
+    {"softplus {}", -1, 0.31326168751822286},
+    {"softplus {}", 25, 25},   /* threshold branch: x itself, exactly */
+    {"softplus { beta = 2, threshold = 20 }", 1, 1.0634640055214863}, /* log1p(e^2) / 2 */
+    {"softplus { beta = 2, threshold = 20 }", 15, 15},   /* beta * x = 30 > 20: linear */
+    {"mish {}", 1, 0.8650983882673103},
+    {"mish {}", -1, -0.30340146137410895},
+    {"silu {}", 1, 0.7310585786300049},
+    {"silu {}", -1, -0.2689414213699951},
+    {"hardswish {}", -3, 0},
+    {"hardswish {}", -4, 0},
+    {"hardswish {}", 1, 0.6666666666666666},
+    {"hardswish {}", 3, 3},
+    {"hardswish {}", 0.5, 0.2916666666666667},
+    {"hardsigmoid {}", -3, 0},
+    {"hardsigmoid {}", 1, 0.6666666666666666},
+    {"hardsigmoid {}", 3, 1},
+    {"hardsigmoid {}", 0, 0.5},
+    {"hardtanh {}", 2, 1},
+    {"hardtanh {}", -2, -1},
+    {"hardtanh {}", 0.25, 0.25},
+    {"clamp { min = -0.5 }", -3, -0.5},
+    {"clamp { min = -0.5 }", 100, 100}, /* no upper bound */
+    {"clamp { max = 2 }", 5, 2},
+    {"clamp { max = 2 }", -100, -100}, /* no lower bound */
+    {"clamp { min = 0, max = 1 }", -1, 0},
+    {"clamp { min = 0, max = 1 }", 0.3, 0.3},
+    {"clamp { min = 0, max = 1 }", 7, 1},
+    {"exp {}", 1, 2.718281828459045},
+    {"exp {}", 0, 1},
+    {"log {}", 2.718281828459045, 1},
+    {"log {}", 1, 0},
+    {"abs {}", -2, 2},
+    {"neg {}", 3, -3},
+    {"softsign {}", 1, 0.5},
+    {"softsign {}", -3, -0.75},
+    {"softsign {}", 0, 0},
+    {"dropout {}", -1.25, -1.25},
+    {"dropout2d { p = 0.1 }", 7, 7},
+};
+
+/* Loads `op` after a 1x1 conv and returns the layer (its ops[1] is the op). */
+static fg_layer_ir *one_op_layer(const char *op)
+{
+    char src[512];
+    snprintf(src, sizeof src,
+             "return layer \"u\" {\n  input = { \"N\", 1, 1, 1 },\n  conv2d { out_channels = 1, kernel = 1 },\n  %s,\n}\n", op);
+    return fgt_load_string(src);
+}
+
+static double unary_at(const char *op, double x)
+{
+    fg_layer_ir *ir = one_op_layer(op);
+    double y = fg_ref_unary(&ir->ops[1], x);
+    free(ir);
+    return y;
+}
+
 static void unary_functions(void **state)
 {
     (void)state;
-    fg_layer_ir *ir = fgt_load_string(
-        "return layer \"u\" {\n"
-        "  input = { \"N\", 1, 1, 1 },\n"
-        "  conv2d { out_channels = 1, kernel = 1 },\n"
-        "  relu {}, leaky_relu { negative_slope = 0.1 }, leaky_relu {}, gelu {}, gelu { approximate = \"tanh\" },\n" /* 1-5 */
-        "  sigmoid {}, tanh {}, softplus {}, softplus { beta = 2, threshold = 20 }, mish {},\n"                     /* 6-10 */
-        "  silu {}, hardswish {}, hardsigmoid {}, hardtanh {}, clamp { min = -0.5 },\n"                             /* 11-15 */
-        "  clamp { max = 2 }, clamp { min = 0, max = 1 }, exp {}, log {}, abs {}, neg {},\n"                       /* 16-21 */
-        "}\n");
-    const fg_op *o = ir->ops;
-    struct {
-        int op;
-        double x, want;
-    } cases[] = {
-        {1, -1, 0},
-        {1, 2.5, 2.5},
-        {2, -2, -0.2},
-        {2, 3, 3},
-        {3, -2, -0.02}, /* PyTorch's default slope 0.01 */
-        {4, 1, 0.8413447460685429},
-        {4, -1, -0.15865525393145707},
-        {4, 0, 0},
-        {5, 1, 0.8411919906082768},
-        {5, -1, -0.15880800939172324},
-        {6, 0, 0.5},
-        {6, 1, 0.7310585786300049},
-        {7, 0.5, 0.46211715726000974},
-        {8, 1, 1.3132616875182228},
-        {8, -1, 0.31326168751822286},
-        {8, 25, 25},   /* threshold branch: x itself, exactly */
-        {9, 1, 1.0634640055214863}, /* log1p(e^2) / 2 */
-        {9, 15, 15},   /* beta * x = 30 > 20: linear */
-        {10, 1, 0.8650983882673103},
-        {10, -1, -0.30340146137410895},
-        {11, 1, 0.7310585786300049},
-        {11, -1, -0.2689414213699951},
-        {12, -3, 0},
-        {12, -4, 0},
-        {12, 1, 0.6666666666666666},
-        {12, 3, 3},
-        {12, 0.5, 0.2916666666666667},
-        {13, -3, 0},
-        {13, 1, 0.6666666666666666},
-        {13, 3, 1},
-        {13, 0, 0.5},
-        {14, 2, 1},
-        {14, -2, -1},
-        {14, 0.25, 0.25},
-        {15, -3, -0.5},
-        {15, 100, 100}, /* no upper bound */
-        {16, 5, 2},
-        {16, -100, -100}, /* no lower bound */
-        {17, -1, 0},
-        {17, 0.3, 0.3},
-        {17, 7, 1},
-        {18, 1, 2.718281828459045},
-        {18, 0, 1},
-        {19, 2.718281828459045, 1},
-        {19, 1, 0},
-        {20, -2, 2},
-        {21, 3, -3},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        double got = fg_ref_unary(&o[cases[i].op], cases[i].x);
-        if (!(fabs(got - cases[i].want) <= 1e-15 * (fabs(cases[i].want) > 1 ? fabs(cases[i].want) : 1)))
-            fail_msg("%s(%g) = %.17g, expected %.17g", fg_op_kind_name(o[cases[i].op].kind), cases[i].x, got,
-                     cases[i].want);
+    bool covered[FG_OP_KIND_COUNT] = {false};
+    for (size_t i = 0; i < sizeof unary_rows / sizeof unary_rows[0]; i++) {
+        fg_layer_ir *ir = one_op_layer(unary_rows[i].op);
+        const fg_op *op = &ir->ops[1];
+        covered[op->kind] = true;
+        double got = fg_ref_unary(op, unary_rows[i].x), want = unary_rows[i].want;
+        if (!(fabs(got - want) <= 1e-15 * (fabs(want) > 1 ? fabs(want) : 1)))
+            fail_msg("%s at %g = %.17g, expected %.17g", unary_rows[i].op, unary_rows[i].x, got, want);
+        free(ir);
     }
-    assert_true(fg_ref_unary(&o[8], 25) == 25.0); /* exactly the input above the threshold */
-    assert_true(isnan(fg_ref_unary(&o[19], -1)));
-    assert_true(isinf(fg_ref_unary(&o[19], 0)));
-    assert_true(fg_ref_unary(&o[1], -0.0) == 0.0);
+    for (int k = 0; k < FG_OP_KIND_COUNT; k++)
+        if (fg_op_kind_class((fg_op_kind)k) == FG_CLASS_UNARY && !covered[k])
+            fail_msg("unary op %s has no row in unary_rows", fg_op_kind_name((fg_op_kind)k));
+    assert_true(unary_at("softplus {}", 25) == 25.0); /* exactly the input above the threshold */
+    assert_true(isnan(unary_at("log {}", -1)));
+    assert_true(isinf(unary_at("log {}", 0)));
+    assert_true(unary_at("relu {}", -0.0) == 0.0);
     /* softplus stays finite where exp overflows */
-    assert_true(fg_ref_unary(&o[8], 800) == 800);
-    free(ir);
+    assert_true(unary_at("softplus {}", 800) == 800);
+}
+
+/* Every kind of the op registry has a definition in the reference. */
+static void reference_defines_every_op(void **state)
+{
+    (void)state;
+    for (int k = 0; k < FG_OP_KIND_COUNT; k++)
+        if (!fg_ref_defines((fg_op_kind)k))
+            fail_msg("the CPU reference does not define %s", fg_op_kind_name((fg_op_kind)k));
 }
 
 static void binary_with_broadcast_and_values(void **state)
@@ -688,6 +719,7 @@ int main(void)
         cmocka_unit_test(max_min_sum_mean),
         cmocka_unit_test(pooling),
         cmocka_unit_test(unary_functions),
+        cmocka_unit_test(reference_defines_every_op),
         cmocka_unit_test(binary_with_broadcast_and_values),
         cmocka_unit_test(kb92_chain_small),
     };

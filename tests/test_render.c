@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_registry.h"
 #include "render.h"
 #include "spec_loader.h"
 #include "test_util.h"
@@ -16,12 +17,12 @@ typedef struct rendered_layer {
     fg_rendered src;
 } rendered_layer;
 
-static rendered_layer *render_ir(fg_layer_ir *ir, int force_strategy)
+static rendered_layer *render_ir_with(fg_layer_ir *ir, const fg_plan_options *opts)
 {
     rendered_layer *r = calloc(1, sizeof *r);
     assert_non_null(r);
     r->ir = ir;
-    r->plan = fgt_plan(ir, force_strategy);
+    r->plan = fgt_plan_with(ir, opts);
     fg_error err = {{0}};
     if (fg_render(r->ir, r->plan, &r->src, &err) != 0)
         fail_msg("rendering %s failed: %s", ir->name, err.msg);
@@ -30,17 +31,26 @@ static rendered_layer *render_ir(fg_layer_ir *ir, int force_strategy)
     return r;
 }
 
+static rendered_layer *render_ir(fg_layer_ir *ir, int force_strategy)
+{
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.force_strategy = force_strategy;
+    return render_ir_with(ir, &opts);
+}
+
 static rendered_layer *render_spec(const char *name, int force_strategy)
 {
     return render_ir(fgt_load_spec(name), force_strategy);
 }
 
-/* The same on the CUDA-core engine (FUSEGEN_CONV_ENGINE=fma). */
+/* The same on the CUDA-core engine (what FUSEGEN_CONV_ENGINE=fma asks for). */
 static rendered_layer *render_spec_fma(const char *name)
 {
-    setenv("FUSEGEN_CONV_ENGINE", "fma", 1);
-    rendered_layer *r = render_spec(name, -1);
-    unsetenv("FUSEGEN_CONV_ENGINE");
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.engine = FG_ENGINE_PREFER_FMA;
+    rendered_layer *r = render_ir_with(fgt_load_spec(name), &opts);
     assert_int_equal(r->plan->passes[0].conv.engine, FG_CONV_FMA);
     return r;
 }
@@ -375,9 +385,56 @@ static void every_op_kind(void **state)
     free_rendered(r);
 }
 
+/* Every function a snippet calls ("erff(", "fg_sigmoid(") appears in the source. */
+static void assert_snippet_calls(const char *source, const char *snippet, const char *spec)
+{
+    for (const char *p = snippet; *p; p++) {
+        if (*p != '(' || p == snippet || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= '0' && p[-1] <= '9')))
+            continue;
+        const char *b = p;
+        while (b > snippet && (b[-1] == '_' || (b[-1] >= 'a' && b[-1] <= 'z') || (b[-1] >= '0' && b[-1] <= '9')))
+            b--;
+        char call[64];
+        snprintf(call, sizeof call, "%.*s(", (int)(p - b), b);
+        if (!strstr(source, call))
+            fail_msg("%s: the source lacks %s, which the op's snippet calls\n%s", spec, call, snippet);
+    }
+}
+
+/* Every example of every op kind of the registry renders for sm_80 and sm_90 and follows
+ * the same rules; elementwise ops show their snippet's calls. The kinds come from the
+ * registry itself, not a hand-kept list: a new op is tested here once it has its entry. */
+static void every_registry_op(void **state)
+{
+    (void)state;
+    int rendered = 0;
+    for (int k = 0; k < FG_OP_KIND_COUNT; k++) {
+        const fg_op_def *d = &fg_op_defs[k];
+        char spec[1024];
+        int i = 0;
+        for (; fg_op_example_spec((fg_op_kind)k, i, spec, sizeof spec) == 0; i++) {
+            for (int sm = 80; sm <= 90; sm += 10) {
+                fg_plan_options opts;
+                fg_plan_options_init(&opts, sm);
+                rendered_layer *r = render_ir_with(fgt_load_string(spec), &opts);
+                common_checks(r);
+                for (int step = 0; step < FG_MAX_SNIPPET_STEPS && d->cuda[step].text; step++)
+                    if (!d->cuda[step].guard)
+                        assert_snippet_calls(r->src.source, d->cuda[step].text, spec);
+                free_rendered(r);
+                rendered++;
+            }
+        }
+        if (i == 0)
+            fail_msg("op %s has no example", d->name);
+    }
+    assert_true(rendered >= 2 * FG_OP_KIND_COUNT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_registry_op),
         cmocka_unit_test(kb79),
         cmocka_unit_test(kb21),
         cmocka_unit_test(tensor_core_engine),

@@ -87,6 +87,22 @@ static const bad_file bad_files[] = {
      "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", -1, 8,
      {"tensor 'w'", "shape must be a list of at most 8 dims"}},
     {"entry_not_object.safetensors", "{\"w\": 5}", -1, 0, {"tensor 'w'", "its entry is not an object"}},
+    /* the second hardening round: the data must be exactly the tensors', as the format's
+     * reference implementation requires */
+    {"gap_between.safetensors",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+     -1, 12, {"4 bytes of the data before tensor 'b' belong to no tensor"}},
+    {"gap_first.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", -1, 8,
+     {"4 bytes of the data before tensor 'a'"}},
+    {"trailing_bytes.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 8,
+     {"4 bytes after the last tensor belong to no tensor"}},
+    /* a header length 5 bytes short, pointing into the JSON's padding: every tensor would be
+     * read 5 bytes off */
+    {"header_5_short.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}      ", 54 + 6 - 5, 4,
+     {"5 bytes after the last tensor"}},
+    {"control_char_name.safetensors", "{\"a\\u0007\\u001b]0;x\":{\"dtype\":\"X\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+     -1, 4, {"tensor 'a\\x07\\x1b]0;x': unknown dtype"}},
 };
 enum { N_BAD = sizeof bad_files / sizeof bad_files[0] };
 
@@ -110,6 +126,56 @@ static void run_bad_file(void **state)
     assert_int_equal(fg_safetensors_parse(bytes, len, "in-memory.bin", &f, &err), -1);
     fgt_assert_contains(err.msg, "in-memory.bin");
     free(bytes);
+}
+
+/* A zero-size tensor at the same offset as the next one is accepted whatever the key order
+ * (the sort used to tie on equal begin offsets and let the order decide). */
+static void zero_size_tie(void **state)
+{
+    (void)state;
+    static const char *const headers[] = {
+        "{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+        "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+        "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+        "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        fg_tensor_file f;
+        fg_error err = {{0}};
+        if (fg_safetensors_read(make_file("tie.safetensors", headers[i], -1, eight_floats, 8), &f, &err) != 0)
+            fail_msg("key order %d: %s", i, err.msg);
+        assert_int_equal(f.n, 3);
+        assert_true(fg_tensor_find(&f, "b")->data[0] == 2);
+        fg_tensor_file_free(&f);
+    }
+}
+
+/* More tensors than fusegen reads (500k empty tensors took 619 MB) are refused; so is a FIFO
+ * (open() used to block forever). */
+static void too_many_tensors_and_fifo(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    size_t cap = (size_t)N * 64 + 16, len = 0;
+    char *header = malloc(cap);
+    assert_non_null(header);
+    len += (size_t)snprintf(header + len, cap - len, "{");
+    for (int i = 0; i < N; i++)
+        len += (size_t)snprintf(header + len, cap - len, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "", i);
+    snprintf(header + len, cap - len, "}");
+    fg_tensor_file f;
+    fg_error err = {{0}};
+    assert_int_equal(fg_safetensors_read(make_file("many.safetensors", header, -1, NULL, 0), &f, &err), -1);
+    fgt_assert_contains(err.msg, "70000 tensors; fusegen reads files of at most 65536");
+    free(header);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fifo.safetensors", g_dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(fg_safetensors_read(path, &f, &err), -1);
+    fgt_assert_contains(err.msg, "not a regular file");
 }
 
 static void too_short_and_unreadable(void **state)
@@ -213,7 +279,7 @@ static void other_dtypes_and_metadata(void **state)
     const char *path = make_file("mixed.safetensors",
                                  "{\"__metadata__\":{\"format\":\"pt\"},"
                                  "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                                 "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[8,12]},"
+                                 "\"h\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[8,16]},"
                                  "\"bn.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[16,24]}}",
                                  -1, eight_floats, 24);
     fg_tensor_file f;
@@ -229,7 +295,7 @@ static void other_dtypes_and_metadata(void **state)
     const fg_tensor *h = fg_tensor_find(&f, "h");
     assert_non_null(h);
     assert_string_equal(h->dtype, "F16");
-    assert_int_equal(h->count, 2);
+    assert_int_equal(h->count, 4);
     assert_null(h->data);
     const fg_tensor *n = fg_tensor_find(&f, "bn.num_batches_tracked");
     assert_non_null(n);
@@ -269,19 +335,23 @@ static void binding_checks_dtype_shape_and_names(void **state)
         const char *file;
         const char *w, *b, *extra;
         const char *expect;
+        size_t payload; /* the data is contiguous and ends with the last tensor */
     } cases[] = {
-        {"f16.safetensors", "\"conv.weight\":{\"dtype\":\"F16\",\"shape\":[2,1,1,1],\"data_offsets\":[0,4]}", b_f32,
-         NULL, "tensor 'conv.weight' is F16; fusegen needs F32"},
-        {"missing.safetensors", w_f32, NULL, NULL, "has no tensor 'conv.bias'"},
+        {"f16.safetensors", "\"conv.weight\":{\"dtype\":\"F16\",\"shape\":[4,1,1,1],\"data_offsets\":[0,8]}", b_f32,
+         NULL, "tensor 'conv.weight' is F16; fusegen needs F32", 16},
+        {"missing.safetensors", w_f32, NULL, NULL, "has no tensor 'conv.bias'", 8},
         {"shape.safetensors", "\"conv.weight\":{\"dtype\":\"F32\",\"shape\":[1,2,1,1],\"data_offsets\":[0,8]}", b_f32,
-         NULL, "tensor 'conv.weight' has shape [1, 2, 1, 1] but layer bind needs [2, 1, 1, 1]"},
+         NULL, "tensor 'conv.weight' has shape [1, 2, 1, 1] but layer bind needs [2, 1, 1, 1]", 16},
         {"extra.safetensors", w_f32, b_f32, "\"other\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}",
-         "tensor 'other' is not a parameter of layer bind"},
+         "tensor 'other' is not a parameter of layer bind", 20},
+        {"control_chars.safetensors", w_f32, b_f32,
+         "\"ot\\u001b[2Jher\\n\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}",
+         "tensor 'ot\\x1b[2Jher\\x0a' is not a parameter", 20},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(header, sizeof header, "{%s%s%s%s%s}", cases[i].w, cases[i].b ? "," : "", cases[i].b ? cases[i].b : "",
                  cases[i].extra ? "," : "", cases[i].extra ? cases[i].extra : "");
-        const char *path = make_file(cases[i].file, header, -1, eight_floats, 20);
+        const char *path = make_file(cases[i].file, header, -1, eight_floats, cases[i].payload);
         fg_status s = fg_layer_bind_safetensors(layer, path, 0);
         if (s != FG_ERR_TENSOR_FILE)
             fail_msg("%s: status %s, expected FG_ERR_TENSOR_FILE", cases[i].file, fg_status_name(s));
@@ -309,14 +379,16 @@ int main(void)
     char *env = fgt_tmpdir("safetensors-env");
     fgt_isolate_environment(env);
     g_dir = fgt_tmpdir("safetensors");
-    struct CMUnitTest tests[N_BAD + 4];
+    struct CMUnitTest tests[N_BAD + 6];
     for (int i = 0; i < N_BAD; i++)
         tests[i] = (struct CMUnitTest){bad_files[i].name, run_bad_file, NULL, NULL, (void *)&bad_files[i]};
     tests[N_BAD] = (struct CMUnitTest)cmocka_unit_test(too_short_and_unreadable);
     tests[N_BAD + 1] = (struct CMUnitTest)cmocka_unit_test(round_trip);
     tests[N_BAD + 2] = (struct CMUnitTest)cmocka_unit_test(other_dtypes_and_metadata);
     tests[N_BAD + 3] = (struct CMUnitTest)cmocka_unit_test(binding_checks_dtype_shape_and_names);
-    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 4, NULL, NULL);
+    tests[N_BAD + 4] = (struct CMUnitTest)cmocka_unit_test(zero_size_tie);
+    tests[N_BAD + 5] = (struct CMUnitTest)cmocka_unit_test(too_many_tensors_and_fifo);
+    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 6, NULL, NULL);
     fgt_rmtree(g_dir);
     free(g_dir);
     fgt_rmtree(env);

@@ -107,7 +107,7 @@ static char *subdir(const fixture *f, const char *name)
 static void init_cache(fg_cache *cache, const char *dir)
 {
     fg_error err = {{0}};
-    if (fg_cache_init(cache, dir, "", &err) != 0)
+    if (fgt_cache_init(cache, dir, "", &err) != 0)
         fail_msg("fg_cache_init: %s", err.msg);
 }
 
@@ -159,7 +159,7 @@ static int scan_visit(const char *path, const struct stat *st, int type, struct 
     fg_cache_entry e;
     fg_error err;
     if (name[0] == '.' || len != FG_CACHE_KEY_HEX + 4 || strcmp(name + FG_CACHE_KEY_HEX, ".fgc") != 0 ||
-        fg_cache_read_entry(path, NULL, NULL, &e, &err) != 0) {
+        fg_cache_read_entry(path, NULL, &e, &err) != 0) {
         scan.bad++;
         snprintf(scan.bad_path, sizeof scan.bad_path, "%s", path);
         return 0;
@@ -192,7 +192,7 @@ static void missing_directory_is_created(void **state)
     init_cache(&cache, dir);
     fg_built b;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err), 0);
     assert_cubin(&b);
     assert_false(b.from_cache);
     if (!b.stored)
@@ -201,7 +201,7 @@ static void missing_directory_is_created(void **state)
     assert_clean_cache(dir, 1);
     fg_built_free(&b);
     /* and found there next time */
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err), 0);
     assert_true(b.from_cache);
     fg_built_free(&b);
     free(dir);
@@ -217,7 +217,7 @@ static void parent_is_a_file(void **state)
     init_cache(&cache, dir);
     fg_built b;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err), 0);
     assert_cubin(&b);
     assert_false(b.from_cache);
     assert_false(b.stored);
@@ -256,12 +256,10 @@ static void path_too_long(void **state)
     char *top = subdir(f, "long");
     fg_cache cache;
     fg_error err = {{0}};
-    assert_int_equal(fg_cache_init(&cache, dir, "", &err), -1);
+    assert_int_equal(fgt_cache_init(&cache, dir, "", &err), -1);
     fgt_assert_contains(err.msg, "path is too long");
-    setenv("FUSEGEN_CACHE_PATH", dir, 1);
-    assert_int_equal(fg_cache_init(&cache, "/tmp/short", NULL, &err), -1);
-    unsetenv("FUSEGEN_CACHE_PATH");
-    fgt_assert_contains(err.msg, "FUSEGEN_CACHE_PATH is too long");
+    assert_int_equal(fgt_cache_init(&cache, "/tmp/short", dir, &err), -1);
+    fgt_assert_contains(err.msg, "shipped cache's path is too long");
     /* a valid cache, asked to store into the long directory */
     char *ok = subdir(f, "short");
     init_cache(&cache, ok);
@@ -269,7 +267,7 @@ static void path_too_long(void **state)
     assert_int_equal(fg_cache_store(&cache, dir, key, ARCH, "\x7f" "ELF", 4, "{}", &err), -1);
     fgt_assert_contains(err.msg, "path is too long");
     fg_built b;
-    assert_int_equal(fg_build_cubin(&cache, dir, f->layer.ir, f->layer.src.source, ARCH, &b, &err), -1);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, dir), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err), -1);
     fgt_assert_contains(err.msg, "path is too long");
     fg_built_free(&b);
     /* nothing was created, under the long path or a truncation of it */
@@ -313,10 +311,10 @@ static child_result build_with_file_size_limit(const fixture *f, const char *dir
             fg_cache cache;
             fg_error err = {{0}};
             fg_built b;
-            if (fg_cache_init(&cache, dir, "", &err) != 0) {
+            if (fgt_cache_init(&cache, dir, "", &err) != 0) {
                 r.rc = -101;
                 snprintf(r.message, sizeof r.message, "%s", err.msg);
-            } else if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, arch, &b, &err) != 0) {
+            } else if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, arch, NULL, &b, &err) != 0) {
                 r.rc = -1;
                 snprintf(r.message, sizeof r.message, "%s", err.msg);
             } else {
@@ -359,7 +357,7 @@ static void full_disk_case(const fixture *f, const char *name, rlim_t limit)
     init_cache(&cache, dir);
     fg_built other;
     fg_error err = {{0}};
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, OTHER_ARCH, &other, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, OTHER_ARCH, NULL, &other, &err), 0);
     assert_true(other.stored);
     char other_path[1200];
     fg_cache_entry_path(dir, other.key, other_path, sizeof other_path);
@@ -396,7 +394,7 @@ static void full_disk_case(const fixture *f, const char *name, rlim_t limit)
 
     /* with room again, the same build stores, and both entries are found */
     fg_built b;
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err), 0);
     assert_false(b.from_cache);
     if (!b.stored)
         fail_msg("not stored once there was room: %s", b.store_error);
@@ -407,7 +405,7 @@ static void full_disk_case(const fixture *f, const char *name, rlim_t limit)
     assert_memory_equal(b.cubin, "\x7f" "ELF", 4);
     fg_built_free(&b);
     assert_clean_cache(dir, 2);
-    assert_int_equal(fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, OTHER_ARCH, &b, &err), 0);
+    assert_int_equal(fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, OTHER_ARCH, NULL, &b, &err), 0);
     assert_true(b.from_cache);
     fg_built_free(&b);
     fg_built_free(&other);
@@ -449,7 +447,7 @@ static void full_disk_direct_store(void **state)
         if (setrlimit(RLIMIT_FSIZE, &rl) == 0) {
             fg_cache cache;
             fg_error err = {{0}};
-            fg_cache_init(&cache, dir, "", &err);
+            fgt_cache_init(&cache, dir, "", &err);
             rc = fg_cache_store(&cache, NULL, key, ARCH, blob, sizeof blob, "{\"layer\":\"x\"}", &err) == 0 ? 1 : 0;
             snprintf(msg, sizeof msg, "%s", err.msg);
         }
@@ -497,15 +495,15 @@ static int enospc_child(const fixture *f, const char *dir, char *msg, size_t cap
     }
     /* source and type are ignored for MS_PRIVATE; named, not NULL, for valgrind */
     if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
-        mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=256k") != 0) {
+        mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=256k,mode=0700") != 0) {
         snprintf(msg, cap, "cannot mount a tmpfs: %s", strerror(errno));
         return 77;
     }
     fg_cache cache;
     fg_error err = {{0}};
     fg_built b;
-    if (fg_cache_init(&cache, dir, "", &err) != 0 ||
-        fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, OTHER_ARCH, &b, &err) != 0) {
+    if (fgt_cache_init(&cache, dir, "", &err) != 0 ||
+        fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, OTHER_ARCH, NULL, &b, &err) != 0) {
         snprintf(msg, cap, "the first build failed: %s", err.msg);
         return 1;
     }
@@ -533,7 +531,7 @@ static int enospc_child(const fixture *f, const char *dir, char *msg, size_t cap
         return 1;
     }
     int rc = 0;
-    if (fg_build_cubin(&cache, NULL, f->layer.ir, f->layer.src.source, ARCH, &b, &err) != 0) {
+    if (fg_build_cubin(FGT_BUILDER(&cache, NULL), f->layer.ir, f->layer.src.source, ARCH, NULL, &b, &err) != 0) {
         snprintf(msg, cap, "the build on a full disk failed: %s", err.msg);
         return 1;
     }

@@ -144,15 +144,22 @@ fg_layer_ir *fgt_load_spec_at(const char *name, const char *file, int line)
     return ir;
 }
 
-fg_plan *fgt_plan_at(const fg_layer_ir *ir, int force_strategy, const char *file, int line)
+fg_plan *fgt_plan_with_at(const fg_layer_ir *ir, const fg_plan_options *opts, const char *file, int line)
 {
     fg_plan *plan = malloc(sizeof *plan);
     assert_non_null(plan);
-    fg_plan_options opts = {.force_strategy = force_strategy};
     fg_error err = {{0}};
-    if (fg_plan_layer(ir, &opts, plan, &err) != 0)
+    if (fg_plan_layer(ir, opts, plan, &err) != 0)
         FAIL_AT(file, line, "planning %s failed: %s", ir->name, err.msg);
     return plan;
+}
+
+fg_plan *fgt_plan_at(const fg_layer_ir *ir, int force_strategy, const char *file, int line)
+{
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.force_strategy = force_strategy;
+    return fgt_plan_with_at(ir, &opts, file, line);
 }
 
 void fgt_assert_contains_at(const char *haystack, const char *needle, const char *file, int line)
@@ -253,6 +260,13 @@ const char fgt_every_op_spec[] =
     "  min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },\n"
     "}\n";
 
+int fgt_cache_init(fg_cache *cache, const char *user_dir, const char *shipped, fg_error *err)
+{
+    if (fg_cache_init(cache, user_dir, shipped, err) != 0)
+        return -1;
+    return fg_build_identity(&cache->identity, err);
+}
+
 char *fgt_join(const char *dir, const char *name)
 {
     size_t cap = strlen(dir) + strlen(name) + 2;
@@ -268,7 +282,8 @@ int fgt_render_layer(const char *name, const char *source, fgt_rendered_layer *o
     out->ir = malloc(sizeof *out->ir);
     out->plan = malloc(sizeof *out->plan);
     fg_error err = {{0}};
-    fg_plan_options opts = {.force_strategy = -1};
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
     if (!out->ir || !out->plan) {
         fprintf(stderr, "%s: out of memory\n", name);
         return -1;

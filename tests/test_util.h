@@ -14,6 +14,12 @@
 #include "ir.h"
 #include "planner.h"
 #include "render.h"
+#include "../runtime/kernel_build.h"
+
+/* A builder (runtime/kernel_build.h) on `cache` storing into `store_dir` (NULL: the user
+ * cache), saving failed sources under $TMPDIR (the test's own directory). */
+#define FGT_BUILDER(cache_, dir_)                                                                            \
+    (&(const fg_builder){.cache = (cache_), .store_dir = (dir_), .failed_source_dir = getenv("TMPDIR")})
 
 /* The six reference specs of PROBLEMS.md, in specs/. */
 #define FGT_N_REFERENCE_SPECS 6
@@ -43,6 +49,9 @@ fg_plan *fgt_plan_at(const fg_layer_ir *ir, int force_strategy, const char *file
 #define fgt_load_string(source) fgt_load_string_at((source), __FILE__, __LINE__)
 #define fgt_load_spec(name) fgt_load_spec_at((name), __FILE__, __LINE__)
 #define fgt_plan(ir, force_strategy) fgt_plan_at((ir), (force_strategy), __FILE__, __LINE__)
+/* The same with every planner option given (engine, tiles, ...). */
+fg_plan *fgt_plan_with_at(const fg_layer_ir *ir, const fg_plan_options *opts, const char *file, int line);
+#define fgt_plan_with(ir, opts) fgt_plan_with_at((ir), (opts), __FILE__, __LINE__)
 
 /* strstr that fails the test with both strings shown when `needle` is missing. Failures
  * of these helpers are reported at the caller's file and line. */
@@ -79,6 +88,10 @@ typedef struct fgt_rendered_layer {
 } fgt_rendered_layer;
 int fgt_render_layer(const char *name, const char *source, fgt_rendered_layer *out);
 void fgt_rendered_layer_free(fgt_rendered_layer *r);
+
+/* fg_cache_init, then the cache's identity (fg_build_identity: this fusegen, the NVRTC it
+ * loads), as the context and the CLI give it. */
+int fgt_cache_init(fg_cache *cache, const char *user_dir, const char *shipped, fg_error *err);
 
 /* "dir/name", malloc'd. */
 char *fgt_join(const char *dir, const char *name);

@@ -7,9 +7,15 @@
 
 #include "../../runtime/random_init.h"
 
+static char dir[] = "/tmp/fusegen-gpu-test-XXXXXX";
+
+const char *gpu_cache_dir(void)
+{
+    return dir;
+}
+
 fg_context *gpu_open(const char *program)
 {
-    static char dir[] = "/tmp/fusegen-gpu-test-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         exit(1);
@@ -27,7 +33,12 @@ fg_context *gpu_open(const char *program)
         printf("FAILED %s: cannot open the device: %s\n", program, fg_last_error());
         exit(1);
     }
-    printf("%s on %s (%s)\n", program, ctx->device_name, ctx->arch);
+    fg_tools_device device;
+    if (fg_tools_device_info(ctx, &device) != FG_OK) {
+        printf("FAILED %s: %s\n", program, fg_last_error());
+        exit(1);
+    }
+    printf("%s on %s (%s)\n", program, device.name, device.arch);
     return ctx;
 }
 
@@ -90,28 +101,26 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
     fg_layer *layer = NULL;
     float *x = NULL, *y = NULL, *ref = NULL;
     CUdeviceptr dx = 0, dy = 0;
-    const fg_cuda *cu = ctx->cu;
     if (fg_layer_load_string(ctx, name, source, &layer) != FG_OK) {
         snprintf(r.error, sizeof r.error, "load: %s", fg_last_error());
         return r;
     }
-    const fg_layer_ir *ir = &layer->ir;
+    const fg_layer_ir *ir = fg_tools_layer_ir(layer);
     int64_t n_in = batch * fg_shape_sample_count(&ir->input);
     int64_t n_out = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
     x = malloc(sizeof(float) * (size_t)n_in);
     y = malloc(sizeof(float) * (size_t)n_out);
     ref = malloc(sizeof(float) * (size_t)n_out);
     fg_random_uniform(x, (size_t)n_in, seed, 1, 0.0f, 1.0f);
-    if (fg_layer_bind_random(layer, seed) != FG_OK) {
+    if (fg_tools_bind_random(layer, seed) != FG_OK) {
         snprintf(r.error, sizeof r.error, "bind: %s", fg_last_error());
         goto out;
     }
-    fg_api_enter(ctx);
-    CUresult e;
-    if ((e = cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in)) || (e = cu->MemAlloc(&dy, sizeof(float) * (size_t)(n_out + out_offset))) ||
-        (e = cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in)) ||
-        (e = cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)(n_out + out_offset), NULL))) {
-        snprintf(r.error, sizeof r.error, "device buffers: CUDA error %d", (int)e);
+    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
+        fg_tools_alloc(ctx, sizeof(float) * (size_t)(n_out + out_offset), &dy) != FG_OK ||
+        fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) != FG_OK ||
+        fg_tools_fill_nan(ctx, dy, (size_t)(n_out + out_offset)) != FG_OK) {
+        snprintf(r.error, sizeof r.error, "device buffers: %s", fg_last_error());
         goto out;
     }
     CUdeviceptr out = dy + sizeof(float) * (size_t)out_offset;
@@ -119,10 +128,8 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
         snprintf(r.error, sizeof r.error, "run: %s", fg_last_error());
         goto out;
     }
-    if ((e = cu->StreamSynchronize(NULL)) || (e = cu->MemcpyDtoH(y, out, sizeof(float) * (size_t)n_out))) {
-        fg_error err;
-        fg_cuda_fail(&err, e, "running");
-        snprintf(r.error, sizeof r.error, "%s", err.msg);
+    if (fg_tools_synchronize(ctx) != FG_OK || fg_tools_download(ctx, y, out, sizeof(float) * (size_t)n_out) != FG_OK) {
+        snprintf(r.error, sizeof r.error, "running: %s", fg_last_error());
         goto out;
     }
     if (fg_layer_run_cpu(layer, x, ref, batch) != FG_OK) {
@@ -132,10 +139,8 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
     r.ok = true;
     compare(y, ref, (size_t)n_out, tol, &r);
 out:
-    if (dx)
-        cu->MemFree(dx);
-    if (dy)
-        cu->MemFree(dy);
+    fg_tools_free(ctx, dx);
+    fg_tools_free(ctx, dy);
     free(x);
     free(y);
     free(ref);

@@ -8,13 +8,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../runtime/api_internal.h"
+#include "../../runtime/tools.h"
+#include "fusegen.h"
 
 #define GPU_SKIP 77
 
 /* Opens device 0 with a fresh temporary kernel cache; exits with GPU_SKIP without a device. */
 fg_context *gpu_open(const char *program);
 void gpu_close(fg_context *ctx);
+/* The temporary kernel cache gpu_open made. */
+const char *gpu_cache_dir(void);
 
 typedef struct gpu_result {
     double max_abs, rel_l2;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../../gen/spec_loader.h"
+#include "../../runtime/cudnn_conv.h"
 #include "../../runtime/random_init.h"
 #include "gpu_harness.h"
 
@@ -40,35 +41,40 @@ static int check_cudnn(fg_context *ctx, const char *name, const char *src, int64
         printf("FAILED %s: %s\n", name, fg_last_error());
         return 1;
     }
-    const fg_layer_ir *ir = &layer->ir;
-    const fg_cuda *cu = ctx->cu;
+    const fg_layer_ir *ir = fg_tools_layer_ir(layer);
     int64_t n_in = batch * fg_shape_sample_count(&ir->input);
     int64_t n_out = batch * fg_shape_sample_count(&ir->ops[0].out);
     float *x = malloc(sizeof(float) * (size_t)n_in), *y = malloc(sizeof(float) * (size_t)n_out);
     float *yc = malloc(sizeof(float) * (size_t)n_out), *ref = malloc(sizeof(float) * (size_t)n_out);
+    float *params[FG_MAX_PARAMS] = {0};
     CUdeviceptr dx = 0, dy = 0, dyc = 0, dw = 0, db = 0;
     fg_cudnn_conv *conv = NULL;
     fg_error err;
     int failed = 1;
     fg_random_uniform(x, (size_t)n_in, seed, 1, 0.0f, 1.0f);
     const fg_op *c = &ir->ops[0];
-    if (fg_layer_bind_random(layer, seed) != FG_OK) {
-        printf("FAILED %s: bind: %s\n", name, fg_last_error());
-        goto out;
-    }
-    /* cuDNN gets the same weights the layer was bound with */
-    const float *weight = layer->params[c->weight_param].host;
-    const float *bias = c->bias ? layer->params[c->bias_param].host : NULL;
-    fg_api_enter(ctx);
+    /* the layer and cuDNN get the same random parameters */
+    for (int i = 0; i < ir->n_params; i++)
+        if (!(params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count))) {
+            printf("FAILED %s: out of memory\n", name);
+            goto out;
+        }
+    fg_random_params(ir, seed, params);
+    for (int i = 0; i < ir->n_params; i++)
+        if (fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count)) {
+            printf("FAILED %s: bind: %s\n", name, fg_last_error());
+            goto out;
+        }
+    const float *weight = params[c->weight_param];
+    const float *bias = c->bias ? params[c->bias_param] : NULL;
     size_t wbytes = sizeof(float) * (size_t)ir->params[c->weight_param].count;
-    if (cu->MemAlloc(&dx, sizeof(float) * (size_t)n_in) || cu->MemAlloc(&dy, sizeof(float) * (size_t)n_out) ||
-        cu->MemAlloc(&dyc, sizeof(float) * (size_t)n_out) || cu->MemAlloc(&dw, wbytes) ||
-        (c->bias && cu->MemAlloc(&db, sizeof(float) * (size_t)c->out_channels)) ||
-        cu->MemcpyHtoD(dx, x, sizeof(float) * (size_t)n_in) || cu->MemcpyHtoD(dw, weight, wbytes) ||
-        (c->bias && cu->MemcpyHtoD(db, bias, sizeof(float) * (size_t)c->out_channels)) ||
-        cu->MemsetD32Async(dy, 0x7fc00000u, (size_t)n_out, NULL) ||
-        cu->MemsetD32Async(dyc, 0x7fc00000u, (size_t)n_out, NULL)) {
-        printf("FAILED %s: device buffers\n", name);
+    size_t bbytes = sizeof(float) * (size_t)c->out_channels;
+    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) || fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) ||
+        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dyc) || fg_tools_alloc(ctx, wbytes, &dw) ||
+        (c->bias && fg_tools_alloc(ctx, bbytes, &db)) || fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) ||
+        fg_tools_upload(ctx, dw, weight, wbytes) || (c->bias && fg_tools_upload(ctx, db, bias, bbytes)) ||
+        fg_tools_fill_nan(ctx, dy, (size_t)n_out) || fg_tools_fill_nan(ctx, dyc, (size_t)n_out)) {
+        printf("FAILED %s: device buffers: %s\n", name, fg_last_error());
         goto out;
     }
     if (fg_layer_run(layer, (void *)dx, (void *)dy, batch, NULL) != FG_OK) {
@@ -80,9 +86,9 @@ static int check_cudnn(fg_context *ctx, const char *name, const char *src, int64
         printf("FAILED %s: cuDNN: %s\n", name, err.msg);
         goto out;
     }
-    if (cu->StreamSynchronize(NULL) || cu->MemcpyDtoH(y, dy, sizeof(float) * (size_t)n_out) ||
-        cu->MemcpyDtoH(yc, dyc, sizeof(float) * (size_t)n_out)) {
-        printf("FAILED %s: running\n", name);
+    if (fg_tools_synchronize(ctx) || fg_tools_download(ctx, y, dy, sizeof(float) * (size_t)n_out) ||
+        fg_tools_download(ctx, yc, dyc, sizeof(float) * (size_t)n_out)) {
+        printf("FAILED %s: running: %s\n", name, fg_last_error());
         goto out;
     }
     if (fg_layer_run_cpu(layer, x, ref, batch) != FG_OK) {
@@ -107,8 +113,9 @@ out:
     fg_cudnn_conv_destroy(conv);
     CUdeviceptr bufs[] = {dx, dy, dyc, dw, db};
     for (int i = 0; i < 5; i++)
-        if (bufs[i])
-            cu->MemFree(bufs[i]);
+        fg_tools_free(ctx, bufs[i]);
+    for (int i = 0; i < FG_MAX_PARAMS; i++)
+        free(params[i]);
     free(x);
     free(y);
     free(yc);

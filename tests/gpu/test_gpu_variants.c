@@ -213,6 +213,21 @@ static const variant fixed[] = {
     })},
 };
 
+/* More kernel parameters in one pass than a fixed 48-slot table held (hardening round 2):
+ * runs correctly */
+static char many_args_spec[8192];
+static const char *many_args(void)
+{
+    size_t len = (size_t)snprintf(many_args_spec, sizeof many_args_spec,
+                                  "return layer \"many_args\" {\n  input = { \"N\", 3, 12, 12 },\n"
+                                  "  conv2d { out_channels = 4, kernel = 3 },\n");
+    for (int i = 0; i < 46; i++)
+        len += (size_t)snprintf(many_args_spec + len, sizeof many_args_spec - len,
+                                "  mul { param = \"p%d\", shape = { 1 } },\n", i);
+    snprintf(many_args_spec + len, sizeof many_args_spec - len, "  instance_norm {},\n}\n");
+    return many_args_spec;
+}
+
 /* ---- random layers -------------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -273,6 +288,12 @@ static int dump_specs(const char *dir, int n_random)
             return 1;
         }
     }
+    snprintf(path, sizeof path, "%s/many_args.lua", dir);
+    FILE *mf = fopen(path, "w");
+    if (!mf || fputs(many_args(), mf) < 0 || fclose(mf) != 0) {
+        perror(path);
+        return 1;
+    }
     int drawn = 0, tries = 0;
     while (drawn < n_random && tries < 50 * n_random) {
         char src[2048], name[32];
@@ -314,6 +335,14 @@ int main(int argc, char **argv)
             printf("%s %-32s batch %lld: max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n",
                    r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, r.max_abs, r.rel_l2, r.bad, r.count,
                    v->tol, r.nan ? " (NaN)" : "");
+    }
+    {
+        gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
+        cases++;
+        if (!r.ok || !r.pass)
+            failed++;
+        printf("%s %-32s batch 3: %s max abs %.3g, rel L2 %.3g (53 kernel parameters in one pass)\n",
+               r.ok && r.pass ? "ok    " : "FAILED", "many_args", r.ok ? "" : r.error, r.max_abs, r.rel_l2);
     }
     int drawn = 0, tries = 0;
     while (drawn < n_random && tries < 50 * n_random) {

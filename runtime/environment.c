@@ -1,0 +1,150 @@
+#include "environment.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void warn_bad(void (*warn)(void *, const char *), void *ctx, const char *var, const char *value,
+                     const char *expected)
+{
+    if (!warn)
+        return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s=\"%.100s\" ignored: expected %s", var, value, expected);
+    warn(ctx, msg);
+}
+
+/* "a,b,c": n integers (the last `optional` of them may be left out, and are then 0), each
+ * in [lo, hi], and nothing else. */
+static bool parse_ints(const char *s, int *out, int n, int optional, int lo, int hi)
+{
+    int got = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < lo || v > hi || got == n)
+            return false;
+        out[got++] = (int)v;
+        if (*end == '\0')
+            break;
+        if (*end != ',')
+            return false;
+        p = end + 1;
+    }
+    if (got < n - optional)
+        return false;
+    for (int i = got; i < n; i++)
+        out[i] = 0;
+    return true;
+}
+
+void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const char *msg), void *warn_ctx)
+{
+    const char *v = getenv("FUSEGEN_STRATEGY");
+    if (v && *v) {
+        static const char *const names[] = {"materialize", "recompute", "resident"};
+        int found = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(v, names[i]) == 0)
+                found = i;
+        if (found >= 0)
+            opts->default_strategy = found;
+        else
+            warn_bad(warn, warn_ctx, "FUSEGEN_STRATEGY", v, "materialize, recompute or resident");
+    }
+    v = getenv("FUSEGEN_CONV_ENGINE");
+    if (v && *v) {
+        if (strcmp(v, "fma") == 0)
+            opts->engine = FG_ENGINE_PREFER_FMA;
+        else if (strcmp(v, "mma") == 0)
+            opts->engine = FG_ENGINE_PREFER_MMA;
+        else
+            warn_bad(warn, warn_ctx, "FUSEGEN_CONV_ENGINE", v, "fma or mma");
+    }
+    v = getenv("FUSEGEN_MMA_WARP");
+    if (v && *v) {
+        int w[3];
+        /* a warp holds at most 16 n-tiles of accumulators */
+        if (parse_ints(v, w, 3, 0, 1, 16) && w[0] <= 4 && w[1] * w[2] <= 16)
+            memcpy(opts->mma_warp, w, sizeof w);
+        else
+            warn_bad(warn, warn_ctx, "FUSEGEN_MMA_WARP", v, "mt,rows,ntw with mt 1..4 and rows x ntw <= 16");
+    }
+    v = getenv("FUSEGEN_MMA_TILES");
+    if (v && *v) {
+        int r;
+        if (parse_ints(v, &r, 1, 0, 1, 8))
+            opts->mma_tiles = r;
+        else
+            warn_bad(warn, warn_ctx, "FUSEGEN_MMA_TILES", v, "a number of tiles, 1 to 8");
+    }
+    v = getenv("FUSEGEN_CONV_TILE");
+    if (v && *v) {
+        int t[4];
+        if (parse_ints(v, t, 4, 1, 0, 64) && (t[2] == 0 || t[2] % 4 == 0))
+            memcpy(opts->conv_tile, t, sizeof t);
+        else
+            warn_bad(warn, warn_ctx, "FUSEGEN_CONV_TILE", v,
+                     "rows,cols,channels[,unroll] (0 keeps the planner's choice; channels a multiple of 4)");
+    }
+}
+
+/* Copies the variable into buf; false when unset or empty. A value that does not fit is
+ * treated as unset rather than truncated into another path. */
+static bool copy_var(const char *name, char *buf, size_t cap)
+{
+    const char *v = getenv(name);
+    buf[0] = '\0';
+    if (!v || !v[0] || strlen(v) >= cap)
+        return false;
+    memcpy(buf, v, strlen(v) + 1);
+    return true;
+}
+
+static void user_cache_dir(fg_env_runtime *env)
+{
+    char base[FG_ENV_PATH_MAX];
+    int n;
+    const char *what;
+    if (copy_var("FUSEGEN_CACHE_DIR", env->user_cache, sizeof env->user_cache))
+        return;
+    if (getenv("FUSEGEN_CACHE_DIR") && getenv("FUSEGEN_CACHE_DIR")[0]) {
+        snprintf(env->user_cache_error, sizeof env->user_cache_error,
+                 "FUSEGEN_CACHE_DIR is longer than %d bytes", FG_ENV_PATH_MAX - 1);
+        return;
+    }
+    if (copy_var("XDG_CACHE_HOME", base, sizeof base)) {
+        what = "XDG_CACHE_HOME";
+        n = snprintf(env->user_cache, sizeof env->user_cache, "%s/fusegen", base);
+    } else if (copy_var("HOME", base, sizeof base)) {
+        what = "HOME";
+        n = snprintf(env->user_cache, sizeof env->user_cache, "%s/.cache/fusegen", base);
+    } else {
+        snprintf(env->user_cache_error, sizeof env->user_cache_error,
+                 "no cache directory: set FUSEGEN_CACHE_DIR, XDG_CACHE_HOME or HOME");
+        return;
+    }
+    if (n < 0 || (size_t)n >= sizeof env->user_cache) {
+        env->user_cache[0] = '\0';
+        snprintf(env->user_cache_error, sizeof env->user_cache_error, "the cache directory under %s is too long",
+                 what);
+    }
+}
+
+void fg_env_runtime_read(fg_env_runtime *env)
+{
+    memset(env, 0, sizeof *env);
+    user_cache_dir(env);
+    const char *shipped = getenv("FUSEGEN_CACHE_PATH");
+    env->shipped_set = shipped != NULL;
+    if (shipped && strlen(shipped) < sizeof env->shipped_caches)
+        memcpy(env->shipped_caches, shipped, strlen(shipped) + 1);
+    copy_var("FUSEGEN_NVRTC", env->nvrtc_library, sizeof env->nvrtc_library);
+    copy_var("FUSEGEN_LIBCUDA", env->cuda_library, sizeof env->cuda_library);
+    copy_var("FUSEGEN_LIBCUDNN", env->cudnn_library, sizeof env->cudnn_library);
+    if (!copy_var("TMPDIR", env->tmpdir, sizeof env->tmpdir))
+        snprintf(env->tmpdir, sizeof env->tmpdir, "/tmp");
+    const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
+    env->no_graphs = no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0;
+}

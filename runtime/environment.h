@@ -1,0 +1,52 @@
+/* The environment edge: the one place in the library where fusegen reads environment
+ * variables. The CLI and the public API (fg_context_create) call these once and pass what
+ * they read down as arguments and options; every stage below (planner, renderer, compiler,
+ * cache, loaders, launcher) is a function of its arguments. `grep -rn getenv gen runtime
+ * reference common` finds only this file.
+ *
+ * Planner knobs (docs/api.md lists them; all are for benchmarks and tests):
+ *   FUSEGEN_STRATEGY     materialize | recompute | resident, for specs that say "auto"
+ *   FUSEGEN_CONV_ENGINE  fma | mma: the conv engine where the shape allows it
+ *   FUSEGEN_MMA_WARP     mt,rows,ntw: the tensor-core engine's warp tile
+ *   FUSEGEN_MMA_TILES    R: tiles per block of the tensor-core engine (1..8)
+ *   FUSEGEN_CONV_TILE    rows,cols,channels[,unroll]: the FMA engine's thread tile
+ * A value that does not parse is ignored with a warning through `warn` (which may be NULL),
+ * never half-applied.
+ *
+ * Runtime settings (fg_env_runtime):
+ *   FUSEGEN_CACHE_DIR, else $XDG_CACHE_HOME/fusegen, else $HOME/.cache/fusegen: the user cache
+ *   FUSEGEN_CACHE_PATH   shipped read-only caches, colon-separated
+ *   FUSEGEN_NVRTC, FUSEGEN_LIBCUDA, FUSEGEN_LIBCUDNN: the libraries to try first
+ *   FUSEGEN_NO_GRAPHS    1: launch passes directly instead of replaying a CUDA graph
+ *   TMPDIR               where a source NVRTC rejects is saved (default /tmp) */
+#ifndef FG_ENVIRONMENT_H
+#define FG_ENVIRONMENT_H
+
+#include <stdbool.h>
+
+#include "../common/diag.h"
+#include "../gen/planner.h"
+
+/* Fills the knobs of `opts` (already initialized, fg_plan_options_init) from the environment. */
+void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const char *msg), void *warn_ctx);
+
+enum { FG_ENV_PATH_MAX = 4096 };
+
+/* Everything else the runtime takes from the environment, copied (a later setenv cannot
+ * change it). An empty string means "not set". */
+typedef struct fg_env_runtime {
+    char user_cache[FG_ENV_PATH_MAX];   /* "" when none can be determined (user_cache_error says why) */
+    char user_cache_error[256];
+    bool shipped_set;                   /* FUSEGEN_CACHE_PATH is set (even empty: no shipped caches) */
+    char shipped_caches[FG_ENV_PATH_MAX];
+    char nvrtc_library[FG_ENV_PATH_MAX];
+    char cuda_library[FG_ENV_PATH_MAX];
+    char cudnn_library[FG_ENV_PATH_MAX];
+    char tmpdir[FG_ENV_PATH_MAX];       /* TMPDIR, else "/tmp" */
+    bool no_graphs;
+} fg_env_runtime;
+
+/* Reads every runtime setting above once. */
+void fg_env_runtime_read(fg_env_runtime *env);
+
+#endif

@@ -1,0 +1,311 @@
+/* runtime/tools.h: what the CLI, the GPU tests and the benchmarks need beyond the public API. */
+#include "tools.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_internal.h"
+#include "handles.h"
+#include "nvrtc_compiler.h"
+#include "random_init.h"
+
+static fg_status check_layer(const fg_layer *layer, const char *fn)
+{
+    fg_api_clear_error();
+    if (!fg_handle_live(layer, FG_HANDLE_LAYER))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: not a live layer (NULL or destroyed)", fn);
+    return FG_OK;
+}
+
+/* A live context with a device, made current on this thread. */
+static fg_status enter_device(fg_context *ctx, const char *fn)
+{
+    fg_api_clear_error();
+    if (!fg_handle_live(ctx, FG_HANDLE_CONTEXT))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: not a live context (NULL or destroyed)", fn);
+    return fg_api_enter(ctx);
+}
+
+static fg_status cuda_status(CUresult r, const char *what)
+{
+    if (r == CUDA_SUCCESS)
+        return FG_OK;
+    fg_error err;
+    fg_cuda_fail(&err, r, what);
+    return fg_api_fail_error(r == CUDA_ERROR_OUT_OF_MEMORY ? FG_ERR_OUT_OF_MEMORY : FG_ERR_CUDA, &err);
+}
+
+const fg_layer_ir *fg_tools_layer_ir(const fg_layer *layer)
+{
+    return check_layer(layer, "fg_tools_layer_ir") == FG_OK ? &layer->ir : NULL;
+}
+
+const fg_plan *fg_tools_layer_plan(const fg_layer *layer)
+{
+    return check_layer(layer, "fg_tools_layer_plan") == FG_OK ? &layer->plan : NULL;
+}
+
+fg_status fg_tools_bind_random(fg_layer *layer, uint64_t seed)
+{
+    fg_status s = check_layer(layer, "fg_tools_bind_random");
+    if (s != FG_OK)
+        return s;
+    const fg_layer_ir *ir = &layer->ir;
+    float *params[FG_MAX_PARAMS] = {0};
+    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
+        if (!(params[i] = malloc(sizeof(float) * (size_t)ir->params[i].count)))
+            s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory for the parameters");
+    if (s == FG_OK)
+        fg_random_params(ir, seed, params);
+    for (int i = 0; i < ir->n_params && s == FG_OK; i++)
+        s = fg_layer_bind_host(layer, ir->params[i].name, params[i], sizeof(float) * (size_t)ir->params[i].count);
+    for (int i = 0; i < ir->n_params; i++)
+        free(params[i]);
+    return s;
+}
+
+fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap)
+{
+    fg_status s = check_layer(layer, "fg_tools_describe_prepare");
+    if (s != FG_OK)
+        return s;
+    char rendering[48] = "found by the plan alias, not rendered";
+    if (layer->prepare_seconds.render >= 0)
+        snprintf(rendering, sizeof rendering, "rendering %.1f", layer->prepare_seconds.render * 1e3);
+    snprintf(buf, cap, "kernels %s in %.1f ms (%s, %s %.1f, module load %.1f)",
+             layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds.total * 1e3, rendering,
+             layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
+             layer->prepare_seconds.load * 1e3);
+    return FG_OK;
+}
+
+fg_status fg_tools_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch,
+                           void (*progress)(void *ctx, double done), void *ctx)
+{
+    return fg_layer_run_cpu_progress(layer, input, output, batch, progress, ctx);
+}
+
+double fg_tools_reference_work(const fg_layer *layer, int64_t batch)
+{
+    return check_layer(layer, "fg_tools_reference_work") == FG_OK ? fg_reference_work(&layer->ir, batch) : 0;
+}
+
+fg_status fg_tools_device_info(fg_context *ctx, fg_tools_device *out)
+{
+    fg_status s = enter_device(ctx, "fg_tools_device_info");
+    if (s != FG_OK)
+        return s;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", ctx->device_name);
+    snprintf(out->arch, sizeof out->arch, "%s", ctx->arch);
+    out->sm_count = ctx->sm_count;
+    ctx->cu->DeviceGetAttribute(&out->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx->dev);
+    return FG_OK;
+}
+
+fg_status fg_tools_alloc(fg_context *ctx, size_t bytes, CUdeviceptr *out)
+{
+    *out = 0;
+    fg_status s = enter_device(ctx, "fg_tools_alloc");
+    return s != FG_OK ? s : cuda_status(ctx->cu->MemAlloc(out, bytes ? bytes : 1), "allocating device memory");
+}
+
+fg_status fg_tools_free(fg_context *ctx, CUdeviceptr p)
+{
+    fg_status s = enter_device(ctx, "fg_tools_free");
+    return s != FG_OK || !p ? s : cuda_status(ctx->cu->MemFree(p), "freeing device memory");
+}
+
+fg_status fg_tools_upload(fg_context *ctx, CUdeviceptr dst, const void *src, size_t bytes)
+{
+    fg_status s = enter_device(ctx, "fg_tools_upload");
+    return s != FG_OK ? s : cuda_status(ctx->cu->MemcpyHtoD(dst, src, bytes), "copying to the device");
+}
+
+fg_status fg_tools_download(fg_context *ctx, void *dst, CUdeviceptr src, size_t bytes)
+{
+    fg_status s = enter_device(ctx, "fg_tools_download");
+    return s != FG_OK ? s : cuda_status(ctx->cu->MemcpyDtoH(dst, src, bytes), "copying from the device");
+}
+
+fg_status fg_tools_fill_nan(fg_context *ctx, CUdeviceptr p, size_t floats)
+{
+    fg_status s = enter_device(ctx, "fg_tools_fill_nan");
+    return s != FG_OK ? s : cuda_status(ctx->cu->MemsetD32Async(p, 0x7fc00000u, floats, NULL), "filling with NaN");
+}
+
+fg_status fg_tools_synchronize(fg_context *ctx)
+{
+    fg_status s = enter_device(ctx, "fg_tools_synchronize");
+    return s != FG_OK ? s : cuda_status(ctx->cu->StreamSynchronize(NULL), "running on the device");
+}
+
+/* ---- timing --------------------------------------------------------------------------- */
+
+/* A stream, two events and a buffer of 4 x L2 to flush the L2 with. */
+typedef struct timer {
+    const fg_cuda *cu;
+    CUstream stream;
+    CUevent start, stop;
+    CUdeviceptr flush;
+    size_t flush_bytes;
+} timer;
+
+static void timer_close(timer *t)
+{
+    if (t->flush)
+        t->cu->MemFree(t->flush);
+    if (t->start)
+        t->cu->EventDestroy(t->start);
+    if (t->stop)
+        t->cu->EventDestroy(t->stop);
+    if (t->stream)
+        t->cu->StreamDestroy(t->stream);
+}
+
+static fg_status timer_open(fg_context *ctx, timer *t)
+{
+    memset(t, 0, sizeof *t);
+    t->cu = ctx->cu;
+    int l2 = 0;
+    t->cu->DeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx->dev);
+    t->flush_bytes = (size_t)(l2 > 0 ? l2 : 64 << 20) * 4;
+    fg_status s = cuda_status(t->cu->StreamCreate(&t->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    if (s == FG_OK)
+        s = cuda_status(t->cu->EventCreate(&t->start, 0), "cuEventCreate");
+    if (s == FG_OK)
+        s = cuda_status(t->cu->EventCreate(&t->stop, 0), "cuEventCreate");
+    if (s == FG_OK)
+        s = cuda_status(t->cu->MemAlloc(&t->flush, t->flush_bytes), "allocating the L2 flush buffer");
+    if (s != FG_OK)
+        timer_close(t);
+    return s;
+}
+
+/* Milliseconds between the two events, once `stop` has completed. */
+static fg_status elapsed(const timer *t, double *ms)
+{
+    float f = 0;
+    fg_status s = cuda_status(t->cu->EventSynchronize(t->stop), "running the timed work");
+    if (s == FG_OK)
+        s = cuda_status(t->cu->EventElapsedTime(&f, t->start, t->stop), "cuEventElapsedTime");
+    *ms = f;
+    return s;
+}
+
+fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr output, int64_t batch, long warmup,
+                             long iters, double *times_ms)
+{
+    fg_status s = check_layer(layer, "fg_tools_time_runs");
+    if (s == FG_OK)
+        s = enter_device(layer->ctx, "fg_tools_time_runs");
+    timer t;
+    if (s != FG_OK || (s = timer_open(layer->ctx, &t)) != FG_OK)
+        return s;
+    for (long i = 0; i < warmup + iters && s == FG_OK; i++) {
+        s = cuda_status(t.cu->MemsetD8Async(t.flush, (unsigned char)i, t.flush_bytes, t.stream), "flushing the L2");
+        if (s == FG_OK)
+            s = cuda_status(t.cu->EventRecord(t.start, t.stream), "cuEventRecord");
+        if (s == FG_OK)
+            s = fg_layer_run(layer, (const void *)input, (void *)output, batch, t.stream);
+        if (s == FG_OK)
+            s = cuda_status(t.cu->EventRecord(t.stop, t.stream), "cuEventRecord");
+        double ms = 0;
+        if (s == FG_OK)
+            s = elapsed(&t, &ms);
+        if (s == FG_OK && i >= warmup)
+            times_ms[i - warmup] = ms;
+    }
+    timer_close(&t);
+    return s;
+}
+
+static const char fma_source[] =
+    "extern \"C\" __global__ void fma_peak(float *out, float seed, int iters)\n"
+    "{\n"
+    "    float a[8];\n"
+    "    for (int i = 0; i < 8; ++i) a[i] = seed + threadIdx.x * 1e-7f + i;\n"
+    "    for (int it = 0; it < iters; ++it) {\n"
+    "#pragma unroll\n"
+    "        for (int k = 0; k < 16; ++k) {\n"
+    "#pragma unroll\n"
+    "            for (int i = 0; i < 8; ++i) a[i] = fmaf(a[i], 0.999999f, 1e-7f);\n"
+    "        }\n"
+    "    }\n"
+    "    float s = 0.0f;\n"
+    "    for (int i = 0; i < 8; ++i) s += a[i];\n"
+    "    if (s == 12345.0f) out[0] = s; /* keeps the loop alive */\n"
+    "}\n";
+
+static fg_status fma_rate(fg_context *ctx, timer *t, double *tflops)
+{
+    fg_compiled c;
+    fg_error err;
+    if (fg_nvrtc_compile(fma_source, "fma_peak.cu", ctx->arch, NULL, &c, &err) != 0)
+        return fg_api_fail_error(FG_ERR_COMPILE, &err);
+    CUmodule mod;
+    CUfunction fn;
+    fg_status s = cuda_status(t->cu->ModuleLoadData(&mod, c.cubin), "loading the FMA kernel");
+    fg_compiled_free(&c);
+    if (s != FG_OK)
+        return s;
+    s = cuda_status(t->cu->ModuleGetFunction(&fn, mod, "fma_peak"), "fma_peak");
+    float seed = 1.0f;
+    int iters = 4096;
+    CUdeviceptr out = t->flush;
+    void *args[] = {&out, &seed, &iters};
+    unsigned blocks = (unsigned)ctx->sm_count * 8, threads = 256;
+    double best = 0;
+    for (int rep = 0; rep < 5 && s == FG_OK; rep++) {
+        double ms = 0;
+        s = cuda_status(t->cu->EventRecord(t->start, t->stream), "cuEventRecord");
+        if (s == FG_OK)
+            s = cuda_status(t->cu->LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, t->stream, args, NULL), "fma_peak");
+        if (s == FG_OK)
+            s = cuda_status(t->cu->EventRecord(t->stop, t->stream), "cuEventRecord");
+        if (s == FG_OK)
+            s = elapsed(t, &ms);
+        double flops = 2.0 * blocks * threads * (double)iters * 16 * 8;
+        if (s == FG_OK && rep > 0 && flops / (ms * 1e-3) > best) /* the first launch warms up */
+            best = flops / (ms * 1e-3);
+    }
+    t->cu->ModuleUnload(mod);
+    *tflops = best / 1e12;
+    return s;
+}
+
+static fg_status copy_rate(timer *t, double *tbs)
+{
+    /* device-to-device copy of half the flush buffer onto the other half */
+    size_t half = t->flush_bytes / 2;
+    double best = 0;
+    fg_status s = FG_OK;
+    for (int rep = 0; rep < 6 && s == FG_OK; rep++) {
+        double ms = 0;
+        s = cuda_status(t->cu->EventRecord(t->start, t->stream), "cuEventRecord");
+        if (s == FG_OK)
+            s = cuda_status(t->cu->MemcpyDtoDAsync(t->flush + half, t->flush, half, t->stream), "copy");
+        if (s == FG_OK)
+            s = cuda_status(t->cu->EventRecord(t->stop, t->stream), "cuEventRecord");
+        if (s == FG_OK)
+            s = elapsed(t, &ms);
+        if (s == FG_OK && rep > 0 && 2.0 * (double)half / (ms * 1e-3) > best)
+            best = 2.0 * (double)half / (ms * 1e-3);
+    }
+    *tbs = best / 1e12;
+    return s;
+}
+
+fg_status fg_tools_ceilings(fg_context *ctx, double *fma_tflops, double *copy_tbs)
+{
+    fg_status s = enter_device(ctx, "fg_tools_ceilings");
+    timer t;
+    if (s != FG_OK || (s = timer_open(ctx, &t)) != FG_OK)
+        return s;
+    s = fma_rate(ctx, &t, fma_tflops);
+    if (s == FG_OK)
+        s = copy_rate(&t, copy_tbs);
+    timer_close(&t);
+    return s;
+}

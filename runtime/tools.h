@@ -1,0 +1,77 @@
+/* What only tools need: the `fusegen` CLI, the GPU tests and benchmarks. Applications use
+ * include/fusegen.h alone; tools use that plus this header, never the handles' internals
+ * (runtime/api_internal.h). These functions are in the static library the CLI and the tests
+ * link, not exported from libfusegen.so, and may change with it.
+ *
+ * Every function validates its handles like the public API, returns an fg_status and sets
+ * fg_last_error() on failure. Device pointers are CUdeviceptr values on the context's
+ * device (its primary context, so the CUDA runtime's pointers work too). */
+#ifndef FG_TOOLS_H
+#define FG_TOOLS_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../gen/ir.h"
+#include "../gen/planner.h"
+#include "fusegen.h"
+
+/* ---- a layer's insides, read-only (they live as long as the layer) ---------------------- */
+
+/* The layer's IR (ops, shapes, parameters) and its plan, or NULL for a dead handle. */
+const fg_layer_ir *fg_tools_layer_ir(const fg_layer *layer);
+const fg_plan *fg_tools_layer_plan(const fg_layer *layer);
+
+/* Binds every parameter to random values drawn as fg_random_params does
+ * (runtime/random_init.h) for `seed`: the CLI's --random, fusegen bench and the GPU tests.
+ * The layer keeps host copies, so fg_layer_run_cpu can run. */
+fg_status fg_tools_bind_random(fg_layer *layer, uint64_t seed);
+
+/* "kernels loaded from the cache in 1.9 ms (rendering 0.7, cache lookup 0.3, module load
+ * 0.9)": how the layer's kernels were last prepared, for timing lines. */
+fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap);
+
+/* The CPU reference (fg_layer_run_cpu) calling progress(ctx, fraction done) as it goes, and
+ * an estimate of its work beforehand (multiply-adds; reference/cpu_reference.h), so that a
+ * tool can refuse or announce a run that would take minutes. */
+fg_status fg_tools_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch,
+                           void (*progress)(void *ctx, double done), void *ctx);
+double fg_tools_reference_work(const fg_layer *layer, int64_t batch);
+
+/* ---- the device ----------------------------------------------------------------------- */
+
+typedef struct fg_tools_device {
+    char name[128]; /* "NVIDIA H200" */
+    char arch[16];  /* the context's architecture, "sm_90" */
+    int sm_count;
+    int l2_bytes;
+} fg_tools_device;
+
+/* FG_ERR_NO_DEVICE for a CPU-only context. */
+fg_status fg_tools_device_info(fg_context *ctx, fg_tools_device *out);
+
+/* Device memory and copies (synchronous, except fill_nan which is ordered on the default
+ * stream); fg_tools_synchronize waits for the default stream. */
+fg_status fg_tools_alloc(fg_context *ctx, size_t bytes, CUdeviceptr *out);
+fg_status fg_tools_free(fg_context *ctx, CUdeviceptr p);
+fg_status fg_tools_upload(fg_context *ctx, CUdeviceptr dst, const void *src, size_t bytes);
+fg_status fg_tools_download(fg_context *ctx, void *dst, CUdeviceptr src, size_t bytes);
+/* Fills `floats` floats with NaN, so that an element no kernel writes shows. */
+fg_status fg_tools_fill_nan(fg_context *ctx, CUdeviceptr p, size_t floats);
+fg_status fg_tools_synchronize(fg_context *ctx);
+
+/* ---- timing --------------------------------------------------------------------------- */
+
+/* Times `iters` runs of the layer (after `warmup` untimed ones) with CUDA events on a stream
+ * of its own, overwriting a buffer of four times the L2 before each run so that no run
+ * finds the previous one's data in the L2. times_ms receives `iters` values. */
+fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr output, int64_t batch, long warmup,
+                             long iters, double *times_ms);
+
+/* The two rates of the hardware floor, measured: fp32 FMA TFLOP/s (an NVRTC-compiled kernel
+ * of independent fmaf chains, 8 blocks per SM, best of 4 timed launches) and device copy
+ * TB/s (bytes read + written, a device-to-device copy of 2 x L2 bytes, best of 5). */
+fg_status fg_tools_ceilings(fg_context *ctx, double *fma_tflops, double *copy_tbs);
+
+#endif

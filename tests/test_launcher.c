@@ -1,0 +1,131 @@
+/* The launcher's table (runtime/launcher.h): taken from the plan once, checked, and scaled
+ * by the batch on every run without calling the planner. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launcher.h"
+#include "test_util.h"
+
+/* The table's workspace layout is the planner's, for every batch. */
+static void layout_matches_the_plan(const fg_layer_ir *ir, const fg_plan *plan)
+{
+    fg_launch_table t;
+    fg_error err = {{0}};
+    if (fg_launch_table_init(&t, ir, plan, &err) != 0)
+        fail_msg("%s: %s", ir->name, err.msg);
+    static const int64_t batches[] = {1, 2, 3, 7, 128, 65537};
+    for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+        fg_workspace_layout want;
+        fg_launch_layout got;
+        assert_int_equal(fg_plan_workspace(plan, batches[b], &want, &err), 0);
+        assert_int_equal(fg_launch_layout_for(&t, batches[b], &got, &err), 0);
+        assert_true(got.total == want.total);
+        for (int i = 0; i < plan->n_buffers; i++)
+            assert_true(got.buffer_offset[i] == want.buffer_offset[i]);
+        for (int i = 0; i < plan->n_accums; i++) {
+            assert_true(got.accum_offset[i] == want.accum_offset[i]);
+            assert_true(got.accum_bytes[i] == want.accum_bytes[i]);
+            assert_true(got.stats_offset[i] == want.stats_offset[i]);
+        }
+    }
+    fg_launch_table_free(&t);
+}
+
+static void reference_specs(void **state)
+{
+    (void)state;
+    for (int s = 0; s < FGT_N_REFERENCE_SPECS; s++) {
+        fg_layer_ir *ir = fgt_load_spec(fgt_reference_specs[s]);
+        for (int strategy = -1; strategy <= 1; strategy++) {
+            fg_plan *plan = fgt_plan(ir, strategy);
+            layout_matches_the_plan(ir, plan);
+            free(plan);
+        }
+        free(ir);
+    }
+    fg_layer_ir *ir = fgt_load_string(fgt_every_op_spec);
+    fg_plan *plan = fgt_plan(ir, -1);
+    layout_matches_the_plan(ir, plan);
+    free(plan);
+    free(ir);
+}
+
+/* Refuses `plan` with a message containing `why`. */
+static void refused(const fg_layer_ir *ir, const fg_plan *plan, const char *why)
+{
+    fg_launch_table t;
+    fg_error err = {{0}};
+    assert_int_equal(fg_launch_table_init(&t, ir, plan, &err), -1);
+    fgt_assert_contains(err.msg, why);
+    assert_null(t.passes);
+}
+
+/* A plan the launcher cannot launch is refused before any run, never indexed past an array
+ * (the hardening issue: 53 arguments filled 48-slot stack arrays at launch). */
+static void bad_plans_refused(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_spec("kb79");
+    fg_plan *good = fgt_plan(ir, -1), *plan = malloc(sizeof *plan);
+    assert_non_null(plan);
+
+    *plan = *good;
+    plan->passes[1].n_args = FG_MAX_ARGS + 5;
+    char most[64];
+    snprintf(most, sizeof most, "kernel arguments; fusegen launches at most %d", FG_MAX_ARGS);
+    refused(ir, plan, most);
+    *plan = *good;
+    plan->passes[0].n_args = -1;
+    refused(ir, plan, "has -1 kernel arguments");
+    *plan = *good;
+    for (int a = 0; a < plan->passes[2].n_args; a++)
+        if (plan->passes[2].args[a].kind == FG_ARG_PARAM)
+            plan->passes[2].args[a].index = 64;
+    refused(ir, plan, "names parameter 64 of 3");
+    *plan = *good;
+    plan->passes[2].args[0].kind = FG_ARG_BUFFER;
+    plan->passes[2].args[0].index = 5;
+    refused(ir, plan, "names buffer 5 of 1");
+    *plan = *good;
+    plan->passes[0].args[0].kind = (fg_arg_kind)99;
+    refused(ir, plan, "unknown kind (99)");
+    *plan = *good;
+    plan->passes[0].n_zero = 1;
+    plan->passes[0].zero[0] = 3;
+    refused(ir, plan, "clears statistic 3 of 1");
+    *plan = *good;
+    plan->passes[0].launch.block = 4096;
+    refused(ir, plan, "a launch the GPU cannot run");
+    *plan = *good;
+    plan->n_passes = FG_MAX_PASSES + 1;
+    refused(ir, plan, "out of range");
+
+    /* a batch whose workspace overflows 64 bits is refused, not wrapped */
+    fg_launch_table t;
+    fg_launch_layout layout;
+    fg_error err = {{0}};
+    *plan = *good;
+    plan->buffers[0].per_sample = INT64_MAX / 2;
+    assert_int_equal(fg_launch_table_init(&t, ir, plan, &err), 0);
+    assert_int_equal(fg_launch_layout_for(&t, INT32_MAX, &layout, &err), -1);
+    fgt_assert_contains(err.msg, "does not fit in memory");
+    fg_launch_table_free(&t);
+    free(plan);
+    free(good);
+    free(ir);
+}
+
+int main(void)
+{
+    char *dir = fgt_tmpdir("launcher");
+    fgt_isolate_environment(dir);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reference_specs),
+        cmocka_unit_test(bad_plans_refused),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    fgt_rmtree(dir);
+    free(dir);
+    return rc;
+}
