@@ -12,8 +12,8 @@ what the language cannot express. The spec's parameters are the module's state_d
 What maps (module, function or method):
   conv       nn.Conv2d/3d, F.conv2d/3d (weights `P.weight`/`P.bias`): first op, one per layer
   unary      ReLU ReLU6 LeakyReLU GELU Sigmoid Tanh Softplus Mish SiLU Hardswish Hardsigmoid
-             Hardtanh, clamp/clip/clamp_min/clamp_max, exp log abs neg (and their functional
-             and method forms)
+             Hardtanh Softsign, clamp/clip/clamp_min/clamp_max, exp log abs neg (and their
+             functional and method forms)
   binary     + - * / (operator, torch.add/sub/mul/div, methods), torch.minimum/maximum,
              torch.min/max(x, other): the other operand a number, a parameter or buffer
              (by its state_dict key) or an earlier value of the chain (a residual)
@@ -24,8 +24,10 @@ What maps (module, function or method):
   pools      nn.MaxPool/AvgPool 1d/2d/3d and F.max_pool*/avg_pool*; adaptive avg/max pools
              whose output divides the input (global average pool included)
   no-ops     nn.Identity, x.contiguous()
-Ops the language is getting (dropout, flatten, squeeze, unsqueeze, view, reshape) are in
-PENDING_OPS below: each is one line to switch on when the spec loader accepts it.
+  dropout    nn.Dropout*, F.dropout* in inference (eval mode; refused in training mode)
+Ops the language is getting (flatten, squeeze, unsqueeze, view, reshape) are in
+PENDING_OPS below: each is one line to switch on when the spec loader accepts it (dropout,
+the identity in inference, is on).
 """
 
 import copy
@@ -42,7 +44,7 @@ __all__ = ["ExportError", "PENDING_OPS", "export"]
 # emits); set an entry to True once fusegen's spec loader accepts the op. Until then the
 # export refuses the node with a message that names this table.
 PENDING_OPS = {
-    "dropout": False,  # nn.Dropout*, F.dropout* in inference: dropout { p = P }
+    "dropout": True,  # nn.Dropout*, F.dropout* in inference: dropout { p = P }
     "flatten": False,  # nn.Flatten, torch.flatten, x.flatten: flatten { start_dim = S, end_dim = E }
     "squeeze": False,  # torch.squeeze, x.squeeze(D): squeeze { dim = D }
     "unsqueeze": False,  # torch.unsqueeze, x.unsqueeze(D): unsqueeze { dim = D }
@@ -381,6 +383,7 @@ class _Translator:
             (nn.SiLU, lambda n, m: u(n, n.args[0], "silu", [])),
             (nn.Hardswish, lambda n, m: u(n, n.args[0], "hardswish", [])),
             (nn.Hardsigmoid, lambda n, m: u(n, n.args[0], "hardsigmoid", [])),
+            (nn.Softsign, lambda n, m: u(n, n.args[0], "softsign", [])),
             (nn.GroupNorm, self.group_norm_module),
             (nn.modules.instancenorm._InstanceNorm, self.instance_norm_module),
             (nn.modules.batchnorm._BatchNorm, self.batch_norm_module),
@@ -418,6 +421,7 @@ class _Translator:
         f += [(F.softplus, self.fn_softplus)]
         f += [(F.mish, fn_unary("mish")), (F.silu, fn_unary("silu"))]
         f += [(F.hardswish, fn_unary("hardswish")), (F.hardsigmoid, fn_unary("hardsigmoid"))]
+        f += [(F.softsign, fn_plain("softsign"))]
         f += [(t, self.fn_hardtanh) for t in (F.hardtanh, F.hardtanh_)]
         f += [(t, self.fn_clamp) for t in (torch.clamp, torch.clip)]
         f += [(torch.clamp_min, self.fn_clamp_min), (torch.clamp_max, self.fn_clamp_max)]

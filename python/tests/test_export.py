@@ -4,7 +4,7 @@ For each module, fusegen.export writes the spec; fusegen.Layer loads it in a CPU
 context, binds the module's state_dict as it is, and runs its float64 CPU reference
 (reference/cpu_reference.c) on the same float32 input. The oracle is the module itself,
 run by PyTorch in float64 on the same values: two independent implementations of the same
-layer. The modules are the six reference layers of PROBLEMS.md and fifteen more conv
+layer. The modules are the six reference layers of PROBLEMS.md and sixteen more conv
 blocks (2D and 3D, norms in both modes, reductions, pools, residuals, functional forms,
 nested modules). Then: what the exporter refuses, with the node named; the PENDING_OPS
 table; the `python -m fusegen export` and `fusegen export` commands.
@@ -291,6 +291,16 @@ if torch is not None:
         def forward(self, x):
             return F.softplus(self.ln(self.conv(x)))
 
+    class DropoutSoftsign(nn.Module):  # dropout in inference (the identity), softsign
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.drop = nn.Dropout2d(0.2)
+
+        def forward(self, x):
+            y = F.softsign(self.drop(self.conv(x)))
+            return F.dropout(y, 0.3, training=self.training).mean(dim=(2, 3))
+
     # (class, example input shape, eval mode?, reference spec in specs/ or None)
     CASES = [
         (KB79, (2, 3, 16, 32, 32), False, "kb79"),
@@ -314,6 +324,7 @@ if torch is not None:
         (Pool3dExpSum, (2, 3, 6, 12, 12), True, None),
         (MinMaxValues, (2, 2, 8, 8), False, None),
         (LayerNormChannelsLast, (2, 3, 8, 8), False, None),
+        (DropoutSoftsign, (2, 3, 8, 8), True, None),
     ]
 
 
@@ -486,8 +497,6 @@ class Refusals(unittest.TestCase):
 
     def test_pending_ops(self):
         # ops the spec language is getting: refused with the text they will map to
-        m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.25)).eval()
-        self.refused(m, (1, 3, 8, 8), "_1", "`dropout { p = 0.25 }`", "PENDING_OPS['dropout']")
         m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten())
         self.refused(m, (1, 3, 8, 8), "_1", "`flatten { start_dim = 1, end_dim = -1 }`", "PENDING_OPS['flatten']")
         view = ConvThen(lambda m, c: c.view(c.size(0), -1))
@@ -497,7 +506,7 @@ class Refusals(unittest.TestCase):
         m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.25), nn.Flatten()).eval()
         saved = dict(_export.PENDING_OPS)
         try:
-            _export.PENDING_OPS["dropout"] = _export.PENDING_OPS["flatten"] = True
+            _export.PENDING_OPS["flatten"] = True
             spec = fusegen.export(m, torch.rand(1, 3, 8, 8), check=False)
         finally:
             _export.PENDING_OPS.update(saved)
@@ -629,8 +638,12 @@ class Command(unittest.TestCase):
     def test_class_shape_eval_output(self):
         out = os.path.join(self.tmp.name, "other.lua")
         r = self.run_export(f"{self.path}:Other", "--input-shape", "1,2,6,8,8", "--eval", "-o", out, "--name", "other3d")
-        self.assertEqual(r.returncode, 1, r.stderr)  # dropout is pending in the spec language
-        self.assertIn("PENDING_OPS['dropout']", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            text = f.read()
+        self.assertIn('return layer "other3d" {', text)
+        self.assertIn('input = { "N", 2, 6, 8, 8 }', text)
+        self.assertIn("dropout { p = 0.5 }", text)  # the identity in eval mode
         r = self.run_export(f"{self.path}:Other", "--input-shape", "1,2,6,8,8", "-o", out)
         self.assertEqual(r.returncode, 1)
         self.assertIn("training mode", r.stderr)
