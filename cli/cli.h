@@ -25,6 +25,7 @@ int cmd_ops(int argc, char **argv);
 /* fusegen cache export / import (cmd_cache_ship.c) */
 int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output, char **specs, int n_specs);
 int cli_cache_import(fg_cache *cache, const char *archive);
+int cmd_export(int argc, char **argv);
 
 /* "fusegen: <message>" on stderr. */
 void cli_error(const char *fmt, ...) FG_PRINTF(1, 2);

@@ -29,6 +29,8 @@ static const char usage[] =
     "  bench SPEC [--batch N] [--iters N] | bench --ceilings\n"
     "                             time a layer on the GPU against the hardware floor\n"
     "  ops [--markdown]           list the ops a spec can use, their fields and defaults\n"
+    "  export MODULE.py[:CLASS] [-o SPEC]\n"
+    "                             write the spec of a PyTorch module (needs the Python package and torch)\n"
     "  version                    print the version\n"
     "\n"
     "Run 'fusegen <command> --help' for a command's options. Docs: docs/spec.md, docs/cli.md.\n";
@@ -203,12 +205,12 @@ int main(int argc, char **argv)
         int (*fn)(int, char **);
     } commands[] = {
         {"plan", cmd_plan}, {"gen", cmd_gen}, {"build", cmd_build}, {"cache", cmd_cache},
-        {"run", cmd_run},   {"bench", cmd_bench}, {"ops", cmd_ops},
+        {"run", cmd_run},   {"bench", cmd_bench}, {"ops", cmd_ops}, {"export", cmd_export},
     };
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(cmd, commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
-    const char *names[] = {"plan", "gen", "build", "cache", "run", "bench", "ops", "version", "help"};
+    const char *names[] = {"plan", "gen", "build", "cache", "run", "bench", "ops", "export", "version", "help"};
     const char *near = fg_nearest_name(cmd, names, (int)(sizeof names / sizeof *names));
     if (near)
         cli_error("unknown command '%s' (did you mean '%s'?)", cmd, near);

@@ -137,6 +137,21 @@ FG_API fg_status fg_layer_prepare(fg_layer *layer);
  * Asynchronous like any launch: the output is ready when the stream is. */
 FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream);
 
+/* The device workspace (bytes) a run of `batch` samples needs for the layer's intermediate
+ * values and statistics; 0 when it keeps none. */
+FG_API fg_status fg_layer_workspace_size(const fg_layer *layer, int64_t batch, size_t *bytes);
+
+/* fg_layer_run on caller-owned workspace: `workspace` is device memory of at least
+ * fg_layer_workspace_size(batch) bytes, 256-byte aligned (NULL when that size is 0). The
+ * layer allocates nothing, records no event and replays no graph of its own: each pass is
+ * launched on `stream`, so the call may be captured into the caller's CUDA graph (prepare
+ * the layer first: compiling and loading kernels cannot be captured), and runs on different
+ * streams with different workspaces may overlap. The workspace must stay untouched until
+ * the run is done on `stream` (a stream-ordered allocator, like PyTorch's, does that by
+ * itself). Not for layers whose conv runs in cuDNN (precision "tf32"): FG_ERR_INVALID_ARGUMENT. */
+FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void *output, int64_t batch,
+                                        void *workspace, size_t workspace_bytes, void *stream);
+
 /* The CPU reference (double accumulation) on host memory; needs host-bound parameters
  * (fg_layer_bind_host or fg_layer_bind_safetensors). `output` receives floats. */
 FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch);

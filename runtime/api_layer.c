@@ -620,23 +620,37 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     return FG_OK;
 }
 
-static fg_status run_held(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream)
+/* The checks every GPU run starts with: its pointers and batch. */
+static fg_status check_run_args(const char *fn, const void *input, const void *output, int64_t batch)
 {
     if (!input || !output)
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run: input or output is NULL");
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: input or output is NULL", fn);
     if (batch < 1 || batch > INT32_MAX)
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run: batch must be between 1 and %d (got %lld)",
-                           INT32_MAX, (long long)batch);
-    fg_status s = fg_api_enter(layer->ctx);
-    if (s != FG_OK)
-        return s;
-    pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
-    if ((s = check_bound(layer, false)) == FG_OK) {
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: batch must be between 1 and %d (got %lld)", fn, INT32_MAX,
+                           (long long)batch);
+    return FG_OK;
+}
+
+/* What every GPU run needs before launching, the caller holding bindings_lock for reading:
+ * every parameter bound, the kernels prepared. */
+static fg_status bound_and_prepared(fg_layer *layer)
+{
+    fg_status s = check_bound(layer, false);
+    if (s == FG_OK) {
         pthread_mutex_lock(&layer->ctx->lock);
         s = prepare_locked(layer);
         pthread_mutex_unlock(&layer->ctx->lock);
     }
-    if (s == FG_OK) {
+    return s;
+}
+
+static fg_status run_held(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream)
+{
+    fg_status s = check_run_args("fg_layer_run", input, output, batch);
+    if (s != FG_OK || (s = fg_api_enter(layer->ctx)) != FG_OK)
+        return s;
+    pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
+    if ((s = bound_and_prepared(layer)) == FG_OK) {
         pthread_mutex_lock(&layer->lock);
         s = run_locked(layer, input, output, batch, (CUstream)stream);
         pthread_mutex_unlock(&layer->lock);
@@ -649,6 +663,88 @@ FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, 
 {
     ENTER_LAYER(layer, "fg_layer_run");
     fg_status s = run_held(layer, input, output, batch, stream);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status workspace_size_held(const fg_layer *layer, int64_t batch, size_t *bytes)
+{
+    if (!bytes)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: bytes is NULL");
+    if (batch < 1 || batch > INT32_MAX)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: batch must be between 1 and %d (got %lld)",
+                           INT32_MAX, (long long)batch);
+    fg_launch_layout layout;
+    fg_error err;
+    if (fg_launch_layout_for(&layer->launch, batch, &layout, &err) != 0)
+        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    *bytes = (size_t)layout.total; /* size_t is 64-bit on every target (Linux x86-64, aarch64) */
+    return FG_OK;
+}
+
+FG_API fg_status fg_layer_workspace_size(const fg_layer *layer, int64_t batch, size_t *bytes)
+{
+    ENTER_LAYER(layer, "fg_layer_workspace_size");
+    fg_status s = workspace_size_held(layer, batch, bytes);
+    fg_handle_release(layer);
+    return s;
+}
+
+/* A run on caller-owned workspace: no allocation, no event, no captured graph of the layer's
+ * own (each pass is launched on `stream`), so it works inside a capture of the caller's, and
+ * runs on different streams with different workspaces may overlap. */
+static fg_status run_workspace_held(fg_layer *layer, const void *input, void *output, int64_t batch, void *workspace,
+                                    size_t workspace_bytes, void *stream)
+{
+    fg_status s = check_run_args("fg_layer_run_workspace", input, output, batch);
+    if (s != FG_OK)
+        return s;
+    for (int i = 0; i < layer->launch.n_passes; i++)
+        if (layer->launch.passes[i].cudnn)
+            return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                               "fg_layer_run_workspace: layer %s runs its conv in cuDNN (precision = \"tf32\"), whose "
+                               "workspace is the layer's own: use fg_layer_run",
+                               layer->ir.name);
+    fg_launch_memory mem;
+    memset(&mem, 0, sizeof mem);
+    fg_error err;
+    if (fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
+        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    if (mem.layout.total > workspace_bytes || (mem.layout.total > 0 && !workspace))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "fg_layer_run_workspace: layer %s needs %llu bytes of workspace for batch %lld, got %zu%s "
+                           "(fg_layer_workspace_size)",
+                           layer->ir.name, (unsigned long long)mem.layout.total, (long long)batch, workspace_bytes,
+                           workspace ? "" : " at NULL");
+    if ((uintptr_t)workspace % 256 != 0)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_workspace: the workspace must be 256-byte aligned");
+    if ((s = fg_api_enter(layer->ctx)) != FG_OK)
+        return s;
+    pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
+    if ((s = bound_and_prepared(layer)) == FG_OK) {
+        CUdeviceptr params[FG_MAX_PARAMS];
+        for (int i = 0; i < layer->ir.n_params; i++)
+            params[i] = layer->params[i].device;
+        mem.input = (CUdeviceptr)input;
+        mem.output = (CUdeviceptr)output;
+        mem.workspace = (CUdeviceptr)workspace;
+        mem.params = params;
+        /* the lock covers enqueuing only (the launch table's scratch arrays): the kernels of
+         * runs on different streams still overlap on the GPU */
+        pthread_mutex_lock(&layer->lock);
+        if (fg_launch_run(layer->ctx->cu, &layer->launch, layer->functions, &mem, batch, (CUstream)stream, &err) != 0)
+            s = fg_api_fail_error(FG_ERR_CUDA, &err);
+        pthread_mutex_unlock(&layer->lock);
+    }
+    pthread_rwlock_unlock(&layer->bindings_lock);
+    return s;
+}
+
+FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void *output, int64_t batch,
+                                        void *workspace, size_t workspace_bytes, void *stream)
+{
+    ENTER_LAYER(layer, "fg_layer_run_workspace");
+    fg_status s = run_workspace_held(layer, input, output, batch, workspace, workspace_bytes, stream);
     fg_handle_release(layer);
     return s;
 }

@@ -206,6 +206,11 @@ static void check_every_layer_function(fg_layer *bad, const char *what)
     EXPECT_FAIL(fg_layer_prepare(bad), FG_ERR_INVALID_ARGUMENT, "not a live layer");
     EXPECT_FAIL(fg_layer_run(bad, in, out, 1, NULL), FG_ERR_INVALID_ARGUMENT, "not a live layer");
     EXPECT_FAIL(fg_layer_run_cpu(bad, in, out, 1), FG_ERR_INVALID_ARGUMENT, "not a live layer");
+    size_t ws = 7;
+    EXPECT_FAIL(fg_layer_workspace_size(bad, 1, &ws), FG_ERR_INVALID_ARGUMENT, "not a live layer");
+    EXPECT_FAIL(fg_layer_run_workspace(bad, in, out, 1, buf, sizeof buf, NULL), FG_ERR_INVALID_ARGUMENT,
+                "not a live layer");
+    assert_int_equal(ws, 7);
     EXPECT_FAIL(fg_layer_destroy(bad), FG_ERR_INVALID_ARGUMENT, "not a live layer");
     /* nothing was written through the out-pointers */
     assert_int_equal(rank, -7);

@@ -11,6 +11,8 @@ imported by this module unless it is needed (a default context, see default_cont
 torch tensor is recognised through sys.modules, since whoever passes one has imported torch.
 """
 
+from __future__ import annotations
+
 import collections
 import ctypes
 import ctypes.util
@@ -19,6 +21,7 @@ import os
 import sys
 import threading
 import weakref
+from typing import Any, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -27,12 +30,15 @@ from ._native import MAX_DIMS, OK, ContextOptions, lib
 
 _P_FLOAT = ctypes.POINTER(ctypes.c_float)
 
+PathLike = Union[str, bytes, "os.PathLike[str]"]
+Shape = Tuple[Any, ...]  # ints; the batch may be the symbol 'N' in shapes for messages
+
 
 class Error(RuntimeError):
     """A fusegen call failed. `status` is the fg_status name (e.g. 'FG_ERR_SPEC'), `message`
     the library's explanation (fg_last_error: names the file, line, field or tensor)."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: str, message: str):
         self.status = status
         self.message = message
         super().__init__(f"{status}: {message}" if message else status)
@@ -41,7 +47,7 @@ class Error(RuntimeError):
 class StateDictError(KeyError):
     """load_state_dict(strict=True) found missing or unexpected keys."""
 
-    def __init__(self, message, missing, unexpected):
+    def __init__(self, message: str, missing: list, unexpected: list):
         super().__init__(message)
         self.message = message
         self.missing_keys = missing
@@ -111,7 +117,7 @@ def _find_nvrtc_for_torch_users():
         os.environ["FUSEGEN_NVRTC"] = path
 
 
-def version():
+def version() -> str:
     """The library's version string (fg_version)."""
     return lib().fg_version().decode()
 
@@ -125,10 +131,10 @@ class _Handle:
     (None first, so that close() and __del__ work whatever its __init__ raises) and
     defines close()."""
 
-    _handle = None
+    _handle: Optional[int] = None
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._handle is None
 
     def _live_handle(self):
@@ -163,9 +169,16 @@ class Context(_Handle):
     and cache use on stderr.
     """
 
-    def __init__(self, device=0, cache_dir=None, cache_path=None, arch=None, verbose=False):
+    def __init__(
+        self,
+        device: int = 0,
+        cache_dir: Optional[PathLike] = None,
+        cache_path: Optional[str] = None,
+        arch: Optional[str] = None,
+        verbose: bool = False,
+    ):
         self._handle = None  # first, so that close()/__del__ work whatever fails below
-        self._layers = weakref.WeakSet()
+        self._layers: "weakref.WeakSet[Layer]" = weakref.WeakSet()
         self._lock = threading.Lock()
         L = lib()
         _find_nvrtc_for_torch_users()
@@ -185,14 +198,14 @@ class Context(_Handle):
         self.cache_dir, self.cache_path, self.arch = cache_dir, cache_path, arch
 
     @property
-    def has_device(self):
+    def has_device(self) -> bool:
         return self.device >= 0
 
     def _adopt(self, layer):
         with self._lock:
             self._layers.add(layer)
 
-    def close(self):
+    def close(self) -> None:
         """Closes the context's live layers, then the context. Idempotent."""
         if self._handle is None:
             return
@@ -210,7 +223,7 @@ _default_context = None
 _default_lock = threading.Lock()
 
 
-def default_context():
+def default_context() -> Context:
     """The context a Layer gets when given none, created on first use: torch's current CUDA
     device (normally 0) if torch is importable and sees a GPU, else CPU-only (device -1)."""
     global _default_context
@@ -249,15 +262,15 @@ class Layer(_Handle):
     tensor it runs the CPU float64 reference and returns the same kind of object.
     """
 
-    def __init__(self, spec, context=None, name=None):
+    def __init__(self, spec: PathLike, context: Optional[Context] = None, name: Optional[str] = None):
         self._handle = None
-        self._device_refs = {}  # tensors bound with bind_device, kept alive here
+        self._device_refs: dict[str, Any] = {}  # tensors bound with bind_device, kept alive here
         self.context = context if context is not None else default_context()
         L = lib()
         handle = ctypes.c_void_p()
         ctx = self.context._live_handle()
         if _looks_like_path(spec):
-            self.source = os.fspath(spec)
+            self.source = os.fsdecode(os.fspath(spec))
             _check(L.fg_layer_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
         elif isinstance(spec, (str, bytes)):
             text = spec.encode() if isinstance(spec, str) else spec
@@ -271,7 +284,7 @@ class Layer(_Handle):
 
     # -- lifetime
 
-    def close(self):
+    def close(self) -> None:
         """Destroys the layer (its kernels, workspace and parameter copies). Idempotent."""
         if self._handle is None:
             return
@@ -301,7 +314,7 @@ class Layer(_Handle):
         return out
 
     @property
-    def params(self):
+    def params(self) -> list[tuple[str, Shape]]:
         """[(state_dict name, shape), ...] in the spec's order."""
         return list(self._params)
 
@@ -313,11 +326,11 @@ class Layer(_Handle):
         shape = tuple(dims[d] for d in range(rank.value))
         return (batch,) + shape[1:] if symbolic else shape
 
-    def input_shape(self, batch):
+    def input_shape(self, batch: int) -> Shape:
         """The input's shape for `batch` samples (a tuple)."""
         return self._shape(lib().fg_layer_input_shape, batch)
 
-    def output_shape(self, batch):
+    def output_shape(self, batch: int) -> Shape:
         """The output's shape for `batch` samples (a tuple)."""
         return self._shape(lib().fg_layer_output_shape, batch)
 
@@ -350,7 +363,7 @@ class Layer(_Handle):
             )
         return arr
 
-    def bind(self, name, value):
+    def bind(self, name: str, value: Any) -> None:
         """Binds one parameter from a NumPy array or a torch tensor (any device): the layer
         keeps a copy. An unknown name raises Error, with the nearest valid name."""
         h = self._live_handle()
@@ -363,7 +376,7 @@ class Layer(_Handle):
         _check(lib().fg_layer_bind_host(h, name.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
         self._device_refs.pop(name, None)
 
-    def bind_device(self, name, tensor):
+    def bind_device(self, name: str, tensor: Any) -> None:
         """Binds one parameter to a torch CUDA tensor without copying (fg_layer_bind_device).
         The layer keeps a reference to the tensor; updates to it are seen by later runs. The
         CPU reference path cannot use such a parameter (it needs a host copy)."""
@@ -382,7 +395,7 @@ class Layer(_Handle):
         _check(lib().fg_layer_bind_device(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
         self._device_refs[name] = tensor
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
         arrays), like torch.nn.Module.load_state_dict. '*.num_batches_tracked' entries are
         ignored. strict=True: missing or unexpected keys raise StateDictError (a KeyError)
@@ -412,15 +425,32 @@ class Layer(_Handle):
             self._device_refs.pop(name, None)
         return IncompatibleKeys(missing, unexpected)
 
-    def load_safetensors(self, path, allow_extra=False):
+    def load_safetensors(self, path: PathLike, allow_extra: bool = False) -> None:
         """Binds every parameter from a safetensors file of F32 tensors named by state_dict
         keys (fg_layer_bind_safetensors). Extra tensors are an error unless allow_extra."""
         _check(lib().fg_layer_bind_safetensors(self._live_handle(), _cstr(path, "path"), 1 if allow_extra else 0))
         self._device_refs.clear()
 
-    def prepare(self):
+    def prepare(self) -> None:
         """Compiles (or loads from the caches) every kernel now rather than at the first run."""
         _check(lib().fg_layer_prepare(self._live_handle()))
+
+    def workspace_size(self, batch: int) -> int:
+        """Bytes of device workspace a run of `batch` samples needs (fg_layer_workspace_size):
+        the intermediate values and statistics between the layer's passes; 0 when none."""
+        size = ctypes.c_size_t()
+        _check(lib().fg_layer_workspace_size(self._live_handle(), int(batch), ctypes.byref(size)))
+        return size.value
+
+    def _run_workspace(self, input_ptr: int, output_ptr: int, batch: int, workspace_ptr: int, workspace_bytes: int,
+                       stream: int) -> None:
+        """fg_layer_run_workspace on raw device pointers and a stream handle (fusegen.torch's
+        op: the caller owns every buffer, the workspace included)."""
+        _check(
+            lib().fg_layer_run_workspace(
+                self._live_handle(), input_ptr, output_ptr, batch, workspace_ptr or None, workspace_bytes, stream or None
+            )
+        )
 
     # -- running
 
@@ -443,7 +473,7 @@ class Layer(_Handle):
         if index != self.context.device:
             raise ValueError(f"fusegen: {what} is on {t.device} but the layer's context uses cuda:{self.context.device}")
 
-    def __call__(self, x, out=None):
+    def __call__(self, x: Any, out: Any = None) -> Any:
         """Runs the layer: a torch CUDA tensor on the GPU (asynchronously, on torch's current
         stream of x's device), a NumPy array or CPU torch tensor with the CPU reference.
         `out`, if given, receives the output (same kind as the result; contiguous float32)."""
@@ -483,7 +513,7 @@ class Layer(_Handle):
         _check(lib().fg_layer_run(h, x.data_ptr(), out.data_ptr(), batch, stream))
         return out
 
-    def run_reference(self, x, out=None):
+    def run_reference(self, x: Any, out: Optional[np.ndarray] = None) -> np.ndarray:
         """The CPU float64 reference (fg_layer_run_cpu) on a NumPy array (converted to
         float32, the API's input type); returns a float32 NumPy array. Needs host-bound
         parameters (bind, load_state_dict or load_safetensors)."""
@@ -508,6 +538,6 @@ class Layer(_Handle):
         return out
 
 
-def library_path():
+def library_path() -> str:
     """Where libfusegen.so was loaded from (loads it if needed)."""
     return _native.library_path()

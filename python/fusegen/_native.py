@@ -8,6 +8,7 @@ count or type fails in Python instead of corrupting the C side.
 import ctypes
 import ctypes.util
 import os
+import re
 import threading
 
 # The value of FG_MAX_DIMS in include/fusegen.h: shape queries fill an int64_t[FG_MAX_DIMS].
@@ -25,6 +26,31 @@ class LibraryNotFound(OSError):
     """libfusegen.so could not be found or loaded."""
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# <repo>/python/fusegen/ in a source checkout
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+
+
+def source_checkout():
+    """The repository's root when this package is used from a source checkout, else None."""
+    if os.path.isfile(os.path.join(_REPO, "CMakeLists.txt")) and os.path.isfile(
+        os.path.join(_REPO, "python", "fusegen", "__init__.py")
+    ):
+        return _REPO
+    return None
+
+
+def source_version():
+    """The version in a source checkout's CMakeLists.txt (the one place it is written)."""
+    repo = source_checkout()
+    if repo is not None:
+        with open(os.path.join(repo, "CMakeLists.txt"), encoding="utf-8") as f:
+            m = re.search(r"project\(fusegen VERSION ([0-9][0-9.]*)", f.read())
+        if m:
+            return m.group(1)
+    return "0+unknown"
+
+
 def _candidates():
     """Where to look for the library, in order, with a word on where each came from."""
     env = os.environ.get("FUSEGEN_LIBRARY")
@@ -33,10 +59,13 @@ def _candidates():
         # would make "which library did I test?" impossible to answer.
         yield env, "FUSEGEN_LIBRARY"
         return
-    # The package lives in <repo>/python/fusegen/, so a source checkout's default build
-    # folder is two levels up.
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    yield os.path.join(repo, "build", "libfusegen.so"), "the repository's build folder"
+    # An installed wheel carries the library (and the shared objects it links) in the
+    # package folder itself.
+    yield os.path.join(_HERE, "libfusegen.so"), "the installed package"
+    # A source checkout's default build folder.
+    repo = source_checkout()
+    if repo is not None:
+        yield os.path.join(repo, "build", "libfusegen.so"), "the repository's build folder"
     found = ctypes.util.find_library("fusegen")
     if found:
         yield found, "the system library path"
@@ -75,6 +104,8 @@ def _declare(lib):
     fn("fg_layer_prepare", c_int, c_void_p)
     fn("fg_layer_run", c_int, c_void_p, c_void_p, c_void_p, c_int64, c_void_p)
     fn("fg_layer_run_cpu", c_int, c_void_p, p_float, p_float, c_int64)
+    fn("fg_layer_workspace_size", c_int, c_void_p, c_int64, ctypes.POINTER(c_size_t))
+    fn("fg_layer_run_workspace", c_int, c_void_p, c_void_p, c_void_p, c_int64, c_void_p, c_size_t, c_void_p)
 
 
 # fg_log_fn: void (*)(void *user, fg_log_level level, const char *message)
@@ -124,7 +155,8 @@ def lib():
         raise LibraryNotFound(
             "fusegen: cannot load libfusegen.so; tried:\n  "
             + ("\n  ".join(tried) if tried else "(nothing: no candidate found)")
-            + "\nBuild it (cmake -S . -B build && cmake --build build) or set FUSEGEN_LIBRARY "
+            + "\nInstall the package with its library (pip install . in fusegen's repository), "
+            "build it (cmake -S . -B build && cmake --build build) or set FUSEGEN_LIBRARY "
             "to the path of libfusegen.so."
         )
 

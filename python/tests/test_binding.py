@@ -262,6 +262,29 @@ class ErrorTest(CpuContextTest):
         layer.close()  # idempotent
         ctx.close()
 
+    def test_workspace_size_and_run_workspace_checks(self):
+        # what fusegen.torch allocates from torch for each run: per sample, so linear in the
+        # batch up to 256-byte alignment of each piece
+        sizes = {b: self.layer.workspace_size(b) for b in (1, 2, 4)}
+        self.assertGreater(sizes[1], 0)  # KB79's instance norm keeps statistics between passes
+        self.assertLessEqual(abs(sizes[4] - 2 * sizes[2]), 8 * 256, sizes)
+        with self.assertRaises(fusegen.Error) as cm:
+            self.layer.workspace_size(0)
+        self.assertIn("batch must be between 1", cm.exception.message)
+        # fg_layer_run_workspace checks its arguments before touching any memory (the
+        # pointers here are never read), then needs a device
+        need = sizes[2]
+        cases = [
+            (need - 1, 0x10000, "needs %d bytes of workspace for batch 2, got %d" % (need, need - 1)),
+            (need, 0x10010, "must be 256-byte aligned"),
+            (need, 0x10000, "CPU"),
+        ]
+        for ws_bytes, ws_ptr, fragment in cases:
+            with self.assertRaises(fusegen.Error) as cm:
+                self.layer._run_workspace(0x20000, 0x30000, 2, ws_ptr, ws_bytes, 0)
+            self.assertIn(fragment, cm.exception.message)
+        self.assertEqual(cm.exception.status, "FG_ERR_NO_DEVICE")
+
     def test_cuda_tensor_on_cpu_context(self):
         torch = torch_cuda()
         if torch is None:

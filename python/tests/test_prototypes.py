@@ -39,6 +39,7 @@ C_TYPES = {
     "const char *": ctypes.c_char_p,
     "const char **": ctypes.POINTER(ctypes.c_char_p),
     "int *": ctypes.POINTER(ctypes.c_int),
+    "size_t *": ctypes.POINTER(ctypes.c_size_t),
     "int64_t []": ctypes.POINTER(ctypes.c_int64),
     "const float *": ctypes.POINTER(ctypes.c_float),
     "float *": ctypes.POINTER(ctypes.c_float),

@@ -1,0 +1,296 @@
+"""fusegen.torch: a fusegen layer as a PyTorch module, over an op registered with torch.library.
+
+    import fusegen.torch
+    fused = fusegen.torch.FusedLayer(spec)          # a .lua path or spec text (fusegen.export's)
+    fused.load_state_dict(module.state_dict())      # the spec's parameters are its own
+    fused = fused.to("cuda")
+    y = fused(x)                                    # torch.ops.fusegen.layer
+    model = torch.compile(nn.Sequential(stem, fused, head), fullgraph=True)
+
+FusedLayer is an nn.Module whose parameters (and batch_norm running statistics, as buffers)
+are the spec's, under the spec's state_dict names, so state_dict(), load_state_dict(),
+.to(device) and .cuda() behave as for any module. Its forward calls the custom op
+`fusegen::layer(Tensor x, Tensor[] params, str spec, int instance) -> Tensor`, which has a
+fake (meta) implementation, so torch.compile traces through it without a graph break and
+Inductor calls it as an extern kernel. On a CUDA tensor the op launches the generated
+kernels on torch's current stream, with its output and workspace allocated by torch's
+caching allocator (fg_layer_run_workspace): nothing is allocated outside torch, and the
+launches are captured by CUDA graphs (torch.cuda.graph, torch.compile(mode="reduce-overhead"))
+like any kernel. On a CPU tensor it runs fusegen's float64 CPU reference (slow: an oracle).
+
+Inference only: the op has no autograd formula (its output does not require grad).
+Parameters must be float32; the module's `.double()` or `.half()` make the op refuse to run.
+Layers whose conv runs in cuDNN (precision = "tf32") are refused at the first CUDA run.
+"""
+
+import itertools
+import os
+import threading
+import weakref
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from . import _core
+
+__all__ = ["FusedLayer", "fused_layer"]
+
+_lock = threading.Lock()
+_contexts: "dict[int, _core.Context]" = {}  # device index (-1: CPU) -> Context
+_runtimes: "dict[tuple[int, str], _Runtime]" = {}  # (instance, spec) -> _Runtime
+_instances = itertools.count(1)
+
+
+def _context(index):
+    """One context per device for every fused layer of the process (-1: CPU only)."""
+    with _lock:
+        ctx = _contexts.get(index)
+        if ctx is None or ctx.closed:
+            ctx = _contexts[index] = _core.Context(device=index)
+        return ctx
+
+
+class _Runtime:
+    """The fusegen layers behind one FusedLayer: one per device it has run on, each with the
+    parameter tensors it is bound to. Shared by every call of the op with its instance id."""
+
+    def __init__(self, spec, name):
+        self.spec, self.name = spec, name
+        self.lock = threading.Lock()
+        self.layers = {}  # device index (-1: CPU) -> Layer
+        self.bound = {}  # device index -> [(data_ptr, version) per parameter]
+        probe = self.layer(-1)
+        self.param_names = [n for n, _ in probe.params]
+        self.param_shapes = [tuple(s) for _, s in probe.params]
+        self.in_tail = tuple(probe.input_shape(1)[1:])
+        self.out_tail = tuple(probe.output_shape(1)[1:])
+
+    def layer(self, index):
+        layer = self.layers.get(index)
+        if layer is None or layer.closed:
+            layer = self.layers[index] = _core.Layer(self.spec, context=_context(index), name=self.name)
+            self.bound.pop(index, None)
+        return layer
+
+    def check_input(self, x, params):
+        if tuple(x.shape[1:]) != self.in_tail or x.dim() != len(self.in_tail) + 1:
+            raise ValueError(
+                f"fusegen: input shape {list(x.shape)} does not match layer {self.name}'s input "
+                f"{['N'] + list(self.in_tail)}"
+            )
+        if x.dtype != torch.float32:
+            raise TypeError(f"fusegen: the input is {x.dtype}; fusegen runs float32")
+        if len(params) != len(self.param_names):
+            raise ValueError(f"fusegen: layer {self.name} takes {len(self.param_names)} parameters, got {len(params)}")
+        for name, shape, p in zip(self.param_names, self.param_shapes, params):
+            if tuple(p.shape) != shape:
+                raise ValueError(f"fusegen: parameter '{name}' has shape {list(p.shape)}, the layer needs {list(shape)}")
+            if p.dtype != torch.float32:
+                raise TypeError(f"fusegen: parameter '{name}' is {p.dtype}; fusegen runs float32")
+            if p.device != x.device:
+                raise ValueError(f"fusegen: parameter '{name}' is on {p.device} but the input is on {x.device}")
+
+    def bind(self, index, layer, params):
+        """(Re)binds the parameters whose storage or contents changed since the last call:
+        CUDA tensors by pointer (no copy: in-place updates are seen), CPU ones by copy."""
+        seen = self.bound.get(index)
+        now = [(p.data_ptr(), p._version) for p in params]
+        if seen == now:
+            return
+        for i, (name, p) in enumerate(zip(self.param_names, params)):
+            if seen is not None and seen[i] == now[i]:
+                continue
+            if index >= 0:
+                if seen is not None and seen[i][0] == now[i][0]:
+                    continue  # same memory, bound by pointer: nothing to do
+                if not p.is_contiguous():
+                    raise ValueError(f"fusegen: parameter '{name}' must be contiguous")
+                layer.bind_device(name, p.detach())
+            else:
+                layer.bind(name, p.detach())
+        self.bound[index] = now
+
+    def run(self, x, params):
+        self.check_input(x, params)
+        if x.is_cuda:
+            index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        elif x.device.type == "cpu":
+            index = -1
+        else:
+            raise ValueError(f"fusegen: tensors on {x.device} are not supported (CUDA or CPU)")
+        with self.lock:
+            layer = self.layer(index)
+            self.bind(index, layer, params)
+        x = x.detach()
+        if index < 0:
+            out = layer.run_reference(x.contiguous().numpy())
+            return torch.from_numpy(out)
+        x = x.contiguous()
+        if x.data_ptr() % 16:  # the kernels read 16 bytes at a time
+            x = x.clone()
+        batch = x.shape[0]
+        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=torch.float32)
+        ws_bytes = layer.workspace_size(batch)
+        # from torch's caching allocator, on the current stream: freed when this returns, which
+        # is safe, since later users of the block run after these kernels on the same stream
+        ws = torch.empty(ws_bytes, device=x.device, dtype=torch.uint8) if ws_bytes else None
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        layer._run_workspace(x.data_ptr(), out.data_ptr(), batch, ws.data_ptr() if ws is not None else 0, ws_bytes, stream)
+        return out
+
+    def close(self):
+        if any(i >= 0 for i in self.layers) and torch.cuda.is_available():
+            torch.cuda.synchronize()  # kernels of these layers may still be in flight
+        for layer in self.layers.values():
+            layer.close()
+        self.layers.clear()
+
+
+def _runtime(instance, spec):
+    key = (instance, spec)
+    with _lock:
+        rt = _runtimes.get(key)
+    if rt is None:
+        # an op call without its FusedLayer (e.g. a graph saved and loaded elsewhere)
+        rt = _Runtime(spec, f"fusegen-layer-{instance}.lua")
+        with _lock:
+            rt = _runtimes.setdefault(key, rt)
+    return rt
+
+
+def _release(key):
+    with _lock:
+        rt = _runtimes.pop(key, None)
+    if rt is not None:
+        try:
+            rt.close()
+        except Exception:  # at interpreter exit torch or the library may be gone
+            pass
+
+
+@torch.library.custom_op("fusegen::layer", mutates_args=())
+def fused_layer(x: torch.Tensor, params: list[torch.Tensor], spec: str, instance: int) -> torch.Tensor:
+    """The op: runs the spec's layer on x with the given parameters (in the spec's order).
+    `instance` names the FusedLayer whose fusegen layers (kernels, bindings) serve the call."""
+    return _runtime(instance, spec).run(x, params)
+
+
+@fused_layer.register_fake
+def _(x, params, spec, instance):
+    rt = _runtime(instance, spec)
+    if x.dim() != len(rt.in_tail) + 1 or tuple(x.shape[1:]) != rt.in_tail:
+        raise ValueError(
+            f"fusegen: input shape {list(x.shape)} does not match layer {rt.name}'s input {['N'] + list(rt.in_tail)}"
+        )
+    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=torch.float32)
+
+
+class FusedLayer(nn.Module):
+    """A fusegen layer as an nn.Module (see the module's docstring).
+
+    spec: a path to a .lua file, or the spec's text (e.g. what fusegen.export returns).
+    name: stands for the spec in messages (default: the file, or '<name of the layer>.lua').
+    The parameters start at zero (running variances at one): load a state_dict.
+    """
+
+    def __init__(self, spec: "str | os.PathLike[str]", name: Optional[str] = None):
+        super().__init__()
+        if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec):
+            path = os.fspath(spec)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise _core.Error("FG_ERR_SPEC", f"{path}: cannot read the spec: {e.strerror}") from None
+            name = name or path
+        elif isinstance(spec, str):
+            text = spec
+        else:
+            raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+        instance = next(_instances)
+        rt = _Runtime(text, name or "<string>")
+        with _lock:
+            _runtimes[(instance, text)] = rt
+        self._fg_spec = text
+        self._fg_instance = instance
+        self._fg_names = list(rt.param_names)
+        self._fg_input_tail = rt.in_tail
+        self._fg_output_tail = rt.out_tail
+        weakref.finalize(self, _release, (instance, text))
+        for pname, shape in zip(rt.param_names, rt.param_shapes):
+            self._register(pname, shape)
+
+    def _register(self, key, shape):
+        """Registers `key` ('conv.weight', 'bn.running_var', 'scale') under child modules, as
+        nn.Module.state_dict names it; running statistics as buffers (a batch_norm's
+        num_batches_tracked beside them, as nn.BatchNorm has), the rest as parameters."""
+        *path, leaf = key.split(".")
+        owner = self
+        for part in path:
+            child = owner._modules.get(part)
+            if child is None:
+                child = nn.Module()
+                try:
+                    owner.add_module(part, child)
+                except (KeyError, TypeError) as e:
+                    raise ValueError(f"fusegen: parameter '{key}' cannot be a module attribute: {e}") from None
+            owner = child
+        try:
+            if leaf in ("running_mean", "running_var"):
+                init = torch.ones(shape) if leaf == "running_var" else torch.zeros(shape)
+                owner.register_buffer(leaf, init)
+                if "num_batches_tracked" not in owner._buffers:
+                    owner.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+            else:
+                owner.register_parameter(leaf, nn.Parameter(torch.zeros(shape), requires_grad=False))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"fusegen: parameter '{key}' cannot be a module attribute: {e}") from None
+
+    def _fg_params(self):
+        out = []
+        for key in self._fg_names:
+            *path, leaf = key.split(".")
+            owner = self
+            for part in path:
+                owner = owner._modules[part]
+            t = owner._parameters.get(leaf)
+            out.append(t if t is not None else owner._buffers[leaf])
+        return out
+
+    @property
+    def spec(self) -> str:
+        """The spec's Lua text."""
+        return self._fg_spec
+
+    def input_shape(self, batch: int) -> Tuple[int, ...]:
+        return (batch,) + self._fg_input_tail
+
+    def output_shape(self, batch: int) -> Tuple[int, ...]:
+        return (batch,) + self._fg_output_tail
+
+    def _fg_layer(self, device):
+        device = torch.device(device) if device is not None else self._fg_params()[0].device
+        index = -1
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+        return _runtime(self._fg_instance, self._fg_spec).layer(index), index
+
+    def workspace_size(self, batch: int, device: "Optional[torch.device | str]" = None) -> int:
+        """Bytes of workspace a CUDA run of `batch` samples takes from torch's allocator (the
+        plan depends on the GPU: default, the parameters' device)."""
+        return self._fg_layer(device)[0].workspace_size(batch)
+
+    def prepare(self, device: "Optional[torch.device | str]" = None) -> None:
+        """Compiles or loads the kernels for `device` (default: the parameters' device) now,
+        e.g. before capturing a CUDA graph by hand: loading kernels cannot be captured."""
+        layer, index = self._fg_layer(device)
+        if index >= 0:
+            layer.prepare()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.fusegen.layer(x, self._fg_params(), self._fg_spec, self._fg_instance)
+
+    def extra_repr(self):
+        first = next((line for line in self._fg_spec.splitlines() if line.lstrip().startswith("return layer")), "")
+        return f"{first.strip().rstrip('{').strip()} input {['N', *self._fg_input_tail]} -> output {['N', *self._fg_output_tail]}"

@@ -1,0 +1,220 @@
+"""fusegen.torch on the CPU: FusedLayer as an nn.Module, the fusegen::layer op and torch.compile.
+
+On CPU tensors the op runs fusegen's float64 CPU reference, so these tests check everything
+but the GPU path: the module's parameters and state_dict, binding (and rebinding after
+load_state_dict or an in-place update), the op's registration (torch.library.opcheck: schema,
+fake implementation, no aliasing), and a torch.compile'd model containing the layer traced
+without a graph break (fullgraph=True), its result equal to the eager one and to the PyTorch
+module in float64. The GPU side (CUDA streams, torch's allocator, CUDA graphs) is
+test_torch_gpu.py. Needs torch (a CPU build is enough); skipped, with the reason shown,
+without it.
+"""
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+import numpy as np  # noqa: E402
+
+import fusegen  # noqa: E402
+
+try:
+    import torch
+    from torch import nn
+
+    import fusegen.torch as fgt
+except ImportError:
+    torch = None
+
+NO_TORCH = "torch is not installed: the FusedLayer CPU tests did NOT run (pip install torch)"
+RTOL = ATOL = 2e-6  # fusegen's float64 reference rounded to float32, vs the module in float64
+
+
+if torch is not None:
+
+    class Block(nn.Module):
+        """A conv block with every kind of state: conv weights, a batch norm in eval mode
+        (running statistics: buffers), a per-channel parameter, and a residual."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = nn.BatchNorm2d(8)
+            self.scale = nn.Parameter(torch.randn(8, 1, 1))
+
+        def forward(self, x):
+            c = self.conv(x)
+            y = torch.tanh(self.bn(c)) * self.scale
+            return torch.logsumexp(y + c, dim=1, keepdim=True)
+
+    def make_block(seed=0):
+        torch.manual_seed(seed)
+        m = Block()
+        with torch.no_grad():
+            m.bn.weight.normal_()
+            m.bn.bias.normal_()
+            m.bn.running_mean.normal_()
+            m.bn.running_var.uniform_(0.5, 1.5)
+        return m.eval()
+
+    class Net(nn.Module):
+        """torch ops around a FusedLayer: what torch.compile has to trace through."""
+
+        def __init__(self, fused):
+            super().__init__()
+            self.fused = fused
+
+        def forward(self, x):
+            y = self.fused(x * 0.5 + 0.25)
+            return torch.sigmoid(y).mean(dim=(2, 3))
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class FusedLayerModule(unittest.TestCase):
+    def setUp(self):
+        self.block = make_block()
+        self.x = torch.rand(2, 3, 10, 10)
+        self.spec = fusegen.export(self.block, self.x)
+
+    def test_state_dict_is_the_modules(self):
+        fused = fgt.FusedLayer(self.spec)
+        # the same keys as nn.BatchNorm2d and nn.Conv2d have, num_batches_tracked included
+        self.assertEqual(set(fused.state_dict()), set(self.block.state_dict()))
+        for k, v in fused.state_dict().items():
+            self.assertEqual(v.shape, self.block.state_dict()[k].shape, k)
+        self.assertEqual(
+            sorted(n for n, _ in fused.named_buffers()),
+            ["bn.num_batches_tracked", "bn.running_mean", "bn.running_var"],
+        )
+        self.assertTrue(all(not p.requires_grad for p in fused.parameters()))
+        result = fused.load_state_dict(self.block.state_dict())  # strict
+        self.assertEqual((result.missing_keys, result.unexpected_keys), ([], []))
+        self.assertEqual(fused.input_shape(5), (5, 3, 10, 10))
+        self.assertEqual(fused.output_shape(5), (5, 1, 10, 10))
+        self.assertIn("input ['N', 3, 10, 10] -> output ['N', 1, 10, 10]", repr(fused))
+
+    def test_forward_matches_the_module(self):
+        fused = fgt.FusedLayer(self.spec).to("cpu")
+        fused.load_state_dict(self.block.state_dict())
+        got = fused(self.x)
+        self.assertEqual(got.dtype, torch.float32)
+        want = copy.deepcopy(self.block).double()(self.x.double())
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=RTOL, atol=ATOL)
+
+    def test_rebinds_after_load_and_in_place_updates(self):
+        fused = fgt.FusedLayer(self.spec)
+        fused.load_state_dict(self.block.state_dict())
+        before = fused(self.x)
+        other = make_block(seed=1)
+        fused.load_state_dict(other.state_dict())
+        want = copy.deepcopy(other).double()(self.x.double()).detach().numpy()
+        np.testing.assert_allclose(fused(self.x).numpy(), want, rtol=RTOL, atol=ATOL)
+        with torch.no_grad():
+            fused.scale.mul_(2.0)  # in place: same storage, new version
+            other.scale.mul_(2.0)
+        want = copy.deepcopy(other).double()(self.x.double()).detach().numpy()
+        np.testing.assert_allclose(fused(self.x).numpy(), want, rtol=RTOL, atol=ATOL)
+        self.assertFalse(torch.allclose(before, fused(self.x)))
+
+    def test_spec_file(self):
+        fused = fgt.FusedLayer(os.path.join(REPO, "specs", "kb79.lua"))
+        self.assertEqual(list(fused.state_dict()), ["multiplier", "conv.weight", "conv.bias"])
+        self.assertEqual(fused.output_shape(2), (2, 14, 30, 30))
+        with self.assertRaises(fusegen.Error) as cm:
+            fgt.FusedLayer(os.path.join(REPO, "specs", "nope.lua"))
+        self.assertIn("nope.lua", str(cm.exception))
+        with self.assertRaises(fusegen.Error) as cm:
+            fgt.FusedLayer('return layer "t" {\n  input = { "N", 3, 8, 8 },\n  conv2d { out_chanels = 4, kernel = 3 },\n}\n', name="bad.lua")
+        self.assertIn("bad.lua:3: conv2d: unknown field 'out_chanels' (did you mean 'out_channels'?)", str(cm.exception))
+
+    def test_errors(self):
+        fused = fgt.FusedLayer(self.spec)
+        with self.assertRaises(ValueError) as cm:
+            fused(torch.rand(2, 3, 9, 10))
+        self.assertIn("does not match layer", str(cm.exception))
+        with self.assertRaises(TypeError):
+            fused(torch.rand(2, 3, 10, 10, dtype=torch.float64))
+        with self.assertRaises(TypeError) as cm:
+            fused.double()(self.x)
+        self.assertIn("fusegen runs float32", str(cm.exception))
+
+    def test_import_fusegen_does_not_import_torch(self):
+        code = "import sys, fusegen; assert 'torch' not in sys.modules; fusegen.torch; assert 'torch' in sys.modules"
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_the_op(self):
+        fused = fgt.FusedLayer(self.spec)
+        fused.load_state_dict(self.block.state_dict())
+        self.assertTrue(hasattr(torch.ops.fusegen, "layer"))
+        # schema, fake (meta) implementation against the real one, no aliasing of inputs
+        torch.library.opcheck(
+            torch.ops.fusegen.layer.default, (self.x, fused._fg_params(), fused.spec, fused._fg_instance)
+        )
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class Compile(unittest.TestCase):
+    """torch.compile traces through the op: one graph, no break, the same numbers."""
+
+    @classmethod
+    def setUpClass(cls):
+        block = make_block()
+        x = torch.rand(2, 3, 10, 10)
+        cls.fused = fgt.FusedLayer(fusegen.export(block, x))
+        cls.fused.load_state_dict(block.state_dict())
+        cls.block = block
+
+    def reference(self, x):
+        y = copy.deepcopy(self.block).double()(x.double() * 0.5 + 0.25)
+        return torch.sigmoid(y).mean(dim=(2, 3)).detach().numpy()
+
+    def test_no_graph_break(self):
+        net = Net(self.fused)
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(net)(torch.rand(2, 3, 10, 10))
+        self.assertEqual(explained.graph_break_count, 0, explained.break_reasons)
+        self.assertEqual(explained.graph_count, 1)
+        ops = [str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"]
+        self.assertIn("fusegen.layer", ops)
+
+    @unittest.skipUnless(
+        shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"),
+        "Inductor's CPU code needs a C++ compiler: torch.compile with Inductor on the CPU did NOT run",
+    )
+    def test_fullgraph_inductor(self):
+        net = Net(self.fused)
+        torch._dynamo.reset()
+        compiled = torch.compile(net, fullgraph=True)
+        for batch in (2, 3):
+            x = torch.rand(batch, 3, 10, 10)
+            got = compiled(x)
+            np.testing.assert_allclose(got.numpy(), net(x).numpy(), rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(got.numpy(), self.reference(x), rtol=RTOL, atol=ATOL)
+
+    def test_dynamic_batch(self):
+        net = Net(self.fused)
+        torch._dynamo.reset()
+        compiled = torch.compile(net, fullgraph=True, dynamic=True, backend="aot_eager")
+        for batch in (1, 4, 7):
+            x = torch.rand(batch, 3, 10, 10)
+            np.testing.assert_allclose(compiled(x).numpy(), self.reference(x), rtol=RTOL, atol=ATOL)
+
+    def test_shape_error_while_tracing(self):
+        torch._dynamo.reset()
+        compiled = torch.compile(Net(self.fused), fullgraph=True, backend="aot_eager")
+        with self.assertRaises(Exception) as cm:
+            compiled(torch.rand(2, 3, 12, 10))
+        self.assertIn("does not match layer", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,184 @@
+"""fusegen.torch on a GPU: FusedLayer in eager mode, on a side stream, inside torch.compile
+(no graph break, Inductor and CUDA graphs) and inside a hand-captured CUDA graph, with its
+workspace from torch's caching allocator; and every exported module of test_export.py run
+on the GPU. Every result is compared with the PyTorch module in float64 (PROBLEMS.md's bar:
+allclose with atol = rtol = 1e-4).
+
+Needs torch with a CUDA device (skipped, with the reason shown, elsewhere) and libfusegen.so
+($FUSEGEN_LIBRARY; python/run-tests sets it). On the GPU host: bench/gpu-check torch-op.
+"""
+
+import copy
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import fusegen  # noqa: E402
+
+try:
+    import torch
+
+    CUDA = torch.cuda.is_available()
+except ImportError:
+    torch, CUDA = None, False
+
+SKIP = "needs torch with a CUDA device: the GPU tests of fusegen.torch did NOT run"
+TOL = 1e-4
+
+if CUDA:
+    import fusegen.torch as fgt
+    from test_export import CASES, KB92, build_case, randomize
+    from test_torch import Net  # torch ops around a FusedLayer
+
+
+def assert_close(test, got, want, what):
+    got = got.detach().double().cpu().numpy()
+    want = want.detach().double().cpu().numpy()
+    test.assertEqual(got.shape, want.shape, what)
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    test.assertTrue(np.allclose(got, want, atol=TOL, rtol=TOL), f"{what}: max abs error {err:.3g} > {TOL} (+ rtol)")
+    return err
+
+
+@unittest.skipUnless(CUDA, SKIP)
+class ExportedOnGPU(unittest.TestCase):
+    """Each module of test_export.py: exported, run by FusedLayer on the GPU, compared with
+    the module in float64 (on the GPU as well)."""
+
+    def run_case(self, cls_, shape, eval_mode):
+        module, x = build_case(cls_, shape, eval_mode)
+        fused = fgt.FusedLayer(fusegen.export(module, x), name=f"{cls_.__name__}.lua")
+        missing, _ = fused.load_state_dict(module.state_dict(), strict=False)
+        self.assertEqual(missing, [])
+        fused = fused.cuda()
+        got = fused(x.cuda())
+        want = copy.deepcopy(module).cuda().double()(x.cuda().double())
+        err = assert_close(self, got, want, cls_.__name__)
+        print(f"\n[exported on the GPU] {cls_.__name__}: output {list(got.shape)}, max abs error {err:.2g}")
+
+    if CUDA:
+        for _cls, _shape, _eval, _ref in CASES:
+            locals()[f"test_{_cls.__name__}"] = lambda self, c=_cls, s=_shape, e=_eval: self.run_case(c, s, e)
+        del _cls, _shape, _eval, _ref
+
+
+@unittest.skipUnless(CUDA, SKIP)
+class TorchOpOnGPU(unittest.TestCase):
+    """KB92 (a conv, a group norm: statistics and a workspace, a residual) between torch ops."""
+
+    SHAPE = (4, 8, 40, 40)
+
+    def setUp(self):
+        torch.manual_seed(0)
+        self.module = KB92()
+        randomize(self.module, torch.Generator().manual_seed(1))
+        spec = fusegen.export(self.module, torch.rand(self.SHAPE))
+        self.fused = fgt.FusedLayer(spec, name="kb92_small.lua")
+        self.fused.load_state_dict(self.module.state_dict())
+        self.fused = self.fused.cuda()
+        self.net = Net(self.fused)
+        self.module64 = copy.deepcopy(self.module).cuda().double()
+
+    def reference(self, x):
+        y = self.module64(x.double() * 0.5 + 0.25)
+        return torch.sigmoid(y).mean(dim=(2, 3))
+
+    def rand(self, batch=None):
+        shape = (batch or self.SHAPE[0],) + self.SHAPE[1:]
+        return torch.rand(shape, device="cuda")
+
+    def test_eager(self):
+        x = self.rand()
+        assert_close(self, self.net(x), self.reference(x), "eager")
+
+    def test_workspace_from_torchs_allocator(self):
+        batch = self.SHAPE[0]
+        ws = self.fused.workspace_size(batch)
+        self.assertGreater(ws, 0)  # the group norm's statistics live there
+        x = self.rand()
+        self.fused(x)  # kernels loaded, parameters bound
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y = self.fused(x)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        # torch's allocator held the output and the workspace at once during the call
+        self.assertGreaterEqual(peak - base, ws + y.numel() * 4)
+        # and the workspace went back to torch when the call returned
+        self.assertLess(torch.cuda.memory_allocated() - base, ws + y.numel() * 4)
+
+    def test_side_stream(self):
+        x = self.rand()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(20_000_000)  # keep the stream busy: the layer must queue behind
+            y = self.net(x)
+        torch.cuda.current_stream().wait_stream(s)
+        assert_close(self, y, self.reference(x), "side stream")
+
+    def test_cuda_graph_capture(self):
+        static_x = self.rand()
+        self.fused.prepare()  # kernels cannot be loaded while capturing
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                self.net(static_x)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = self.net(static_x)
+        for i in range(3):
+            x = self.rand()
+            static_x.copy_(x)
+            graph.replay()
+            torch.cuda.synchronize()
+            # new inputs, new outputs: the layer's kernels are in the graph, on its stream
+            assert_close(self, static_y, self.reference(x), f"CUDA graph replay {i}")
+
+    def test_compile_no_graph_break(self):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(self.net)(self.rand())
+        self.assertEqual(explained.graph_break_count, 0, explained.break_reasons)
+        self.assertEqual(explained.graph_count, 1)
+
+    def test_compile_fullgraph(self):
+        torch._dynamo.reset()
+        compiled = torch.compile(self.net, fullgraph=True)
+        for batch in (4, 2):
+            x = self.rand(batch)
+            assert_close(self, compiled(x), self.reference(x), f"torch.compile, batch {batch}")
+
+    def test_compile_cuda_graphs(self):
+        torch._dynamo.reset()
+        from torch._dynamo.utils import counters
+
+        counters.clear()
+        compiled = torch.compile(self.net, mode="reduce-overhead", fullgraph=True)
+        for i in range(5):  # warm-up, recording, then replays
+            x = self.rand()
+            y = compiled(x).clone()
+            assert_close(self, y, self.reference(x), f"torch.compile reduce-overhead, call {i}")
+        self.assertEqual(dict(counters["inductor"]).get("cudagraph_skips", 0), 0, dict(counters["inductor"]))
+
+    def test_moves_between_devices(self):
+        x = self.rand(2)
+        on_gpu = self.fused(x)
+        self.fused.cpu()
+        on_cpu = self.fused(x.cpu())  # the CPU reference
+        self.fused.cuda()  # new storage: the layer rebinds
+        assert_close(self, on_gpu, on_cpu, "GPU vs the CPU reference")
+        assert_close(self, self.fused(x), on_cpu, "GPU after .cpu().cuda()")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
