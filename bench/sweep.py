@@ -181,7 +181,11 @@ def run(args):
     write_specs(spec_dir)
     entries = [e for e in ENTRIES if not args.only or e.name in args.only.split(",")]
     results = []
+    t_start = time.time()
     for e in entries:
+        if args.deadline_s and time.time() - t_start > args.deadline_s:
+            print(f"sweep: deadline of {args.deadline_s} s reached; {e.name} and later not run", flush=True)
+            break
         r = {"name": e.name, "describe": e.describe(), "gflop": e.flops() / 1e9, "impls": {}}
         results.append(r)
         try:
@@ -281,6 +285,7 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--write-specs", metavar="DIR")
+    ap.add_argument("--deadline-s", type=float, default=0, help="start no entry after this many seconds")
     args = ap.parse_args(argv)
     if args.write_specs:
         write_specs(args.write_specs)
