@@ -451,6 +451,8 @@ function M.render(layer, plan, pass, names, signature)
       w.stat_offset)
     c:line("const int tid = (int)threadIdx.x - 128, swarp = tid >> 5;")
     c:line("for (int i = tid; i < %d; i += 256) s_stat[i] = 0.0;", pass.feeds.n * 8 * w.bn * 2)
+    -- a warp's partials are cleared by other warps' threads: all clears land before any adds
+    c:line("asm volatile(\"bar.sync 1, 256;\" ::: \"memory\");")
     c:line("int fed_n = -1, fed_g = 0, fed_co0 = 0; /* whose partials s_stat holds */")
   end
   c:line("#pragma unroll 1")

@@ -23,6 +23,7 @@ Parameters must be float32; the module's `.double()` or `.half()` make the op re
 Layers whose conv runs in cuDNN (precision = "tf32") are refused at the first CUDA run.
 """
 
+import base64
 import itertools
 import os
 import threading
@@ -38,7 +39,7 @@ __all__ = ["FusedLayer", "fused_layer"]
 
 _lock = threading.Lock()
 _contexts: "dict[int, _core.Context]" = {}  # device index (-1: CPU) -> Context
-_runtimes: "dict[tuple[int, str], _Runtime]" = {}  # (instance, spec) -> _Runtime
+_runtimes: "dict[tuple[int, str], _Runtime]" = {}  # (instance, base64 spec) -> _Runtime
 _instances = itertools.count(1)
 
 
@@ -147,13 +148,23 @@ class _Runtime:
         self.layers.clear()
 
 
+def _encode(text):
+    """The spec as the op's string argument: base64, because Inductor writes string arguments
+    into generated Python source as literals and a spec's newlines and quotes break them."""
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
 def _runtime(instance, spec):
     key = (instance, spec)
     with _lock:
         rt = _runtimes.get(key)
     if rt is None:
         # an op call without its FusedLayer (e.g. a graph saved and loaded elsewhere)
-        rt = _Runtime(spec, f"fusegen-layer-{instance}.lua")
+        try:
+            text = base64.b64decode(spec.encode("ascii"), validate=True).decode("utf-8")
+        except (ValueError, UnicodeError):
+            raise ValueError(f"fusegen: the op's spec argument is not a base64-encoded spec (layer instance {instance})") from None
+        rt = _Runtime(text, f"fusegen-layer-{instance}.lua")
         with _lock:
             rt = _runtimes.setdefault(key, rt)
     return rt
@@ -172,7 +183,7 @@ def _release(key):
 @torch.library.custom_op("fusegen::layer", mutates_args=())
 def fused_layer(x: torch.Tensor, params: list[torch.Tensor], spec: str, instance: int) -> torch.Tensor:
     """The op: runs the spec's layer on x with the given parameters (in the spec's order).
-    `instance` names the FusedLayer whose fusegen layers (kernels, bindings) serve the call."""
+    `spec` is the spec's text in base64 (see _encode). `instance` names the FusedLayer whose fusegen layers (kernels, bindings) serve the call."""
     return _runtime(instance, spec).run(x, params)
 
 
@@ -210,14 +221,16 @@ class FusedLayer(nn.Module):
             raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
         instance = next(_instances)
         rt = _Runtime(text, name or "<string>")
+        encoded = _encode(text)
         with _lock:
-            _runtimes[(instance, text)] = rt
+            _runtimes[(instance, encoded)] = rt
         self._fg_spec = text
+        self._fg_encoded = encoded
         self._fg_instance = instance
         self._fg_names = list(rt.param_names)
         self._fg_input_tail = rt.in_tail
         self._fg_output_tail = rt.out_tail
-        weakref.finalize(self, _release, (instance, text))
+        weakref.finalize(self, _release, (instance, encoded))
         for pname, shape in zip(rt.param_names, rt.param_shapes):
             self._register(pname, shape)
 
@@ -274,7 +287,7 @@ class FusedLayer(nn.Module):
         index = -1
         if device.type == "cuda":
             index = device.index if device.index is not None else torch.cuda.current_device()
-        return _runtime(self._fg_instance, self._fg_spec).layer(index), index
+        return _runtime(self._fg_instance, self._fg_encoded).layer(index), index
 
     def workspace_size(self, batch: int, device: "Optional[torch.device | str]" = None) -> int:
         """Bytes of workspace a CUDA run of `batch` samples takes from torch's allocator (the
@@ -289,7 +302,7 @@ class FusedLayer(nn.Module):
             layer.prepare()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.fusegen.layer(x, self._fg_params(), self._fg_spec, self._fg_instance)
+        return torch.ops.fusegen.layer(x, self._fg_params(), self._fg_encoded, self._fg_instance)
 
     def extra_repr(self):
         first = next((line for line in self._fg_spec.splitlines() if line.lstrip().startswith("return layer")), "")

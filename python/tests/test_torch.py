@@ -157,7 +157,7 @@ class FusedLayerModule(unittest.TestCase):
         self.assertTrue(hasattr(torch.ops.fusegen, "layer"))
         # schema, fake (meta) implementation against the real one, no aliasing of inputs
         torch.library.opcheck(
-            torch.ops.fusegen.layer.default, (self.x, fused._fg_params(), fused.spec, fused._fg_instance)
+            torch.ops.fusegen.layer.default, (self.x, fused._fg_params(), fused._fg_encoded, fused._fg_instance)
         )
 
 
