@@ -39,6 +39,12 @@ const fg_env_runtime *cli_environment(void);
  * unless `with_shipped`; loads NVRTC's preferred library setting. Prints why on failure. */
 int cli_open_cache(fg_cache *cache, const char *dir, bool with_shipped);
 
+/* What commands generate for by default: Hopper's arch-specific target, which a context on
+ * a compute capability 9.0 device asks for (runtime/api_context.c: the wgmma engine needs
+ * it), and the A100's. A cache shipped for sm_90 would serve no H100 or H200. */
+#define CLI_DEFAULT_ARCH "sm_90a"
+#define CLI_DEFAULT_ARCHS "sm_80,sm_90a"
+
 /* The planner options for `arch` with the knobs of the environment (runtime/environment.h). */
 void cli_plan_options(fg_plan_options *opts, const char *arch);
 /* Loads a spec and plans it for `arch` ("sm_90"), printing any error; returns 0 or -1. */

@@ -20,7 +20,7 @@ static const char usage[] =
     "application and point FUSEGEN_CACHE_PATH at it.\n"
     "\n"
     "options:\n"
-    "  --arch LIST     comma-separated architectures (default sm_80,sm_90)\n"
+    "  --arch LIST     comma-separated architectures (default " CLI_DEFAULT_ARCHS ")\n"
     "  --cache DIR     cache to fill (default: the user cache, $FUSEGEN_CACHE_DIR or\n"
     "                  $XDG_CACHE_HOME/fusegen or ~/.cache/fusegen)\n"
     "  -j, --jobs N    compile N kernels in parallel (default: the number of CPUs)\n";
@@ -145,7 +145,7 @@ int cmd_build(int argc, char **argv)
                                              {"cache", required_argument, 0, 'c'},
                                              {"jobs", required_argument, 0, 'j'},
                                              {0, 0, 0, 0}};
-    const char *arch_list = "sm_80,sm_90", *cache_dir = NULL;
+    const char *arch_list = CLI_DEFAULT_ARCHS, *cache_dir = NULL;
     long jobs = sysconf(_SC_NPROCESSORS_ONLN);
     int c;
     optind = 1;
@@ -199,7 +199,7 @@ int cmd_build(int argc, char **argv)
             return cli_usage_error("build", "%s", err.msg);
         if (fg_arch_sm(archs[a]) != 80 && fg_arch_sm(archs[a]) != 90)
             fprintf(stderr, "note: %s: NVRTC %d.%d compiles for it, but fusegen's kernels are tested on sm_80 and "
-                            "sm_90 (H200) only\n",
+                            "sm_90 or sm_90a (H200) only\n",
                     archs[a], major, minor);
     }
 

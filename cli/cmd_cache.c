@@ -32,7 +32,7 @@ static const char usage[] =
     "  --cache DIR         the cache to work on (default: the user cache)\n"
     "  --max-size S        prune: the size cap, e.g. 2G, 500M (default $FUSEGEN_CACHE_MAX_SIZE or 4G)\n"
     "  --older-than D      prune: also delete entries not used for D, e.g. 30d, 12h\n"
-    "  --arch LIST         export: architectures (default sm_80,sm_90)\n"
+    "  --arch LIST         export: architectures (default " CLI_DEFAULT_ARCHS ")\n"
     "  -o, --output FILE   export: the tar file to write\n";
 
 typedef struct walk_state {
@@ -179,7 +179,7 @@ int cmd_cache(int argc, char **argv)
                                              {"arch", required_argument, 0, 'a'},
                                              {"output", required_argument, 0, 'o'},
                                              {0, 0, 0, 0}};
-    const char *dir = NULL, *arch_list = "sm_80,sm_90", *output = NULL;
+    const char *dir = NULL, *arch_list = CLI_DEFAULT_ARCHS, *output = NULL;
     uint64_t max_bytes = 0;
     int64_t older_than = 0;
     bool max_given = false;
@@ -230,7 +230,7 @@ int cmd_cache(int argc, char **argv)
     bool is_export = !strcmp(mode, "export"), is_import = !strcmp(mode, "import");
     if ((max_given || older_than) && strcmp(mode, "prune") != 0)
         return cli_usage_error("cache", "--max-size and --older-than go with prune");
-    if ((output || strcmp(arch_list, "sm_80,sm_90") != 0) && !is_export)
+    if ((output || strcmp(arch_list, CLI_DEFAULT_ARCHS) != 0) && !is_export)
         return cli_usage_error("cache", "--arch and -o go with export");
     if (is_export && (!output || n_args < 1))
         return cli_usage_error("cache", "export expects -o FILE.tar and at least one SPEC");

@@ -15,14 +15,14 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  -o, --output DIR   directory to write <layer>.cu into (created if missing)\n"
-    "  --arch ARCH        generate for this architecture (default sm_90)\n";
+    "  --arch ARCH        generate for this architecture (default " CLI_DEFAULT_ARCH ")\n";
 
 int cmd_gen(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, 0, 'h'}, {"output", required_argument, 0, 'o'},
         {"arch", required_argument, 0, 'a'}, {0, 0, 0, 0}};
-    const char *outdir = NULL, *arch = "sm_90";
+    const char *outdir = NULL, *arch = CLI_DEFAULT_ARCH;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {

@@ -12,7 +12,7 @@ static const char usage[] =
     "passes, what each computes and stores, the statistics between them, launch geometry.\n"
     "\n"
     "options:\n"
-    "  --arch ARCH   plan for this architecture (default sm_90; sm_80 has no thread-block\n"
+    "  --arch ARCH   plan for this architecture (default " CLI_DEFAULT_ARCH "; sm_80 has no thread-block\n"
     "                clusters, so it plans differently)\n";
 
 static void print_line(void *ctx, const char *line)
@@ -25,7 +25,7 @@ int cmd_plan(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, 0, 'h'}, {"arch", required_argument, 0, 'a'}, {0, 0, 0, 0}};
-    const char *arch = "sm_90";
+    const char *arch = CLI_DEFAULT_ARCH;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {

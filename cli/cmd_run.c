@@ -30,7 +30,7 @@ static const char usage[] =
     "                        max abs error, relative L2 error, PASS/FAIL at atol = rtol = 1e-4\n"
     "  --check-samples K     compare only the first K samples (the reference is slow on big batches)\n"
     "  --force               run the CPU reference even when it needs more than 2e10 multiply-adds\n"
-    "  --arch ARCH           compile for ARCH instead of the device's (e.g. sm_90)\n"
+    "  --arch ARCH           compile for ARCH instead of the device's (e.g. sm_90a)\n"
     "  --cache DIR           user kernel cache (default $FUSEGEN_CACHE_DIR or ~/.cache/fusegen)\n"
     "  -v, --verbose         say where the kernels came from\n"
     "\n"

@@ -124,7 +124,7 @@ int cli_parse_archs(const char *list, char archs[][16], int cap)
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         if (len == 0 || len >= 16 || n == cap) {
-            cli_error("bad --arch list '%s' (expected e.g. sm_80,sm_90)", list);
+            cli_error("bad --arch list '%s' (expected e.g. sm_80,sm_90a)", list);
             return -1;
         }
         memcpy(archs[n], p, len);

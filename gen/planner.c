@@ -475,11 +475,24 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     return true;
 }
 
+/* Output channels per group below which a tensor-core conv wastes most of each MMA (the
+ * narrowest wgmma and mma.sync tiles are 8 or 16 channels wide): depthwise and 4-channel
+ * groups. The sweep (bench/NOTES.md v6) measured them 3-28x slower on wgmma in tf32 than
+ * on the exact conv pass, and cuDNN's TF32 path no faster than wgmma there. */
+#define NARROW_GROUP_CHANNELS 16
+
+static bool narrow_groups(const fg_layer_ir *ir)
+{
+    conv_geometry g;
+    geometry(&ir->ops[0], &g);
+    return g.cout_g < NARROW_GROUP_CHANNELS;
+}
+
 /* Whether the layer's conv runs on the wgmma engine: on sm_90a for convs whose reduction is
  * long enough to feed it (measured, bench/NOTES.md v6: a reduction of 576 ran 2.2x faster
- * than mma.sync; 27 or 72, slower), and always for precision "tf32" (one product, instead
- * of cuDNN and a separate pass); a caller may prefer it (FUSEGEN_CONV_ENGINE=wgmma) or
- * another engine. */
+ * than mma.sync; 27 or 72, slower), and for precision "tf32" unless the groups are narrow
+ * (one product, instead of cuDNN and a separate pass); a caller may prefer it
+ * (FUSEGEN_CONV_ENGINE=wgmma) or another engine. */
 static bool choose_wgmma(planner *p)
 {
     const fg_plan_options *opts = p->opts;
@@ -489,9 +502,11 @@ static bool choose_wgmma(planner *p)
     geometry(&p->ir->ops[0], &g);
     if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, &p->wg))
         return false;
-    if (opts->engine == FG_ENGINE_PREFER_WGMMA || p->ir->precision == FG_PRECISION_TF32)
+    if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
-    return g.cin_g * g.taps >= 128 && g.cout_g >= 16;
+    if (p->ir->precision == FG_PRECISION_TF32)
+        return !narrow_groups(p->ir);
+    return g.cin_g * g.taps >= 128 && g.cout_g >= NARROW_GROUP_CHANNELS;
 }
 
 /* The passes that pack the wgmma engine's operands, before everything else. */
@@ -1041,7 +1056,9 @@ static fg_pass *first_passes(planner *p, int wanted)
     p->use_wgmma = choose_wgmma(p);
     if (p->use_wgmma && add_pack_passes(p))
         return NULL;
-    if (ir->precision == FG_PRECISION_TF32 && !p->use_wgmma) {
+    /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which
+     * is faster there than any TF32 path */
+    if (ir->precision == FG_PRECISION_TF32 && !p->use_wgmma && !narrow_groups(ir)) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
          * its buffer */
         fg_pass *ps = new_pass(p, FG_PASS_CUDNN);

@@ -81,7 +81,7 @@ typedef struct fg_context_options {
     int device;             /* CUDA device ordinal (default 0); -1: CPU only, no GPU calls */
     const char *cache_dir;  /* user cache; NULL: $FUSEGEN_CACHE_DIR, $XDG_CACHE_HOME/fusegen, ~/.cache/fusegen */
     const char *cache_path; /* shipped read-only caches, colon-separated; NULL: $FUSEGEN_CACHE_PATH */
-    const char *arch;       /* e.g. "sm_90"; NULL: the device's */
+    const char *arch;       /* e.g. "sm_90a"; NULL: the device's */
     int verbose;            /* 1: the same as log_level = FG_LOG_INFO */
     fg_log_fn log;          /* NULL: messages go to stderr as "fusegen: ..." */
     void *log_user;

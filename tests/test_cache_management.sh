@@ -68,14 +68,14 @@ out=$(fg cache prune 2>&1)
 ok 'grep -q "removed 1 entries of other fusegen versions" <<<"$out" && grep -q "1 unfinished temporary files" <<<"$out"' "prune of a stale entry and an old temporary: $out"
 ok '[ ! -e "$stale" ]' "the stale entry is gone"
 
-# export exactly what a layer needs, import it into an empty cache
-fg build --arch sm_80,sm_90 "$work/a.lua" "$work/b.lua" >/dev/null 2>&1
+# export exactly what a layer needs (the default architectures, sm_80 and sm_90a), import it into an empty cache
+fg build --arch sm_80,sm_90a "$work/a.lua" "$work/b.lua" >/dev/null 2>&1
 out=$(fg cache export -o "$work/a.tar" "$work/a.lua" 2>&1); rc=$?
 ok '[ $rc -eq 0 ] && [ $(tar -tf "$work/a.tar" | grep -c "\.fgc$") -eq 2 ] && [ $(tar -tf "$work/a.tar" | grep -c "\.fgp$") -eq 2 ]' "export of a.lua for 2 archs: $out"
 out=$(fg cache import --cache "$work/shipped" "$work/a.tar" 2>&1); rc=$?
 ok '[ $rc -eq 0 ] && grep -q "imported 2 entries and 2 plan aliases" <<<"$out"' "import: $out"
 got=$(FUSEGEN_CACHE_DIR=$work/shipped entries)
-ok '[ "$got" = "a/sm_80 a/sm_90 " ]' "the imported cache holds a.lua's two entries only: '$got'"
+ok '[ "$got" = "a/sm_80 a/sm_90a " ]' "the imported cache holds a.lua's two entries only: '$got'"
 out=$(fg cache verify --cache "$work/shipped" 2>&1); rc=$?
 ok '[ $rc -eq 0 ] && grep -q "2 entries, 0 bad" <<<"$out"' "the imported cache verifies: $out"
 # a hostile archive: a symbolic link member is refused before anything is extracted

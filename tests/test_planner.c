@@ -850,6 +850,49 @@ static void ungeneratable_convs_are_refused(void **state)
     }
 }
 
+/* Which engine computes the conv, by architecture and precision (bench/NOTES.md v6). */
+static fg_pass_kind first_pass_on(const char *arch, const char *conv, const char *precision)
+{
+    char src[512];
+    snprintf(src, sizeof src,
+             "return layer \"engine\" {\n"
+             "  input = { \"N\", 32, 16, 16 }, precision = \"%s\",\n"
+             "  %s,\n"
+             "  relu {},\n"
+             "}\n",
+             precision, conv);
+    fg_layer_ir *ir = fgt_load_string(src);
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, arch);
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    fg_pass_kind kind = plan->passes[0].kind;
+    free(plan);
+    free(ir);
+    return kind;
+}
+
+static void engine_by_arch_and_precision(void **state)
+{
+    (void)state;
+    const char *wide = "conv2d { out_channels = 32, kernel = 3 }";                     /* K 288 */
+    const char *short_k = "conv2d { out_channels = 32, kernel = 1 }";                  /* K 32 */
+    const char *depthwise = "conv2d { out_channels = 32, kernel = 3, groups = 32 }"; /* 1 channel a group */
+    const char *four = "conv2d { out_channels = 32, kernel = 3, groups = 8 }";       /* 4 channels a group */
+    /* fp32: wgmma on sm_90a for a long enough reduction, else the conv pass */
+    assert_int_equal(first_pass_on("sm_90a", wide, "fp32"), FG_PASS_PACK_WEIGHTS);
+    assert_int_equal(first_pass_on("sm_90a", short_k, "fp32"), FG_PASS_CONV);
+    assert_int_equal(first_pass_on("sm_90", wide, "fp32"), FG_PASS_CONV);
+    assert_int_equal(first_pass_on("sm_90a", depthwise, "fp32"), FG_PASS_CONV);
+    /* tf32: wgmma on sm_90a whatever the reduction, cuDNN elsewhere ... */
+    assert_int_equal(first_pass_on("sm_90a", short_k, "tf32"), FG_PASS_PACK_WEIGHTS);
+    assert_int_equal(first_pass_on("sm_80", wide, "tf32"), FG_PASS_CUDNN);
+    assert_int_equal(first_pass_on("sm_90", short_k, "tf32"), FG_PASS_CUDNN);
+    /* ... except narrow groups, which the exact conv pass runs faster than either */
+    assert_int_equal(first_pass_on("sm_90a", depthwise, "tf32"), FG_PASS_CONV);
+    assert_int_equal(first_pass_on("sm_90a", four, "tf32"), FG_PASS_CONV);
+    assert_int_equal(first_pass_on("sm_80", depthwise, "tf32"), FG_PASS_CONV);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -870,6 +913,7 @@ int main(void)
         cmocka_unit_test(tensor_core_tiling),
         cmocka_unit_test(plan_print_mentions_every_pass),
         cmocka_unit_test(resident_on_request),
+        cmocka_unit_test(engine_by_arch_and_precision),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);
