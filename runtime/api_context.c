@@ -193,6 +193,10 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
     if (ctx->device >= 0) {
         fg_nvrtc_preload(); /* overlaps the driver's start-up */
         fg_status s = open_device(ctx);
+        /* no thread of ours outlives the call: the caller may exit at once (a process that
+         * exits during the preload's dlopen can crash, fg_nvrtc_preload_wait); the device's
+         * start-up takes longer than the load, so this rarely waits */
+        fg_nvrtc_preload_wait();
         if (s != FG_OK) {
             free(ctx);
             return s;

@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +109,7 @@ static void *preload_thread(void *unused)
 }
 
 static pthread_once_t preload_once = PTHREAD_ONCE_INIT;
+static atomic_bool preload_started;
 
 static void start_preload(void)
 {
@@ -116,13 +119,19 @@ static void start_preload(void)
         return;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     /* no thread: the first fg_nvrtc_version loads the library itself */
-    (void)pthread_create(&th, &attr, preload_thread, NULL);
+    atomic_store(&preload_started, pthread_create(&th, &attr, preload_thread, NULL) == 0);
     pthread_attr_destroy(&attr);
 }
 
 void fg_nvrtc_preload(void)
 {
     pthread_once(&preload_once, start_preload); /* one thread per process, not per context */
+}
+
+void fg_nvrtc_preload_wait(void)
+{
+    if (atomic_load(&preload_started))
+        pthread_once(&api_once, load_api); /* returns once the preload thread's load is done */
 }
 
 static int ensure_api(fg_error *err)

@@ -35,6 +35,11 @@ void fg_nvrtc_use_library(const char *path);
 
 /* Starts loading libnvrtc on a background thread (once per process; a no-op after that). */
 void fg_nvrtc_preload(void);
+/* Waits until a preload started by fg_nvrtc_preload has finished (no-op without one). A
+ * process that exits while another thread is inside dlopen of libnvrtc can crash in the
+ * library's constructors or destructors (seen: a GPU test skipping on a machine without a
+ * device, under load), so fg_context_create waits before it returns. */
+void fg_nvrtc_preload_wait(void);
 
 /* NVRTC's version ("13.0"), loading the library if needed (or waiting for the preload). */
 int fg_nvrtc_version(int *major, int *minor, fg_error *err);
