@@ -66,7 +66,6 @@ static void describe_field(const fg_layer_ir *ir, const fg_op *op, const fg_fiel
                            size_t *len)
 {
     const char *base = (const char *)op;
-    const char *label = f->describe_as ? f->describe_as : f->name;
     if (f->describe == FG_DESCRIBE_NONE)
         return;
     switch (f->type) {
@@ -74,41 +73,41 @@ static void describe_field(const fg_layer_ir *ir, const fg_op *op, const fg_fiel
         if (f->describe == FG_DESCRIBE_MODULE)
             APPEND(" %s:", base + f->member);
         else
-            APPEND(" %s=%s", label, base + f->member);
+            APPEND(" %s=%s", f->name, base + f->member);
         break;
     case FG_FIELD_INT:
-        APPEND(" %s=%" PRId64, label, *(const int64_t *)(base + f->member));
+        APPEND(" %s=%" PRId64, f->name, *(const int64_t *)(base + f->member));
         break;
     case FG_FIELD_NUMBER:
-        APPEND(" %s=%g", label, *(const double *)(base + f->member));
+        APPEND(" %s=%g", f->name, *(const double *)(base + f->member));
         break;
     case FG_FIELD_OPT_NUMBER:
         if (*(const bool *)(base + f->flag))
-            APPEND(" %s=%g", label, *(const double *)(base + f->member));
+            APPEND(" %s=%g", f->name, *(const double *)(base + f->member));
         break;
     case FG_FIELD_BOOL: {
         bool v = *(const bool *)(base + f->member);
         if (f->describe == FG_DESCRIBE_BARE) {
             if (v)
-                APPEND(" %s", label);
+                APPEND(" %s", f->name);
         } else {
-            APPEND(" %s=%s", label, v ? "on" : "off");
+            APPEND(" %s=%s", f->name, v ? "on" : "off");
         }
         break;
     }
     case FG_FIELD_CHOICE:
-        APPEND(" %s=%s", label, f->choices[*(const int *)(base + f->member)]);
+        APPEND(" %s=%s", f->name, f->choices[*(const int *)(base + f->member)]);
         break;
     case FG_FIELD_SPATIAL: {
         const int *v = (const int *)(base + f->member);
-        APPEND(" %s=", label);
+        APPEND(" %s=", f->name);
         for (int i = 0; i < op->spatial; i++)
             APPEND("%s%d", i ? "x" : "", v[i]);
         break;
     }
     case FG_FIELD_INT_LIST: {
         const int64_t *v = (const int64_t *)(base + f->member);
-        APPEND(" %s={", label);
+        APPEND(" %s={", f->name);
         for (int i = 0; i < *(const int *)(base + f->flag); i++)
             APPEND("%s%" PRId64, i ? "," : "", v[i]);
         APPEND("}");

@@ -71,7 +71,6 @@ typedef struct fg_field {
     const char *const *choices;
     int n_choices;
     fg_describe describe;
-    const char *describe_as;   /* the name plan prints it under, if not `name` */
     const char *doc;           /* one line for docs/spec.md */
 } fg_field;
 

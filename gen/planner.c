@@ -396,18 +396,14 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_o
 /* ---- the wgmma engine (sm_90a) ----------------------------------------------------------- */
 
 enum {
-    WGMMA_SMEM = 232448,       /* opt-in shared memory of a block on sm_90 */
+    MAX_BLOCK_SMEM = 227 * 1024, /* opt-in shared memory of one block on sm_90 */
     WGMMA_MAX_STAGES = 8,
     WGMMA_PACKED_BIAS = 32,    /* the producer packs a row's origin coordinates + this bias in 10 bits */
     WGMMA_MAX_COORD = 1023 - 32,
+    WGMMA_PACK_PIXELS = 32,    /* pixels the input-packing pass transposes per block (conv_wgmma.lua's tile), through */
+    WGMMA_PACK_SMEM = 48 * 1024, /* a static shared array: at most 48 KB */
 };
 
-/* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
- * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
- * layer runs the same conv), before the passes are chained: the packed operands are passes
- * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
- * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
- * registers), one TF32 product two. */
 /* Whether some op of the layer gathers statistics (the conv pass's epilogue then keeps a
  * partial per channel slot in registers). */
 static bool layer_has_statistics(const fg_layer_ir *ir)
@@ -418,6 +414,12 @@ static bool layer_has_statistics(const fg_layer_ir *ir)
     return false;
 }
 
+/* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
+ * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
+ * layer runs the same conv), before the passes are chained: the packed operands are passes
+ * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
+ * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
+ * registers), one TF32 product two. */
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, struct fg_wgmma_tiling *w)
 {
     memset(w, 0, sizeof *w);
@@ -437,6 +439,10 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
     w->cp = g->cin_g <= 4 ? 4 : round_up(g->cin_g, 8);
     w->xc = groups * w->cp;
+    if ((int64_t)WGMMA_PACK_PIXELS * (w->xc + 1) * 4 > WGMMA_PACK_SMEM)
+        return false; /* more than 376 input channels (padded): the packing pass's tile does not fit */
+    if ((int64_t)g->in[0] * g->in[1] * g->in[2] * w->xc > INT32_MAX)
+        return false; /* the producer's offsets within a sample are ints */
     w->kch = (int)ceil_div(g->taps * w->cp, 32);
     w->b_bytes = (int64_t)w->bn * 128;
     int64_t opix = g->out[0] * g->out[1] * g->out[2];
@@ -457,7 +463,7 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         w->bm = 128 * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
         w->stage_bytes = w->parts * (w->a_bytes + w->b_bytes);
-        int64_t stages = (WGMMA_SMEM - 1024 - 256 - w->stat_bytes) / w->stage_bytes;
+        int64_t stages = (MAX_BLOCK_SMEM - 1024 - 256 - w->stat_bytes) / w->stage_bytes;
         if (need > 232 || stages < 3)
             continue;
         w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
@@ -556,7 +562,6 @@ static bool want_mma(const fg_plan_options *opts)
  * of megabytes. */
 enum {
     MAX_UNROLLED_TAPS = 4096,        /* 16x16x16; the largest common kernels are 7x7x7 (343), 31x31 (961) */
-    MAX_BLOCK_SMEM = 227 * 1024,     /* opt-in shared memory of one block on sm_90 */
 };
 
 static int conv_tiling(const planner *p, fg_pass *ps)
@@ -1003,7 +1008,14 @@ static bool plan_resident(planner *p, int sm)
 
 void fg_plan_options_for_arch(fg_plan_options *opts, const char *arch)
 {
-    fg_plan_options_init(opts, fg_arch_sm(arch));
+    fg_plan_options_init(opts, 0);
+    fg_plan_options_set_arch(opts, arch);
+}
+
+void fg_plan_options_set_arch(fg_plan_options *opts, const char *arch)
+{
+    int sm = fg_arch_sm(arch);
+    opts->sm = sm ? sm : 90;
     opts->wgmma = fg_arch_has_wgmma(arch);
 }
 
@@ -1190,7 +1202,7 @@ static int assign_geometry(planner *p)
             /* 32 pixels a block, every channel, through shared memory (coalesced both ways) */
             int64_t ipix = fg_shape_sample_count(&p->ir->input) / p->ir->input.dim[1];
             q->launch.block = 256;
-            q->launch.grid_x = ceil_div(ipix, 32);
+            q->launch.grid_x = ceil_div(ipix, WGMMA_PACK_PIXELS);
             q->launch.grid_y = 1;
             q->launch.per_sample = true;
             break;
@@ -1246,11 +1258,12 @@ static int plan_with(planner *p, int wanted)
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *plan, fg_error *err)
 {
     fg_plan_options opts;
-    fg_plan_options_init(&opts, given ? given->sm : 0);
     if (given) {
         opts = *given;
         if (!opts.sm)
             opts.sm = 90;
+    } else {
+        fg_plan_options_init(&opts, 0);
     }
     planner p;
     start(&p, ir, &opts, plan, err);

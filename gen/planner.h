@@ -252,6 +252,8 @@ typedef struct fg_plan_options {
 void fg_plan_options_init(fg_plan_options *opts, int sm);
 /* The same for an architecture name: "sm_80", "sm_90", "sm_90a" (wgmma). */
 void fg_plan_options_for_arch(fg_plan_options *opts, const char *arch);
+/* Points options (knobs already set) at an architecture: what it has (sm, wgmma). */
+void fg_plan_options_set_arch(fg_plan_options *opts, const char *arch);
 
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err);
 

@@ -46,8 +46,7 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
     }
     /* the plan depends on the architecture (clusters need sm_90) */
     fg_plan_options popts = ctx->plan_options;
-    popts.sm = fg_arch_sm(ctx->arch);
-    popts.wgmma = fg_arch_has_wgmma(ctx->arch);
+    fg_plan_options_set_arch(&popts, ctx->arch);
     if (fg_plan_layer(&layer->ir, &popts, &layer->plan, &err) != 0) {
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
@@ -728,6 +727,7 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
         mem.input = (CUdeviceptr)input;
         mem.output = (CUdeviceptr)output;
         mem.workspace = (CUdeviceptr)workspace;
+        mem.sm_count = layer->ctx->sm_count;
         mem.params = params;
         /* the lock covers enqueuing only (the launch table's scratch arrays): the kernels of
          * runs on different streams still overlap on the GPU */

@@ -250,8 +250,9 @@ int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction 
             /* one block per multiprocessor (or per tile, when there are fewer): each walks the
              * batch's tiles, grid_x of them per sample */
             int64_t tiles = (int64_t)lp->grid_x * batch;
-            int64_t sms = mem->sm_count > 0 ? mem->sm_count : 1;
-            gx = (unsigned)(tiles < sms ? tiles : sms);
+            if (mem->sm_count <= 0) /* one block would be correct but ~100x slow: say so */
+                return fg_fail(err, "pass %d is persistent but the run gave no multiprocessor count", i);
+            gx = (unsigned)(tiles < mem->sm_count ? tiles : mem->sm_count);
         }
         for (int64_t base = 0; base < chunks; base += MAX_GRID_Z) {
             batch_base = (int)base;

@@ -195,7 +195,11 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
     tile_range(ntiles, &begin, &end);
     for (int tile = begin; tile < end; ++tile) {
         const Tile tl = decode_tile(tile);
-        /* per row: the element offset of its input origin and the packed origin */
+        /* the tile's sample, offset in 64 bits (a batch's packed input passes 2^31 floats);
+         * within a sample int offsets suffice (the planner checks) */
+        const float *xh = xhi + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);
+        const float *xl = P == 2 ? xlo + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC) : xlo;
+        /* per row: the element offset of its input origin within the sample, and the packed origin */
         int roff[RPT];
         fgw_u32 rcrd[RPT];
 #pragma unroll
@@ -205,7 +209,7 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
                 const int od = q / (OH * OW), rem = q - od * (OH * OW);
                 const int oh = rem / OW, ow = rem - oh * OW;
                 const int z0 = od * SD - PD, y0 = oh * SH - PH, x0 = ow * SW - PW;
-                roff[j] = (((tl.n * ID + z0) * IH + y0) * IW + x0) * XC + tl.g * CP;
+                roff[j] = ((z0 * IH + y0) * IW + x0) * XC + tl.g * CP;
                 rcrd[j] = ((fgw_u32)(z0 + CB) << 20) | ((fgw_u32)(y0 + CB) << 10) | (fgw_u32)(x0 + CB);
             } else {
                 roff[j] = 0;
@@ -233,8 +237,8 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
                 if (ID > 1 || KD > 1 || PD > 0) ok = ok && (fgw_u32)((int)(crd >> 20) - CB + dz) < (fgw_u32)ID;
                 const int off = ok ? roff[j] + tapoff : 0;
                 const fgw_u32 dst = sA + r * 128 + ((seg ^ (r & 7)) << 4);
-                fgw_cp16(dst, xhi + off, ok ? 16u : 0u);
-                if (P == 2) fgw_cp16(dst + A_BYTES, xlo + off, ok ? 16u : 0u);
+                fgw_cp16(dst, xh + off, ok ? 16u : 0u);
+                if (P == 2) fgw_cp16(dst + A_BYTES, xl + off, ok ? 16u : 0u);
             }
             const float *wsrc = wtile + (unsigned long long)kc * (P * BN * 32);
             const fgw_u32 sB = sA + P * A_BYTES;
@@ -511,7 +515,6 @@ function M.render(layer, plan, pass, names, signature)
     -- a new sample or channel block: feed the old one's partials first
     flush("fed_n >= 0 && (fed_n != n || fed_g != g || fed_co0 != co0)")
     feed.declare(c, plan, pass.feeds, slots)
-    th.feeds_outside = true
   end
   conv_t.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   if across then

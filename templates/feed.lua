@@ -35,18 +35,6 @@ function M.declare(code, plan, feeds, slots)
   end
 end
 
--- Starts per-slot partials over (after feeding them): the wgmma engine keeps them across the
--- tiles of one sample and channel block, and flushes when those change.
-function M.reset(code, plan, feeds, slots)
-  for i = 0, feeds.n - 1 do
-    local a = feeds[i]
-    code:line("#pragma unroll")
-    code:open("for (int q = 0; q < %d; ++q) {", slots)
-    code:line("fs%d[q] = %s; fq%d[q] = 0.0f;", a, def_of(plan, a).identity, a)
-    code:close()
-  end
-end
-
 -- The value element `v` adds (a sum of exp reads the max an earlier pass found).
 local function contribution(code, ev, plan, a, v, key)
   local def = def_of(plan, a)

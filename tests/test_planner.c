@@ -851,16 +851,16 @@ static void ungeneratable_convs_are_refused(void **state)
 }
 
 /* Which engine computes the conv, by architecture and precision (bench/NOTES.md v6). */
-static fg_pass_kind first_pass_on(const char *arch, const char *conv, const char *precision)
+static fg_pass_kind first_pass_with(const char *arch, int in_channels, const char *conv, const char *precision)
 {
     char src[512];
     snprintf(src, sizeof src,
              "return layer \"engine\" {\n"
-             "  input = { \"N\", 32, 16, 16 }, precision = \"%s\",\n"
+             "  input = { \"N\", %d, 16, 16 }, precision = \"%s\",\n"
              "  %s,\n"
              "  relu {},\n"
              "}\n",
-             precision, conv);
+             in_channels, precision, conv);
     fg_layer_ir *ir = fgt_load_string(src);
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, arch);
@@ -869,6 +869,11 @@ static fg_pass_kind first_pass_on(const char *arch, const char *conv, const char
     free(plan);
     free(ir);
     return kind;
+}
+
+static fg_pass_kind first_pass_on(const char *arch, const char *conv, const char *precision)
+{
+    return first_pass_with(arch, 32, conv, precision);
 }
 
 static void engine_by_arch_and_precision(void **state)
@@ -891,6 +896,10 @@ static void engine_by_arch_and_precision(void **state)
     assert_int_equal(first_pass_on("sm_90a", depthwise, "tf32"), FG_PASS_CONV);
     assert_int_equal(first_pass_on("sm_90a", four, "tf32"), FG_PASS_CONV);
     assert_int_equal(first_pass_on("sm_80", depthwise, "tf32"), FG_PASS_CONV);
+    /* the input-packing pass transposes 32 pixels of every channel through 48 KB of shared
+     * memory: past 376 channels the conv stays on mma.sync */
+    assert_int_equal(first_pass_with("sm_90a", 376, wide, "fp32"), FG_PASS_PACK_WEIGHTS);
+    assert_int_equal(first_pass_with("sm_90a", 377, wide, "fp32"), FG_PASS_CONV);
 }
 
 int main(void)
