@@ -34,6 +34,7 @@ TOL = 1e-4
 
 if CUDA:
     import fusegen.torch as fgt
+    from torch import nn
     from test_export import CASES, KB92, build_case, randomize
     from test_torch import Net  # torch ops around a FusedLayer
 
@@ -178,6 +179,26 @@ class TorchOpOnGPU(unittest.TestCase):
         self.fused.cuda()  # new storage: the layer rebinds
         assert_close(self, on_gpu, on_cpu, "GPU vs the CPU reference")
         assert_close(self, self.fused(x), on_cpu, "GPU after .cpu().cuda()")
+
+
+@unittest.skipUnless(CUDA, SKIP)
+class PersistentConvOnGPU(unittest.TestCase):
+    """A conv long enough for Hopper's wgmma engine (16 -> 32 channels, 3x3: a reduction of
+    144), whose persistent kernel sizes its grid by the device's multiprocessors, through the
+    op's workspace path (fg_layer_run_workspace), with instance-norm statistics kept across
+    a block's tiles. Elsewhere the same layer runs on mma.sync: the comparison holds either way."""
+
+    def test_against_the_module(self):
+        torch.manual_seed(0)
+        module = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.InstanceNorm2d(32), nn.ReLU())
+        x = torch.rand(6, 16, 36, 36)
+        fused = fgt.FusedLayer(fusegen.export(module, x), name="persistent_conv.lua")
+        fused.load_state_dict(module.state_dict())
+        fused = fused.cuda()
+        got = fused(x.cuda())
+        want = copy.deepcopy(module).cuda().double()(x.cuda().double())
+        err = assert_close(self, got, want, "persistent conv")
+        print(f"\n[persistent conv] output {list(got.shape)}, max abs error {err:.2g}")
 
 
 if __name__ == "__main__":
