@@ -239,8 +239,6 @@ static int64_t fma_layout(const conv_geometry *g, const fg_conv_tiling *t, int64
 {
     fg_smem_layout l = {0};
     int64_t tile = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
-    l.kept_offset = 0;
-    l.kept_floats = kept;
     l.input_offset = kept;
     l.input_buffers = 1;
     l.buffer_floats = ci * tile;
@@ -249,10 +247,9 @@ static int64_t fma_layout(const conv_geometry *g, const fg_conv_tiling *t, int64
     l.weights_co_pitch = round_up(t->co_tile, 4);
     l.weights_floats = ci * g->taps * l.weights_co_pitch;
     l.table_offset = l.weights_offset + l.weights_floats;
-    l.bytes = 4 * l.table_offset;
     if (out)
         *out = l;
-    return l.bytes;
+    return 4 * l.table_offset;
 }
 
 static int64_t conv_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)
@@ -285,10 +282,10 @@ static int64_t mma_layout(const conv_geometry *g, const fg_conv_tiling *t, int64
     l.weights_floats = ksteps * (t->co_tile / 16) * 2 * 128;
     l.table_offset = l.weights_offset + l.weights_floats;
     l.table_entries = t->k_blocked ? 0 : ksteps * 8; /* an offset per reduction index */
-    l.bytes = 4 * (l.table_offset + l.table_entries);
+    int64_t bytes = 4 * (l.table_offset + l.table_entries);
     if (out)
         *out = l;
-    return l.bytes;
+    return bytes;
 }
 
 static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t ci)

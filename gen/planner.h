@@ -113,10 +113,10 @@ typedef enum fg_conv_engine {
 } fg_conv_engine;
 
 /* A conv pass's dynamic shared memory as the planner lays it out: the one place these
- * numbers are computed (templates print them, the launcher reserves `bytes`). Offsets and
- * sizes are in floats from the start of dynamic shared memory. */
+ * numbers are computed (templates print them; the total is the pass's launch.smem_bytes).
+ * Offsets and sizes are in floats from the start of dynamic shared memory; a resident
+ * pass's kept conv output comes first, before input_offset. */
 typedef struct fg_smem_layout {
-    int64_t kept_offset, kept_floats;  /* resident passes: the kept conv output */
     int64_t input_offset;              /* the staged input tile(s) */
     int input_buffers;                 /* 2: double-buffered (the next tile lands while one computes) */
     int64_t buffer_floats;             /* floats from one input buffer to the next */
@@ -124,7 +124,6 @@ typedef struct fg_smem_layout {
     int64_t weights_offset, weights_floats;
     int weights_co_pitch;              /* FMA: floats per (channel, tap) row of weights */
     int64_t table_offset, table_entries; /* MMA, unblocked: the (channel, tap) offsets (ints) */
-    int64_t bytes;
 } fg_smem_layout;
 
 /* Conv pass tiling (all extents in output elements). */

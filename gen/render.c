@@ -386,7 +386,6 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_setfield(L, -2, "wg");
         set_int(L, "ksteps", t->ksteps);
         lua_createtable(L, 0, 12);
-        set_int(L, "kept_offset", t->smem.kept_offset);
         set_int(L, "input_offset", t->smem.input_offset);
         set_int(L, "input_buffers", t->smem.input_buffers);
         set_int(L, "buffer_floats", t->smem.buffer_floats);
@@ -394,7 +393,6 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "weights_offset", t->smem.weights_offset);
         set_int(L, "weights_co_pitch", t->smem.weights_co_pitch);
         set_int(L, "table_offset", t->smem.table_offset);
-        set_int(L, "bytes", t->smem.bytes);
         lua_setfield(L, -2, "smem");
         lua_setfield(L, -2, "conv");
         lua_createtable(L, 0, 8);
