@@ -491,9 +491,15 @@ static bool narrow_groups(const fg_layer_ir *ir)
     return g.cout_g < NARROW_GROUP_CHANNELS;
 }
 
-/* Whether the layer's conv runs on the wgmma engine: on sm_90a for convs whose reduction is
- * long enough to feed it (measured, bench/NOTES.md v6: a reduction of 576 ran 2.2x faster
- * than mma.sync; 27 or 72, slower), and for precision "tf32" unless the groups are narrow
+/* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
+ * tests and benchmarks (bench/NOTES.md). mma.sync with TF32 starts at sm_80. */
+static bool want_mma(const fg_plan_options *opts)
+{
+    return opts->sm >= 80 && opts->engine != FG_ENGINE_PREFER_FMA;
+}
+
+/* Whether the layer's conv runs on the wgmma engine: on sm_90a for convs with wide enough
+ * outputs and reductions to feed it (measured, below), and for precision "tf32" unless the groups are narrow
  * (one product, instead of cuDNN and a separate pass); a caller may prefer it
  * (FUSEGEN_CONV_ENGINE=wgmma) or another engine. */
 static bool choose_wgmma(planner *p)
@@ -509,7 +515,28 @@ static bool choose_wgmma(planner *p)
         return true;
     if (p->ir->precision == FG_PRECISION_TF32)
         return !narrow_groups(p->ir);
-    return g.cin_g * g.taps >= 128 && g.cout_g >= NARROW_GROUP_CHANNELS;
+    /* fp32 (3xTF32), measured on the H200 with every engine forced on the sweep's 42 shapes
+     * (bench/engine-sweep.py, bench/NOTES.md v7). wgmma re-reads its im2col rows for every
+     * 128-channel block and its K chunks are 32 wide: it wins with wide outputs and long
+     * reductions (64->64 3x3: 0.140 ms against mma.sync's 0.195), on 1x1 convs with 64
+     * channels or more (64->256: 0.089 against the FMA engine's 0.624 and mma.sync's 0.192)
+     * and wherever mma.sync cannot run (3D 8->16 5x5x5: 0.080 against FMA's 0.256); with
+     * 16-32 outputs a group and a short reduction mma.sync's reuse of the staged input
+     * across taps wins (16->16 7x7: 0.069 against 0.132; 64->64 in 4 groups 0.058 against
+     * 0.112; 16->32 3x3 0.251 against 0.307). Short reductions over 3x3 taps stay off wgmma
+     * (8->64, K 72: KB85 and KB92's statistics epilogues run 5 % slower on it). */
+    const int64_t k = g.cin_g * g.taps;
+    if (g.cout_g < NARROW_GROUP_CHANNELS)
+        return false;
+    if (k >= 128 && (g.cout_g >= 64 || (g.cout_g >= 32 && k >= 256)))
+        return true;
+    if (g.taps == 1 && k >= 64 && g.cout_g >= 64)
+        return true;
+    if (k < 128)
+        return false;
+    fg_pass mma;
+    memset(&mma, 0, sizeof mma);
+    return !(want_mma(opts) && conv_tiling_mma(&g, &mma, opts));
 }
 
 /* The passes that pack the wgmma engine's operands, before everything else. */
@@ -543,13 +570,6 @@ static int add_pack_passes(planner *p)
     pw->first = pi->first = 1;
     pw->last = pi->last = 0; /* no op of the chain */
     return 0;
-}
-
-/* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
- * tests and benchmarks (bench/NOTES.md). mma.sync with TF32 starts at sm_80. */
-static bool want_mma(const fg_plan_options *opts)
-{
-    return opts->sm >= 80 && opts->engine != FG_ENGINE_PREFER_FMA;
 }
 
 /* Where generation stops: both engines unroll every tap of the kernel (the instruction-cache

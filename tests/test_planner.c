@@ -888,6 +888,12 @@ static void engine_by_arch_and_precision(void **state)
     assert_int_equal(first_pass_on("sm_90a", short_k, "fp32"), FG_PASS_CONV);
     assert_int_equal(first_pass_on("sm_90", wide, "fp32"), FG_PASS_CONV);
     assert_int_equal(first_pass_on("sm_90a", depthwise, "fp32"), FG_PASS_CONV);
+    /* ... a 1x1 conv with 64 channels in and out (K 64) on wgmma, 16 outputs on 144 inputs
+     * (K 144) on mma.sync (bench/engine-sweep.py's measurements, NOTES v7) */
+    assert_int_equal(first_pass_with("sm_90a", 64, "conv2d { out_channels = 64, kernel = 1 }", "fp32"),
+                     FG_PASS_PACK_WEIGHTS);
+    assert_int_equal(first_pass_with("sm_90a", 64, "conv2d { out_channels = 32, kernel = 1 }", "fp32"), FG_PASS_CONV);
+    assert_int_equal(first_pass_with("sm_90a", 16, "conv2d { out_channels = 16, kernel = 3 }", "fp32"), FG_PASS_CONV);
     /* tf32: wgmma on sm_90a whatever the reduction, cuDNN elsewhere ... */
     assert_int_equal(first_pass_on("sm_90a", short_k, "tf32"), FG_PASS_PACK_WEIGHTS);
     assert_int_equal(first_pass_on("sm_80", wide, "tf32"), FG_PASS_CUDNN);
