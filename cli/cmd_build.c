@@ -204,10 +204,13 @@ int cmd_build(int argc, char **argv)
     }
 
     fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
-    fg_plan *plan = malloc(sizeof *plan);
-    /* one source per spec and architecture: the plan depends on the architecture */
-    fg_rendered *srcs = calloc((size_t)(n_specs * n_archs), sizeof *srcs);
-    work *items = calloc((size_t)(n_specs * n_archs), sizeof *items);
+    fg_plan *plan = malloc(2 * sizeof *plan);
+    /* one source per spec and architecture (the plan depends on the architecture), and a
+     * second where the runtime times two plans at the first run (runtime/tuning.h), so that
+     * a shipped cache has both */
+    int max_items = 2 * n_specs * n_archs, n_items = 0;
+    fg_rendered *srcs = calloc((size_t)max_items, sizeof *srcs);
+    work *items = calloc((size_t)max_items, sizeof *items);
     int rc = EXIT_OK;
     if (!irs || !plan || !srcs || !items) {
         cli_error("out of memory");
@@ -217,33 +220,38 @@ int cmd_build(int argc, char **argv)
     double t0 = fg_seconds_now();
     for (int s = 0; s < n_specs; s++) {
         for (int a = 0; a < n_archs; a++) {
-            work *w = &items[s * n_archs + a];
-            if (cli_load_and_plan(argv[optind + s], archs[a], &irs[s], plan) != 0) {
+            if (cli_load_and_plan(argv[optind + s], archs[a], &irs[s], &plan[0]) != 0) {
                 rc = EXIT_FAIL;
                 goto out;
             }
-            if (fg_render(&irs[s], plan, &srcs[s * n_archs + a], &err) != 0) {
-                fprintf(stderr, "%s\n", err.msg);
-                rc = EXIT_FAIL;
-                goto out;
+            int n_plans = 1 + cli_alternative_plan(&irs[s], archs[a], &plan[0], &plan[1]);
+            for (int k = 0; k < n_plans; k++) {
+                work *w = &items[n_items];
+                if (fg_render(&irs[s], &plan[k], &srcs[n_items], &err) != 0) {
+                    fprintf(stderr, "%s\n", err.msg);
+                    rc = EXIT_FAIL;
+                    goto out;
+                }
+                fg_plan_key(&cache.identity, &irs[s], &plan[k], archs[a], w->plan_key);
+                w->ir = &irs[s];
+                w->source = srcs[n_items].source;
+                w->arch = archs[a];
+                n_items++;
             }
-            fg_plan_key(&cache.identity, &irs[s], plan, archs[a], w->plan_key);
-            w->ir = &irs[s];
-            w->source = srcs[s * n_archs + a].source;
-            w->arch = archs[a];
         }
     }
     pool p = {.items = items,
-              .n = n_specs * n_archs,
+              .n = n_items,
               .builder = {.cache = &cache, .store_dir = cache_dir, .failed_source_dir = cli_environment()->tmpdir}};
     pthread_mutex_init(&p.lock, NULL);
     pthread_cond_init(&p.finished, NULL);
     p.progress_line = isatty(STDERR_FILENO);
     p.started = t0;
     const char *dest = cache_dir ? cache_dir : cache.user_dir;
-    fprintf(stderr, "building %d kernel set%s (%d spec%s x %d arch%s, NVRTC %d.%d) into %s with %ld job%s\n", p.n,
-            p.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", n_archs, n_archs == 1 ? "" : "s", major, minor,
-            dest, jobs, jobs == 1 ? "" : "s");
+    fprintf(stderr, "building %d kernel set%s (%d spec%s x %d arch%s%s, NVRTC %d.%d) into %s with %ld job%s\n",
+            p.n, p.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", n_archs, n_archs == 1 ? "" : "s",
+            p.n > n_specs * n_archs ? ", and the plans timed against another at the first run" : "", major, minor, dest,
+            jobs, jobs == 1 ? "" : "s");
     int n_threads = (int)(jobs < p.n ? jobs : p.n);
     pthread_t threads[64];
     if (n_threads > 64)
@@ -283,7 +291,7 @@ int cmd_build(int argc, char **argv)
         fg_built_free(&items[i].built);
 out:
     if (srcs)
-        for (int s = 0; s < n_specs * n_archs; s++)
+        for (int s = 0; s < n_items; s++)
             fg_rendered_free(&srcs[s]);
     free(srcs);
     free(items);

@@ -539,6 +539,47 @@ static bool choose_wgmma(planner *p)
     return !(want_mma(opts) && conv_tiling_mma(&g, &mma, opts));
 }
 
+const char *fg_plan_conv_engine_name(const fg_plan *plan)
+{
+    for (int i = 0; i < plan->n_passes; i++) {
+        if (plan->passes[i].kind == FG_PASS_PACK_WEIGHTS)
+            return "wgmma";
+        if (plan->passes[i].kind == FG_PASS_CUDNN)
+            return "cuDNN";
+        if (plan->passes[i].kind == FG_PASS_CONV)
+            return plan->passes[i].conv.engine == FG_CONV_MMA ? "mma.sync" : "the FMA engine";
+    }
+    return "no conv";
+}
+
+/* Where the measurements leave the conv engine open (bench/NOTES.md v7): fp32 on sm_90a,
+ * both engines able to run the conv, and neither settled by the sweep -- wide and long
+ * (K >= 256 with >= 64 outputs a group: wgmma 1.4-2.9x faster), short (K < 64) or narrow
+ * (< 32 outputs a group: mma.sync 1.2-2.9x faster: KB79, KB23, 16->16 7x7).
+ * In between, the epilogue decides (KB85's statistics ran 5 % slower on wgmma, the same
+ * conv with a bias 13 % faster): the runtime times both at the first run. */
+bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *opts, const fg_plan *plan,
+                                fg_plan_options *alternative)
+{
+    if (opts->engine != FG_ENGINE_AUTO || !opts->wgmma || ir->precision != FG_PRECISION_FP32 || ir->n_ops < 1 ||
+        fg_op_kind_class(ir->ops[0].kind) != FG_CLASS_CONV)
+        return false;
+    conv_geometry g;
+    geometry(&ir->ops[0], &g);
+    struct fg_wgmma_tiling w;
+    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, &w))
+        return false;
+    const int64_t k = g.cin_g * g.taps;
+    if ((k >= 256 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)
+        return false;
+    bool on_wgmma = false;
+    for (int i = 0; i < plan->n_passes; i++)
+        on_wgmma = on_wgmma || plan->passes[i].kind == FG_PASS_PACK_WEIGHTS;
+    *alternative = *opts;
+    alternative->engine = on_wgmma ? FG_ENGINE_PREFER_MMA : FG_ENGINE_PREFER_WGMMA;
+    return true;
+}
+
 /* The passes that pack the wgmma engine's operands, before everything else. */
 static int add_pack_passes(planner *p)
 {

@@ -256,6 +256,17 @@ void fg_plan_options_set_arch(fg_plan_options *opts, const char *arch);
 
 int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *opts, fg_plan *plan, fg_error *err);
 
+/* The engine that computes the plan's conv, for messages: "wgmma", "mma.sync", "the FMA
+ * engine" or "cuDNN". */
+const char *fg_plan_conv_engine_name(const fg_plan *plan);
+
+/* Whether `plan`'s conv engine is one the planner's measurements leave open (fp32 on
+ * sm_90a, a reduction and width between what the sweep settled, bench/NOTES.md v7); then
+ * *alternative is `opts` preferring the other engine, for the runtime to time both at the
+ * first run (runtime/tuning.h). False when opts force an engine. */
+bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *opts, const fg_plan *plan,
+                                fg_plan_options *alternative);
+
 /* "sm_90" / "sm_90a" -> 90; 0 when the text is not an architecture. */
 int fg_arch_sm(const char *arch);
 /* Whether the architecture is Hopper's arch-specific target (sm_90a): wgmma, setmaxnreg. */

@@ -13,6 +13,7 @@
 #include "cudnn_conv.h"
 #include "environment.h"
 #include "launcher.h"
+#include "tuning.h"
 #include "fusegen.h"
 
 struct fg_context {
@@ -44,6 +45,10 @@ struct fg_layer {
     fg_layer_ir ir;
     fg_plan plan;
     fg_launch_table launch; /* what runs need from the plan, taken and checked at load */
+    fg_layer_candidate *alternative; /* a plan to time against this one at the first prepare
+                                        (runtime/tuning.h); NULL when none or decided. The
+                                        plan and launch table change only then, under the
+                                        context's lock */
     fg_param_binding params[FG_MAX_PARAMS];
     CUmodule module;
     CUfunction functions[FG_MAX_PASSES];

@@ -60,11 +60,13 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
     for (int i = 0; i < layer->plan.n_passes; i++)
         if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
             layer->graphs_off = true; /* cuDNN's algorithm search cannot run inside a capture */
+    layer->alternative = fg_tuning_candidate(layer);
     pthread_mutex_init(&layer->lock, NULL);
     pthread_rwlock_init(&layer->bindings_lock, NULL);
     if (fg_handle_add(layer, FG_HANDLE_LAYER) != 0) {
         pthread_mutex_destroy(&layer->lock);
         pthread_rwlock_destroy(&layer->bindings_lock);
+        fg_tuning_candidate_free(layer->alternative);
         fg_launch_table_free(&layer->launch);
         free(layer);
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
@@ -152,6 +154,7 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
     if (cu && layer->module)
         cu->ModuleUnload(layer->module);
     fg_cudnn_conv_destroy(layer->cudnn);
+    fg_tuning_candidate_free(layer->alternative);
     fg_launch_table_free(&layer->launch);
     pthread_mutex_destroy(&layer->lock);
     pthread_rwlock_destroy(&layer->bindings_lock);
@@ -405,8 +408,10 @@ FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, in
     return s;
 }
 
-/* Loads the layer's kernels (from the caches, or compiled now). Context lock held. */
-static fg_status prepare_locked(fg_layer *layer)
+/* Loads the layer's kernels (from the caches, or compiled now), first choosing between two
+ * plans by timing them where the planner left the engine open (runtime/tuning.h) at `batch`
+ * (0: not known) on `stream`'s device. Context lock held. */
+static fg_status prepare_locked(fg_layer *layer, int64_t batch, CUstream stream)
 {
     if (layer->module)
         return FG_OK;
@@ -418,6 +423,8 @@ static fg_status prepare_locked(fg_layer *layer)
      * fg_context_create, so that CPU-only work never needs NVRTC */
     if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
+    if (layer->alternative)
+        fg_tuning_decide(layer, batch, stream);
     const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
     if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
@@ -443,25 +450,17 @@ static fg_status prepare_locked(fg_layer *layer)
         return fg_api_fail_error(FG_ERR_CUDA, &err);
     }
     for (int i = 0; i < layer->plan.n_passes; i++) {
-        const fg_pass *ps = &layer->plan.passes[i];
-        if (ps->kind == FG_PASS_CUDNN) {
-            if (!layer->cudnn && fg_cudnn_conv_create(&layer->ir.ops[0], true, &layer->cudnn, &err) != 0) {
-                cu->ModuleUnload(layer->module);
-                layer->module = NULL;
-                return fg_api_fail_error(FG_ERR_NO_DEVICE, &err);
-            }
-            continue;
-        }
-        r = cu->ModuleGetFunction(&layer->functions[i], layer->module, ps->kernel);
-        if (r == CUDA_SUCCESS && ps->launch.smem_bytes > 48 * 1024)
-            r = cu->FuncSetAttribute(layer->functions[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     ps->launch.smem_bytes);
-        if (r != CUDA_SUCCESS) {
+        if (layer->plan.passes[i].kind == FG_PASS_CUDNN && !layer->cudnn &&
+            fg_cudnn_conv_create(&layer->ir.ops[0], true, &layer->cudnn, &err) != 0) {
             cu->ModuleUnload(layer->module);
             layer->module = NULL;
-            fg_cuda_fail(&err, r, ps->kernel);
-            return fg_api_fail_error(FG_ERR_CUDA, &err);
+            return fg_api_fail_error(FG_ERR_NO_DEVICE, &err);
         }
+    }
+    if (fg_module_functions(cu, layer->module, &layer->plan, layer->functions, &err) != 0) {
+        cu->ModuleUnload(layer->module);
+        layer->module = NULL;
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
     }
     layer->from_cache = built.from_cache;
     double t_end = fg_seconds_now();
@@ -482,7 +481,7 @@ static fg_status prepare_held(fg_layer *layer)
     if (s != FG_OK)
         return s;
     pthread_mutex_lock(&layer->ctx->lock);
-    s = prepare_locked(layer);
+    s = prepare_locked(layer, 0, NULL);
     pthread_mutex_unlock(&layer->ctx->lock);
     return s;
 }
@@ -632,12 +631,12 @@ static fg_status check_run_args(const char *fn, const void *input, const void *o
 
 /* What every GPU run needs before launching, the caller holding bindings_lock for reading:
  * every parameter bound, the kernels prepared. */
-static fg_status bound_and_prepared(fg_layer *layer)
+static fg_status bound_and_prepared(fg_layer *layer, int64_t batch, CUstream stream)
 {
     fg_status s = check_bound(layer, false);
     if (s == FG_OK) {
         pthread_mutex_lock(&layer->ctx->lock);
-        s = prepare_locked(layer);
+        s = prepare_locked(layer, batch, stream);
         pthread_mutex_unlock(&layer->ctx->lock);
     }
     return s;
@@ -649,7 +648,7 @@ static fg_status run_held(fg_layer *layer, const void *input, void *output, int6
     if (s != FG_OK || (s = fg_api_enter(layer->ctx)) != FG_OK)
         return s;
     pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
-    if ((s = bound_and_prepared(layer)) == FG_OK) {
+    if ((s = bound_and_prepared(layer, batch, (CUstream)stream)) == FG_OK) {
         pthread_mutex_lock(&layer->lock);
         s = run_locked(layer, input, output, batch, (CUstream)stream);
         pthread_mutex_unlock(&layer->lock);
@@ -673,9 +672,17 @@ static fg_status workspace_size_held(const fg_layer *layer, int64_t batch, size_
     if (batch < 1 || batch > INT32_MAX)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: batch must be between 1 and %d (got %lld)",
                            INT32_MAX, (long long)batch);
-    fg_launch_layout layout;
+    fg_launch_layout layout, other;
     fg_error err;
-    if (fg_launch_layout_for(&layer->launch, batch, &layout, &err) != 0)
+    /* the context's lock: a first prepare may be choosing between two plans; until it has,
+     * the larger of their workspaces */
+    pthread_mutex_lock(&layer->ctx->lock);
+    int rc = fg_launch_layout_for(&layer->launch, batch, &layout, &err);
+    if (rc == 0 && layer->alternative &&
+        (rc = fg_launch_layout_for(&layer->alternative->launch, batch, &other, &err)) == 0 && other.total > layout.total)
+        layout.total = other.total;
+    pthread_mutex_unlock(&layer->ctx->lock);
+    if (rc != 0)
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     *bytes = (size_t)layout.total; /* size_t is 64-bit on every target (Linux x86-64, aarch64) */
     return FG_OK;
@@ -704,23 +711,26 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
                                "fg_layer_run_workspace: layer %s runs its conv in cuDNN (precision = \"tf32\"), whose "
                                "workspace is the layer's own: use fg_layer_run",
                                layer->ir.name);
-    fg_launch_memory mem;
-    memset(&mem, 0, sizeof mem);
-    fg_error err;
-    if (fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
-        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
-    if (mem.layout.total > workspace_bytes || (mem.layout.total > 0 && !workspace))
-        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
-                           "fg_layer_run_workspace: layer %s needs %llu bytes of workspace for batch %lld, got %zu%s "
-                           "(fg_layer_workspace_size)",
-                           layer->ir.name, (unsigned long long)mem.layout.total, (long long)batch, workspace_bytes,
-                           workspace ? "" : " at NULL");
     if ((uintptr_t)workspace % 256 != 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_workspace: the workspace must be 256-byte aligned");
     if ((s = fg_api_enter(layer->ctx)) != FG_OK)
         return s;
+    fg_launch_memory mem;
+    memset(&mem, 0, sizeof mem);
+    fg_error err;
     pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
-    if ((s = bound_and_prepared(layer)) == FG_OK) {
+    /* the workspace the plan needs once prepared: a first prepare may choose another plan
+     * (within what fg_layer_workspace_size reported) */
+    if ((s = bound_and_prepared(layer, batch, (CUstream)stream)) == FG_OK &&
+        fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
+        s = fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    if (s == FG_OK && (mem.layout.total > workspace_bytes || (mem.layout.total > 0 && !workspace)))
+        s = fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                        "fg_layer_run_workspace: layer %s needs %llu bytes of workspace for batch %lld, got %zu%s "
+                        "(fg_layer_workspace_size)",
+                        layer->ir.name, (unsigned long long)mem.layout.total, (long long)batch, workspace_bytes,
+                        workspace ? "" : " at NULL");
+    if (s == FG_OK) {
         CUdeviceptr params[FG_MAX_PARAMS];
         for (int i = 0; i < layer->ir.n_params; i++)
             params[i] = layer->params[i].device;

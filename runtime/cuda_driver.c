@@ -66,6 +66,7 @@ static void load(const char *preferred)
     SYM(StreamWaitEvent, "cuStreamWaitEvent");
     SYM(StreamBeginCapture, "cuStreamBeginCapture_v2");
     SYM(StreamEndCapture, "cuStreamEndCapture");
+    SYM(StreamIsCapturing, "cuStreamIsCapturing");
     SYM(GraphInstantiate, "cuGraphInstantiateWithFlags");
     SYM(GraphLaunch, "cuGraphLaunch");
     SYM(GraphExecDestroy, "cuGraphExecDestroy");

@@ -43,6 +43,7 @@ typedef struct fg_cuda {
     CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
     CUresult (*StreamBeginCapture)(CUstream, CUstreamCaptureMode);
     CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*GraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
     CUresult (*GraphLaunch)(CUgraphExec, CUstream);
     CUresult (*GraphExecDestroy)(CUgraphExec);

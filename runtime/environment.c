@@ -150,6 +150,8 @@ void fg_env_runtime_read(fg_env_runtime *env)
         snprintf(env->tmpdir, sizeof env->tmpdir, "/tmp");
     const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
     env->no_graphs = no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0;
+    const char *tune = getenv("FUSEGEN_TUNE");
+    env->no_tuning = tune && strcmp(tune, "0") == 0;
     env->cache_max_bytes = FG_CACHE_DEFAULT_MAX_BYTES;
     const char *max = getenv("FUSEGEN_CACHE_MAX_SIZE");
     uint64_t bytes;

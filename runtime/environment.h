@@ -18,6 +18,7 @@
  *   FUSEGEN_CACHE_PATH   shipped read-only caches, colon-separated
  *   FUSEGEN_NVRTC, FUSEGEN_LIBCUDA, FUSEGEN_LIBCUDNN: the libraries to try first
  *   FUSEGEN_NO_GRAPHS    1: launch passes directly instead of replaying a CUDA graph
+ *   FUSEGEN_TUNE         0: keep the planner's conv engine where it would time two (runtime/tuning.h)
  *   FUSEGEN_LOG          warn | info | debug: what the library's log shows
  *   FUSEGEN_CACHE_MAX_SIZE  the user cache's size cap ("4G", "500M", "0": none; default 4G)
  *   TMPDIR               where a source NVRTC rejects is saved (default /tmp) */
@@ -46,6 +47,7 @@ typedef struct fg_env_runtime {
     char cudnn_library[FG_ENV_PATH_MAX];
     char tmpdir[FG_ENV_PATH_MAX];       /* TMPDIR, else "/tmp" */
     bool no_graphs;
+    bool no_tuning;                     /* FUSEGEN_TUNE=0: the planner's engine, never timed */
     int log_level;                      /* FUSEGEN_LOG: 1 warn, 2 info, 3 debug; 0 when unset */
     unsigned long long cache_max_bytes; /* FUSEGEN_CACHE_MAX_SIZE ("4G", "0": no cap); default 4 GiB */
     char cache_max_error[128];          /* why FUSEGEN_CACHE_MAX_SIZE was ignored, or "" */

@@ -268,3 +268,20 @@ int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction 
     }
     return 0;
 }
+
+int fg_module_functions(const fg_cuda *cu, CUmodule module, const fg_plan *plan, CUfunction *functions, fg_error *err)
+{
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *ps = &plan->passes[i];
+        functions[i] = NULL;
+        if (ps->kind == FG_PASS_CUDNN)
+            continue;
+        CUresult r = cu->ModuleGetFunction(&functions[i], module, ps->kernel);
+        if (r == CUDA_SUCCESS && ps->launch.smem_bytes > 48 * 1024)
+            r = cu->FuncSetAttribute(functions[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     ps->launch.smem_bytes);
+        if (r != CUDA_SUCCESS)
+            return fg_cuda_fail(err, r, ps->kernel);
+    }
+    return 0;
+}

@@ -73,6 +73,10 @@ typedef struct fg_launch_memory {
     int sm_count;               /* the device's multiprocessors (persistent passes) */
 } fg_launch_memory;
 
+/* The kernel of every generated pass of `plan` in a loaded module (cuDNN passes: NULL), with
+ * the dynamic shared memory above 48 KB that each asks for allowed. */
+int fg_module_functions(const fg_cuda *cu, CUmodule module, const fg_plan *plan, CUfunction *functions, fg_error *err);
+
 /* Enqueues every pass. functions[i] is pass i's kernel (unused for cuDNN passes). The
  * table's scratch arrays are used: one launch of a table at a time (the layer's lock). */
 int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,

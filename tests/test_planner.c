@@ -908,6 +908,50 @@ static void engine_by_arch_and_precision(void **state)
     assert_int_equal(first_pass_with("sm_90a", 377, wide, "fp32"), FG_PASS_CONV);
 }
 
+/* Where the runtime times two engines at the first run (fg_plan_engine_alternative): fp32 on
+ * sm_90a between what the measurements settled, never when an engine is forced. */
+static bool engine_open(const char *arch, int in_channels, int out_channels, int kernel, const char *precision,
+                        fg_engine_choice engine, fg_engine_choice *other)
+{
+    char src[512];
+    snprintf(src, sizeof src,
+             "return layer \"open\" {\n  input = { \"N\", %d, 32, 32 }, precision = \"%s\",\n"
+             "  conv2d { out_channels = %d, kernel = %d },\n  relu {},\n}\n",
+             in_channels, precision, out_channels, kernel);
+    fg_layer_ir *ir = fgt_load_string(src);
+    fg_plan_options opts, alternative;
+    fg_plan_options_for_arch(&opts, arch);
+    opts.engine = engine;
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    bool open = fg_plan_engine_alternative(ir, &opts, plan, &alternative);
+    if (open) {
+        *other = alternative.engine;
+        assert_int_equal(alternative.sm, opts.sm); /* only the engine differs */
+    }
+    free(plan);
+    free(ir);
+    return open;
+}
+
+static void engine_left_open_is_timed(void **state)
+{
+    (void)state;
+    fg_engine_choice other = FG_ENGINE_AUTO;
+    /* KB85's conv (8 -> 64, K 72) on the FMA engine: wgmma timed against it */
+    assert_true(engine_open("sm_90a", 8, 64, 3, "fp32", FG_ENGINE_AUTO, &other));
+    assert_int_equal(other, FG_ENGINE_PREFER_WGMMA);
+    /* 32 -> 32 3x3 (K 288, 32 outputs) on wgmma: mma.sync timed against it */
+    assert_true(engine_open("sm_90a", 32, 32, 3, "fp32", FG_ENGINE_AUTO, &other));
+    assert_int_equal(other, FG_ENGINE_PREFER_MMA);
+    /* settled: wide and long, short, narrow; another precision or architecture; forced */
+    assert_false(engine_open("sm_90a", 64, 128, 3, "fp32", FG_ENGINE_AUTO, &other));
+    assert_false(engine_open("sm_90a", 3, 64, 3, "fp32", FG_ENGINE_AUTO, &other));
+    assert_false(engine_open("sm_90a", 16, 16, 3, "fp32", FG_ENGINE_AUTO, &other));
+    assert_false(engine_open("sm_90a", 8, 64, 3, "tf32", FG_ENGINE_AUTO, &other));
+    assert_false(engine_open("sm_90", 8, 64, 3, "fp32", FG_ENGINE_AUTO, &other));
+    assert_false(engine_open("sm_90a", 8, 64, 3, "fp32", FG_ENGINE_PREFER_MMA, &other));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -929,6 +973,7 @@ int main(void)
         cmocka_unit_test(plan_print_mentions_every_pass),
         cmocka_unit_test(resident_on_request),
         cmocka_unit_test(engine_by_arch_and_precision),
+        cmocka_unit_test(engine_left_open_is_timed),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);

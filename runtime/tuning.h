@@ -1,0 +1,43 @@
+/* Choosing a layer's conv engine by timing, where the planner's measurements leave it open
+ * (fg_plan_engine_alternative, bench/NOTES.md v7).
+ *
+ * At load, a layer whose engine is open gets a second candidate plan. At its first prepare
+ * on the GPU both candidates are built (compiled side by side, or found in the caches: `fusegen
+ * build` stores both), run on random data at the run's batch (capped at 1 GiB of tensors),
+ * alternately, a warm-up and five timed runs each, and the faster median is kept; the layer
+ * then runs that plan for its life. The choice is recorded in the user cache as an alias from
+ * a tuning key -- the identity, both plan keys, the GPU's name and multiprocessor count, the
+ * batch's power of two -- to the winner's entry, so that later processes on the same GPU take
+ * it without timing (and lose it, like any alias, when the entry is evicted). A capture in
+ * progress on the run's stream, FUSEGEN_TUNE=0 or a failure to time keeps the planner's
+ * choice. */
+#ifndef FG_TUNING_H
+#define FG_TUNING_H
+
+#include <stdint.h>
+
+#include "../gen/planner.h"
+#include "cuda_driver.h"
+#include "launcher.h"
+
+typedef struct fg_layer fg_layer;
+
+/* A plan the layer may run instead of its own, with its launch table. */
+typedef struct fg_layer_candidate {
+    fg_plan plan;
+    fg_launch_table launch;
+} fg_layer_candidate;
+
+/* At load: the layer's alternative plan when its engine is open, else NULL (also on any
+ * failure to plan it: the planner's choice stands). */
+fg_layer_candidate *fg_tuning_candidate(const fg_layer *layer);
+void fg_tuning_candidate_free(fg_layer_candidate *c);
+
+/* At the first prepare (context lock held, the context current): decides between the layer's
+ * plan and layer->alternative, which it frees; the layer's plan and launch table become the
+ * winner's. `batch`: the run's (0: not known, 32 is timed); `stream`: the run's (a capture
+ * in progress on it means no timing). Never fails the prepare: any problem is logged and
+ * the planner's choice kept. */
+void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream);
+
+#endif
