@@ -108,6 +108,7 @@ typedef struct fg_param {
 typedef struct fg_op {
     fg_op_kind kind;
     int line;                /* line in the spec, for messages */
+    int alias;               /* the constructor the spec wrote, for messages: 0 the op's name, i + 1 alias i */
     char name[FG_NAME_MAX];  /* module name: prefix of its state_dict keys ("conv") */
     char as[FG_NAME_MAX];    /* name given to this op's value, "" if none */
     fg_shape in, out;        /* inferred shapes (batch symbolic) */
@@ -174,6 +175,8 @@ typedef struct fg_layer_ir {
 
 /* The constructor name and class of a kind (gen/op_registry.c); "?" for no kind. */
 const char *fg_op_kind_name(fg_op_kind kind);
+/* The constructor the spec wrote for op (max_pool3d for a max_pool so written): for messages. */
+const char *fg_op_written_name(const fg_op *op);
 fg_op_class fg_op_kind_class(fg_op_kind kind);
 
 /* Elements per sample (every dim but the batch). */

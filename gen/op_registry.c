@@ -522,6 +522,14 @@ const char *fg_op_kind_name(fg_op_kind kind)
     return (unsigned)kind < FG_OP_KIND_COUNT ? fg_op_defs[kind].name : "?";
 }
 
+const char *fg_op_written_name(const fg_op *op)
+{
+    const fg_op_def *d = fg_op_def_of(op->kind);
+    if (d && op->alias >= 1 && op->alias <= 2 && d->aliases[op->alias - 1].name)
+        return d->aliases[op->alias - 1].name;
+    return fg_op_kind_name(op->kind);
+}
+
 fg_op_class fg_op_kind_class(fg_op_kind kind)
 {
     return fg_op_defs[kind].cls;

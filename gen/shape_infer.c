@@ -20,7 +20,7 @@ static int op_fail(infer_ctx *c, const char *field, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    const char *spec_name = fg_op_kind_name(c->op->kind);
+    const char *spec_name = fg_op_written_name(c->op);
     if (field)
         return fg_fail(c->err, "%s:%d: %s: field '%s' %s", c->ir->file, c->op->line, spec_name, field, msg);
     return fg_fail(c->err, "%s:%d: %s: %s", c->ir->file, c->op->line, spec_name, msg);

@@ -418,6 +418,7 @@ typedef struct ctor_kinds {
     int n;
     fg_op_kind kinds[3];
     int spatial;
+    int alias; /* 0: the op's own name; i + 1: its alias i */
 } ctor_kinds;
 
 static ctor_kinds kinds_of(const char *ctor)
@@ -430,6 +431,7 @@ static ctor_kinds kinds_of(const char *ctor)
             if (strcmp(d->aliases[a].name, ctor) == 0) {
                 match = true;
                 c.spatial = d->aliases[a].spatial;
+                c.alias = a + 1;
             }
         if (match)
             c.kinds[c.n++] = (fg_op_kind)k;
@@ -671,6 +673,7 @@ static void read_op(lua_State *L, walk_ctx *w, const char *ctor, int line, int a
     op->kind = choose_kind(L, w, args, &ck);
     const fg_op_def *d = &fg_op_defs[op->kind];
     op->spatial = d->spatial ? d->spatial : ck.spatial; /* pools without one: from the value's rank */
+    op->alias = ck.alias;
     for (int i = 0; i < FG_MAX_FIELDS && d->fields[i].name; i++) {
         const fg_field *f = &d->fields[i];
         if (f->type == FG_FIELD_NAME)

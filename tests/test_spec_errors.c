@@ -156,7 +156,7 @@ static const bad_case cases[] = {
     {.name = "pool_padding_above_half_kernel", .source = HDR "  max_pool { kernel = 2, padding = 2 },\n}\n", .expect = {"bad.lua:4:", "max_pool: field 'padding' (2) must be at most half the kernel (2)"}},
     {.name = "avg_pool_padding_above_half_kernel", .source = HDR "  avg_pool { kernel = { 3, 4 }, padding = { 1, 3 } },\n}\n", .expect = {"bad.lua:4:", "avg_pool: field 'padding' (3) must be at most half the kernel (4)"}},
     {.name = "pool_kernel_larger_than_input", .source = HDR "  max_pool { kernel = 7 },\n}\n", .expect = {"bad.lua:4:", "field 'kernel' (7) is larger than the input's spatial dim 0 (6)"}},
-    {.name = "pool3d_on_2d_value", .source = HDR "  max_pool3d { kernel = 2 },\n}\n", .expect = {"bad.lua:4:", "is a 3D pool but the value [N, 6, 6, 6] has 2 spatial dims"}},
+    {.name = "pool3d_on_2d_value", .source = HDR "  max_pool3d { kernel = 2 },\n}\n", .expect = {"bad.lua:4:", "max_pool3d: is a 3D pool but the value [N, 6, 6, 6] has 2 spatial dims"}},
     {.name = "element_count_overflow", .source =
      "return layer \"t\" {\n  input = { \"N\", 65536, 65536, 65536 },\n  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:3:", "the layer input [N, 65536, 65536, 65536] has more than 2147483647 elements per sample"}},
     {.name = "conv_output_overflow", .source =
