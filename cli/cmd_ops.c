@@ -22,7 +22,7 @@ static const char usage[] =
     "  --fuzz-dict   the libFuzzer dictionary of the spec language (fuzz/fuzz_spec.dict)\n";
 
 static const char *const class_names[] = {"convolution", "elementwise", "elementwise (two operands)",
-                                          "normalization", "reduction", "softmax", "pooling"};
+                                          "normalization", "reduction", "softmax", "pooling", "shape"};
 
 /* "integer 1..1048576", "number", ... */
 static void field_type(const fg_field *f, char *buf, size_t cap)
@@ -57,6 +57,9 @@ static void field_type(const fg_field *f, char *buf, size_t cap)
         break;
     case FG_FIELD_DIMS:
         snprintf(buf, cap, "integer or list of dims");
+        break;
+    case FG_FIELD_SHAPE:
+        snprintf(buf, cap, "list: \"N\" or -1, then integers (one may be -1)");
         break;
     case FG_FIELD_OPERAND:
         snprintf(buf, cap, "scalar = number, param = name [shape = list] or value = name");
@@ -96,6 +99,7 @@ static void field_default(const fg_op_def *d, const fg_field *f, char *buf, size
         break;
     case FG_FIELD_INT_LIST:
     case FG_FIELD_DIMS:
+    case FG_FIELD_SHAPE:
     case FG_FIELD_OPERAND:
         snprintf(buf, cap, "none");
         break;

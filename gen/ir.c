@@ -14,6 +14,14 @@ int64_t fg_shape_sample_count(const fg_shape *s)
     return n;
 }
 
+const fg_shape *fg_value_layout(const fg_layer_ir *ir, int k)
+{
+    for (int j = 1; j <= k; j++)
+        if (fg_op_kind_class(ir->ops[j].kind) == FG_CLASS_SHAPE)
+            return &ir->ops[j].in;
+    return &ir->ops[k].out;
+}
+
 const char *fg_shape_str(const fg_shape *s, char *buf, int cap)
 {
     int len = snprintf(buf, (size_t)cap, "[N");
@@ -110,6 +118,18 @@ static void describe_field(const fg_layer_ir *ir, const fg_op *op, const fg_fiel
         APPEND(" %s={", f->name);
         for (int i = 0; i < *(const int *)(base + f->flag); i++)
             APPEND("%s%" PRId64, i ? "," : "", v[i]);
+        APPEND("}");
+        break;
+    }
+    case FG_FIELD_SHAPE: {
+        const int64_t *v = (const int64_t *)(base + f->member);
+        APPEND(" %s={", f->name);
+        for (int i = 0; i < *(const int *)(base + f->flag); i++) {
+            if (i == 0 && v[i] == FG_VIEW_BATCH)
+                APPEND("N");
+            else
+                APPEND("%s%" PRId64, i ? "," : "", v[i]);
+        }
         APPEND("}");
         break;
     }

@@ -31,6 +31,9 @@ typedef enum fg_op_class {
     FG_CLASS_REDUCE,
     FG_CLASS_SOFTMAX,
     FG_CLASS_POOL,
+    /* flatten, squeeze, unsqueeze, view: a new logical shape for the same dense value (no
+     * kernel code, no data movement; docs/spec.md, "Shape ops") */
+    FG_CLASS_SHAPE,
 } fg_op_class;
 
 /* Every op kind. What each one is -- its constructor, class, fields and semantics -- is
@@ -75,7 +78,11 @@ typedef enum fg_op_class {
     X(SOFTMAX)         \
     X(MAX_POOL)        \
     X(AVG_POOL)        \
-    X(GLOBAL_AVG_POOL)
+    X(GLOBAL_AVG_POOL) \
+    X(FLATTEN)         \
+    X(SQUEEZE)         \
+    X(UNSQUEEZE)       \
+    X(VIEW)
 
 typedef enum fg_op_kind {
 #define FG_X(kind) FG_OP_##kind,
@@ -108,6 +115,7 @@ typedef struct fg_param {
 typedef struct fg_op {
     fg_op_kind kind;
     int line;                /* line in the spec, for messages */
+    int alias;               /* the constructor the spec wrote, for messages: 0 the op's name, i + 1 alias i */
     char name[FG_NAME_MAX];  /* module name: prefix of its state_dict keys ("conv") */
     char as[FG_NAME_MAX];    /* name given to this op's value, "" if none */
     fg_shape in, out;        /* inferred shapes (batch symbolic) */
@@ -141,12 +149,17 @@ typedef struct fg_op {
     int normalized_rank;     /* layer_norm: how many trailing dims are normalized */
     int mean_param, var_param; /* batch_norm running statistics */
 
-    /* reductions and softmax: bit d set when dim d is reduced (never dim 0) */
+    /* reductions and softmax: bit d set when dim d is reduced (never dim 0); squeeze: the
+     * input dims named (those of extent 1 go), unsqueeze: the output dim inserted */
     unsigned reduce_mask;
     bool keepdim;
 
     /* pools */
     bool count_include_pad;
+
+    /* flatten: the first and last dims merged (as the spec wrote them; shape inference
+     * resolves negative ones) */
+    int64_t start_dim, end_dim;
 
     /* As the spec wrote them; shape inference checks and resolves these. */
     char param_name[FG_NAME_MAX]; /* binary operand `param` */
@@ -155,10 +168,13 @@ typedef struct fg_op {
     char value_name[FG_NAME_MAX]; /* binary operand `value` */
     int n_dims;                   /* reduce/softmax `dim`/`dims` (may be negative) */
     int dims[FG_MAX_RANK];
-    int n_list;                   /* layer_norm `normalized_shape` */
-    int64_t list[FG_MAX_RANK];
+    int n_list;                   /* layer_norm `normalized_shape`, view `shape` */
+    int64_t list[FG_MAX_RANK];    /* view: list[0] is the batch, FG_VIEW_BATCH ("N") or -1 */
     int kernel_n, stride_n, padding_n, dilation_n; /* values given: 0 default, 1 all dims */
 } fg_op;
+
+/* view's `shape`: the entry "N" (the batch; only first) */
+#define FG_VIEW_BATCH 0
 
 typedef struct fg_layer_ir {
     char name[FG_NAME_MAX];
@@ -174,7 +190,16 @@ typedef struct fg_layer_ir {
 
 /* The constructor name and class of a kind (gen/op_registry.c); "?" for no kind. */
 const char *fg_op_kind_name(fg_op_kind kind);
+/* The constructor the spec wrote for op (max_pool3d for a max_pool so written): for messages. */
+const char *fg_op_written_name(const fg_op *op);
 fg_op_class fg_op_kind_class(fg_op_kind kind);
+
+/* The shape kernels index value k by. A shape op (FG_CLASS_SHAPE) changes only the logical
+ * shape of its dense value, and only ops that do not depend on the shape may follow one
+ * (shape inference), so from the first shape op on every value is laid out as the value
+ * before it: that shape; before it, the value's own. The logical shapes (ops[k].out) are
+ * what users see (the output shape, `fusegen plan`) and what the CPU reference computes on. */
+const fg_shape *fg_value_layout(const fg_layer_ir *ir, int k);
 
 /* Elements per sample (every dim but the batch). */
 int64_t fg_shape_sample_count(const fg_shape *s);

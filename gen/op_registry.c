@@ -509,8 +509,53 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
     },
     [FG_OP_GLOBAL_AVG_POOL] = {.name = "global_avg_pool", .cls = FG_CLASS_REDUCE, .reduce = &reduce_mean,
                                .doc = "the mean over all spatial dims, kept as extent 1 (adaptive_avg_pool to 1)"},
+
+    /* ---- shape ops ---- */
+    /* a new shape for the same dense elements: no kernel code (gen/shape_infer.c says what
+     * may follow one) */
+    [FG_OP_FLATTEN] = {
+        .name = "flatten",
+        .cls = FG_CLASS_SHAPE,
+        .fields = {{.name = "start_dim", .type = FG_FIELD_INT, .member = M(start_dim), .def = 1, .lo = -FG_MAX_RANK,
+                    .hi = FG_MAX_RANK - 1,
+                    .doc = "the first dim merged (negative: from the end); 1 as in nn.Flatten, never 0 (the batch)"},
+                   {.name = "end_dim", .type = FG_FIELD_INT, .member = M(end_dim), .def = -1, .lo = -FG_MAX_RANK,
+                    .hi = FG_MAX_RANK - 1, .doc = "the last dim merged"}},
+        .doc = "dims start_dim..end_dim merged into one (nn.Flatten, torch.flatten(x, 1))",
+        .examples = {"flatten {}", "flatten { start_dim = 2 }, relu {}",
+                     "sum { dim = 1, keepdim = true }, flatten { start_dim = -2, end_dim = -1 }, mul { scalar = 0.5 }"},
+    },
+    [FG_OP_SQUEEZE] = {
+        .name = "squeeze",
+        .cls = FG_CLASS_SHAPE,
+        .fields = {{.name = "dims", .type = FG_FIELD_DIMS, .required = true, .lo = -FG_MAX_RANK, .hi = FG_MAX_RANK,
+                    .doc = "the dims to remove (negative: from the end); never the batch"}},
+        .doc = "the named dims of extent 1 removed; a named dim of another extent stays, as in PyTorch",
+        .examples = {"squeeze { dim = 2 }", "max { dim = 1, keepdim = true }, squeeze { dim = 1 }, tanh {}",
+                     "mean { dims = { 2, 3 }, keepdim = true }, squeeze { dims = { -1, -2 } }"},
+    },
+    [FG_OP_UNSQUEEZE] = {
+        .name = "unsqueeze",
+        .cls = FG_CLASS_SHAPE,
+        .fields = {{.name = "dim", .type = FG_FIELD_DIMS, .required = true, .lo = -FG_MAX_RANK, .hi = FG_MAX_RANK,
+                    .doc = "where the new dim goes (negative: from the end); not before the batch"}},
+        .doc = "a dim of extent 1 inserted at dim",
+        .examples = {"unsqueeze { dim = 1 }", "unsqueeze { dim = -1 }, sigmoid {}",
+                     "max_pool { kernel = 2 }, unsqueeze { dim = 2, as = \"u\" }, exp {}, sub { value = \"u\" }"},
+    },
+    [FG_OP_VIEW] = {
+        .name = "view",
+        .aliases = {{"reshape"}},
+        .cls = FG_CLASS_SHAPE,
+        .fields = {{.name = "shape", .type = FG_FIELD_SHAPE, .member = M(list), .flag = M(n_list), .required = true,
+                    .doc = "\"N\" (or -1 for the batch) first, then the extents; one of them may be -1"}},
+        .doc = "the same elements in the given shape (x.view, x.reshape: fusegen's values are contiguous)",
+        .examples = {"view { shape = { \"N\", -1 } }",
+                     "reshape { shape = { -1, 16, 17, 34 }, as = \"r\" }, exp {}, add { value = \"r\" }",
+                     "group_norm { groups = 2 }, view { shape = { \"N\", 2, 4, 1156 } }, flatten { start_dim = 2 }, hardswish {}"},
+    },
 };
-static_assert(FG_OP_KIND_COUNT == 39, "a new op kind: give it an entry in fg_op_defs (docs/design.md, Adding an op)");
+static_assert(FG_OP_KIND_COUNT == 43, "a new op kind: give it an entry in fg_op_defs (docs/design.md, Adding an op)");
 
 const fg_op_def *fg_op_def_of(fg_op_kind kind)
 {
@@ -520,6 +565,14 @@ const fg_op_def *fg_op_def_of(fg_op_kind kind)
 const char *fg_op_kind_name(fg_op_kind kind)
 {
     return (unsigned)kind < FG_OP_KIND_COUNT ? fg_op_defs[kind].name : "?";
+}
+
+const char *fg_op_written_name(const fg_op *op)
+{
+    const fg_op_def *d = fg_op_def_of(op->kind);
+    if (d && op->alias >= 1 && op->alias <= 2 && d->aliases[op->alias - 1].name)
+        return d->aliases[op->alias - 1].name;
+    return fg_op_kind_name(op->kind);
 }
 
 fg_op_class fg_op_kind_class(fg_op_kind kind)

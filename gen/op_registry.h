@@ -39,6 +39,7 @@ typedef enum fg_field_type {
     FG_FIELD_SPATIAL,    /* one integer or one per spatial dim -> int[3] member; `flag`: int count given */
     FG_FIELD_INT_LIST,   /* a list of up to FG_MAX_RANK - 1 integers -> int64_t list/n_list */
     FG_FIELD_DIMS,       /* `dim` or `dims` (spec fields), integers -> dims/n_dims */
+    FG_FIELD_SHAPE,      /* a shape: "N" (or -1) first, then extents or one -1 -> int64_t list/n_list */
     FG_FIELD_OPERAND,    /* `scalar`, `param` (with `shape`) or `value`: a binary op's operand */
 } fg_field_type;
 

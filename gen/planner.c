@@ -915,9 +915,9 @@ enum {
 };
 
 /* Whether ops first..last can be evaluated at one position from the kept value `kept` with
- * the norm's statistics known: elementwise ops, then at most one reduction over the
- * channels (dim 1 only), then elementwise ops again. Returns the reduction's index (or -1)
- * through *reduce_op, false when something else appears. */
+ * the norm's statistics known: elementwise ops (and shape ops: no code), then at most one
+ * reduction over the channels (dim 1 only), then elementwise ops again. Returns the
+ * reduction's index (or -1) through *reduce_op, false when something else appears. */
 static bool resident_tail_ok(const fg_layer_ir *ir, int norm, int kept, int *reduce_op)
 {
     *reduce_op = -1;
@@ -930,7 +930,7 @@ static bool resident_tail_ok(const fg_layer_ir *ir, int norm, int kept, int *red
             if (!(v == kept || v >= norm) || !same_positions)
                 return false;
         }
-        if (c == FG_CLASS_UNARY || c == FG_CLASS_BINARY)
+        if (c == FG_CLASS_UNARY || c == FG_CLASS_BINARY || c == FG_CLASS_SHAPE)
             continue;
         if (c == FG_CLASS_REDUCE && op->reduce_mask == (1u << 1) && *reduce_op < 0 &&
             op->in.dim[1] <= FG_INLINE_REDUCE_MAX) {

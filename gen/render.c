@@ -106,7 +106,7 @@ static const char *const kind_enum_names[] = {
 };
 static_assert(sizeof kind_enum_names / sizeof *kind_enum_names == FG_OP_KIND_COUNT, "one name per kind");
 
-static const char *const class_names[] = {"conv", "unary", "binary", "norm", "reduce", "softmax", "pool"};
+static const char *const class_names[] = {"conv", "unary", "binary", "norm", "reduce", "softmax", "pool", "shape"};
 static const char *const norm_channel_names[] = {"groups", "each", "trailing"};
 
 /* An optional string field (nil when NULL). */
@@ -153,6 +153,7 @@ static void push_fields(lua_State *L, const fg_op *op, const fg_op_def *d)
             break;
         }
         case FG_FIELD_INT_LIST:
+        case FG_FIELD_SHAPE: /* view: no template reads it (the shape is out_shape) */
             push_int_array(L, (const int64_t *)(base + f->member), *(const int *)(base + f->flag));
             break;
         case FG_FIELD_DIMS:    /* resolved into reduce_mask by shape inference */
@@ -201,8 +202,11 @@ static void push_semantics(lua_State *L, const fg_op *op, const fg_op_def *d)
         set_str(L, "norm_channels", norm_channel_names[d->norm.channels]);
 }
 
-static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
+/* Op k as the templates see it. Its shapes are the layouts the kernels index values by
+ * (fg_value_layout): a shape op is the identity there, in the layout before it. */
+static void push_op(lua_State *L, const fg_layer_ir *ir, int k)
 {
+    const fg_op *op = &ir->ops[k];
     const fg_op_def *d = fg_op_def_of(op->kind);
     lua_createtable(L, 0, 40);
     set_str(L, "kind", kind_enum_names[op->kind]);
@@ -211,10 +215,12 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
     set_int(L, "line", op->line);
     set_str(L, "name", op->name);
     set_str(L, "as", op->as);
-    push_shape(L, &op->in);
+    push_shape(L, k == 0 ? &op->in : fg_value_layout(ir, k - 1));
     lua_setfield(L, -2, "in_shape");
-    push_shape(L, &op->out);
+    push_shape(L, fg_value_layout(ir, k));
     lua_setfield(L, -2, "out_shape");
+    push_shape(L, &op->out); /* the value's shape as the spec means it: for people */
+    lua_setfield(L, -2, "shape");
     push_fields(L, op, d);
     push_semantics(L, op, d);
     /* what shape inference resolved: conv and pool geometry, the operand, parameters,
@@ -252,7 +258,6 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_op *op)
         set_int(L, "count_per_sample", sl.count_per_sample);
         lua_setfield(L, -2, "stat");
     }
-    (void)ir;
 }
 
 /* The accumulators (monoids) by name: what feed.lua and finalize.lua print for each. */
@@ -288,7 +293,7 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir)
     set_int(L, "n_ops", ir->n_ops);
     lua_createtable(L, ir->n_ops, 1);
     for (int k = 0; k < ir->n_ops; k++) {
-        push_op(L, ir, &ir->ops[k]);
+        push_op(L, ir, k);
         lua_rawseti(L, -2, k);
     }
     lua_setfield(L, -2, "ops");

@@ -20,7 +20,7 @@ static int op_fail(infer_ctx *c, const char *field, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    const char *spec_name = fg_op_kind_name(c->op->kind);
+    const char *spec_name = fg_op_written_name(c->op);
     if (field)
         return fg_fail(c->err, "%s:%d: %s: field '%s' %s", c->ir->file, c->op->line, spec_name, field, msg);
     return fg_fail(c->err, "%s:%d: %s: %s", c->ir->file, c->op->line, spec_name, msg);
@@ -158,6 +158,15 @@ static int check_broadcast(infer_ctx *c, const char *what, int rank, const int64
     return 0;
 }
 
+/* Equal shapes (the batch aside). */
+static bool same_shape(const fg_shape *a, const fg_shape *b)
+{
+    bool same = a->rank == b->rank;
+    for (int d = 1; same && d < a->rank; d++)
+        same = a->dim[d] == b->dim[d];
+    return same;
+}
+
 static int find_value(infer_ctx *c, int upto, const char *name)
 {
     const char *names[FG_MAX_OPS];
@@ -213,10 +222,7 @@ static int infer_binary(infer_ctx *c, fg_op *op, const fg_shape *in, int k)
         if (v < 0)
             return -1;
         const fg_shape *vs = &c->ir->ops[v].out;
-        bool same = vs->rank == in->rank;
-        for (int d = 1; same && d < vs->rank; d++)
-            same = vs->dim[d] == in->dim[d];
-        if (!same) {
+        if (!same_shape(vs, in)) {
             char a[128], b[128];
             return op_fail(c, "value", "'%s' has shape %s but this op's input is %s; both must match",
                            op->value_name, fg_shape_str(vs, a, sizeof a), fg_shape_str(in, b, sizeof b));
@@ -345,6 +351,188 @@ static int infer_pool(infer_ctx *c, fg_op *op, const fg_shape *in)
     return 0;
 }
 
+/* ---- shape ops -------------------------------------------------------------------------- */
+
+/* PyTorch's dim wrapping: d in [-rank, rank - 1], negative dims count from the end. */
+static int wrap_dim(infer_ctx *c, const char *field, int64_t d, int rank, const fg_shape *in, int *out)
+{
+    char buf[128];
+    if (d < -rank || d >= rank)
+        return op_fail(c, field, "names dim %" PRId64 " but the value %s%s has %d dims (valid: %d..%d)", d,
+                       fg_shape_str(in, buf, sizeof buf), rank > in->rank ? " with the new one" : "", rank, -rank,
+                       rank - 1);
+    *out = (int)(d < 0 ? d + rank : d);
+    return 0;
+}
+
+static int infer_flatten(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    char buf[128];
+    int s, e;
+    if (wrap_dim(c, "start_dim", op->start_dim, in->rank, in, &s) ||
+        wrap_dim(c, "end_dim", op->end_dim, in->rank, in, &e))
+        return -1;
+    if (s > e)
+        return op_fail(c, "start_dim", "(dim %d) comes after end_dim (dim %d) of the value %s", s, e,
+                       fg_shape_str(in, buf, sizeof buf));
+    if (s == 0 && e > 0)
+        return op_fail(c, "start_dim", "is dim 0, which merges the batch into dims 1..%d; fusegen's batch is bound at "
+                                       "run time and stays dim 0: flatten from dim 1 (nn.Flatten's default, "
+                                       "torch.flatten(x, 1))",
+                       e);
+    op->start_dim = s;
+    op->end_dim = e;
+    fg_shape *out = &op->out;
+    out->rank = 0;
+    for (int d = 0; d < in->rank; d++) {
+        if (d <= s || d > e)
+            out->dim[out->rank++] = in->dim[d];
+        else
+            out->dim[out->rank - 1] *= in->dim[d]; /* at most the sample's count, which fits */
+    }
+    return 0;
+}
+
+static int infer_squeeze(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    const char *field = op->n_dims == 1 ? "dim" : "dims";
+    op->reduce_mask = 0;
+    for (int i = 0; i < op->n_dims; i++) {
+        int d;
+        if (wrap_dim(c, field, op->dims[i], in->rank, in, &d))
+            return -1;
+        if (d == 0)
+            return op_fail(c, field, "names the batch dim 0, which is bound at run time: whether it goes would "
+                                     "depend on it (PyTorch removes it only when the batch is 1); name dims 1..%d",
+                           in->rank - 1);
+        if (op->reduce_mask & (1u << d))
+            return op_fail(c, field, "lists dim %d twice", d);
+        op->reduce_mask |= 1u << d;
+    }
+    op->out.rank = 0;
+    for (int d = 0; d < in->rank; d++)
+        if (!(op->reduce_mask & (1u << d)) || in->dim[d] != 1)
+            op->out.dim[op->out.rank++] = in->dim[d];
+    return 0;
+}
+
+static int infer_unsqueeze(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    char buf[128];
+    int d;
+    if (op->n_dims != 1)
+        return op_fail(c, "dim", "must name exactly one dim (got %d)", op->n_dims);
+    if (in->rank == FG_MAX_RANK)
+        return op_fail(c, NULL, "would give the value %s a dim more than the %d fusegen's values have at most",
+                       fg_shape_str(in, buf, sizeof buf), FG_MAX_RANK);
+    if (wrap_dim(c, "dim", op->dims[0], in->rank + 1, in, &d))
+        return -1;
+    if (d == 0)
+        return op_fail(c, "dim", "inserts the new dim before the batch; fusegen's batch stays dim 0: insert at "
+                                 "dims 1..%d",
+                       in->rank);
+    op->reduce_mask = 1u << d;
+    op->out.rank = in->rank + 1;
+    for (int i = 0, j = 0; i < op->out.rank; i++)
+        op->out.dim[i] = i == d ? 1 : in->dim[j++];
+    return 0;
+}
+
+static int infer_view(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    char buf[128];
+    int64_t count = fg_shape_sample_count(in), known = 1;
+    int inferred = -1;
+    for (int i = 1; i < op->n_list; i++) {
+        if (op->list[i] < 0)
+            inferred = i;
+        else if (__builtin_mul_overflow(known, op->list[i], &known) || known > count)
+            return op_fail(c, "shape", "holds more elements per sample than the value %s (%" PRId64 ")",
+                           fg_shape_str(in, buf, sizeof buf), count);
+    }
+    if (op->list[0] < 0) {
+        /* -1 first: the batch, when the rest holds exactly one sample */
+        if (known != count)
+            return op_fail(c, "shape", "has -1 first and %" PRId64 " elements per entry of dim 0 after it, but a "
+                                       "sample of the value %s has %" PRId64 ": that -1 would merge the batch "
+                                       "with other dims, and fusegen's batch stays dim 0",
+                           known, fg_shape_str(in, buf, sizeof buf), count);
+    } else if (inferred < 0 ? known != count : count % known != 0) {
+        return op_fail(c, "shape", "%s %" PRId64 " elements per sample but the value %s has %" PRId64,
+                       inferred < 0 ? "holds" : "cannot infer its -1: the other extents hold", known,
+                       fg_shape_str(in, buf, sizeof buf), count);
+    }
+    op->out.rank = op->n_list;
+    op->out.dim[0] = 1;
+    for (int i = 1; i < op->n_list; i++)
+        op->out.dim[i] = i == inferred ? count / known : op->list[i];
+    return 0;
+}
+
+/* The shape ops' own rules, by kind (the class's: shape ops change the shape alone). */
+typedef int (*shape_infer_fn)(infer_ctx *c, fg_op *op, const fg_shape *in);
+static const shape_infer_fn infer_shape_op[FG_OP_KIND_COUNT] = {
+    [FG_OP_FLATTEN] = infer_flatten,
+    [FG_OP_SQUEEZE] = infer_squeeze,
+    [FG_OP_UNSQUEEZE] = infer_unsqueeze,
+    [FG_OP_VIEW] = infer_view,
+};
+
+/* What may follow a shape op: ops that read no coordinates of their own (elementwise ops
+ * with a scalar or a value laid out alike, and more shape ops). The kernels index every
+ * value from the first shape op on in the layout of the value before it (fg_value_layout),
+ * which is right for those alone: a parameter would broadcast, and a norm, reduction,
+ * softmax or pool would pick its elements, by dims the kernels do not index. Checked before
+ * the op's own inference, whose messages would be about the reshaped dims. */
+static int check_after_shape_op(infer_ctx *c, const fg_op *op, const fg_op *shape_op)
+{
+    const char *what = NULL;
+    switch (fg_op_kind_class(op->kind)) {
+    case FG_CLASS_CONV: /* refused as a second conv */
+    case FG_CLASS_UNARY:
+    case FG_CLASS_SHAPE:
+        return 0;
+    case FG_CLASS_BINARY:
+        if (op->operand != FG_OPERAND_PARAM)
+            return 0; /* a value operand: check_value_layout, once it is resolved */
+        return op_fail(c, "param", "'%s' comes after the shape op %s (line %d): a parameter broadcasts against the "
+                                   "layout before the shape op, not the reshaped one; apply this op before the %s",
+                       op->param_name, fg_op_written_name(shape_op), shape_op->line, fg_op_written_name(shape_op));
+    case FG_CLASS_NORM:
+        what = "a normalization";
+        break;
+    case FG_CLASS_REDUCE:
+        what = "a reduction";
+        break;
+    case FG_CLASS_SOFTMAX:
+        what = "a softmax";
+        break;
+    case FG_CLASS_POOL:
+        what = "a pooling";
+        break;
+    }
+    return op_fail(c, NULL, "comes after the shape op %s (line %d): %s over reshaped dims is not supported (the "
+                            "kernels index every value after a shape op in the layout before it); apply it before "
+                            "the %s. Only elementwise ops and shape ops may follow a shape op",
+                   fg_op_written_name(shape_op), shape_op->line, what, fg_op_written_name(shape_op));
+}
+
+/* A value operand after a shape op must be laid out as the op's input (the kernels read it
+ * at the same coordinates): a value at or after the first shape op is; one before it only
+ * when its shape is that layout. */
+static int check_value_layout(infer_ctx *c, const fg_op *op, int k, int first_shape)
+{
+    char a[128], b[128];
+    const fg_shape *mine = fg_value_layout(c->ir, k - 1), *theirs = fg_value_layout(c->ir, op->operand_value);
+    if (same_shape(mine, theirs))
+        return 0;
+    const fg_op *s = &c->ir->ops[first_shape];
+    return op_fail(c, "value", "'%s' is from before the shape op %s (line %d) and laid out as %s, but the values "
+                               "after it are laid out as %s; name a value at or after the %s",
+                   op->value_name, fg_op_written_name(s), s->line, fg_shape_str(theirs, a, sizeof a),
+                   fg_shape_str(mine, b, sizeof b), fg_op_written_name(s));
+}
+
 int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
 {
     infer_ctx c = {.ir = ir, .err = err};
@@ -358,11 +546,14 @@ int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
         if (check_size(&c, &ir->input, "the layer input"))
             return -1;
     }
+    int first_shape = -1; /* the first shape op */
     for (int k = 0; k < ir->n_ops; k++) {
         fg_op *op = &ir->ops[k];
         const fg_shape *in = k == 0 ? &ir->input : &ir->ops[k - 1].out;
         c.op = op;
         op->in = *in;
+        if (first_shape >= 0 && check_after_shape_op(&c, op, &ir->ops[first_shape]))
+            return -1;
         int rc = 0;
         switch (fg_op_kind_class(op->kind)) {
         case FG_CLASS_CONV:
@@ -386,8 +577,17 @@ int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
         case FG_CLASS_POOL:
             rc = infer_pool(&c, op, in);
             break;
+        case FG_CLASS_SHAPE:
+            rc = infer_shape_op[op->kind] ? infer_shape_op[op->kind](&c, op, in)
+                                          : op_fail(&c, NULL, "has no shape rule in gen/shape_infer.c");
+            if (first_shape < 0)
+                first_shape = k;
+            break;
         }
         if (rc || check_size(&c, &op->out, "its output"))
+            return -1;
+        if (first_shape >= 0 && k > first_shape && op->operand == FG_OPERAND_VALUE &&
+            check_value_layout(&c, op, k, first_shape))
             return -1;
         if (op->as[0]) {
             for (int j = 0; j < k; j++)

@@ -364,6 +364,19 @@ static int opt_choice(lua_State *L, walk_ctx *w, int args, const char *field, co
     return def;
 }
 
+/* Whether the table on top of the stack has no keys but 1..n: a list with holes or extra keys
+ * is a mistake, not a shorter list. */
+static bool plain_list(lua_State *L, int n)
+{
+    int count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        count++;
+    }
+    return count == n;
+}
+
 /* An integer or a list of up to `maxn` integers; returns how many were given (0: absent). */
 static int opt_int_list(lua_State *L, walk_ctx *w, int args, const char *field, int maxn, int64_t lo,
                         int64_t hi, int64_t *out)
@@ -385,14 +398,7 @@ static int opt_int_list(lua_State *L, walk_ctx *w, int args, const char *field, 
             out[i] = to_integer(L, w, -1, field, lo, hi);
             lua_pop(L, 1);
         }
-        /* A list with holes or extra keys is a mistake, not a shorter list. */
-        int count = 0;
-        lua_pushnil(L);
-        while (lua_next(L, -2)) {
-            lua_pop(L, 1);
-            count++;
-        }
-        if (count != n)
+        if (!plain_list(L, n))
             FIELD_FAIL(L, w, field, "must be a plain list of numbers");
     } else {
         FIELD_FAIL(L, w, field, "must be a number or a list of numbers (got a %s)", luaL_typename(L, -1));
@@ -418,6 +424,7 @@ typedef struct ctor_kinds {
     int n;
     fg_op_kind kinds[3];
     int spatial;
+    int alias; /* 0: the op's own name; i + 1: its alias i */
 } ctor_kinds;
 
 static ctor_kinds kinds_of(const char *ctor)
@@ -430,6 +437,7 @@ static ctor_kinds kinds_of(const char *ctor)
             if (strcmp(d->aliases[a].name, ctor) == 0) {
                 match = true;
                 c.spatial = d->aliases[a].spatial;
+                c.alias = a + 1;
             }
         if (match)
             c.kinds[c.n++] = (fg_op_kind)k;
@@ -577,6 +585,47 @@ static void read_operand(lua_State *L, walk_ctx *w, int args, fg_op *op)
         op->param_dim[i] = shape[i];
 }
 
+/* A shape as view writes it: "N" (the batch) or -1 first, then extents >= 1, one of them
+ * -1 at most (-1 first counts); shape inference checks it against the value. */
+static int read_shape(lua_State *L, walk_ctx *w, int args, const char *field, int64_t *out)
+{
+    if (!get_field(L, args, field))
+        return 0;
+    if (!lua_istable(L, -1))
+        FIELD_FAIL(L, w, field, "must be a list like { \"N\", 64, -1 } (got a %s)", luaL_typename(L, -1));
+    lua_Unsigned len = lua_rawlen(L, -1);
+    if (len == 0 || len > FG_MAX_RANK)
+        FIELD_FAIL(L, w, field, "must have 1 to %d entries, the batch first (got %llu)", FG_MAX_RANK,
+                   (unsigned long long)len);
+    int n = (int)len, inferred = -1;
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, -1, i + 1);
+        if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "N") == 0) {
+            if (i > 0)
+                FIELD_FAIL(L, w, field, "has \"N\" at entry %d: the batch can only come first", i + 1);
+            out[i] = FG_VIEW_BATCH;
+        } else if (i == 0 && !(lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) == -1)) {
+            FIELD_FAIL(L, w, field, "must start with \"N\" (or -1 standing for it): the batch size is a run-time "
+                                    "argument and stays dim 0");
+        } else {
+            out[i] = to_integer(L, w, -1, field, -1, INT32_MAX);
+            if (out[i] == 0)
+                FIELD_FAIL(L, w, field, "has 0 at entry %d: every extent must be positive (or one -1)", i + 1);
+            if (out[i] == -1) {
+                if (inferred >= 0)
+                    FIELD_FAIL(L, w, field, "has -1 at entries %d and %d: only one extent can be inferred",
+                               inferred + 1, i + 1);
+                inferred = i;
+            }
+        }
+        lua_pop(L, 1);
+    }
+    if (!plain_list(L, n))
+        FIELD_FAIL(L, w, field, "must be a plain list");
+    lua_pop(L, 1);
+    return n;
+}
+
 /* Which of the kinds sharing a constructor the spec means: the one whose selector fields it
  * gives, else the one that has none. A field of the other kind given along with the
  * selectors is a mistake worth its own message. */
@@ -648,6 +697,9 @@ static void read_field(lua_State *L, walk_ctx *w, int args, const fg_field *f, f
         *(int *)(base + f->flag) =
             opt_int_list(L, w, args, f->name, FG_MAX_RANK - 1, f->lo, f->hi, (int64_t *)(base + f->member));
         break;
+    case FG_FIELD_SHAPE:
+        *(int *)(base + f->flag) = read_shape(L, w, args, f->name, (int64_t *)(base + f->member));
+        break;
     case FG_FIELD_DIMS:
         read_dims(L, w, args, op, f->required, f->doc);
         break;
@@ -671,6 +723,7 @@ static void read_op(lua_State *L, walk_ctx *w, const char *ctor, int line, int a
     op->kind = choose_kind(L, w, args, &ck);
     const fg_op_def *d = &fg_op_defs[op->kind];
     op->spatial = d->spatial ? d->spatial : ck.spatial; /* pools without one: from the value's rank */
+    op->alias = ck.alias;
     for (int i = 0; i < FG_MAX_FIELDS && d->fields[i].name; i++) {
         const fg_field *f = &d->fields[i];
         if (f->type == FG_FIELD_NAME)

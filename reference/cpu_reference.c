@@ -154,7 +154,8 @@ static const ref_pool_fn ref_pool[FG_OP_KIND_COUNT] = {
     [FG_OP_AVG_POOL] = ref_mean,
 };
 /* ggml's guard: a new op kind fails the build here until the tables above have been visited */
-static_assert(FG_OP_KIND_COUNT == 39, "a new op kind: define it in ref_unary, ref_binary, ref_reduce or ref_pool");
+static_assert(FG_OP_KIND_COUNT == 43, "a new op kind: define it in ref_unary, ref_binary, ref_reduce or ref_pool "
+                                      "(a shape op: nothing, its class copies the elements)");
 
 /* Whether the reference defines `kind` (its class's table has it). */
 bool fg_ref_defines(fg_op_kind kind)
@@ -172,6 +173,8 @@ bool fg_ref_defines(fg_op_kind kind)
         return ref_reduce[kind] != NULL;
     case FG_CLASS_POOL:
         return ref_pool[kind] != NULL;
+    case FG_CLASS_SHAPE:
+        return true; /* the same elements in their new shape (shape inference's) */
     }
     return false;
 }
@@ -524,6 +527,10 @@ int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float 
             break;
         case FG_CLASS_POOL:
             pool(op, in, out, batch);
+            break;
+        case FG_CLASS_SHAPE:
+            /* a dense value in a new shape: the elements in the same order */
+            memcpy(out->data, in->data, sizeof(double) * (size_t)(in->sample * batch));
             break;
         }
         /* values nobody reads again are freed as soon as the next one exists */

@@ -261,6 +261,8 @@ function Eval:compute(k, coords)
   if cls == "unary" then
     return self:declare("v" .. k .. "_", ops.unary(op, self:eval(k - 1, coords)))
   end
+  -- a shape op: the same element (its shapes here are the layout before it: gen/render.c)
+  if cls == "shape" then return self:eval(k - 1, coords) end
   if cls == "binary" then
     local a = self:eval(k - 1, coords)
     local b

@@ -70,7 +70,7 @@ function M.render(layer, plan)
   for k = 0, layer.n_ops - 1 do
     local op = layer.ops[k]
     local dims = ""
-    for d = 1, op.out_shape.rank - 1 do dims = dims .. ", " .. op.out_shape.dim[d] end
+    for d = 1, op.shape.rank - 1 do dims = dims .. ", " .. op.shape.dim[d] end
     c:line(" * v%-2d = %-28s -> [N%s]  (line %d)", k, describe_op(op), dims, op.line)
   end
   c:line(" *")

@@ -83,7 +83,7 @@ function M.vectorizable(layer, plan, pass)
   for k = pass.first, pass.last do
     local op = layer.ops[k]
     local cls = op.class
-    if not (cls == "unary" or cls == "binary" or cls == "norm") then return false end
+    if not (cls == "unary" or cls == "binary" or cls == "norm" or cls == "shape") then return false end
     if op.out_shape.sample ~= dshape.sample or op.out_shape.rank ~= dshape.rank then return false end
   end
   return true

@@ -741,6 +741,63 @@ static void options_size_and_log(void **state)
     unsetenv("FUSEGEN_LOG");
 }
 
+/* A layer ending in shape ops reports the reshaped output shape, and its CPU run gives the
+ * same floats as the layer without them (a shape op moves no data); a refused shape op is a
+ * spec error naming the line. */
+static void reshaped_output(void **state)
+{
+    (void)state;
+    static const char *const pooled = "return layer \"pooled\" {\n"
+                                      "  input = { \"N\", 2, 6, 6 },\n"
+                                      "  conv2d { name = \"conv\", out_channels = 4, kernel = 3 },\n"
+                                      "  relu {},\n"
+                                      "  global_avg_pool {},\n"
+                                      "%s"
+                                      "}\n";
+    char plain_src[512], squeezed_src[512];
+    snprintf(plain_src, sizeof plain_src, pooled, "");
+    snprintf(squeezed_src, sizeof squeezed_src, pooled, "  squeeze { dim = -1 },\n  squeeze { dim = -1 },\n  neg {},\n");
+    fg_context *ctx = cpu_context();
+    fg_layer *plain = NULL, *squeezed = NULL;
+    EXPECT(fg_layer_load_string(ctx, "plain.lua", plain_src, &plain), FG_OK);
+    EXPECT(fg_layer_load_string(ctx, "squeezed.lua", squeezed_src, &squeezed), FG_OK);
+    int rank = 0;
+    int64_t dims[FG_MAX_DIMS];
+    EXPECT(fg_layer_output_shape(plain, 3, &rank, dims), FG_OK);
+    assert_int_equal(rank, 4);
+    EXPECT(fg_layer_output_shape(squeezed, 3, &rank, dims), FG_OK);
+    assert_int_equal(rank, 2);
+    assert_int_equal(dims[0], 3);
+    assert_int_equal(dims[1], 4);
+
+    float w[WEIGHT_COUNT], b[4], in[3 * IN_COUNT], out_plain[12], out_squeezed[12];
+    for (int i = 0; i < WEIGHT_COUNT; i++)
+        w[i] = (float)((i * 37 % 19) - 9) / 16.0f;
+    for (int i = 0; i < 4; i++)
+        b[i] = 0.25f * (float)i - 0.3f;
+    for (int i = 0; i < 3 * IN_COUNT; i++)
+        in[i] = (float)((i * 53 % 31) + 1) / 31.0f;
+    fg_layer *both[2] = {plain, squeezed};
+    for (int l = 0; l < 2; l++) {
+        EXPECT(fg_layer_bind_host(both[l], "conv.weight", w, sizeof w), FG_OK);
+        EXPECT(fg_layer_bind_host(both[l], "conv.bias", b, sizeof b), FG_OK);
+    }
+    EXPECT(fg_layer_run_cpu(plain, in, out_plain, 3), FG_OK);
+    EXPECT(fg_layer_run_cpu(squeezed, in, out_squeezed, 3), FG_OK);
+    for (int i = 0; i < 12; i++)
+        assert_true(out_squeezed[i] == -out_plain[i] && out_plain[i] != 0.0f);
+    EXPECT(fg_layer_destroy(plain), FG_OK);
+    EXPECT(fg_layer_destroy(squeezed), FG_OK);
+
+    char bad_src[512];
+    snprintf(bad_src, sizeof bad_src, pooled, "  flatten { start_dim = 0 },\n");
+    fg_layer *bad = NULL;
+    EXPECT_FAIL(fg_layer_load_string(ctx, "bad.lua", bad_src, &bad), FG_ERR_SPEC,
+                "bad.lua:6: flatten: field 'start_dim' is dim 0, which merges the batch");
+    assert_null(bad);
+    EXPECT(fg_context_destroy(ctx), FG_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -749,6 +806,7 @@ int main(void)
         cmocka_unit_test(load_arguments),
         cmocka_unit_test(layer_handles),
         cmocka_unit_test(shapes_and_params),
+        cmocka_unit_test(reshaped_output),
         cmocka_unit_test(binding),
         cmocka_unit_test(running),
         cmocka_unit_test(status_names),

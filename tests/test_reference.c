@@ -434,6 +434,69 @@ static void max_min_sum_mean(void **state)
     free(I);
 }
 
+/* ---- shape ops ---------------------------------------------------------------------------------- */
+
+/* A shape op gives the same elements in the same order (a dense value in a new shape): the
+ * values below are the input's, or what the ops after the shape op make of them, in the
+ * input's order; the output's shape is the reshaped one. Two samples, so that a sample's
+ * elements stay its own. */
+static void shape_ops(void **state)
+{
+    (void)state;
+    float *I = identity_weight(2);
+    /* x[n][c][h][w], C = 2, H = 2, W = 3: sample 0 as in max_min_sum_mean, sample 1 its
+     * negation plus 10 */
+    float x[24];
+    static const float x0[12] = {1, 5, 2, -1, 0, 4, 3, 3, 9, 7, -8, 6};
+    for (int i = 0; i < 12; i++) {
+        x[i] = x0[i];
+        x[12 + i] = 10 - x0[i];
+    }
+    named_param p[] = {{"conv.weight", I, 4}};
+    enum { SAME, EXP_MINUS_X, TWICE };
+    struct {
+        const char *ops;
+        int rank;
+        int64_t dim[FG_MAX_RANK];
+        int how; /* the output from x */
+    } cases[] = {
+        {"  flatten {},\n", 2, {1, 12}, SAME},
+        {"  flatten { start_dim = 2 },\n  unsqueeze { dim = -1 },\n", 4, {1, 2, 6, 1}, SAME},
+        {"  squeeze { dim = 2 },\n  mul { scalar = 2 },\n", 4, {1, 2, 2, 3}, TWICE}, /* extent 2: stays */
+        {"  unsqueeze { dim = 2 },\n  squeeze { dims = { 2, -1 } },\n", 4, {1, 2, 2, 3}, SAME},
+        {"  view { shape = { \"N\", 3, -1 }, as = \"v\" },\n  exp {},\n  sub { value = \"v\" },\n", 3, {1, 3, 4},
+         EXP_MINUS_X},
+        {"  reshape { shape = { -1, 1, 12, 1 } },\n  flatten { start_dim = 1, end_dim = 2 },\n", 3, {1, 12, 1}, SAME},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *src = identity_layer(2, "2, 3", cases[i].ops);
+        fg_layer_ir *ir;
+        int64_t n;
+        double *out = run(src, 2, x, 24, p, 1, &n, &ir);
+        fgt_assert_shape(&ir->ops[ir->n_ops - 1].out, cases[i].dim, cases[i].rank, cases[i].ops);
+        assert_int_equal(n, 24);
+        double want[24];
+        for (int j = 0; j < 24; j++)
+            want[j] = cases[i].how == SAME ? x[j] : cases[i].how == TWICE ? 2.0 * x[j] : exp(x[j]) - x[j];
+        expect_values(cases[i].ops, out, want, n, 1e-15);
+        free(out);
+        free(ir);
+        free(src);
+    }
+
+    /* after a reduction: sum over W keeps [2, 2, 1], the squeeze drops the 1 */
+    char *src = identity_layer(2, "2, 3", "  sum { dim = 3, keepdim = true },\n  squeeze { dim = -1 },\n");
+    fg_layer_ir *ir;
+    int64_t n;
+    double *out = run(src, 2, x, 24, p, 1, &n, &ir);
+    FGT_ASSERT_SHAPE(&ir->ops[2].out, 1, 2, 2);
+    EXPECT("sum, squeeze", out, n, 8, 3, 15, 5, 22, 27, 15, 25);
+    free(out);
+    free(ir);
+    free(src);
+    free(I);
+}
+
 /* ---- pooling ------------------------------------------------------------------------------------ */
 
 static void pooling(void **state)
@@ -718,6 +781,7 @@ int main(void)
         cmocka_unit_test(softmax_sums_to_one),
         cmocka_unit_test(max_min_sum_mean),
         cmocka_unit_test(pooling),
+        cmocka_unit_test(shape_ops),
         cmocka_unit_test(unary_functions),
         cmocka_unit_test(reference_defines_every_op),
         cmocka_unit_test(binary_with_broadcast_and_values),

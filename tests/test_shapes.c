@@ -331,6 +331,17 @@ typedef struct reduce_case {
     int64_t dim[FG_MAX_RANK];
 } reduce_case;
 
+/* `ops` after a conv3d whose value is [N, 6, 5, 4, 3] (2 -> 6 channels, kernel 1). */
+static fg_layer_ir *after_conv3d(const char *ops)
+{
+    char src[512];
+    snprintf(src, sizeof src,
+             "return layer \"r\" {\n  input = { \"N\", 2, 5, 4, 3 },\n  conv3d { out_channels = 6, kernel = 1 },\n"
+             "  %s,\n}\n",
+             ops);
+    return fgt_load_string(src);
+}
+
 static void reductions(void **state)
 {
     (void)state;
@@ -352,12 +363,7 @@ static void reductions(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const reduce_case *c = &cases[i];
-        char src[512];
-        snprintf(src, sizeof src,
-                 "return layer \"r\" {\n  input = { \"N\", 2, 5, 4, 3 },\n  conv3d { out_channels = 6, kernel = 1 },\n"
-                 "  %s,\n}\n",
-                 c->op);
-        fg_layer_ir *ir = fgt_load_string(src);
+        fg_layer_ir *ir = after_conv3d(c->op);
         const fg_op *op = &ir->ops[1];
         if (op->kind != c->kind || op->reduce_mask != c->mask || op->keepdim != c->keepdim)
             fail_msg("%s: kind %s mask 0x%x keepdim %d, expected %s mask 0x%x keepdim %d", c->op,
@@ -428,6 +434,92 @@ static void pools(void **state)
     FGT_ASSERT_SHAPE(&ir->ops[2].out, 1, 2, 5, 2, 2);
     assert_int_equal(ir->ops[2].stride[0], 2);
     assert_int_equal(ir->ops[2].stride[2], 3);
+    free(ir);
+}
+
+/* ---- shape ops ---------------------------------------------------------------------------------- */
+
+typedef struct shape_case {
+    const char *ops;       /* spec text after the conv; the last op is the one checked */
+    fg_op_kind kind;       /* its kind */
+    int rank;              /* its output shape */
+    int64_t dim[FG_MAX_RANK];
+    int layout_rank;       /* the layout kernels index it by (fg_value_layout) */
+    int64_t layout[FG_MAX_RANK];
+} shape_case;
+
+/* flatten, squeeze, unsqueeze and view/reshape as PyTorch shapes them, after a conv3d whose
+ * value is [N, 6, 5, 4, 3]: the output shape, and the layout the kernels keep (the value's
+ * before the first shape op). */
+static void shape_ops(void **state)
+{
+    (void)state;
+#define CONV_OUT 5, {1, 6, 5, 4, 3}
+    static const shape_case cases[] = {
+        {"flatten {}", FG_OP_FLATTEN, 2, {1, 360}, CONV_OUT},
+        {"flatten { start_dim = 2 }", FG_OP_FLATTEN, 3, {1, 6, 60}, CONV_OUT},
+        {"flatten { start_dim = -3, end_dim = -2 }", FG_OP_FLATTEN, 4, {1, 6, 20, 3}, CONV_OUT},
+        {"flatten { start_dim = 3, end_dim = 3 }", FG_OP_FLATTEN, 5, {1, 6, 5, 4, 3}, CONV_OUT},
+        {"flatten { start_dim = 0, end_dim = 0 }", FG_OP_FLATTEN, 5, {1, 6, 5, 4, 3}, CONV_OUT}, /* PyTorch: a no-op */
+        {"squeeze { dim = 1 }", FG_OP_SQUEEZE, 5, {1, 6, 5, 4, 3}, CONV_OUT}, /* extent 6: stays */
+        {"sum { dim = 1, keepdim = true }, squeeze { dim = 1 }", FG_OP_SQUEEZE, 4, {1, 5, 4, 3}, 5, {1, 1, 5, 4, 3}},
+        {"mean { dims = { 2, 3, 4 }, keepdim = true }, squeeze { dims = { -1, -2, 2 } }", FG_OP_SQUEEZE, 2, {1, 6},
+         5, {1, 6, 1, 1, 1}},
+        {"global_avg_pool {}, squeeze { dim = -1 }, squeeze { dim = -1 }, relu {}", FG_OP_RELU, 3, {1, 6, 1},
+         5, {1, 6, 1, 1, 1}},
+        {"flatten { start_dim = 2 }, unsqueeze { dim = -1 }", FG_OP_UNSQUEEZE, 4, {1, 6, 60, 1}, CONV_OUT},
+        {"flatten {}, unsqueeze { dim = 1 }", FG_OP_UNSQUEEZE, 3, {1, 1, 360}, CONV_OUT},
+        {"flatten {}, unsqueeze { dim = -2 }", FG_OP_UNSQUEEZE, 3, {1, 1, 360}, CONV_OUT},
+        {"sum { dims = { 1, 2, 3, 4 } }, unsqueeze { dim = 1 }", FG_OP_UNSQUEEZE, 2, {1, 1}, 1, {1}},
+        {"view { shape = { \"N\", -1 } }", FG_OP_VIEW, 2, {1, 360}, CONV_OUT},
+        {"reshape { shape = { -1, 6, 60 } }", FG_OP_VIEW, 3, {1, 6, 60}, CONV_OUT},
+        {"view { shape = { \"N\", 3, -1, 2, 5 } }", FG_OP_VIEW, 5, {1, 3, 12, 2, 5}, CONV_OUT},
+        {"sum { dims = { 1, 2, 3, 4 } }, reshape { shape = { \"N\", 1, 1 } }", FG_OP_VIEW, 3, {1, 1, 1}, 1, {1}},
+        {"sum { dims = { 1, 2, 3, 4 }, keepdim = true }, flatten {}", FG_OP_FLATTEN, 2, {1, 1}, 5, {1, 1, 1, 1, 1}},
+        /* after a shape op: elementwise ops, a value named after it, or one laid out alike */
+        {"flatten { as = \"f\" }, exp {}, mul { scalar = 2 }, add { value = \"f\" }", FG_OP_ADD, 2, {1, 360},
+         CONV_OUT},
+        {"relu { as = \"r\" }, squeeze { dim = 2 }, sub { value = \"r\" }", FG_OP_SUB, 5, {1, 6, 5, 4, 3},
+         CONV_OUT},
+    };
+#undef CONV_OUT
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const shape_case *c = &cases[i];
+        fg_layer_ir *ir = after_conv3d(c->ops);
+        int last = ir->n_ops - 1;
+        const fg_op *op = &ir->ops[last];
+        if (op->kind != c->kind)
+            fail_msg("%s: the last op is %s, expected %s", c->ops, fg_op_kind_name(op->kind), fg_op_kind_name(c->kind));
+        fgt_assert_shape(&op->out, c->dim, c->rank, c->ops);
+        fgt_assert_shape(fg_value_layout(ir, last), c->layout, c->layout_rank, c->ops);
+        assert_int_equal(fg_shape_sample_count(&op->out), fg_shape_sample_count(fg_value_layout(ir, last)));
+        assert_int_equal(ir->n_params, 2); /* shape ops bind nothing */
+        free(ir);
+    }
+
+    /* what shape inference resolves: flatten's dims, the dims squeeze names and the one
+     * unsqueeze inserts (reduce_mask), view's shape as written */
+    fg_layer_ir *ir = after_conv3d("flatten { start_dim = -2 },\n" /* [6, 5, 12] */
+                                   "  squeeze { dims = { 1, -2 } },\n" /* neither is 1: the same */
+                                   "  unsqueeze { dim = -3 },\n"       /* [6, 1, 5, 12] */
+                                   "  reshape { shape = { \"N\", 6, -1 } }"); /* [6, 60] */
+    assert_int_equal(ir->ops[1].start_dim, 3);
+    assert_int_equal(ir->ops[1].end_dim, 4);
+    assert_int_equal(ir->ops[1].line, 4);
+    assert_int_equal(ir->ops[2].reduce_mask, (1u << 1) | (1u << 2));
+    FGT_ASSERT_SHAPE(&ir->ops[2].out, 1, 6, 5, 12);
+    assert_int_equal(ir->ops[3].reduce_mask, 1u << 2);
+    FGT_ASSERT_SHAPE(&ir->ops[3].out, 1, 6, 1, 5, 12);
+    assert_int_equal(ir->ops[4].kind, FG_OP_VIEW);
+    assert_int_equal(ir->ops[4].n_list, 3);
+    assert_int_equal(ir->ops[4].list[0], FG_VIEW_BATCH);
+    assert_int_equal(ir->ops[4].list[1], 6);
+    assert_int_equal(ir->ops[4].list[2], -1);
+    FGT_ASSERT_SHAPE(&ir->ops[4].out, 1, 6, 60);
+    for (int k = 1; k < 5; k++) {
+        assert_int_equal(fg_op_kind_class(ir->ops[k].kind), FG_CLASS_SHAPE);
+        FGT_ASSERT_SHAPE(fg_value_layout(ir, k), 1, 6, 5, 4, 3);
+    }
     free(ir);
 }
 
@@ -592,6 +684,7 @@ int main(void)
         cmocka_unit_test(reductions),
         cmocka_unit_test(global_avg_pool_2d),
         cmocka_unit_test(pools),
+        cmocka_unit_test(shape_ops),
         cmocka_unit_test(spec_with_locals_and_loops),
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(shape_helpers),

@@ -258,6 +258,7 @@ const char fgt_every_op_spec[] =
     "  max_pool { kernel = 2, padding = 1 }, avg_pool2d { kernel = 2, stride = 1, padding = 1, count_include_pad = false },\n"
     "  softmax { dim = 1 }, logsumexp { dim = 3, keepdim = true }, sum { dim = 2, keepdim = true },\n"
     "  min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },\n"
+    "  unsqueeze { dim = 1 }, flatten {}, view { shape = { \"N\", -1, 1 } }, squeeze { dim = 2 }, relu {},\n"
     "}\n";
 
 int fgt_cache_init(fg_cache *cache, const char *user_dir, const char *shipped, fg_error *err)

@@ -25,9 +25,12 @@ What maps (module, function or method):
              whose output divides the input (global average pool included)
   no-ops     nn.Identity, x.contiguous()
   dropout    nn.Dropout*, F.dropout* in inference (eval mode; refused in training mode)
-Ops the language is getting (flatten, squeeze, unsqueeze, view, reshape) are in
-PENDING_OPS below: each is one line to switch on when the spec loader accepts it (dropout,
-the identity in inference, is on).
+  shape ops  nn.Flatten, torch.flatten/x.flatten (from dim 1 on), torch.squeeze/x.squeeze
+             with a dim, torch.unsqueeze/x.unsqueeze, x.view, torch.reshape/x.reshape: a new
+             shape for the same values, the batch staying dim 0 (the spec language lets
+             only elementwise ops follow them: docs/spec.md, "Shape ops")
+PENDING_OPS below lists the ops the exporter maps whose spec op arrived later; an entry set
+to False refuses its op with the spec text it would emit (all are on).
 """
 
 import copy
@@ -39,17 +42,17 @@ from typing import Any, Optional
 
 __all__ = ["ExportError", "PENDING_OPS", "export"]
 
-# ---- ops the spec language is being extended with ----------------------------------------
-# The exporter already knows how each PyTorch call maps (the text on the right is what it
-# emits); set an entry to True once fusegen's spec loader accepts the op. Until then the
-# export refuses the node with a message that names this table.
+# ---- ops the spec language was extended with ---------------------------------------------
+# The exporter knew how each PyTorch call maps (the text on the right is what it emits)
+# before fusegen's spec loader accepted the op; an entry is True once it does. An entry set
+# to False refuses the node with a message that names this table.
 PENDING_OPS = {
     "dropout": True,  # nn.Dropout*, F.dropout* in inference: dropout { p = P }
-    "flatten": False,  # nn.Flatten, torch.flatten, x.flatten: flatten { start_dim = S, end_dim = E }
-    "squeeze": False,  # torch.squeeze, x.squeeze(D): squeeze { dim = D }
-    "unsqueeze": False,  # torch.unsqueeze, x.unsqueeze(D): unsqueeze { dim = D }
-    "view": False,  # x.view(...): view { shape = { "N", ... } }
-    "reshape": False,  # torch.reshape, x.reshape(...): reshape { shape = { "N", ... } }
+    "flatten": True,  # nn.Flatten, torch.flatten, x.flatten: flatten { start_dim = S, end_dim = E }
+    "squeeze": True,  # torch.squeeze, x.squeeze(D): squeeze { dim = D }
+    "unsqueeze": True,  # torch.unsqueeze, x.unsqueeze(D): unsqueeze { dim = D }
+    "view": True,  # x.view(...): view { shape = { "N", ... } }
+    "reshape": True,  # torch.reshape, x.reshape(...): reshape { shape = { "N", ... } }
 }
 
 

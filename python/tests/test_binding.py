@@ -181,6 +181,47 @@ class CpuReferenceTest(CpuContextTest):
         self.assertEqual(unexpected, ["extra"])
 
 
+# A classifier head: a conv block pooled to one value per channel, the two trailing dims
+# squeezed away (x.squeeze(-1).squeeze(-1)); TAIL goes after the squeezes.
+HEAD = """return layer "head" {
+  input = { "N", 3, 9, 7 },
+  conv2d { out_channels = 6, kernel = 3, padding = 1 },
+  relu {},
+  global_avg_pool {},
+%s}
+"""
+SQUEEZED = "  squeeze { dim = -1 },\n  squeeze { dim = -1 },\n  mul { scalar = 2 },\n"
+
+
+class ShapeOpsTest(CpuContextTest):
+    """A layer ending in shape ops: its output shape is the reshaped one, everywhere."""
+
+    def test_output_shape_and_values(self):
+        rng = np.random.default_rng(13)
+        layer = fusegen.Layer(HEAD % SQUEEZED, self.ctx, name="head.lua")
+        pooled = fusegen.Layer(HEAD % "", self.ctx, name="pooled.lua")
+        with layer, pooled:
+            self.assertEqual(layer.output_shape(5), (5, 6))
+            self.assertEqual(pooled.output_shape(5), (5, 6, 1, 1))
+            self.assertIn("output ['N', 6]", repr(layer))
+            params = random_params(layer, rng)
+            layer.load_state_dict(params)
+            pooled.load_state_dict(params)
+            x = rng.random((4, 3, 9, 7), dtype=np.float32)
+            y = layer(x)
+            self.assertEqual(y.shape, (4, 6))
+            np.testing.assert_array_equal(y, 2 * pooled(x).reshape(4, 6))
+            out = np.full((4, 6), np.nan, dtype=np.float32)
+            self.assertIs(layer.run_reference(x, out=out), out)
+            with self.assertRaises(ValueError):
+                layer.run_reference(x, out=np.empty((4, 6, 1, 1), np.float32))
+
+    def test_refused_shape_op(self):
+        with self.assertRaises(fusegen.Error) as cm:
+            fusegen.Layer(HEAD % "  flatten {},\n  sum { dim = 1 },\n", self.ctx, name="bad.lua")
+        self.assertIn("bad.lua:7: sum: comes after the shape op flatten (line 6)", str(cm.exception))
+
+
 class ErrorTest(CpuContextTest):
     def setUp(self):
         self.layer = fusegen.Layer(spec("kb79"), self.ctx)
@@ -336,6 +377,18 @@ class GpuTest(unittest.TestCase):
 
     def test_kb21(self):
         self.check_layer("kb21", 2)
+
+    def test_shape_ops(self):
+        # the kernels write the squeezed output: its shape, the reference's values
+        torch = self.torch
+        rng = np.random.default_rng(6)
+        with fusegen.Layer(HEAD % SQUEEZED, self.ctx, name="head.lua") as layer:
+            layer.load_state_dict(random_params(layer, rng))
+            x = rng.random((3, 3, 9, 7), dtype=np.float32)
+            out = torch.full((3, 6), float("nan"), device="cuda")
+            self.assertIs(layer(torch.from_numpy(x).cuda(), out=out), out)
+            torch.cuda.synchronize()
+            np.testing.assert_allclose(out.cpu().numpy(), layer(x), rtol=1e-4, atol=1e-4)
 
     def test_default_context_uses_gpu(self):
         with fusegen.Layer(spec("kb79")) as layer:

@@ -301,6 +301,47 @@ if torch is not None:
             y = F.softsign(self.drop(self.conv(x)))
             return F.dropout(y, 0.3, training=self.training).mean(dim=(2, 3))
 
+    class PoolFlatten(nn.Module):  # shape ops: a classifier's head, torch.flatten(x, 1) after a pool
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            x = F.adaptive_avg_pool2d(torch.relu(self.conv(x)), 1)
+            return torch.flatten(x, 1) * 2.0
+
+    class SqueezeHead(nn.Module):  # x.squeeze(-1).squeeze(-1) after adaptive_avg_pool2d(x, 1), batch norm (eval)
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 6, 3, stride=2)
+            self.bn = nn.BatchNorm2d(6)
+
+        def forward(self, x):
+            x = nn.functional.adaptive_avg_pool2d(F.silu(self.bn(self.conv(x))), 1)
+            return torch.sigmoid(x.squeeze(-1).squeeze(-1))
+
+    class Flatten3d(nn.Module):  # 3D: nn.Flatten, x.view(x.size(0), C, -1), unsqueeze, a value after them
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(2, 4, 3, padding=1)
+            self.pool = nn.MaxPool3d(2)
+            self.flat = nn.Flatten()
+
+        def forward(self, x):
+            y = self.flat(self.pool(self.conv(x)))
+            y = y.view(y.size(0), 4, -1)
+            return (torch.tanh(y) * y).unsqueeze(1)
+
+    class GroupNormReshape(nn.Module):  # torch.reshape after a group norm, x.reshape, squeeze of a dim that stays
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            self.gn = nn.GroupNorm(2, 8)
+
+        def forward(self, x):
+            y = torch.reshape(self.gn(self.conv(x)), (-1, 2, 4, 36))
+            return F.gelu(y.reshape(y.shape[0], 8, 36).squeeze(1))
+
     # (class, example input shape, eval mode?, reference spec in specs/ or None)
     CASES = [
         (KB79, (2, 3, 16, 32, 32), False, "kb79"),
@@ -325,6 +366,10 @@ if torch is not None:
         (MinMaxValues, (2, 2, 8, 8), False, None),
         (LayerNormChannelsLast, (2, 3, 8, 8), False, None),
         (DropoutSoftsign, (2, 3, 8, 8), True, None),
+        (PoolFlatten, (2, 3, 10, 10), False, None),
+        (SqueezeHead, (3, 4, 11, 9), True, None),
+        (Flatten3d, (2, 2, 4, 6, 6), False, None),
+        (GroupNormReshape, (2, 3, 8, 8), False, None),
     ]
 
 
@@ -496,22 +541,42 @@ class Refusals(unittest.TestCase):
         self.refused(m, (1, 3, 8, 8), "_1", "training mode", "module.eval()")
 
     def test_pending_ops(self):
-        # ops the spec language is getting: refused with the text they will map to
-        m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten())
-        self.refused(m, (1, 3, 8, 8), "_1", "`flatten { start_dim = 1, end_dim = -1 }`", "PENDING_OPS['flatten']")
-        view = ConvThen(lambda m, c: c.view(c.size(0), -1))
-        self.refused(view, (2, 3, 8, 8), "view", '`view { shape = { "N", 144 } }`')
-
-    def test_pending_op_enabled_is_emitted(self):
-        m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.25), nn.Flatten()).eval()
+        # an op switched off in PENDING_OPS is refused with the text it maps to
+        self.assertTrue(all(_export.PENDING_OPS.values()), _export.PENDING_OPS)
         saved = dict(_export.PENDING_OPS)
         try:
-            _export.PENDING_OPS["flatten"] = True
-            spec = fusegen.export(m, torch.rand(1, 3, 8, 8), check=False)
+            _export.PENDING_OPS["flatten"] = _export.PENDING_OPS["view"] = False
+            m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten())
+            self.refused(m, (1, 3, 8, 8), "_1", "`flatten { start_dim = 1, end_dim = -1 }`", "PENDING_OPS['flatten']")
+            view = ConvThen(lambda m, c: c.view(c.size(0), -1))
+            self.refused(view, (2, 3, 8, 8), "view", '`view { shape = { "N", 144 } }`')
         finally:
             _export.PENDING_OPS.update(saved)
+
+    def test_shape_ops_are_emitted(self):
+        m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.25), nn.Flatten()).eval()
+        spec = fusegen.export(m, torch.rand(1, 3, 8, 8))
         self.assertIn("dropout { p = 0.25 }", spec)
         self.assertIn("flatten { start_dim = 1, end_dim = -1 }", spec)
+        view = ConvThen(lambda m, c: torch.relu(c.view(c.size(0), -1)).unsqueeze(2).squeeze(-1))
+        spec = fusegen.export(view, torch.rand(2, 3, 8, 8))
+        self.assertIn('view { shape = { "N", 144 } }', spec)
+        self.assertIn("unsqueeze { dim = 2 }", spec)
+        self.assertIn("squeeze { dim = -1 }", spec)
+        with cpu_context() as ctx, fusegen.Layer(spec, context=ctx) as layer:
+            self.assertEqual(layer.output_shape(5), (5, 144))
+
+    def test_shape_op_over_the_batch(self):
+        self.refused(ConvThen(lambda m, c: torch.flatten(c)), (2, 3, 8, 8), "flatten", "flattens the batch dim 0")
+        self.refused(ConvThen(lambda m, c: c.reshape(-1, 8)), (2, 3, 8, 8), "reshape", "reshapes the batch dim 0")
+        self.refused(ConvThen(lambda m, c: c.squeeze()), (2, 3, 8, 8), "squeeze", "without a dim")
+
+    def test_reduction_after_a_shape_op(self):
+        # the spec language lets only elementwise ops follow a shape op: the loader's message
+        with self.assertRaises(fusegen.ExportError) as cm:
+            fusegen.export(ConvThen(lambda m, c: torch.flatten(c, 1).sum(dim=1)), torch.rand(2, 3, 8, 8))
+        self.assertTrue(cm.exception.node.startswith("sum"), str(cm.exception))
+        self.assertIn("sum: comes after the shape op flatten (line 6): a reduction over reshaped dims", str(cm.exception))
 
     def test_control_flow(self):
         def flow(m, c):

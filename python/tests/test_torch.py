@@ -161,6 +161,55 @@ class FusedLayerModule(unittest.TestCase):
         )
 
 
+if torch is not None:
+
+    class Head(nn.Module):
+        """A conv block ending in shape ops: its output is [N, 8], not the conv's layout."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = nn.functional.adaptive_avg_pool2d(torch.relu(self.conv(x)), 1)
+            return torch.tanh(torch.flatten(y, 1))
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class ShapeOps(unittest.TestCase):
+    """FusedLayer returns the reshaped tensor: eager, the op's fake implementation, compiled."""
+
+    def setUp(self):
+        torch.manual_seed(3)
+        self.head = Head()
+        self.x = torch.rand(2, 3, 10, 10)
+        self.fused = fgt.FusedLayer(fusegen.export(self.head, self.x))
+        self.fused.load_state_dict(self.head.state_dict())
+
+    def test_eager(self):
+        self.assertEqual(self.fused.output_shape(4), (4, 8))
+        got = self.fused(self.x)
+        self.assertEqual(tuple(got.shape), (2, 8))
+        want = copy.deepcopy(self.head).double()(self.x.double())
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=RTOL, atol=ATOL)
+
+    def test_the_op_and_compile(self):
+        torch.library.opcheck(
+            torch.ops.fusegen.layer.default,
+            (self.x, self.fused._fg_params(), self.fused._fg_encoded, self.fused._fg_instance),
+        )
+        torch._dynamo.reset()
+        compiled = torch.compile(
+            lambda x: torch.softmax(self.fused(x), dim=1), fullgraph=True, dynamic=True, backend="aot_eager"
+        )
+        for batch in (1, 5):
+            x = torch.rand(batch, 3, 10, 10)
+            want = torch.softmax(copy.deepcopy(self.head).double()(x.double()), dim=1).detach().numpy()
+            got = compiled(x)
+            self.assertEqual(tuple(got.shape), (batch, 8))
+            np.testing.assert_allclose(got.numpy(), want, rtol=RTOL, atol=ATOL)
+
+
 @unittest.skipIf(torch is None, NO_TORCH)
 class Compile(unittest.TestCase):
     """torch.compile traces through the op: one graph, no break, the same numbers."""

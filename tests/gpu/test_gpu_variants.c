@@ -211,6 +211,48 @@ static const variant fixed[] = {
         instance_norm {},
         max { dim = 1 },
     })},
+    /* shape ops (no kernel code): the output in its new shape, after every kind of pass */
+    {"shape_classifier_head", 3, 1e-4, SPEC(return layer "shape_classifier_head" {
+        input = { "N", 3, 29, 27 },
+        conv2d { out_channels = 10, kernel = 3, stride = 2, padding = 1 },
+        relu {},
+        global_avg_pool {},
+        squeeze { dim = -1 },
+        squeeze { dim = -1 },
+    })},
+    {"shape_conv3d_pool_flatten", 2, 1e-4, SPEC(return layer "shape_conv3d_pool_flatten" {
+        input = { "N", 2, 7, 12, 11 },
+        conv3d { out_channels = 6, kernel = 3, padding = 1, bias = false },
+        max_pool3d { kernel = 2 },
+        flatten { as = "f" },
+        tanh {},
+        mul { value = "f" },
+        unsqueeze { dim = 1 },
+    })},
+    {"shape_big_mean_squeeze", 2, 1e-4, SPEC(return layer "shape_big_mean_squeeze" {
+        input = { "N", 4, 45, 41 },
+        conv2d { out_channels = 5, kernel = 3 },
+        mean { dims = { 2, 3 }, keepdim = true },
+        squeeze { dims = { 2, 3 } },
+        add { scalar = 0.25 },
+    })},
+    {"shape_recompute_view", 3, 1e-4, SPEC(return layer "shape_recompute_view" {
+        input = { "N", 3, 20, 22 },
+        strategy = "recompute",
+        conv2d { out_channels = 8, kernel = 3 },
+        instance_norm {},
+        view { shape = { "N", 2, -1, 20 } },
+        relu {},
+    })},
+    {"shape_resident_reshape", 2, 1e-4, SPEC(return layer "shape_resident_reshape" {
+        input = { "N", 3, 10, 18, 17 },
+        strategy = "resident",
+        conv3d { out_channels = 16, kernel = 3 },
+        instance_norm {},
+        reshape { shape = { -1, 4, 4, 128, 15 } },
+        clamp { min = -1.0, max = 1.0 },
+        flatten { start_dim = 2 },
+    })},
     /* narrow groups in tf32 take the exact conv pass (planner.c, narrow_groups): fp32's bar */
     {"tf32_depthwise_exact", 2, 1e-4, SPEC(return layer "tf32_depthwise_exact" {
         input = { "N", 12, 14, 14 },

@@ -11,4 +11,5 @@ return layer "all" {
   max_pool { kernel = 2, padding = 1 }, avg_pool2d { kernel = 2, stride = 1, padding = 1, count_include_pad = false },
   softmax { dim = 1 }, logsumexp { dim = 3, keepdim = true }, sum { dim = 2, keepdim = true },
   min { dim = 1, keepdim = true }, global_avg_pool {}, mean { dims = { 1 } },
+  unsqueeze { dim = 1 }, flatten {}, view { shape = { "N", -1, 1 } }, squeeze { dim = 2 }, relu {},
 }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The output shape the CLI reports for layers that end in shape ops (flatten, squeeze,
+# unsqueeze, view/reshape): `fusegen plan` shows each value's shape, `fusegen run` on the CPU
+# prints the output's and writes it to safetensors with it; a refused shape op exits 1 with
+# the spec's file:line and field.
+# usage: tests/test_cli_shapes.sh FUSEGEN_BINARY
+set -u
+fusegen=$1
+work=$(mktemp -d "${TMPDIR:-/tmp}/fusegen-cli-shapes-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export FUSEGEN_CACHE_DIR=$work/cache FUSEGEN_CACHE_PATH=
+passed=0
+failed=0
+# check NAME FRAGMENT TEXT: TEXT contains FRAGMENT
+check() {
+  if grep -qF -- "$2" <<<"$3"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL $1: expected to find: $2" >&2
+    sed 's/^/    /' <<<"$3" | head -20 >&2
+  fi
+}
+cat >"$work/pooled.lua" <<'LUA'
+return layer "pooled" {
+  input = { "N", 3, 8, 8 },
+  conv2d { out_channels = 8, kernel = 3, padding = 1 },
+  relu {},
+  global_avg_pool {},
+  squeeze { dim = -1 },
+  squeeze { dim = -1 },
+}
+LUA
+cat >"$work/flat.lua" <<'LUA'
+return layer "flat" {
+  input = { "N", 2, 6, 5, 4 },
+  conv3d { out_channels = 4, kernel = 1 },
+  flatten { start_dim = 2 },
+  reshape { shape = { -1, 2, 2, 5, 24 } },
+}
+LUA
+plan=$("$fusegen" plan "$work/pooled.lua" 2>&1)
+check plan "v3  = squeeze dims={3}                     -> [N, 8, 1]" "$plan"
+check plan "v4  = squeeze dims={2}                     -> [N, 8]" "$plan"
+out=$("$fusegen" run "$work/pooled.lua" --device cpu --batch 3 --out "$work/y.safetensors" 2>&1)
+check run "pooled: output [3, 8] on the CPU (reference)" "$out"
+check safetensors '"shape":[3,8]' "$(head -c 200 "$work/y.safetensors" | tr -d ' \000')"
+out=$("$fusegen" run "$work/flat.lua" --device cpu --batch 2 2>&1)
+check run "flat: output [2, 2, 2, 5, 24]" "$out"
+plan=$("$fusegen" plan "$work/flat.lua" 2>&1)
+check plan "flatten start_dim=2 end_dim=4" "$plan"
+check plan '-> [N, 4, 120]' "$plan"
+check plan '-> [N, 2, 2, 5, 24]' "$plan"
+# the same value with and without its shape ops: the same floats (2 x 480 of them)
+"$fusegen" run "$work/flat.lua" --device cpu --batch 2 --out "$work/a.safetensors" >/dev/null 2>&1
+sed '/flatten\|reshape/d' "$work/flat.lua" >"$work/plain.lua"
+"$fusegen" run "$work/plain.lua" --device cpu --batch 2 --out "$work/b.safetensors" >/dev/null 2>&1
+if [ -s "$work/a.safetensors" ] && cmp -s <(tail -c 3840 "$work/a.safetensors") <(tail -c 3840 "$work/b.safetensors"); then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: the reshaped output's floats differ from the plain layer's" >&2
+fi
+sed 's/squeeze { dim = -1 },$/squeeze { dim = 0 },/' "$work/pooled.lua" >"$work/bad.lua"
+out=$("$fusegen" plan "$work/bad.lua" 2>&1)
+rc=$?
+check "refused (exit $rc)" "bad.lua:6: squeeze: field 'dim' names the batch dim 0" "$out"
+[ $rc -eq 1 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: exit $rc, expected 1" >&2; }
+echo "cli shapes: $passed passed, $failed failed"
+[ $failed -eq 0 ]
