@@ -138,6 +138,8 @@ typedef struct fg_op {
     double eps;
     bool affine;
     int running_stats;       /* batch_norm: the `stats` choice, 1 for "running" */
+    double momentum;         /* batch_norm: PyTorch's momentum (recorded, unused: docs/spec.md) */
+    bool has_momentum;       /* given; absent stands for PyTorch's momentum=None */
     int normalized_rank;     /* layer_norm: how many trailing dims are normalized */
     int mean_param, var_param; /* batch_norm running statistics */
 

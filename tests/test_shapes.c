@@ -223,8 +223,8 @@ static void norms(void **state)
         "  group_norm { groups = 4, eps = 1e-3 },\n"
         "  instance_norm {},\n"
         "  instance_norm { name = \"inorm\", affine = true },\n"
-        "  batch_norm { name = \"bn\" },\n"
-        "  batch_norm { name = \"bn_run\", stats = \"running\", affine = false },\n"
+        "  batch_norm { name = \"bn\", momentum = 0 },\n"
+        "  batch_norm { name = \"bn_run\", stats = \"running\", affine = false, momentum = 1 },\n"
         "  layer_norm { normalized_shape = { 8, 7 } },\n"
         "  layer_norm { name = \"ln_all\", normalized_shape = { 12, 8, 7 } },\n"
         "  group_norm { name = \"gn2\", groups = 12, affine = false },\n"
@@ -251,6 +251,8 @@ static void norms(void **state)
     assert_int_equal(ir->ops[3].weight_param, FGT_ASSERT_PARAM(ir, "inorm.weight", 12));
     FGT_ASSERT_PARAM(ir, "inorm.bias", 12);
     assert_false(ir->ops[4].running_stats);
+    assert_true(ir->ops[4].has_momentum && ir->ops[4].momentum == 0); /* both ends of 0..1 */
+    assert_true(ir->ops[5].has_momentum && ir->ops[5].momentum == 1);
     FGT_ASSERT_PARAM(ir, "bn.weight", 12);
     FGT_ASSERT_PARAM(ir, "bn.bias", 12);
     assert_int_equal(fgt_find_param(ir, "bn.running_mean"), -1);
