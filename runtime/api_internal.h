@@ -45,6 +45,9 @@ struct fg_layer {
     fg_plan plan;
     fg_launch_table launch; /* what runs need from the plan, taken and checked at load */
     fg_param_binding params[FG_MAX_PARAMS];
+    /* state_dict entries the layer accepts and never reads (fg_layer_ignored_info) */
+    int n_ignored;
+    fg_ignored_state ignored[FG_MAX_IGNORED_STATE];
     CUmodule module;
     CUfunction functions[FG_MAX_PASSES];
     fg_cudnn_conv *cudnn;   /* when the plan has a cuDNN pass */

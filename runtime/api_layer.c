@@ -56,6 +56,7 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
         free(layer);
         return s;
     }
+    layer->n_ignored = fg_ir_ignored_state(&layer->ir, layer->ignored);
     layer->graphs_off = ctx->env.no_graphs || layer->plan.n_passes < 2;
     for (int i = 0; i < layer->plan.n_passes; i++)
         if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
@@ -241,6 +242,50 @@ FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const cha
     return s;
 }
 
+static fg_status ignored_count_held(const fg_layer *layer, int *count)
+{
+    if (!count)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_ignored_count: count is NULL");
+    *count = layer->n_ignored;
+    return FG_OK;
+}
+
+FG_API fg_status fg_layer_ignored_count(const fg_layer *layer, int *count)
+{
+    ENTER_LAYER(layer, "fg_layer_ignored_count");
+    fg_status s = ignored_count_held(layer, count);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status ignored_info_held(const fg_layer *layer, int index, const char **name, int *rank,
+                                   int64_t dims[FG_MAX_DIMS], const char **dtype)
+{
+    if (index < 0 || index >= layer->n_ignored)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "fg_layer_ignored_info: index %d out of range (the layer ignores %d state_dict entries)", index,
+                           layer->n_ignored);
+    const fg_ignored_state *e = &layer->ignored[index];
+    if (name)
+        *name = e->name;
+    if (rank)
+        *rank = e->rank;
+    if (dims && e->rank == 1)
+        dims[0] = e->dim;
+    if (dtype)
+        *dtype = e->int64 ? "I64" : "F32";
+    return FG_OK;
+}
+
+FG_API fg_status fg_layer_ignored_info(const fg_layer *layer, int index, const char **name, int *rank,
+                                       int64_t dims[FG_MAX_DIMS], const char **dtype)
+{
+    ENTER_LAYER(layer, "fg_layer_ignored_info");
+    fg_status s = ignored_info_held(layer, index, name, rank, dims, dtype);
+    fg_handle_release(layer);
+    return s;
+}
+
 static int find_param(const fg_layer *layer, const char *name)
 {
     for (int i = 0; i < layer->ir.n_params; i++)
@@ -351,6 +396,40 @@ static void shape_text(int rank, const int64_t *dim, char *buf, size_t cap)
         snprintf(buf + len, cap - len, "]");
 }
 
+static const fg_ignored_state *find_ignored(const fg_layer *layer, const char *name)
+{
+    for (int i = 0; i < layer->n_ignored; i++)
+        if (strcmp(layer->ignored[i].name, name) == 0)
+            return &layer->ignored[i];
+    return NULL;
+}
+
+/* A tensor of the file that is no parameter of the layer, in a strict bind: accepted when it
+ * is state the layer ignores (fg_layer_ignored_info) with the dtype and shape PyTorch saves
+ * it with, or any module's num_batches_tracked (BatchNorm's step counter, an int64 scalar);
+ * an error naming it otherwise. */
+static fg_status check_unused_tensor(const fg_layer *layer, const char *path, const fg_tensor *t)
+{
+    char shown[512], got[128], want[64];
+    const fg_ignored_state *e = find_ignored(layer, t->name);
+    const char *suffix = strrchr(t->name, '.');
+    if (!e && !(suffix && strcmp(suffix, ".num_batches_tracked") == 0))
+        return fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is not a parameter of layer %s (pass allow_extra to "
+                                               "ignore tensors the spec does not use)",
+                           path, fg_tensor_name_shown(t->name, shown, sizeof shown), layer->ir.name);
+    fg_ignored_state counter = {.rank = 0, .int64 = true};
+    if (!e)
+        e = &counter;
+    if (strcmp(t->dtype, e->int64 ? "I64" : "F32") == 0 && t->rank == e->rank && (e->rank == 0 || t->dim[0] == e->dim))
+        return FG_OK;
+    shape_text(t->rank, t->dim, got, sizeof got);
+    shape_text(e->rank, &e->dim, want, sizeof want);
+    return fg_api_fail(FG_ERR_TENSOR_FILE,
+                       "%s: tensor '%s' is %s %s; layer %s accepts it, and leaves it unused, as BatchNorm state: %s %s",
+                       path, fg_tensor_name_shown(t->name, shown, sizeof shown), t->dtype, got, layer->ir.name,
+                       e->int64 ? "I64" : "F32", want);
+}
+
 static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int allow_extra)
 {
     if (!path)
@@ -377,18 +456,9 @@ static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int al
                             layer->ir.name, a);
         }
     }
-    for (int i = 0; i < f.n && s == FG_OK && !allow_extra; i++) {
-        const char *name = f.tensors[i].name;
-        const char *suffix = strrchr(name, '.');
-        /* BatchNorm's step counter is state, not a parameter of the forward pass */
-        if (suffix && strcmp(suffix, ".num_batches_tracked") == 0)
-            continue;
-        char shown[512];
-        if (find_param(layer, name) < 0)
-            s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is not a parameter of layer %s (pass allow_extra to "
-                                                "ignore tensors the spec does not use)",
-                            path, fg_tensor_name_shown(name, shown, sizeof shown), layer->ir.name);
-    }
+    for (int i = 0; i < f.n && s == FG_OK && !allow_extra; i++)
+        if (find_param(layer, f.tensors[i].name) < 0)
+            s = check_unused_tensor(layer, path, &f.tensors[i]);
     for (int i = 0; i < layer->ir.n_params && s == FG_OK; i++) {
         const fg_tensor *t = fg_tensor_find(&f, layer->ir.params[i].name);
         s = bind_host_held(layer, t->name, t->data, t->count * sizeof(float));

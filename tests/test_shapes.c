@@ -270,6 +270,31 @@ static void norms(void **state)
     assert_int_equal(fgt_find_param(ir, "gn2.weight"), -1);
     /* conv (2) + group_norm (2) + inorm (2) + bn (2) + bn_run (2) + two layer norms (4) */
     assert_int_equal(ir->n_params, 14);
+    /* what the layer accepts from a BatchNorm's state_dict without reading it: the running
+     * statistics of the one with batch statistics, both step counters */
+    fg_ignored_state ignored[FG_MAX_IGNORED_STATE];
+    assert_int_equal(fg_ir_ignored_state(ir, ignored), 4);
+    static const char *const ignored_names[] = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked",
+                                                "bn_run.num_batches_tracked"};
+    for (int i = 0; i < 4; i++) {
+        assert_string_equal(ignored[i].name, ignored_names[i]);
+        assert_int_equal(ignored[i].rank, i < 2 ? 1 : 0);
+        assert_int_equal(ignored[i].int64, i >= 2);
+        if (i < 2)
+            assert_int_equal(ignored[i].dim, 12);
+    }
+    {
+        /* one module on both statistics: its running statistics are parameters, its
+         * counter is listed once; no momentum given: PyTorch's None */
+        fg_layer_ir *two = fgt_load_string("return layer \"two\" {\n  input = { \"N\", 3, 10, 9 },\n"
+                                           "  conv2d { out_channels = 4, kernel = 3 },\n"
+                                           "  batch_norm { name = \"bn\" },\n"
+                                           "  batch_norm { name = \"bn\", stats = \"running\" },\n}\n");
+        assert_false(two->ops[1].has_momentum);
+        assert_int_equal(fg_ir_ignored_state(two, ignored), 1);
+        assert_string_equal(ignored[0].name, "bn.num_batches_tracked");
+        free(two);
+    }
 
     /* which elements share a statistic */
     fg_stat_layout L;
