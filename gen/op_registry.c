@@ -446,7 +446,8 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .stats = &norm_stats,
         .stats_unless = running_statistics,
         .doc = "per channel, over the batch and all spatial dims (or the running statistics)",
-        .examples = {"batch_norm {}", "batch_norm { stats = \"running\" }"},
+        .examples = {"batch_norm { momentum = 0.1 }", "batch_norm { stats = \"running\" }",
+                     "relu {}, batch_norm { stats = \"running\", affine = false }"},
     },
     [FG_OP_LAYER_NORM] = {
         .name = "layer_norm",

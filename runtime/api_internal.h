@@ -44,7 +44,9 @@ struct fg_layer {
     fg_layer_ir ir;
     fg_plan plan;
     fg_launch_table launch; /* what runs need from the plan, taken and checked at load */
-    fg_param_binding params[FG_MAX_PARAMS];
+    /* the spec's parameters, then (gen/fold.h) the folded conv weight and bias, which the
+     * layer computes from them whenever one of those is bound */
+    fg_param_binding params[FG_MAX_KERNEL_PARAMS];
     /* state_dict entries the layer accepts and never reads (fg_layer_ignored_info) */
     int n_ignored;
     fg_ignored_state ignored[FG_MAX_IGNORED_STATE];

@@ -98,13 +98,24 @@ FG_API fg_status fg_layer_load_string(fg_context *ctx, const char *name, const c
     return load(ctx, name, source, source ? strlen(source) : 0, false, out);
 }
 
-static void release_binding(fg_layer *layer, int i)
+/* Frees what a binding owns (its host copy, its device copy) and clears it. */
+static void free_binding(const fg_layer *layer, fg_param_binding *b)
 {
-    fg_param_binding *b = &layer->params[i];
     if (b->owned && layer->ctx->cu)
         layer->ctx->cu->MemFree(b->owned);
     free(b->host);
     memset(b, 0, sizeof *b);
+}
+
+static void release_binding(fg_layer *layer, int i)
+{
+    free_binding(layer, &layer->params[i]);
+}
+
+/* The kernel parameters of the layer: the spec's, and the folded weight and bias. */
+static int kernel_param_count(const fg_layer *layer)
+{
+    return fg_bn_fold_param_count(&layer->ir, &layer->plan.fold);
 }
 
 /* Waits until the GPU has finished the layer's last run (its kernels read the parameters'
@@ -118,18 +129,125 @@ static void wait_for_gpu_runs(fg_layer *layer)
     }
 }
 
-/* Puts `b` in place of parameter i's binding. Runs read the bindings (a CPU run its host
- * copy, a GPU run its device copy, asynchronously): the swap waits for the runs in flight in
- * other threads (the bindings lock) and for the GPU to finish the last one, then frees the
- * old copies. */
-static void replace_binding(fg_layer *layer, int i, const fg_param_binding *b)
+/* A host copy of device memory the caller bound (the fold reads it): the device first
+ * finishes what is queued (the tensor may have just been written, on any stream). */
+static fg_status read_back(fg_layer *layer, CUdeviceptr src, size_t bytes, float **out)
 {
+    const fg_cuda *cu = layer->ctx->cu;
+    fg_status s = fg_api_enter(layer->ctx);
+    if (s != FG_OK)
+        return s;
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out)
+        return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+    CUresult r = cu->CtxSynchronize();
+    if (r == CUDA_SUCCESS)
+        r = cu->MemcpyDtoH(*out, src, bytes);
+    if (r != CUDA_SUCCESS) {
+        free(*out);
+        *out = NULL;
+        fg_error err;
+        fg_cuda_fail(&err, r, "reading back a device-bound parameter to fold a batch_norm");
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
+    }
+    return FG_OK;
+}
+
+/* The folded conv weight and bias (gen/fold.h) from the parameters bound now, `b` standing
+ * for parameter i: computed in float64 on the host, then copied to the device. *w and *bias
+ * stay unbound when a parameter the fold reads is not bound yet. Bindings lock held. */
+static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b, fg_param_binding *w,
+                              fg_param_binding *bias)
+{
+    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_layer_ir *ir = &layer->ir;
+    const float *src[FG_MAX_PARAMS] = {0};
+    float *copies[FG_MAX_PARAMS] = {0};
+    fg_status s = FG_OK;
+    memset(w, 0, sizeof *w);
+    memset(bias, 0, sizeof *bias);
+    for (int p = 0; p < ir->n_params && s == FG_OK; p++) {
+        if (!fg_bn_fold_reads(fold, p))
+            continue;
+        const fg_param_binding *from = p == i ? b : &layer->params[p];
+        if (!from->bound)
+            goto out; /* the fold waits for the last of its parameters */
+        if (from->host)
+            src[p] = from->host;
+        else if ((s = read_back(layer, from->device, (size_t)ir->params[p].count * sizeof(float), &copies[p])) == FG_OK)
+            src[p] = copies[p];
+    }
+    if (s != FG_OK)
+        goto out;
+    size_t wbytes = (size_t)(fold->channels * fold->per_channel) * sizeof(float);
+    size_t bbytes = (size_t)fold->channels * sizeof(float);
+    w->host = malloc(wbytes);
+    bias->host = malloc(bbytes);
+    if (!w->host || !bias->host) {
+        s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    fg_bn_fold_compute(fold, src, w->host, bias->host);
+    const fg_cuda *cu = layer->ctx->cu;
+    if (cu) {
+        fg_param_binding *dst[2] = {w, bias};
+        size_t bytes[2] = {wbytes, bbytes};
+        CUresult r = CUDA_SUCCESS;
+        if ((s = fg_api_enter(layer->ctx)) != FG_OK)
+            goto out;
+        for (int k = 0; k < 2 && r == CUDA_SUCCESS; k++) {
+            r = cu->MemAlloc(&dst[k]->owned, bytes[k]);
+            if (r == CUDA_SUCCESS)
+                r = cu->MemcpyHtoD(dst[k]->owned, dst[k]->host, bytes[k]);
+            dst[k]->device = dst[k]->owned;
+        }
+        if (r != CUDA_SUCCESS) {
+            fg_error err;
+            fg_cuda_fail(&err, r, "copying a folded batch_norm's weights to the device");
+            s = fg_api_fail_error(r == CUDA_ERROR_OUT_OF_MEMORY ? FG_ERR_OUT_OF_MEMORY : FG_ERR_CUDA, &err);
+            goto out;
+        }
+    }
+    w->bound = bias->bound = true;
+out:
+    if (s != FG_OK) {
+        free_binding(layer, w);
+        free_binding(layer, bias);
+    }
+    for (int p = 0; p < ir->n_params; p++)
+        free(copies[p]);
+    return s;
+}
+
+/* Puts `b` (its copies now the layer's) in place of parameter i's binding, and when the
+ * parameter feeds a folded batch_norm, the folded weight and bias recomputed with it: all
+ * together, so that no run sees a fold of older values; on failure nothing changes and b's
+ * copies are freed. Runs read the bindings (a CPU run its host copy, a GPU run its device
+ * copy, asynchronously): the swap waits for the runs in flight in other threads (the
+ * bindings lock) and for the GPU to finish the last one, then frees the old copies. */
+static fg_status replace_binding(fg_layer *layer, int i, fg_param_binding *b)
+{
+    const fg_bn_fold *fold = &layer->plan.fold;
+    fg_param_binding w, bias;
     pthread_rwlock_wrlock(&layer->bindings_lock);
-    wait_for_gpu_runs(layer);
-    release_binding(layer, i);
-    layer->params[i] = *b;
-    layer->binding_generation++;
+    bool refold = fg_bn_fold_reads(fold, i);
+    fg_status s = refold ? compute_fold(layer, i, b, &w, &bias) : FG_OK;
+    if (s == FG_OK) {
+        wait_for_gpu_runs(layer);
+        release_binding(layer, i);
+        layer->params[i] = *b;
+        if (refold) {
+            release_binding(layer, fold->folded_weight);
+            release_binding(layer, fold->folded_bias);
+            layer->params[fold->folded_weight] = w;
+            layer->params[fold->folded_bias] = bias;
+        }
+        layer->binding_generation++;
+    } else {
+        free_binding(layer, b);
+    }
     pthread_rwlock_unlock(&layer->bindings_lock);
+    return s;
 }
 
 FG_API fg_status fg_layer_destroy(fg_layer *layer)
@@ -140,7 +258,7 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_destroy: not a live layer (NULL or destroyed)");
     const fg_cuda *cu = layer->ctx->cu;
     wait_for_gpu_runs(layer);
-    for (int i = 0; i < layer->ir.n_params; i++)
+    for (int i = 0; i < kernel_param_count(layer); i++)
         release_binding(layer, i);
     if (cu && layer->graph)
         cu->GraphExecDestroy(layer->graph);
@@ -320,8 +438,7 @@ static fg_status bind_device_held(fg_layer *layer, const char *name, const void 
     fg_status s = fg_api_enter(layer->ctx);
     if (s != FG_OK)
         return s;
-    replace_binding(layer, i, &(fg_param_binding){.bound = true, .device = (CUdeviceptr)device_ptr});
-    return FG_OK;
+    return replace_binding(layer, i, &(fg_param_binding){.bound = true, .device = (CUdeviceptr)device_ptr});
 }
 
 FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes)
@@ -365,8 +482,7 @@ static fg_status bind_host_held(fg_layer *layer, const char *name, const float *
             return s;
         }
     }
-    replace_binding(layer, i, &(fg_param_binding){.bound = true, .host = copy, .device = dev, .owned = dev});
-    return FG_OK;
+    return replace_binding(layer, i, &(fg_param_binding){.bound = true, .host = copy, .device = dev, .owned = dev});
 }
 
 FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const float *data, size_t bytes)
@@ -575,6 +691,11 @@ static fg_status check_bound(const fg_layer *layer, bool host)
                                b->bound ? " in host memory (the CPU path needs fg_layer_bind_host or a safetensors file)"
                                         : "");
     }
+    const fg_bn_fold *fold = &layer->plan.fold;
+    if (!host && fold->op >= 0 && !(layer->params[fold->folded_weight].bound && layer->params[fold->folded_bias].bound))
+        return fg_api_fail(FG_ERR_UNBOUND, "layer %s: batch_norm '%s' is folded into the conv but its folded weights "
+                                           "were not computed: bind its parameters again",
+                           layer->ir.name, layer->ir.ops[fold->op].name);
     return FG_OK;
 }
 
@@ -663,8 +784,8 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.workspace = layer->workspace;
     mem.cudnn = layer->cudnn;
     mem.sm_count = layer->ctx->sm_count;
-    CUdeviceptr params[FG_MAX_PARAMS];
-    for (int i = 0; i < layer->ir.n_params; i++)
+    CUdeviceptr params[FG_MAX_KERNEL_PARAMS];
+    for (int i = 0; i < kernel_param_count(layer); i++)
         params[i] = layer->params[i].device;
     mem.params = params;
     if (!layer->graphs_off && !graph_matches(layer, &mem, batch) && capture_graph(layer, &mem, batch) != 0)
@@ -791,8 +912,8 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
         return s;
     pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
     if ((s = bound_and_prepared(layer)) == FG_OK) {
-        CUdeviceptr params[FG_MAX_PARAMS];
-        for (int i = 0; i < layer->ir.n_params; i++)
+        CUdeviceptr params[FG_MAX_KERNEL_PARAMS];
+        for (int i = 0; i < kernel_param_count(layer); i++)
             params[i] = layer->params[i].device;
         mem.input = (CUdeviceptr)input;
         mem.output = (CUdeviceptr)output;
