@@ -256,6 +256,14 @@ static const variant fixed[] = {
         batch_norm { name = "bn", stats = "running" },
         relu {},
     })},
+    {"batch_norm_folded_resident", 2, 1e-4, SPEC(return layer "batch_norm_folded_resident" {
+        input = { "N", 3, 18, 17 },
+        strategy = "resident",
+        conv2d { out_channels = 8, kernel = 3, padding = 1 },
+        batch_norm { name = "bn", stats = "running" },
+        relu {},
+        group_norm { groups = 4 },
+    })},
     {"batch_norm_running_after_relu", 3, 1e-4, SPEC(return layer "batch_norm_running_after_relu" {
         input = { "N", 3, 12, 14 },
         conv2d { out_channels = 5, kernel = 3 },
