@@ -153,48 +153,24 @@ static fg_status read_back(fg_layer *layer, CUdeviceptr src, size_t bytes, float
     return FG_OK;
 }
 
-/* The folded conv weight and bias (gen/fold.h) from the parameters bound now, `b` standing
- * for parameter i: computed in float64 on the host, then copied to the device. *w and *bias
- * stay unbound when a parameter the fold reads is not bound yet. Bindings lock held. */
-static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b, fg_param_binding *w,
-                              fg_param_binding *bias)
+/* w' and b' (gen/fold.h) from the host values `src`, into new bindings with a host copy
+ * and, in a context with a device, a device copy; on failure both stay unbound. */
+static fg_status fold_into(fg_layer *layer, const float *const *src, fg_param_binding *w, fg_param_binding *bias)
 {
     const fg_bn_fold *fold = &layer->plan.fold;
-    const fg_layer_ir *ir = &layer->ir;
-    const float *src[FG_MAX_PARAMS] = {0};
-    float *copies[FG_MAX_PARAMS] = {0};
-    fg_status s = FG_OK;
-    memset(w, 0, sizeof *w);
-    memset(bias, 0, sizeof *bias);
-    for (int p = 0; p < ir->n_params && s == FG_OK; p++) {
-        if (!fg_bn_fold_reads(fold, p))
-            continue;
-        const fg_param_binding *from = p == i ? b : &layer->params[p];
-        if (!from->bound)
-            goto out; /* the fold waits for the last of its parameters */
-        if (from->host)
-            src[p] = from->host;
-        else if ((s = read_back(layer, from->device, (size_t)ir->params[p].count * sizeof(float), &copies[p])) == FG_OK)
-            src[p] = copies[p];
-    }
-    if (s != FG_OK)
-        goto out;
-    size_t wbytes = (size_t)(fold->channels * fold->per_channel) * sizeof(float);
-    size_t bbytes = (size_t)fold->channels * sizeof(float);
-    w->host = malloc(wbytes);
-    bias->host = malloc(bbytes);
-    if (!w->host || !bias->host) {
-        s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
-        goto out;
-    }
-    fg_bn_fold_compute(fold, src, w->host, bias->host);
     const fg_cuda *cu = layer->ctx->cu;
-    if (cu) {
-        fg_param_binding *dst[2] = {w, bias};
-        size_t bytes[2] = {wbytes, bbytes};
+    fg_param_binding *dst[2] = {w, bias};
+    size_t bytes[2] = {(size_t)(fold->channels * fold->per_channel) * sizeof(float),
+                       (size_t)fold->channels * sizeof(float)};
+    fg_status s = FG_OK;
+    w->host = malloc(bytes[0]);
+    bias->host = malloc(bytes[1]);
+    if (!w->host || !bias->host)
+        s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+    else
+        fg_bn_fold_compute(fold, src, w->host, bias->host);
+    if (s == FG_OK && cu && (s = fg_api_enter(layer->ctx)) == FG_OK) {
         CUresult r = CUDA_SUCCESS;
-        if ((s = fg_api_enter(layer->ctx)) != FG_OK)
-            goto out;
         for (int k = 0; k < 2 && r == CUDA_SUCCESS; k++) {
             r = cu->MemAlloc(&dst[k]->owned, bytes[k]);
             if (r == CUDA_SUCCESS)
@@ -205,15 +181,49 @@ static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b,
             fg_error err;
             fg_cuda_fail(&err, r, "copying a folded batch_norm's weights to the device");
             s = fg_api_fail_error(r == CUDA_ERROR_OUT_OF_MEMORY ? FG_ERR_OUT_OF_MEMORY : FG_ERR_CUDA, &err);
-            goto out;
         }
     }
-    w->bound = bias->bound = true;
-out:
-    if (s != FG_OK) {
-        free_binding(layer, w);
-        free_binding(layer, bias);
+    for (int k = 0; k < 2; k++) {
+        if (s == FG_OK)
+            dst[k]->bound = true;
+        else
+            free_binding(layer, dst[k]);
     }
+    return s;
+}
+
+/* The folded conv weight and bias from the parameters bound now, `b` standing for parameter
+ * i (device-bound ones are read back). *w and *bias stay unbound when a parameter the fold
+ * reads is not bound yet. Bindings lock held. */
+static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b, fg_param_binding *w,
+                              fg_param_binding *bias)
+{
+    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_layer_ir *ir = &layer->ir;
+    const fg_param_binding *from[FG_MAX_PARAMS] = {0};
+    const float *src[FG_MAX_PARAMS] = {0};
+    float *copies[FG_MAX_PARAMS] = {0};
+    memset(w, 0, sizeof *w);
+    memset(bias, 0, sizeof *bias);
+    for (int p = 0; p < ir->n_params; p++) {
+        if (!fg_bn_fold_reads(fold, p))
+            continue;
+        from[p] = p == i ? b : &layer->params[p];
+        if (!from[p]->bound)
+            return FG_OK; /* the fold waits for the last of its parameters */
+    }
+    fg_status s = FG_OK;
+    for (int p = 0; p < ir->n_params && s == FG_OK; p++) {
+        if (!from[p])
+            continue;
+        if (from[p]->host)
+            src[p] = from[p]->host;
+        else if ((s = read_back(layer, from[p]->device, (size_t)ir->params[p].count * sizeof(float), &copies[p])) ==
+                 FG_OK)
+            src[p] = copies[p];
+    }
+    if (s == FG_OK)
+        s = fold_into(layer, src, w, bias);
     for (int p = 0; p < ir->n_params; p++)
         free(copies[p]);
     return s;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "api_internal.h"
 #include "fusegen.h"
 #include "safetensors.h"
 #include "test_util.h"
@@ -494,12 +495,67 @@ static void batch_norm_state_in_a_strict_bind(void **state)
     assert_int_equal(fg_context_destroy(ctx), FG_OK);
 }
 
+/* A batch_norm folded into the conv (gen/fold.h) in a CPU-only context: the layer's folded
+ * weight and bias are computed when the last tensor they come from is bound (from a file),
+ * recomputed at every later bind of one of them, and equal fg_bn_fold_compute on the values
+ * bound at that moment; the bound tensors stay as they were given. */
+static void folded_batch_norm_follows_every_bind(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    fg_layer *layer = NULL;
+    const char *spec = "return layer \"fold\" {\n"
+                       "  input = { \"N\", 1, 3, 3 },\n"
+                       "  conv2d { out_channels = 2, kernel = 1, bias = false },\n"
+                       "  batch_norm { name = \"bn\", stats = \"running\" },\n"
+                       "}\n";
+    if (fg_layer_load_string(ctx, "fold.lua", spec, &layer) != FG_OK)
+        fail_msg("fg_layer_load_string: %s", fg_last_error());
+    const fg_bn_fold *fold = &layer->plan.fold;
+    assert_int_equal(fold->op, 1);
+    const fg_param_binding *fw = &layer->params[fold->folded_weight], *fb = &layer->params[fold->folded_bias];
+    const char *header = "{\"conv.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,1,1],\"data_offsets\":[0,8]},"
+                         "\"bn.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                         "\"bn.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]},"
+                         "\"bn.running_mean\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+                         "\"bn.running_var\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[32,40]},"
+                         "\"bn.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[40,48]}}";
+    /* conv.weight [2,1,1,1], bn.weight, bn.bias, bn.running_mean, bn.running_var [2], the counter */
+    static const float six[12] = {0.5f, -1.5f, 2, 0.75f, -0.5f, 0.125f, 0.3f, -0.2f, 1.1f, 0.9f, 0, 0};
+    /* before the last of them is bound there is nothing to fold */
+    assert_int_equal(fg_layer_bind_host(layer, "conv.weight", six, 8), FG_OK);
+    assert_false(fw->bound || fb->bound);
+    assert_int_equal(fg_layer_bind_safetensors(layer, make_file("fold.safetensors", header, -1, six, 48), 0), FG_OK);
+    float want_w[2], want_b[2];
+    for (int round = 0; round < 3; round++) {
+        const float *params[FG_MAX_PARAMS] = {0};
+        for (int p = 0; p < layer->ir.n_params; p++)
+            params[p] = layer->params[p].host;
+        fg_bn_fold_compute(fold, params, want_w, want_b);
+        assert_true(fw->bound && fb->bound);
+        assert_memory_equal(fw->host, want_w, sizeof want_w);
+        assert_memory_equal(fb->host, want_b, sizeof want_b);
+        if (round == 0) { /* w' = w * gamma / sqrt(var + eps); then a new running variance */
+            assert_true(want_w[0] == (float)(0.5 * 2 / sqrt((double)1.1f + 1e-5)));
+            static const float var[2] = {4, 0.25f};
+            assert_int_equal(fg_layer_bind_host(layer, "bn.running_var", var, sizeof var), FG_OK);
+            assert_true(layer->params[fgt_find_param(&layer->ir, "bn.running_var")].host[0] == 4);
+        } else if (round == 1) { /* a new conv weight */
+            static const float w[2] = {-1, 3};
+            assert_int_equal(fg_layer_bind_host(layer, "conv.weight", w, sizeof w), FG_OK);
+        }
+    }
+    assert_true(want_w[0] == (float)(-1.0 * 2 / sqrt(4 + 1e-5)));
+    assert_int_equal(fg_layer_destroy(layer), FG_OK);
+    assert_int_equal(fg_context_destroy(ctx), FG_OK);
+}
+
 int main(void)
 {
     char *env = fgt_tmpdir("safetensors-env");
     fgt_isolate_environment(env);
     g_dir = fgt_tmpdir("safetensors");
-    struct CMUnitTest tests[N_BAD + 7];
+    struct CMUnitTest tests[N_BAD + 8];
     for (int i = 0; i < N_BAD; i++)
         tests[i] = (struct CMUnitTest){bad_files[i].name, run_bad_file, NULL, NULL, (void *)&bad_files[i]};
     tests[N_BAD] = (struct CMUnitTest)cmocka_unit_test(too_short_and_unreadable);
@@ -509,7 +565,8 @@ int main(void)
     tests[N_BAD + 4] = (struct CMUnitTest)cmocka_unit_test(zero_size_tie);
     tests[N_BAD + 5] = (struct CMUnitTest)cmocka_unit_test(too_many_tensors_and_fifo);
     tests[N_BAD + 6] = (struct CMUnitTest)cmocka_unit_test(batch_norm_state_in_a_strict_bind);
-    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 7, NULL, NULL);
+    tests[N_BAD + 7] = (struct CMUnitTest)cmocka_unit_test(folded_batch_norm_follows_every_bind);
+    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 8, NULL, NULL);
     fgt_rmtree(g_dir);
     free(g_dir);
     fgt_rmtree(env);
