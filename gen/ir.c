@@ -188,3 +188,37 @@ void fg_ir_print(const fg_layer_ir *ir, void (*emit)(void *ctx, const char *line
         emit(ctx, line);
     }
 }
+
+static void add_ignored(const fg_layer_ir *ir, fg_ignored_state *out, int *n, const char *module, const char *leaf,
+                        int rank, int64_t dim, bool int64)
+{
+    char name[sizeof out->name];
+    snprintf(name, sizeof name, "%s.%s", module, leaf);
+    for (int i = 0; i < ir->n_params; i++)
+        if (strcmp(ir->params[i].name, name) == 0)
+            return; /* a parameter of the layer after all (a batch_norm of the same name on running statistics) */
+    for (int i = 0; i < *n; i++)
+        if (strcmp(out[i].name, name) == 0)
+            return;
+    fg_ignored_state *e = &out[(*n)++];
+    memcpy(e->name, name, sizeof name);
+    e->rank = rank;
+    e->dim = dim;
+    e->int64 = int64;
+}
+
+int fg_ir_ignored_state(const fg_layer_ir *ir, fg_ignored_state out[FG_MAX_IGNORED_STATE])
+{
+    int n = 0;
+    for (int k = 0; k < ir->n_ops; k++) {
+        const fg_op *op = &ir->ops[k];
+        if (op->kind != FG_OP_BATCH_NORM)
+            continue;
+        if (!op->running_stats) {
+            add_ignored(ir, out, &n, op->name, "running_mean", 1, op->in.dim[1], false);
+            add_ignored(ir, out, &n, op->name, "running_var", 1, op->in.dim[1], false);
+        }
+        add_ignored(ir, out, &n, op->name, "num_batches_tracked", 0, 1, true);
+    }
+    return n;
+}

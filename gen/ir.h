@@ -146,6 +146,8 @@ typedef struct fg_op {
     double eps;
     bool affine;
     int running_stats;       /* batch_norm: the `stats` choice, 1 for "running" */
+    double momentum;         /* batch_norm: PyTorch's momentum (recorded, unused: docs/spec.md) */
+    bool has_momentum;       /* given; absent stands for PyTorch's momentum=None */
     int normalized_rank;     /* layer_norm: how many trailing dims are normalized */
     int mean_param, var_param; /* batch_norm running statistics */
 
@@ -221,6 +223,23 @@ typedef struct fg_stat_layout {
 } fg_stat_layout;
 
 void fg_norm_stat_layout(const fg_op *op, fg_stat_layout *out);
+
+/* A state_dict entry a layer accepts and never reads: every batch_norm's num_batches_tracked
+ * (an int64 scalar) and, for one with batch statistics, its running_mean and running_var [C]
+ * (the forward pass with batch statistics does not update them: docs/spec.md,
+ * Normalizations). PyTorch's BatchNorm has them in its state_dict, so strict binding
+ * accepts them; none is a parameter of the layer. */
+typedef struct fg_ignored_state {
+    char name[FG_NAME_MAX + 24]; /* room for ".num_batches_tracked" after any module name */
+    int rank;                    /* 0: a scalar, 1: [dim] */
+    int64_t dim;
+    bool int64;                  /* stored as int64 (safetensors I64), else float32 */
+} fg_ignored_state;
+
+#define FG_MAX_IGNORED_STATE (3 * FG_MAX_OPS)
+
+/* The layer's ignored state entries, each name once, in op order; returns their count. */
+int fg_ir_ignored_state(const fg_layer_ir *ir, fg_ignored_state out[FG_MAX_IGNORED_STATE]);
 
 /* A human-readable dump of the IR with shapes, used by `fusegen plan`. */
 void fg_ir_print(const fg_layer_ir *ir, void (*emit)(void *ctx, const char *line), void *ctx);

@@ -81,6 +81,17 @@ static const char *dropout_inference(fg_op *op, char *msg, size_t cap)
     return NULL;
 }
 
+static const char *batch_norm_momentum(fg_op *op, char *msg, size_t cap)
+{
+    if (op->has_momentum && (op->momentum < 0 || op->momentum > 1)) {
+        snprintf(msg, cap, "must be between 0 and 1 (got %g), as PyTorch's BatchNorm momentum; leave it out for "
+                           "momentum=None (a cumulative average)",
+                 op->momentum);
+        return "momentum";
+    }
+    return NULL;
+}
+
 static bool running_statistics(const fg_op *op)
 {
     return op->running_stats == 1;
@@ -426,12 +437,17 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .fields = {MODULE_NAME(NULL, "module name, prefix of the parameters"), EPS, AFFINE(1),
                    {.name = "stats", .type = FG_FIELD_CHOICE, .member = M(running_stats), .choices = batch_norm_stats,
                     .n_choices = 2,
-                    .doc = "\"batch\": batch statistics (training mode); \"running\": <name>.running_mean/var"}},
+                    .doc = "\"batch\": batch statistics (training mode); \"running\": <name>.running_mean/var"},
+                   {.name = "momentum", .type = FG_FIELD_OPT_NUMBER, .member = M(momentum), .flag = M(has_momentum),
+                    .describe = FG_DESCRIBE_GIVEN,
+                    .doc = "PyTorch's momentum, 0..1 (absent: None); recorded, the running statistics are not updated"}},
+        .check = batch_norm_momentum,
         .norm = {.channels = FG_NORM_EACH, .over_batch = true},
         .stats = &norm_stats,
         .stats_unless = running_statistics,
         .doc = "per channel, over the batch and all spatial dims (or the running statistics)",
-        .examples = {"batch_norm {}", "batch_norm { stats = \"running\" }"},
+        .examples = {"batch_norm { momentum = 0.1 }", "batch_norm { stats = \"running\" }",
+                     "relu {}, batch_norm { stats = \"running\", affine = false }"},
     },
     [FG_OP_LAYER_NORM] = {
         .name = "layer_norm",

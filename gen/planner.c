@@ -786,10 +786,24 @@ static void add_arg(fg_pass *ps, fg_arg_kind kind, int index)
     ps->n_args++;
 }
 
+int fg_plan_conv_params(const fg_layer_ir *ir, const fg_plan *plan, int *bias)
+{
+    const fg_op *conv = &ir->ops[0];
+    if (plan->fold.op >= 0) {
+        *bias = plan->fold.folded_bias;
+        return plan->fold.folded_weight;
+    }
+    *bias = conv->bias ? conv->bias_param : -1;
+    return conv->weight_param;
+}
+
 /* Everything op j reads when evaluated inline. */
 static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p, fg_pass *ps, int j)
 {
     const fg_op *op = &ir->ops[j];
+    int bias;
+    if (j == plan->fold.op)
+        return; /* folded into the conv's weights: the identity here */
     if (j == 0 && ps->conv.engine == FG_CONV_WGMMA) {
         /* the packed operands instead of the input and the weights */
         const struct fg_wgmma_tiling *w = &ps->conv.wg;
@@ -797,13 +811,14 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
         if (w->packed_lo >= 0)
             add_arg(ps, FG_ARG_BUFFER, w->packed_lo);
         add_arg(ps, FG_ARG_BUFFER, w->packed_w);
-        if (op->bias)
-            add_arg(ps, FG_ARG_PARAM, op->bias_param);
+        fg_plan_conv_params(ir, plan, &bias);
+        if (bias >= 0)
+            add_arg(ps, FG_ARG_PARAM, bias);
     } else if (j == 0) {
         add_arg(ps, FG_ARG_INPUT, 0);
-        add_arg(ps, FG_ARG_PARAM, op->weight_param);
-        if (op->bias)
-            add_arg(ps, FG_ARG_PARAM, op->bias_param);
+        add_arg(ps, FG_ARG_PARAM, fg_plan_conv_params(ir, plan, &bias));
+        if (bias >= 0)
+            add_arg(ps, FG_ARG_PARAM, bias);
     }
     if (op->operand == FG_OPERAND_PARAM)
         add_arg(ps, FG_ARG_PARAM, op->operand_param);
@@ -844,7 +859,8 @@ static void pass_args(const fg_layer_ir *ir, fg_plan *plan, const planner *p, fg
         return;
     }
     if (ps->kind == FG_PASS_PACK_WEIGHTS) {
-        add_arg(ps, FG_ARG_PARAM, ir->ops[0].weight_param);
+        int bias;
+        add_arg(ps, FG_ARG_PARAM, fg_plan_conv_params(ir, plan, &bias));
         add_arg(ps, FG_ARG_BUFFER, p->wg.packed_w);
         add_arg(ps, FG_ARG_BATCH, 0);
         add_arg(ps, FG_ARG_BATCH_BASE, 0);
@@ -1101,6 +1117,7 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
     }
     for (int k = 0; k < ir->n_ops; k++)
         plan->inline_loop[k] = is_window(&ir->ops[k]);
+    fg_bn_fold_find(ir, &plan->fold);
 }
 
 /* The last op of a chain that starts at op `first` in a pass that can compute every value
@@ -1408,6 +1425,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         "resident (one kernel; a cluster keeps each norm group in shared memory)"};
     snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes, strategies[plan->strategy]);
     emit(ctx, line);
+    if (plan->fold.op >= 0) {
+        const fg_op *bn = &ir->ops[plan->fold.op];
+        snprintf(line, sizeof line,
+                 "  folded: %s %s (v%d, line %d) into the conv's weights and bias, computed in float64 when they "
+                 "are bound; the kernels read v%d as v%d",
+                 fg_op_kind_name(bn->kind), bn->name, plan->fold.op, bn->line, plan->fold.op, plan->fold.op - 1);
+        emit(ctx, line);
+    }
     for (int i = 0; i < plan->n_passes; i++) {
         const fg_pass *ps = &plan->passes[i];
         int len;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "../common/diag.h"
+#include "fold.h"
 #include "ir.h"
 #include "op_registry.h"
 
@@ -222,6 +223,10 @@ typedef struct fg_plan {
     /* the accumulator holding a value's reduction / statistics, -1 when none */
     int op_accum[FG_MAX_OPS];
     int op_max_accum[FG_MAX_OPS];
+    /* a batch_norm folded into the conv (gen/fold.h; fold.op -1: none): the conv reads the
+     * folded weight and bias, kernel parameters fold.folded_weight and fold.folded_bias, and
+     * the folded op is the identity in every pass */
+    fg_bn_fold fold;
 } fg_plan;
 
 /* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the
@@ -266,6 +271,10 @@ const char *fg_plan_conv_engine_name(const fg_plan *plan);
  * first run (runtime/tuning.h). False when opts force an engine. */
 bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *opts, const fg_plan *plan,
                                 fg_plan_options *alternative);
+
+/* The kernel parameters the conv reads as its weight and bias: the spec's, or the folded
+ * ones (gen/fold.h). Returns the weight's; *bias is -1 when the conv adds none. */
+int fg_plan_conv_params(const fg_layer_ir *ir, const fg_plan *plan, int *bias);
 
 /* "sm_90" / "sm_90a" -> 90; 0 when the text is not an architecture. */
 int fg_arch_sm(const char *arch);

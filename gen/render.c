@@ -203,8 +203,10 @@ static void push_semantics(lua_State *L, const fg_op *op, const fg_op_def *d)
 }
 
 /* Op k as the templates see it. Its shapes are the layouts the kernels index values by
- * (fg_value_layout): a shape op is the identity there, in the layout before it. */
-static void push_op(lua_State *L, const fg_layer_ir *ir, int k)
+ * (fg_value_layout): a shape op is the identity there, in the layout before it. With a
+ * batch_norm folded into the conv (gen/fold.h), the conv reads the folded weight and bias and
+ * the batch_norm is marked `folded` (the identity). */
+static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold, int k)
 {
     const fg_op *op = &ir->ops[k];
     const fg_op_def *d = fg_op_def_of(op->kind);
@@ -232,9 +234,12 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, int k)
     set_int3(L, "stride", op->stride, 3);
     set_int3(L, "padding", op->padding, 3);
     set_int3(L, "dilation", op->dilation, 3);
-    set_bool(L, "bias", op->bias);
-    set_int(L, "weight_param", op->weight_param);
-    set_int(L, "bias_param", op->bias_param);
+    bool into_conv = k == 0 && fold->op >= 0;
+    set_bool(L, "bias", into_conv || op->bias);
+    set_int(L, "weight_param", into_conv ? fold->folded_weight : op->weight_param);
+    set_int(L, "bias_param", into_conv ? fold->folded_bias : op->bias_param);
+    if (k == fold->op)
+        set_bool(L, "folded", true);
     static const char *const operand_names[] = {"none", "scalar", "param", "value"};
     set_str(L, "operand", operand_names[op->operand]);
     set_num(L, "scalar", op->scalar);
@@ -260,6 +265,16 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, int k)
     }
 }
 
+static void push_param(lua_State *L, const char *name, int rank, const int64_t *dim, int64_t count)
+{
+    lua_createtable(L, 0, 4);
+    set_str(L, "name", name);
+    set_int(L, "rank", rank);
+    push_int_array(L, dim, rank);
+    lua_setfield(L, -2, "dim");
+    set_int(L, "count", count);
+}
+
 /* The accumulators (monoids) by name: what feed.lua and finalize.lua print for each. */
 static void push_accum_defs(lua_State *L)
 {
@@ -282,7 +297,7 @@ static void push_accum_defs(lua_State *L)
     }
 }
 
-static void push_ir(lua_State *L, const fg_layer_ir *ir)
+static void push_ir(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold)
 {
     lua_createtable(L, 0, 8);
     set_str(L, "name", ir->name);
@@ -293,21 +308,25 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir)
     set_int(L, "n_ops", ir->n_ops);
     lua_createtable(L, ir->n_ops, 1);
     for (int k = 0; k < ir->n_ops; k++) {
-        push_op(L, ir, k);
+        push_op(L, ir, fold, k);
         lua_rawseti(L, -2, k);
     }
     lua_setfield(L, -2, "ops");
-    set_int(L, "n_params", ir->n_params);
-    lua_createtable(L, ir->n_params, 1);
+    int n_params = fg_bn_fold_param_count(ir, fold);
+    set_int(L, "n_params", n_params);
+    lua_createtable(L, n_params, 1);
     for (int i = 0; i < ir->n_params; i++) {
         const fg_param *p = &ir->params[i];
-        lua_createtable(L, 0, 4);
-        set_str(L, "name", p->name);
-        set_int(L, "rank", p->rank);
-        push_int_array(L, p->dim, p->rank);
-        lua_setfield(L, -2, "dim");
-        set_int(L, "count", p->count);
+        push_param(L, p->name, p->rank, p->dim, p->count);
         lua_rawseti(L, -2, i);
+    }
+    if (fold->op >= 0) {
+        /* the folded tensors: the conv weight's shape, and one bias per output channel */
+        const fg_param *w = &ir->params[fold->conv_weight];
+        push_param(L, "(folded weight)", w->rank, w->dim, w->count);
+        lua_rawseti(L, -2, fold->folded_weight);
+        push_param(L, "(folded bias)", 1, &fold->channels, fold->channels);
+        lua_rawseti(L, -2, fold->folded_bias);
     }
     lua_setfield(L, -2, "params");
 }
@@ -495,7 +514,7 @@ static int render_protected(lua_State *L)
     lua_pushstring(L, "layer");
     lua_call(L, 1, 1);
     lua_getfield(L, -1, "render");
-    push_ir(L, rc->ir);
+    push_ir(L, rc->ir, &rc->plan->fold);
     push_plan(L, rc->plan);
     lua_call(L, 2, 1);
     if (lua_type(L, -1) != LUA_TSTRING)

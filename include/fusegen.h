@@ -118,8 +118,19 @@ FG_API fg_status fg_layer_param_count(const fg_layer *layer, int *count);
 FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const char **name, int *rank,
                                      int64_t dims[FG_MAX_DIMS]);
 
+/* State a module's state_dict carries that the layer accepts and never reads: every
+ * batch_norm's num_batches_tracked (dtype "I64", rank 0) and, for one with batch statistics,
+ * its running_mean and running_var ("F32", [C]: the forward pass leaves them unchanged).
+ * Strict binding (fg_layer_bind_safetensors, the Python bindings) accepts these keys. */
+FG_API fg_status fg_layer_ignored_count(const fg_layer *layer, int *count);
+FG_API fg_status fg_layer_ignored_info(const fg_layer *layer, int index, const char **name, int *rank,
+                                       int64_t dims[FG_MAX_DIMS], const char **dtype);
+
 /* Binds one parameter to caller-owned device memory (float32, contiguous, `bytes` must
- * equal its size). The memory must stay valid while the layer runs. */
+ * equal its size). The memory must stay valid while the layer runs. A parameter a folded
+ * batch_norm is computed from (the conv's weight and bias, the norm's parameters and
+ * running statistics: `fusegen plan` says "folded") is read once, here: after changing its
+ * memory, bind it again. */
 FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes);
 /* Binds one parameter from host memory; the layer keeps a copy (on the device too when the
  * context has one). */

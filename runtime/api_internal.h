@@ -49,7 +49,12 @@ struct fg_layer {
                                         (runtime/tuning.h); NULL when none or decided. The
                                         plan and launch table change only then, under the
                                         context's lock */
-    fg_param_binding params[FG_MAX_PARAMS];
+    /* the spec's parameters, then (gen/fold.h) the folded conv weight and bias, which the
+     * layer computes from them whenever one of those is bound */
+    fg_param_binding params[FG_MAX_KERNEL_PARAMS];
+    /* state_dict entries the layer accepts and never reads (fg_layer_ignored_info) */
+    int n_ignored;
+    fg_ignored_state ignored[FG_MAX_IGNORED_STATE];
     CUmodule module;
     CUfunction functions[FG_MAX_PASSES];
     fg_cudnn_conv *cudnn;   /* when the plan has a cuDNN pass */

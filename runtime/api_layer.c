@@ -56,6 +56,7 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
         free(layer);
         return s;
     }
+    layer->n_ignored = fg_ir_ignored_state(&layer->ir, layer->ignored);
     layer->graphs_off = ctx->env.no_graphs || layer->plan.n_passes < 2;
     for (int i = 0; i < layer->plan.n_passes; i++)
         if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
@@ -99,13 +100,24 @@ FG_API fg_status fg_layer_load_string(fg_context *ctx, const char *name, const c
     return load(ctx, name, source, source ? strlen(source) : 0, false, out);
 }
 
-static void release_binding(fg_layer *layer, int i)
+/* Frees what a binding owns (its host copy, its device copy) and clears it. */
+static void free_binding(const fg_layer *layer, fg_param_binding *b)
 {
-    fg_param_binding *b = &layer->params[i];
     if (b->owned && layer->ctx->cu)
         layer->ctx->cu->MemFree(b->owned);
     free(b->host);
     memset(b, 0, sizeof *b);
+}
+
+static void release_binding(fg_layer *layer, int i)
+{
+    free_binding(layer, &layer->params[i]);
+}
+
+/* The kernel parameters of the layer: the spec's, and the folded weight and bias. */
+static int kernel_param_count(const fg_layer *layer)
+{
+    return fg_bn_fold_param_count(&layer->ir, &layer->plan.fold);
 }
 
 /* Waits until the GPU has finished the layer's last run (its kernels read the parameters'
@@ -119,18 +131,135 @@ static void wait_for_gpu_runs(fg_layer *layer)
     }
 }
 
-/* Puts `b` in place of parameter i's binding. Runs read the bindings (a CPU run its host
- * copy, a GPU run its device copy, asynchronously): the swap waits for the runs in flight in
- * other threads (the bindings lock) and for the GPU to finish the last one, then frees the
- * old copies. */
-static void replace_binding(fg_layer *layer, int i, const fg_param_binding *b)
+/* A host copy of device memory the caller bound (the fold reads it): the device first
+ * finishes what is queued (the tensor may have just been written, on any stream). */
+static fg_status read_back(fg_layer *layer, CUdeviceptr src, size_t bytes, float **out)
 {
+    const fg_cuda *cu = layer->ctx->cu;
+    fg_status s = fg_api_enter(layer->ctx);
+    if (s != FG_OK)
+        return s;
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out)
+        return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+    CUresult r = cu->CtxSynchronize();
+    if (r == CUDA_SUCCESS)
+        r = cu->MemcpyDtoH(*out, src, bytes);
+    if (r != CUDA_SUCCESS) {
+        free(*out);
+        *out = NULL;
+        fg_error err;
+        fg_cuda_fail(&err, r, "reading back a device-bound parameter to fold a batch_norm");
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
+    }
+    return FG_OK;
+}
+
+/* w' and b' (gen/fold.h) from the host values `src`, into new bindings with a host copy
+ * and, in a context with a device, a device copy; on failure both stay unbound. */
+static fg_status fold_into(fg_layer *layer, const float *const *src, fg_param_binding *w, fg_param_binding *bias)
+{
+    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_cuda *cu = layer->ctx->cu;
+    fg_param_binding *dst[2] = {w, bias};
+    size_t bytes[2] = {(size_t)(fold->channels * fold->per_channel) * sizeof(float),
+                       (size_t)fold->channels * sizeof(float)};
+    fg_status s = FG_OK;
+    w->host = malloc(bytes[0]);
+    bias->host = malloc(bytes[1]);
+    if (!w->host || !bias->host)
+        s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+    else
+        fg_bn_fold_compute(fold, src, w->host, bias->host);
+    if (s == FG_OK && cu && (s = fg_api_enter(layer->ctx)) == FG_OK) {
+        CUresult r = CUDA_SUCCESS;
+        for (int k = 0; k < 2 && r == CUDA_SUCCESS; k++) {
+            r = cu->MemAlloc(&dst[k]->owned, bytes[k]);
+            if (r == CUDA_SUCCESS)
+                r = cu->MemcpyHtoD(dst[k]->owned, dst[k]->host, bytes[k]);
+            dst[k]->device = dst[k]->owned;
+        }
+        if (r != CUDA_SUCCESS) {
+            fg_error err;
+            fg_cuda_fail(&err, r, "copying a folded batch_norm's weights to the device");
+            s = fg_api_fail_error(r == CUDA_ERROR_OUT_OF_MEMORY ? FG_ERR_OUT_OF_MEMORY : FG_ERR_CUDA, &err);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        if (s == FG_OK)
+            dst[k]->bound = true;
+        else
+            free_binding(layer, dst[k]);
+    }
+    return s;
+}
+
+/* The folded conv weight and bias from the parameters bound now, `b` standing for parameter
+ * i (device-bound ones are read back). *w and *bias stay unbound when a parameter the fold
+ * reads is not bound yet. Bindings lock held. */
+static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b, fg_param_binding *w,
+                              fg_param_binding *bias)
+{
+    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_layer_ir *ir = &layer->ir;
+    const fg_param_binding *from[FG_MAX_PARAMS] = {0};
+    const float *src[FG_MAX_PARAMS] = {0};
+    float *copies[FG_MAX_PARAMS] = {0};
+    memset(w, 0, sizeof *w);
+    memset(bias, 0, sizeof *bias);
+    for (int p = 0; p < ir->n_params; p++) {
+        if (!fg_bn_fold_reads(fold, p))
+            continue;
+        from[p] = p == i ? b : &layer->params[p];
+        if (!from[p]->bound)
+            return FG_OK; /* the fold waits for the last of its parameters */
+    }
+    fg_status s = FG_OK;
+    for (int p = 0; p < ir->n_params && s == FG_OK; p++) {
+        if (!from[p])
+            continue;
+        if (from[p]->host)
+            src[p] = from[p]->host;
+        else if ((s = read_back(layer, from[p]->device, (size_t)ir->params[p].count * sizeof(float), &copies[p])) ==
+                 FG_OK)
+            src[p] = copies[p];
+    }
+    if (s == FG_OK)
+        s = fold_into(layer, src, w, bias);
+    for (int p = 0; p < ir->n_params; p++)
+        free(copies[p]);
+    return s;
+}
+
+/* Puts `b` (its copies now the layer's) in place of parameter i's binding, and when the
+ * parameter feeds a folded batch_norm, the folded weight and bias recomputed with it: all
+ * together, so that no run sees a fold of older values; on failure nothing changes and b's
+ * copies are freed. Runs read the bindings (a CPU run its host copy, a GPU run its device
+ * copy, asynchronously): the swap waits for the runs in flight in other threads (the
+ * bindings lock) and for the GPU to finish the last one, then frees the old copies. */
+static fg_status replace_binding(fg_layer *layer, int i, fg_param_binding *b)
+{
+    const fg_bn_fold *fold = &layer->plan.fold;
+    fg_param_binding w, bias;
     pthread_rwlock_wrlock(&layer->bindings_lock);
-    wait_for_gpu_runs(layer);
-    release_binding(layer, i);
-    layer->params[i] = *b;
-    layer->binding_generation++;
+    bool refold = fg_bn_fold_reads(fold, i);
+    fg_status s = refold ? compute_fold(layer, i, b, &w, &bias) : FG_OK;
+    if (s == FG_OK) {
+        wait_for_gpu_runs(layer);
+        release_binding(layer, i);
+        layer->params[i] = *b;
+        if (refold) {
+            release_binding(layer, fold->folded_weight);
+            release_binding(layer, fold->folded_bias);
+            layer->params[fold->folded_weight] = w;
+            layer->params[fold->folded_bias] = bias;
+        }
+        layer->binding_generation++;
+    } else {
+        free_binding(layer, b);
+    }
     pthread_rwlock_unlock(&layer->bindings_lock);
+    return s;
 }
 
 FG_API fg_status fg_layer_destroy(fg_layer *layer)
@@ -141,7 +270,7 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_destroy: not a live layer (NULL or destroyed)");
     const fg_cuda *cu = layer->ctx->cu;
     wait_for_gpu_runs(layer);
-    for (int i = 0; i < layer->ir.n_params; i++)
+    for (int i = 0; i < kernel_param_count(layer); i++)
         release_binding(layer, i);
     if (cu && layer->graph)
         cu->GraphExecDestroy(layer->graph);
@@ -244,6 +373,50 @@ FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const cha
     return s;
 }
 
+static fg_status ignored_count_held(const fg_layer *layer, int *count)
+{
+    if (!count)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_ignored_count: count is NULL");
+    *count = layer->n_ignored;
+    return FG_OK;
+}
+
+FG_API fg_status fg_layer_ignored_count(const fg_layer *layer, int *count)
+{
+    ENTER_LAYER(layer, "fg_layer_ignored_count");
+    fg_status s = ignored_count_held(layer, count);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status ignored_info_held(const fg_layer *layer, int index, const char **name, int *rank,
+                                   int64_t dims[FG_MAX_DIMS], const char **dtype)
+{
+    if (index < 0 || index >= layer->n_ignored)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "fg_layer_ignored_info: index %d out of range (the layer ignores %d state_dict entries)", index,
+                           layer->n_ignored);
+    const fg_ignored_state *e = &layer->ignored[index];
+    if (name)
+        *name = e->name;
+    if (rank)
+        *rank = e->rank;
+    if (dims && e->rank == 1)
+        dims[0] = e->dim;
+    if (dtype)
+        *dtype = e->int64 ? "I64" : "F32";
+    return FG_OK;
+}
+
+FG_API fg_status fg_layer_ignored_info(const fg_layer *layer, int index, const char **name, int *rank,
+                                       int64_t dims[FG_MAX_DIMS], const char **dtype)
+{
+    ENTER_LAYER(layer, "fg_layer_ignored_info");
+    fg_status s = ignored_info_held(layer, index, name, rank, dims, dtype);
+    fg_handle_release(layer);
+    return s;
+}
+
 static int find_param(const fg_layer *layer, const char *name)
 {
     for (int i = 0; i < layer->ir.n_params; i++)
@@ -278,8 +451,7 @@ static fg_status bind_device_held(fg_layer *layer, const char *name, const void 
     fg_status s = fg_api_enter(layer->ctx);
     if (s != FG_OK)
         return s;
-    replace_binding(layer, i, &(fg_param_binding){.bound = true, .device = (CUdeviceptr)device_ptr});
-    return FG_OK;
+    return replace_binding(layer, i, &(fg_param_binding){.bound = true, .device = (CUdeviceptr)device_ptr});
 }
 
 FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes)
@@ -323,8 +495,7 @@ static fg_status bind_host_held(fg_layer *layer, const char *name, const float *
             return s;
         }
     }
-    replace_binding(layer, i, &(fg_param_binding){.bound = true, .host = copy, .device = dev, .owned = dev});
-    return FG_OK;
+    return replace_binding(layer, i, &(fg_param_binding){.bound = true, .host = copy, .device = dev, .owned = dev});
 }
 
 FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const float *data, size_t bytes)
@@ -354,6 +525,40 @@ static void shape_text(int rank, const int64_t *dim, char *buf, size_t cap)
         snprintf(buf + len, cap - len, "]");
 }
 
+static const fg_ignored_state *find_ignored(const fg_layer *layer, const char *name)
+{
+    for (int i = 0; i < layer->n_ignored; i++)
+        if (strcmp(layer->ignored[i].name, name) == 0)
+            return &layer->ignored[i];
+    return NULL;
+}
+
+/* A tensor of the file that is no parameter of the layer, in a strict bind: accepted when it
+ * is state the layer ignores (fg_layer_ignored_info) with the dtype and shape PyTorch saves
+ * it with, or any module's num_batches_tracked (BatchNorm's step counter, an int64 scalar);
+ * an error naming it otherwise. */
+static fg_status check_unused_tensor(const fg_layer *layer, const char *path, const fg_tensor *t)
+{
+    char shown[512], got[128], want[64];
+    const fg_ignored_state *e = find_ignored(layer, t->name);
+    const char *suffix = strrchr(t->name, '.');
+    if (!e && !(suffix && strcmp(suffix, ".num_batches_tracked") == 0))
+        return fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is not a parameter of layer %s (pass allow_extra to "
+                                               "ignore tensors the spec does not use)",
+                           path, fg_tensor_name_shown(t->name, shown, sizeof shown), layer->ir.name);
+    fg_ignored_state counter = {.rank = 0, .int64 = true};
+    if (!e)
+        e = &counter;
+    if (strcmp(t->dtype, e->int64 ? "I64" : "F32") == 0 && t->rank == e->rank && (e->rank == 0 || t->dim[0] == e->dim))
+        return FG_OK;
+    shape_text(t->rank, t->dim, got, sizeof got);
+    shape_text(e->rank, &e->dim, want, sizeof want);
+    return fg_api_fail(FG_ERR_TENSOR_FILE,
+                       "%s: tensor '%s' is %s %s; layer %s accepts it, and leaves it unused, as BatchNorm state: %s %s",
+                       path, fg_tensor_name_shown(t->name, shown, sizeof shown), t->dtype, got, layer->ir.name,
+                       e->int64 ? "I64" : "F32", want);
+}
+
 static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int allow_extra)
 {
     if (!path)
@@ -380,18 +585,9 @@ static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int al
                             layer->ir.name, a);
         }
     }
-    for (int i = 0; i < f.n && s == FG_OK && !allow_extra; i++) {
-        const char *name = f.tensors[i].name;
-        const char *suffix = strrchr(name, '.');
-        /* BatchNorm's step counter is state, not a parameter of the forward pass */
-        if (suffix && strcmp(suffix, ".num_batches_tracked") == 0)
-            continue;
-        char shown[512];
-        if (find_param(layer, name) < 0)
-            s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is not a parameter of layer %s (pass allow_extra to "
-                                                "ignore tensors the spec does not use)",
-                            path, fg_tensor_name_shown(name, shown, sizeof shown), layer->ir.name);
-    }
+    for (int i = 0; i < f.n && s == FG_OK && !allow_extra; i++)
+        if (find_param(layer, f.tensors[i].name) < 0)
+            s = check_unused_tensor(layer, path, &f.tensors[i]);
     for (int i = 0; i < layer->ir.n_params && s == FG_OK; i++) {
         const fg_tensor *t = fg_tensor_find(&f, layer->ir.params[i].name);
         s = bind_host_held(layer, t->name, t->data, t->count * sizeof(float));
@@ -504,6 +700,11 @@ static fg_status check_bound(const fg_layer *layer, bool host)
                                b->bound ? " in host memory (the CPU path needs fg_layer_bind_host or a safetensors file)"
                                         : "");
     }
+    const fg_bn_fold *fold = &layer->plan.fold;
+    if (!host && fold->op >= 0 && !(layer->params[fold->folded_weight].bound && layer->params[fold->folded_bias].bound))
+        return fg_api_fail(FG_ERR_UNBOUND, "layer %s: batch_norm '%s' is folded into the conv but its folded weights "
+                                           "were not computed: bind its parameters again",
+                           layer->ir.name, layer->ir.ops[fold->op].name);
     return FG_OK;
 }
 
@@ -592,8 +793,8 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.workspace = layer->workspace;
     mem.cudnn = layer->cudnn;
     mem.sm_count = layer->ctx->sm_count;
-    CUdeviceptr params[FG_MAX_PARAMS];
-    for (int i = 0; i < layer->ir.n_params; i++)
+    CUdeviceptr params[FG_MAX_KERNEL_PARAMS];
+    for (int i = 0; i < kernel_param_count(layer); i++)
         params[i] = layer->params[i].device;
     mem.params = params;
     if (!layer->graphs_off && !graph_matches(layer, &mem, batch) && capture_graph(layer, &mem, batch) != 0)
@@ -731,8 +932,8 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
                         layer->ir.name, (unsigned long long)mem.layout.total, (long long)batch, workspace_bytes,
                         workspace ? "" : " at NULL");
     if (s == FG_OK) {
-        CUdeviceptr params[FG_MAX_PARAMS];
-        for (int i = 0; i < layer->ir.n_params; i++)
+        CUdeviceptr params[FG_MAX_KERNEL_PARAMS];
+        for (int i = 0; i < kernel_param_count(layer); i++)
             params[i] = layer->params[i].device;
         mem.input = (CUdeviceptr)input;
         mem.output = (CUdeviceptr)output;

@@ -23,7 +23,7 @@ static int check_args(const fg_layer_ir *ir, const fg_plan *plan, int i, const f
             limit = plan->n_buffers, what = "buffer";
             break;
         case FG_ARG_PARAM:
-            limit = ir->n_params, what = "parameter";
+            limit = fg_bn_fold_param_count(ir, &plan->fold), what = "parameter";
             break;
         case FG_ARG_ACCUM:
         case FG_ARG_STATS:
@@ -77,6 +77,10 @@ static int check_plan(const fg_layer_ir *ir, const fg_plan *plan, fg_error *err)
     if (conv->weight_param < 0 || conv->weight_param >= ir->n_params ||
         (conv->bias && (conv->bias_param < 0 || conv->bias_param >= ir->n_params)))
         return fg_fail(err, "layer %s: the conv's parameters are out of range", ir->name);
+    const fg_bn_fold *fold = &plan->fold;
+    if (fold->op >= 0 && (fold->op != 1 || fold->folded_weight != ir->n_params || fold->folded_bias != ir->n_params + 1))
+        return fg_fail(err, "layer %s: the plan's folded batch_norm (op %d, parameters %d and %d) does not fit the layer",
+                       ir->name, fold->op, fold->folded_weight, fold->folded_bias);
     return 0;
 }
 
@@ -91,9 +95,8 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
     t->n_passes = plan->n_passes;
     t->n_buffers = plan->n_buffers;
     t->n_accums = plan->n_accums;
-    t->n_params = ir->n_params;
-    t->conv_weight = ir->ops[0].weight_param;
-    t->conv_bias = ir->ops[0].bias ? ir->ops[0].bias_param : -1;
+    t->n_params = fg_bn_fold_param_count(ir, &plan->fold);
+    t->conv_weight = fg_plan_conv_params(ir, plan, &t->conv_bias);
     for (int i = 0; i < plan->n_buffers; i++) {
         t->buffers[i].per_sample = (uint64_t)plan->buffers[i].per_sample * 4; /* floats */
         t->buffers[i].fixed = (uint64_t)plan->buffers[i].fixed * 4;

@@ -78,7 +78,7 @@ typedef struct timing {
     const fg_cuda *cu;
     CUmodule module[2];
     CUfunction functions[2][FG_MAX_PASSES];
-    CUdeviceptr input, output, workspace, params[FG_MAX_PARAMS];
+    CUdeviceptr input, output, workspace, params[FG_MAX_KERNEL_PARAMS];
     int n_params;
     CUstream stream;
     CUevent ev[2][TIMED_RUNS + 1][2];
@@ -168,8 +168,15 @@ static int time_candidates(fg_layer *layer, const fg_launch_table *launch[2], co
         r = cu->MemAlloc(&t.output, out ? out * sizeof(float) : 4);
     if (r == CUDA_SUCCESS)
         r = cu->MemAlloc(&t.workspace, workspace ? workspace : 256);
-    for (int i = 0; i < ir->n_params && r == CUDA_SUCCESS; i++, t.n_params++)
-        r = upload_random(cu, &t.params[i], (size_t)ir->params[i].count, 1 + (uint64_t)i);
+    /* the kernel parameters: the spec's, and a folded batch norm's weight and bias (gen/fold.h;
+     * both candidates fold alike, the engine is all they differ in) */
+    const fg_bn_fold *fold = &plan[0]->fold;
+    for (int i = 0; i < fg_bn_fold_param_count(ir, fold) && r == CUDA_SUCCESS; i++, t.n_params++) {
+        int64_t count = i < ir->n_params             ? ir->params[i].count
+                        : i == fold->folded_weight ? fold->channels * fold->per_channel
+                                                   : fold->channels;
+        r = upload_random(cu, &t.params[i], (size_t)count, 1 + (uint64_t)i);
+    }
     if (r == CUDA_SUCCESS)
         r = cu->StreamCreate(&t.stream, CU_STREAM_NON_BLOCKING);
     for (int c = 0; c < 2 && r == CUDA_SUCCESS; c++)

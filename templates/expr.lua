@@ -254,6 +254,9 @@ end
 function Eval:compute(k, coords)
   local op = self.layer.ops[k]
   local cls = op.class
+  -- a batch_norm folded into the conv's weights and bias (gen/fold.h): the conv's value already
+  -- is its output
+  if op.folded then return self:eval(k - 1, coords) end
   if cls == "conv" then
     error(string.format("value %d (the convolution) is not available in pass %d at %s", k, self.pass.index,
       table.concat(coords, ",")))

@@ -53,6 +53,7 @@ end
 local function describe_op(op)
   local s = op.spec_name
   if op.as ~= "" then s = s .. " as " .. op.as end
+  if op.folded then s = s .. " (folded)" end
   return s
 end
 

@@ -198,6 +198,9 @@ static void check_every_layer_function(fg_layer *bad, const char *what)
     EXPECT_FAIL(fg_layer_output_shape(bad, 1, &rank, dims), FG_ERR_INVALID_ARGUMENT, "not a live layer");
     EXPECT_FAIL(fg_layer_param_count(bad, &count), FG_ERR_INVALID_ARGUMENT, "not a live layer");
     EXPECT_FAIL(fg_layer_param_info(bad, 0, &name, &rank, dims), FG_ERR_INVALID_ARGUMENT, "not a live layer");
+    EXPECT_FAIL(fg_layer_ignored_count(bad, &count), FG_ERR_INVALID_ARGUMENT, "not a live layer");
+    EXPECT_FAIL(fg_layer_ignored_info(bad, 0, &name, &rank, dims, &name), FG_ERR_INVALID_ARGUMENT,
+                "not a live layer");
     EXPECT_FAIL(fg_layer_bind_device(bad, "conv.weight", buf, sizeof buf), FG_ERR_INVALID_ARGUMENT,
                 "not a live layer");
     EXPECT_FAIL(fg_layer_bind_host(bad, "conv.weight", buf, sizeof buf), FG_ERR_INVALID_ARGUMENT, "not a live layer");
@@ -289,6 +292,13 @@ static void shapes_and_params(void **state)
     for (size_t i = 0; i < sizeof bad_index / sizeof *bad_index; i++)
         EXPECT_FAIL(fg_layer_param_info(layer, bad_index[i], &name, &rank, dims), FG_ERR_INVALID_ARGUMENT,
                     "out of range (the layer has 3 parameters)");
+    /* no batch_norm: nothing a state_dict could carry beyond the parameters */
+    EXPECT_FAIL(fg_layer_ignored_count(layer, NULL), FG_ERR_INVALID_ARGUMENT, "count is NULL");
+    EXPECT(fg_layer_ignored_count(layer, &count), FG_OK);
+    assert_int_equal(count, 0);
+    for (size_t i = 0; i < sizeof bad_index / sizeof *bad_index; i++)
+        EXPECT_FAIL(fg_layer_ignored_info(layer, bad_index[i], &name, &rank, dims, &name), FG_ERR_INVALID_ARGUMENT,
+                    "out of range (the layer ignores 0 state_dict entries)");
     EXPECT(fg_layer_destroy(layer), FG_OK);
     EXPECT(fg_context_destroy(ctx), FG_OK);
 }

@@ -66,6 +66,24 @@ static void check_accum(const fg_plan *plan, int a, fg_accum_kind kind, int op, 
                  acc->finalized, kind, op, (long long)keys, (long long)count, finalized);
 }
 
+/* fusegen plan's lines, collected */
+typedef struct text_sink {
+    char buf[1 << 16];
+    size_t len;
+} text_sink;
+
+static void collect_line(void *ctx, const char *line)
+{
+    text_sink *t = ctx;
+    size_t n = strlen(line);
+    if (t->len + n + 2 < sizeof t->buf) {
+        memcpy(t->buf + t->len, line, n);
+        t->buf[t->len + n] = '\n';
+        t->len += n + 1;
+        t->buf[t->len] = '\0';
+    }
+}
+
 static const fg_arg *find_arg(const fg_pass *p, fg_arg_kind kind, int index)
 {
     for (int i = 0; i < p->n_args; i++)
@@ -406,15 +424,17 @@ static void large_mean_reads_its_accumulator(void **state)
 static void running_batch_norm_fuses_into_conv(void **state)
 {
     (void)state;
+    /* not directly after the conv: evaluated inline, from its parameters */
     fg_layer_ir *ir = fgt_load_string("return layer \"bn\" {\n"
                                       "  input = { \"N\", 4, 64, 64 },\n"
                                       "  conv2d { out_channels = 8, kernel = 3 },\n"
-                                      "  batch_norm { name = \"bn\", stats = \"running\" },\n"
                                       "  relu {},\n"
+                                      "  batch_norm { name = \"bn\", stats = \"running\" },\n"
                                       "}\n");
     fg_plan *plan = fgt_plan(ir, -1);
     static const want_pass want[] = {{FG_PASS_CONV, 0, 2, -1, -1, true, 0, 0, -1}};
     check_passes(ir, plan, want, N_WANT(want));
+    assert_int_equal(plan->fold.op, -1);
     assert_int_equal(plan->n_buffers, 0);
     assert_int_equal(plan->n_accums, 0);
     const fg_pass *p = &plan->passes[0];
@@ -441,6 +461,116 @@ static void running_batch_norm_fuses_into_conv(void **state)
     fg_error err;
     assert_int_equal(fg_plan_workspace(plan, 5, &ws, &err), 0);
     assert_int_equal(ws.accum_bytes[0], 8 * 16); /* not multiplied by the batch */
+    free(plan);
+    free(ir);
+}
+
+/* What a plan with a folded batch_norm (gen/fold.h) reads: the kernels take the two folded
+ * tensors, kernel parameters after the spec's, instead of the conv's and the norm's. */
+static void expect_folded(const char *source, const char *const *spec_params, int n_spec_params, bool conv_bias)
+{
+    fg_layer_ir *ir = fgt_load_string(source);
+    fg_plan *plan = fgt_plan(ir, -1);
+    const fg_bn_fold *f = &plan->fold;
+    assert_int_equal(f->op, 1);
+    assert_int_equal(f->folded_weight, ir->n_params);
+    assert_int_equal(f->folded_bias, ir->n_params + 1);
+    assert_int_equal(fg_bn_fold_param_count(ir, f), ir->n_params + 2);
+    assert_int_equal(f->conv_weight, fgt_find_param(ir, "conv.weight"));
+    assert_int_equal(f->conv_bias, conv_bias ? fgt_find_param(ir, "conv.bias") : -1);
+    assert_int_equal(f->mean, fgt_find_param(ir, "bn.running_mean"));
+    assert_int_equal(f->var, fgt_find_param(ir, "bn.running_var"));
+    assert_int_equal(f->channels, ir->ops[0].out_channels);
+    assert_int_equal(f->channels * f->per_channel, ir->params[f->conv_weight].count);
+    /* the spec's parameters are all still there to bind, none of them read by a kernel */
+    for (int i = 0; i < n_spec_params; i++) {
+        int idx = fgt_find_param(ir, spec_params[i]);
+        assert_true(idx >= 0);
+        for (int q = 0; q < plan->n_passes; q++)
+            assert_null(find_arg(&plan->passes[q], FG_ARG_PARAM, idx));
+    }
+    int bias;
+    assert_int_equal(fg_plan_conv_params(ir, plan, &bias), f->folded_weight);
+    assert_int_equal(bias, f->folded_bias);
+    assert_non_null(find_arg(&plan->passes[0], FG_ARG_PARAM, f->folded_weight));
+    assert_non_null(find_arg(&plan->passes[0], FG_ARG_PARAM, f->folded_bias));
+    check_args_common(plan);
+    /* `fusegen plan` says so */
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    fgt_assert_contains(t->buf, "folded: batch_norm bn (v1, line 4) into the conv's weights and bias");
+    free(t);
+    free(plan);
+    free(ir);
+}
+
+static void running_batch_norm_after_the_conv_is_folded(void **state)
+{
+    (void)state;
+    static const char *const all[] = {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean",
+                                      "bn.running_var"};
+    expect_folded("return layer \"bn\" {\n"
+                  "  input = { \"N\", 4, 64, 64 },\n"
+                  "  conv2d { out_channels = 8, kernel = 3 },\n"
+                  "  batch_norm { name = \"bn\", stats = \"running\" },\n"
+                  "  relu {},\n"
+                  "}\n",
+                  all, 6, true);
+    /* a conv without bias gets one; a norm without affine has no weight or bias; 3D, groups */
+    static const char *const bare[] = {"conv.weight", "bn.running_mean", "bn.running_var"};
+    expect_folded("return layer \"bn3\" {\n"
+                  "  input = { \"N\", 4, 6, 8, 8 },\n"
+                  "  conv3d { out_channels = 6, kernel = { 1, 3, 3 }, groups = 2, bias = false },\n"
+                  "  batch_norm { name = \"bn\", stats = \"running\", affine = false, eps = 1e-3 },\n"
+                  "  instance_norm {},\n"
+                  "}\n",
+                  bare, 3, false);
+    /* the folded plan has no batch_norm: its source neither (no parameter of the norm, no
+     * square root of a variance), and the conv reads the folded tensors */
+    fgt_rendered_layer r;
+    assert_int_equal(fgt_render_layer("folded", "return layer \"folded\" {\n"
+                                                "  input = { \"N\", 4, 16, 16 },\n"
+                                                "  conv2d { out_channels = 8, kernel = 3, bias = false },\n"
+                                                "  batch_norm { name = \"bn\", stats = \"running\" },\n"
+                                                "  relu {},\n"
+                                                "}\n",
+                                     &r),
+                     0);
+    fgt_assert_contains(r.src.source, "batch_norm (folded)");
+    fgt_assert_not_contains(r.src.source, "sqrtf");
+    for (int i = 0; i < r.ir->n_params; i++) { /* p0..p4: conv.weight, bn.* */
+        char name[32];
+        snprintf(name, sizeof name, "__restrict__ p%d,", i);
+        fgt_assert_not_contains(r.src.source, name);
+    }
+    fgt_assert_contains(r.src.source, "const float *__restrict__ p5, const float *__restrict__ p6");
+    fgt_rendered_layer_free(&r);
+}
+
+static void batch_norm_is_not_folded_when_the_conv_value_is_read(void **state)
+{
+    (void)state;
+    /* a residual of the conv's own value needs it unfolded: the norm stays inline */
+    fg_layer_ir *ir = fgt_load_string("return layer \"res\" {\n"
+                                      "  input = { \"N\", 4, 16, 16 },\n"
+                                      "  conv2d { out_channels = 8, kernel = 3, as = \"c\" },\n"
+                                      "  batch_norm { name = \"bn\", stats = \"running\" },\n"
+                                      "  add { value = \"c\" },\n"
+                                      "}\n");
+    fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->fold.op, -1);
+    assert_non_null(find_arg(&plan->passes[0], FG_ARG_PARAM, fgt_find_param(ir, "bn.running_var")));
+    free(plan);
+    free(ir);
+    /* batch statistics are never folded */
+    ir = fgt_load_string("return layer \"bs\" {\n"
+                         "  input = { \"N\", 4, 16, 16 },\n"
+                         "  conv2d { out_channels = 8, kernel = 3 },\n"
+                         "  batch_norm { name = \"bn\" },\n"
+                         "}\n");
+    plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->fold.op, -1);
     free(plan);
     free(ir);
 }
@@ -584,11 +714,6 @@ static void unary_only_layer_is_one_pass(void **state)
     free(ir);
 }
 
-typedef struct text_sink {
-    char buf[1 << 16];
-    size_t len;
-} text_sink;
-
 /* strategy = "resident": one pass, a cluster per sample (kb79: all 16 channels, since a max
  * over the channels follows) or per norm group (kb21: 4 channels); refused on sm_80, where
  * there are no thread-block clusters, and for layers it cannot serve. */
@@ -642,18 +767,6 @@ static void resident_on_request(void **state)
     free(plain);
     free(plan);
     free(ir);
-}
-
-static void collect_line(void *ctx, const char *line)
-{
-    text_sink *t = ctx;
-    size_t n = strlen(line);
-    if (t->len + n + 2 < sizeof t->buf) {
-        memcpy(t->buf + t->len, line, n);
-        t->buf[t->len + n] = '\n';
-        t->len += n + 1;
-        t->buf[t->len] = '\0';
-    }
 }
 
 /* The conv engine and the tensor-core tiling: which layers run on tensor cores, how many
@@ -966,6 +1079,8 @@ int main(void)
         cmocka_unit_test(softmax_needs_max_sumexp_and_finalize),
         cmocka_unit_test(large_mean_reads_its_accumulator),
         cmocka_unit_test(running_batch_norm_fuses_into_conv),
+        cmocka_unit_test(running_batch_norm_after_the_conv_is_folded),
+        cmocka_unit_test(batch_norm_is_not_folded_when_the_conv_value_is_read),
         cmocka_unit_test(recompute_runs_the_conv_twice),
         cmocka_unit_test(named_value_behind_a_statistic),
         cmocka_unit_test(unary_only_layer_is_one_pass),

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "cpu_reference.h"
+#include "fold.h"
+#include "random_init.h"
 #include "spec_loader.h"
 #include "test_util.h"
 
@@ -343,6 +345,150 @@ static void batch_norm(void **state)
     free(out);
     free(src);
     free(I);
+}
+
+/* ---- a batch_norm folded into the conv (gen/fold.h) ------------------------------------------ */
+
+/* The fold's arithmetic on values whose results are exact: conv [2, 1, 1, 2] with bias, then a
+ * batch_norm with eps 0.25 (exact in binary), var + eps = 4 and 1. */
+static void batch_norm_fold_arithmetic(void **state)
+{
+    (void)state;
+    static const float w[4] = {1, -2, 0.5f, 3}, b[2] = {1, -1};
+    static const float gamma[2] = {2, -1}, beta[2] = {0.5f, 0};
+    static const float mean[2] = {3, -1}, var[2] = {3.75f, 0.75f};
+    fg_layer_ir *ir = fgt_load_string("return layer \"f\" {\n"
+                                      "  input = { \"N\", 1, 3, 3 },\n"
+                                      "  conv2d { out_channels = 2, kernel = { 1, 2 } },\n"
+                                      "  batch_norm { name = \"bn\", stats = \"running\", eps = 0.25 },\n"
+                                      "}\n");
+    fg_bn_fold fold;
+    fg_bn_fold_find(ir, &fold);
+    assert_int_equal(fold.op, 1);
+    assert_int_equal(fold.channels, 2);
+    assert_int_equal(fold.per_channel, 2);
+    const float *params[FG_MAX_PARAMS] = {0};
+    params[fgt_find_param(ir, "conv.weight")] = w;
+    params[fgt_find_param(ir, "conv.bias")] = b;
+    params[fgt_find_param(ir, "bn.weight")] = gamma;
+    params[fgt_find_param(ir, "bn.bias")] = beta;
+    params[fgt_find_param(ir, "bn.running_mean")] = mean;
+    params[fgt_find_param(ir, "bn.running_var")] = var;
+    float fw[4], fb[2];
+    fg_bn_fold_compute(&fold, params, fw, fb);
+    /* scale = gamma / sqrt(var + eps) = {2 / 2, -1 / 1} = {1, -1};
+     * w' = w * scale = {1, -2, -0.5, -3}; b' = (b - mean) * scale + beta = {-2 + 0.5, 0 + 0} */
+    static const float want_w[4] = {1, -2, -0.5f, -3}, want_b[2] = {-1.5f, 0};
+    for (int i = 0; i < 4; i++)
+        assert_true(fw[i] == want_w[i]);
+    for (int i = 0; i < 2; i++)
+        assert_true(fb[i] == want_b[i]);
+    free(ir);
+
+    /* no affine, no conv bias: scale = 1 / sqrt(var + eps) = {0.5, 1}; b' = -mean * scale */
+    ir = fgt_load_string("return layer \"g\" {\n"
+                         "  input = { \"N\", 1, 3, 3 },\n"
+                         "  conv2d { out_channels = 2, kernel = { 1, 2 }, bias = false },\n"
+                         "  batch_norm { name = \"bn\", stats = \"running\", eps = 0.25, affine = false },\n"
+                         "}\n");
+    fg_bn_fold_find(ir, &fold);
+    assert_int_equal(fold.op, 1);
+    assert_int_equal(fold.conv_bias, -1);
+    assert_int_equal(fold.norm_weight, -1);
+    assert_int_equal(fold.norm_bias, -1);
+    memset(params, 0, sizeof params);
+    params[fgt_find_param(ir, "conv.weight")] = w;
+    params[fgt_find_param(ir, "bn.running_mean")] = mean;
+    params[fgt_find_param(ir, "bn.running_var")] = var;
+    fg_bn_fold_compute(&fold, params, fw, fb);
+    static const float want_w2[4] = {0.5f, -1, 0.5f, 3}, want_b2[2] = {-1.5f, 1};
+    for (int i = 0; i < 4; i++)
+        assert_true(fw[i] == want_w2[i]);
+    for (int i = 0; i < 2; i++)
+        assert_true(fb[i] == want_b2[i]);
+    free(ir);
+}
+
+/* The reference of a layer with the batch_norm (random parameters and input) against the
+ * reference of the same layer without it, its conv given the folded weight and bias: equal
+ * but for the folded tensors' rounding to float. */
+static void expect_fold_equivalent(const char *with_norm, const char *folded, int batch)
+{
+    fg_layer_ir *ir = fgt_load_string(with_norm), *ir2 = fgt_load_string(folded);
+    fg_bn_fold fold;
+    fg_bn_fold_find(ir, &fold);
+    assert_int_equal(fold.op, 1);
+    float *params[FG_MAX_PARAMS] = {0};
+    for (int p = 0; p < ir->n_params; p++)
+        assert_non_null(params[p] = malloc(sizeof(float) * (size_t)ir->params[p].count));
+    fg_random_params(ir, 11, params);
+    int64_t n_in = batch * fg_shape_sample_count(&ir->input);
+    int64_t n_out = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
+    assert_int_equal(n_out, batch * fg_shape_sample_count(&ir2->ops[ir2->n_ops - 1].out));
+    float *x = malloc(sizeof(float) * (size_t)n_in);
+    float *fw = malloc(sizeof(float) * (size_t)(fold.channels * fold.per_channel));
+    float *fb = malloc(sizeof(float) * (size_t)fold.channels);
+    double *want = malloc(sizeof(double) * (size_t)n_out), *got = malloc(sizeof(double) * (size_t)n_out);
+    assert_true(x && fw && fb && want && got);
+    fg_random_uniform(x, (size_t)n_in, 11, 1, -1.0f, 1.0f);
+    fg_bn_fold_compute(&fold, (const float *const *)params, fw, fb);
+    /* the folded layer: the conv reads w' and b', every other parameter is the same tensor */
+    const float *bound[FG_MAX_PARAMS] = {0};
+    for (int p = 0; p < ir2->n_params; p++) {
+        const char *name = ir2->params[p].name;
+        bound[p] = strcmp(name, "conv.weight") == 0 ? fw
+                   : strcmp(name, "conv.bias") == 0 ? fb
+                                                    : params[fgt_find_param(ir, name)];
+    }
+    fg_error err = {{0}};
+    if (fg_reference_run(ir, batch, x, (const float *const *)params, want, &err) != 0 ||
+        fg_reference_run(ir2, batch, x, bound, got, &err) != 0)
+        fail_msg("fg_reference_run: %s", err.msg);
+    double biggest = 0;
+    for (int64_t i = 0; i < n_out; i++)
+        biggest = fmax(biggest, fabs(want[i]));
+    assert_true(biggest > 0.1); /* real values, not zeros */
+    expect_values(ir->name, got, want, n_out, 2e-6);
+    for (int p = 0; p < ir->n_params; p++)
+        free(params[p]);
+    free(x);
+    free(fw);
+    free(fb);
+    free(want);
+    free(got);
+    free(ir);
+    free(ir2);
+}
+
+static void batch_norm_fold_is_the_unfolded_layer(void **state)
+{
+    (void)state;
+    expect_fold_equivalent("return layer \"a\" {\n  input = { \"N\", 3, 9, 11 },\n"
+                           "  conv2d { out_channels = 5, kernel = 3, padding = 1 },\n"
+                           "  batch_norm { name = \"bn\", stats = \"running\", eps = 1e-3 },\n"
+                           "  relu {},\n}\n",
+                           "return layer \"a\" {\n  input = { \"N\", 3, 9, 11 },\n"
+                           "  conv2d { out_channels = 5, kernel = 3, padding = 1 },\n"
+                           "  relu {},\n}\n",
+                           2);
+    /* 3D, grouped, no conv bias, no affine; a later op with a parameter of its own */
+    expect_fold_equivalent("return layer \"b\" {\n  input = { \"N\", 4, 5, 7, 6 },\n"
+                           "  conv3d { out_channels = 6, kernel = { 2, 3, 3 }, groups = 2, bias = false },\n"
+                           "  batch_norm { name = \"bn\", stats = \"running\", affine = false },\n"
+                           "  mul { param = \"gain\" },\n}\n",
+                           "return layer \"b\" {\n  input = { \"N\", 4, 5, 7, 6 },\n"
+                           "  conv3d { out_channels = 6, kernel = { 2, 3, 3 }, groups = 2 },\n"
+                           "  mul { param = \"gain\" },\n}\n",
+                           3);
+    /* depthwise, strided, then a norm over the batch */
+    expect_fold_equivalent("return layer \"c\" {\n  input = { \"N\", 4, 10, 10 },\n"
+                           "  conv2d { out_channels = 8, kernel = 3, stride = 2, groups = 4 },\n"
+                           "  batch_norm { name = \"bn\", stats = \"running\" },\n"
+                           "  batch_norm { name = \"bn2\" },\n}\n",
+                           "return layer \"c\" {\n  input = { \"N\", 4, 10, 10 },\n"
+                           "  conv2d { out_channels = 8, kernel = 3, stride = 2, groups = 4 },\n"
+                           "  batch_norm { name = \"bn2\" },\n}\n",
+                           4);
 }
 
 /* ---- reductions -------------------------------------------------------------------------------- */
@@ -777,6 +923,8 @@ int main(void)
         cmocka_unit_test(instance_norm),
         cmocka_unit_test(layer_norm),
         cmocka_unit_test(batch_norm),
+        cmocka_unit_test(batch_norm_fold_arithmetic),
+        cmocka_unit_test(batch_norm_fold_is_the_unfolded_layer),
         cmocka_unit_test(logsumexp_is_stable),
         cmocka_unit_test(softmax_sums_to_one),
         cmocka_unit_test(max_min_sum_mean),

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "api_internal.h"
 #include "fusegen.h"
 #include "safetensors.h"
 #include "test_util.h"
@@ -305,11 +306,9 @@ static void other_dtypes_and_metadata(void **state)
     fg_tensor_file_free(&f);
 }
 
-/* Binding a file to a layer (CPU-only context): a non-F32 parameter, a missing one, a
- * wrong shape and an extra tensor are each refused, naming the file and the tensor. */
-static void binding_checks_dtype_shape_and_names(void **state)
+/* A CPU-only context with its cache in the test's directory. */
+static fg_context *cpu_context(void)
 {
-    (void)state;
     fg_context_options opts;
     fg_context_options_init(&opts);
     opts.device = -1;
@@ -320,6 +319,15 @@ static void binding_checks_dtype_shape_and_names(void **state)
     fg_context *ctx = NULL;
     if (fg_context_create(&opts, &ctx) != FG_OK)
         fail_msg("fg_context_create (CPU only): %s", fg_last_error());
+    return ctx;
+}
+
+/* Binding a file to a layer (CPU-only context): a non-F32 parameter, a missing one, a
+ * wrong shape and an extra tensor are each refused, naming the file and the tensor. */
+static void binding_checks_dtype_shape_and_names(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
     fg_layer *layer = NULL;
     const char *spec = "return layer \"bind\" {\n"
                        "  input = { \"N\", 1, 3, 3 },\n"
@@ -374,12 +382,180 @@ static void binding_checks_dtype_shape_and_names(void **state)
     assert_int_equal(fg_context_destroy(ctx), FG_OK);
 }
 
+/* A BatchNorm's state_dict in a strict bind: a batch_norm with batch statistics accepts its
+ * running statistics and its step counter (int64) and reads neither (fg_layer_ignored_info
+ * lists them); the same names with another dtype or shape, or running statistics of a
+ * module the spec does not have, are refused, naming the tensor. */
+static void batch_norm_state_in_a_strict_bind(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    fg_layer *layer = NULL;
+    const char *spec = "return layer \"bnstate\" {\n"
+                       "  input = { \"N\", 1, 3, 3 },\n"
+                       "  conv2d { out_channels = 2, kernel = 1 },\n"
+                       "  batch_norm { name = \"bn\", momentum = 0.1 },\n"
+                       "}\n";
+    if (fg_layer_load_string(ctx, "bnstate.lua", spec, &layer) != FG_OK)
+        fail_msg("fg_layer_load_string: %s", fg_last_error());
+    int count = -1;
+    assert_int_equal(fg_layer_ignored_count(layer, &count), FG_OK);
+    assert_int_equal(count, 3);
+    static const char *const names[] = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"};
+    for (int i = 0; i < 3; i++) {
+        const char *name = NULL, *dtype = NULL;
+        int rank = -1;
+        int64_t dims[FG_MAX_DIMS] = {0};
+        assert_int_equal(fg_layer_ignored_info(layer, i, &name, &rank, dims, &dtype), FG_OK);
+        assert_string_equal(name, names[i]);
+        assert_int_equal(rank, i < 2 ? 1 : 0);
+        if (i < 2)
+            assert_int_equal(dims[0], 2);
+        assert_string_equal(dtype, i < 2 ? "F32" : "I64");
+    }
+
+    static const char *const params = "\"conv.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,1,1],\"data_offsets\":[0,8]},"
+                                      "\"conv.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                                      "\"bn.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]},"
+                                      "\"bn.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]}";
+    static const char *const mean = "\"bn.running_mean\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[32,40]}";
+    static const char *const var = "\"bn.running_var\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[40,48]}";
+    static const float payload[16] = {0.5f, -1.5f, 0.25f, 2, 1.5f, 0.75f, -0.5f, 0.125f, 0.3f, -0.2f, 1.1f, 0.9f, 7};
+    char header[2048];
+    /* what PyTorch's BatchNorm2d in training mode saves: binds strictly */
+    snprintf(header, sizeof header, "{%s,%s,%s,%s}", params, mean, var,
+             "\"bn.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[48,56]}");
+    assert_int_equal(fg_layer_bind_safetensors(layer, make_file("train_bn.safetensors", header, -1, payload, 56), 0),
+                     FG_OK);
+    /* the parameters are bound and the running statistics left alone: the CPU reference runs
+     * on the batch's statistics (two samples, so the variance is not zero) */
+    float x[18], y[36];
+    for (int i = 0; i < 18; i++)
+        x[i] = (float)((i * 7) % 11) - 4.5f;
+    assert_int_equal(fg_layer_run_cpu(layer, x, y, 2), FG_OK);
+    double sum = 0, sq = 0; /* channel 0 of both samples: batch-normalized, then weight 1.5, bias -0.5 */
+    for (int n = 0; n < 2; n++)
+        for (int i = 0; i < 9; i++) {
+            double v = (y[n * 18 + i] + 0.5) / 1.5;
+            sum += v;
+            sq += v * v;
+        }
+    assert_true(fabs(sum / 18) < 1e-5 && fabs(sq / 18 - 1) < 1e-3);
+
+    struct {
+        const char *file, *extra, *expect;
+        size_t payload;
+    } cases[] = {
+        {"counter_f32.safetensors", "\"bn.num_batches_tracked\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[48,52]}",
+         "tensor 'bn.num_batches_tracked' is F32 []; layer bnstate accepts it, and leaves it unused, as BatchNorm "
+         "state: I64 []",
+         52},
+        {"counter_vector.safetensors",
+         "\"other.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[48,64]}",
+         "tensor 'other.num_batches_tracked' is I64 [2]; layer bnstate accepts it, and leaves it unused, as "
+         "BatchNorm state: I64 []",
+         64},
+        {"mean_shape.safetensors", "\"bn.running_mean\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[32,44]}",
+         "tensor 'bn.running_mean' is F32 [3]; layer bnstate accepts it, and leaves it unused, as BatchNorm state: "
+         "F32 [2]",
+         52},
+        {"mean_of_another.safetensors",
+         "\"bn2.running_mean\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[48,56]}",
+         "tensor 'bn2.running_mean' is not a parameter of layer bnstate", 56},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (strncmp(cases[i].extra, "\"bn.running_mean\"", 17) == 0) /* in place of the good one */
+            snprintf(header, sizeof header, "{%s,%s,%s}", params, cases[i].extra,
+                     "\"bn.running_var\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[44,52]}");
+        else
+            snprintf(header, sizeof header, "{%s,%s,%s,%s}", params, mean, var, cases[i].extra);
+        const char *path = make_file(cases[i].file, header, -1, payload, cases[i].payload);
+        fg_status st = fg_layer_bind_safetensors(layer, path, 0);
+        if (st != FG_ERR_TENSOR_FILE)
+            fail_msg("%s: status %s, expected FG_ERR_TENSOR_FILE", cases[i].file, fg_status_name(st));
+        fgt_assert_contains(fg_last_error(), path);
+        fgt_assert_contains(fg_last_error(), cases[i].expect);
+        /* what allow_extra is for */
+        assert_int_equal(fg_layer_bind_safetensors(layer, path, 1), FG_OK);
+    }
+    /* a step counter of a module the spec does not have is still accepted (it was always) */
+    snprintf(header, sizeof header, "{%s,%s}", params,
+             "\"stem.bn.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[32,40]}");
+    assert_int_equal(fg_layer_bind_safetensors(layer, make_file("counter_only.safetensors", header, -1, payload, 40), 0),
+                     FG_OK);
+    /* misuse of the list */
+    const char *name = NULL;
+    assert_int_equal(fg_layer_ignored_info(layer, 3, &name, NULL, NULL, NULL), FG_ERR_INVALID_ARGUMENT);
+    fgt_assert_contains(fg_last_error(), "fg_layer_ignored_info: index 3 out of range (the layer ignores 3");
+    assert_int_equal(fg_layer_ignored_count(layer, NULL), FG_ERR_INVALID_ARGUMENT);
+    fgt_assert_contains(fg_last_error(), "fg_layer_ignored_count: count is NULL");
+    assert_int_equal(fg_layer_destroy(layer), FG_OK);
+    assert_int_equal(fg_layer_ignored_count(layer, &count), FG_ERR_INVALID_ARGUMENT);
+    fgt_assert_contains(fg_last_error(), "not a live layer");
+    assert_int_equal(fg_context_destroy(ctx), FG_OK);
+}
+
+/* A batch_norm folded into the conv (gen/fold.h) in a CPU-only context: the layer's folded
+ * weight and bias are computed when the last tensor they come from is bound (from a file),
+ * recomputed at every later bind of one of them, and equal fg_bn_fold_compute on the values
+ * bound at that moment; the bound tensors stay as they were given. */
+static void folded_batch_norm_follows_every_bind(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    fg_layer *layer = NULL;
+    const char *spec = "return layer \"fold\" {\n"
+                       "  input = { \"N\", 1, 3, 3 },\n"
+                       "  conv2d { out_channels = 2, kernel = 1, bias = false },\n"
+                       "  batch_norm { name = \"bn\", stats = \"running\" },\n"
+                       "}\n";
+    if (fg_layer_load_string(ctx, "fold.lua", spec, &layer) != FG_OK)
+        fail_msg("fg_layer_load_string: %s", fg_last_error());
+    const fg_bn_fold *fold = &layer->plan.fold;
+    assert_int_equal(fold->op, 1);
+    const fg_param_binding *fw = &layer->params[fold->folded_weight], *fb = &layer->params[fold->folded_bias];
+    const char *header = "{\"conv.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,1,1],\"data_offsets\":[0,8]},"
+                         "\"bn.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                         "\"bn.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]},"
+                         "\"bn.running_mean\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+                         "\"bn.running_var\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[32,40]},"
+                         "\"bn.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[40,48]}}";
+    /* conv.weight [2,1,1,1], bn.weight, bn.bias, bn.running_mean, bn.running_var [2], the counter */
+    static const float six[12] = {0.5f, -1.5f, 2, 0.75f, -0.5f, 0.125f, 0.3f, -0.2f, 1.1f, 0.9f, 0, 0};
+    /* before the last of them is bound there is nothing to fold */
+    assert_int_equal(fg_layer_bind_host(layer, "conv.weight", six, 8), FG_OK);
+    assert_false(fw->bound || fb->bound);
+    assert_int_equal(fg_layer_bind_safetensors(layer, make_file("fold.safetensors", header, -1, six, 48), 0), FG_OK);
+    float want_w[2], want_b[2];
+    for (int round = 0; round < 3; round++) {
+        const float *params[FG_MAX_PARAMS] = {0};
+        for (int p = 0; p < layer->ir.n_params; p++)
+            params[p] = layer->params[p].host;
+        fg_bn_fold_compute(fold, params, want_w, want_b);
+        assert_true(fw->bound && fb->bound);
+        assert_memory_equal(fw->host, want_w, sizeof want_w);
+        assert_memory_equal(fb->host, want_b, sizeof want_b);
+        if (round == 0) { /* w' = w * gamma / sqrt(var + eps); then a new running variance */
+            assert_true(want_w[0] == (float)(0.5 * 2 / sqrt((double)1.1f + 1e-5)));
+            static const float var[2] = {4, 0.25f};
+            assert_int_equal(fg_layer_bind_host(layer, "bn.running_var", var, sizeof var), FG_OK);
+            assert_true(layer->params[fgt_find_param(&layer->ir, "bn.running_var")].host[0] == 4);
+        } else if (round == 1) { /* a new conv weight */
+            static const float w[2] = {-1, 3};
+            assert_int_equal(fg_layer_bind_host(layer, "conv.weight", w, sizeof w), FG_OK);
+        }
+    }
+    assert_true(want_w[0] == (float)(-1.0 * 2 / sqrt(4 + 1e-5)));
+    assert_int_equal(fg_layer_destroy(layer), FG_OK);
+    assert_int_equal(fg_context_destroy(ctx), FG_OK);
+}
+
 int main(void)
 {
     char *env = fgt_tmpdir("safetensors-env");
     fgt_isolate_environment(env);
     g_dir = fgt_tmpdir("safetensors");
-    struct CMUnitTest tests[N_BAD + 6];
+    struct CMUnitTest tests[N_BAD + 8];
     for (int i = 0; i < N_BAD; i++)
         tests[i] = (struct CMUnitTest){bad_files[i].name, run_bad_file, NULL, NULL, (void *)&bad_files[i]};
     tests[N_BAD] = (struct CMUnitTest)cmocka_unit_test(too_short_and_unreadable);
@@ -388,7 +564,9 @@ int main(void)
     tests[N_BAD + 3] = (struct CMUnitTest)cmocka_unit_test(binding_checks_dtype_shape_and_names);
     tests[N_BAD + 4] = (struct CMUnitTest)cmocka_unit_test(zero_size_tie);
     tests[N_BAD + 5] = (struct CMUnitTest)cmocka_unit_test(too_many_tensors_and_fifo);
-    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 6, NULL, NULL);
+    tests[N_BAD + 6] = (struct CMUnitTest)cmocka_unit_test(batch_norm_state_in_a_strict_bind);
+    tests[N_BAD + 7] = (struct CMUnitTest)cmocka_unit_test(folded_batch_norm_follows_every_bind);
+    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 8, NULL, NULL);
     fgt_rmtree(g_dir);
     free(g_dir);
     fgt_rmtree(env);

@@ -223,8 +223,8 @@ static void norms(void **state)
         "  group_norm { groups = 4, eps = 1e-3 },\n"
         "  instance_norm {},\n"
         "  instance_norm { name = \"inorm\", affine = true },\n"
-        "  batch_norm { name = \"bn\" },\n"
-        "  batch_norm { name = \"bn_run\", stats = \"running\", affine = false },\n"
+        "  batch_norm { name = \"bn\", momentum = 0 },\n"
+        "  batch_norm { name = \"bn_run\", stats = \"running\", affine = false, momentum = 1 },\n"
         "  layer_norm { normalized_shape = { 8, 7 } },\n"
         "  layer_norm { name = \"ln_all\", normalized_shape = { 12, 8, 7 } },\n"
         "  group_norm { name = \"gn2\", groups = 12, affine = false },\n"
@@ -251,6 +251,8 @@ static void norms(void **state)
     assert_int_equal(ir->ops[3].weight_param, FGT_ASSERT_PARAM(ir, "inorm.weight", 12));
     FGT_ASSERT_PARAM(ir, "inorm.bias", 12);
     assert_false(ir->ops[4].running_stats);
+    assert_true(ir->ops[4].has_momentum && ir->ops[4].momentum == 0); /* both ends of 0..1 */
+    assert_true(ir->ops[5].has_momentum && ir->ops[5].momentum == 1);
     FGT_ASSERT_PARAM(ir, "bn.weight", 12);
     FGT_ASSERT_PARAM(ir, "bn.bias", 12);
     assert_int_equal(fgt_find_param(ir, "bn.running_mean"), -1);
@@ -268,6 +270,31 @@ static void norms(void **state)
     assert_int_equal(fgt_find_param(ir, "gn2.weight"), -1);
     /* conv (2) + group_norm (2) + inorm (2) + bn (2) + bn_run (2) + two layer norms (4) */
     assert_int_equal(ir->n_params, 14);
+    /* what the layer accepts from a BatchNorm's state_dict without reading it: the running
+     * statistics of the one with batch statistics, both step counters */
+    fg_ignored_state ignored[FG_MAX_IGNORED_STATE];
+    assert_int_equal(fg_ir_ignored_state(ir, ignored), 4);
+    static const char *const ignored_names[] = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked",
+                                                "bn_run.num_batches_tracked"};
+    for (int i = 0; i < 4; i++) {
+        assert_string_equal(ignored[i].name, ignored_names[i]);
+        assert_int_equal(ignored[i].rank, i < 2 ? 1 : 0);
+        assert_int_equal(ignored[i].int64, i >= 2);
+        if (i < 2)
+            assert_int_equal(ignored[i].dim, 12);
+    }
+    {
+        /* one module on both statistics: its running statistics are parameters, its
+         * counter is listed once; no momentum given: PyTorch's None */
+        fg_layer_ir *two = fgt_load_string("return layer \"two\" {\n  input = { \"N\", 3, 10, 9 },\n"
+                                           "  conv2d { out_channels = 4, kernel = 3 },\n"
+                                           "  batch_norm { name = \"bn\" },\n"
+                                           "  batch_norm { name = \"bn\", stats = \"running\" },\n}\n");
+        assert_false(two->ops[1].has_momentum);
+        assert_int_equal(fg_ir_ignored_state(two, ignored), 1);
+        assert_string_equal(ignored[0].name, "bn.num_batches_tracked");
+        free(two);
+    }
 
     /* which elements share a statistic */
     fg_stat_layout L;

@@ -77,6 +77,11 @@ static const bad_case cases[] = {
     {.name = "input_number", .source = "return layer \"t\" {\n  input = 5,\n  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "field 'input' must be a list", "(got a number)"}},
     {.name = "input_entry_string", .source = "return layer \"t\" {\n  input = { \"N\", \"4\", 8, 8 },\n  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "field 'input' must be a whole number (got a string)"}},
     {.name = "gelu_approximate_choice", .source = HDR "  gelu { approximate = \"fast\" },\n}\n", .expect = {"bad.lua:4:", "field 'approximate' must be one of \"none\", \"tanh\""}},
+    {.name = "batch_norm_momentum_string", .source = HDR "  batch_norm { momentum = \"0.1\" },\n}\n", .expect = {"bad.lua:4:", "batch_norm: field 'momentum' must be a number (got a string)"}},
+    {.name = "batch_norm_momentum_negative", .source = HDR "  batch_norm { momentum = -0.1 },\n}\n", .expect = {"bad.lua:4:", "batch_norm: field 'momentum' must be between 0 and 1 (got -0.1)", "leave it out for momentum=None"}},
+    {.name = "batch_norm_momentum_above_one", .source = HDR "  batch_norm { stats = \"running\", momentum = 1.5 },\n}\n", .expect = {"bad.lua:4:", "batch_norm: field 'momentum' must be between 0 and 1 (got 1.5)"}},
+    {.name = "batch_norm_momentum_nan", .source = HDR "  batch_norm { momentum = 0/0 },\n}\n", .expect = {"bad.lua:4:", "batch_norm: field 'momentum' must be a finite number"}},
+    {.name = "batch_norm_momentum_misspelt", .source = HDR "  batch_norm { momentm = 0.1 },\n}\n", .expect = {"bad.lua:4:", "did you mean 'momentum'"}},
     {.name = "batch_norm_stats_choice", .source = HDR "  batch_norm { stats = \"moving\" },\n}\n", .expect = {"bad.lua:4:", "field 'stats' must be one of \"batch\", \"running\""}},
     {.name = "precision_choice", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  precision = \"fp16\",\n"
                          "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "field 'precision' must be one of \"fp32\", \"tf32\""}},

@@ -281,6 +281,7 @@ class Layer(_Handle):
         self._handle = handle.value
         self.context._adopt(self)
         self._params = self._read_params()
+        self._ignored = self._read_ignored()
 
     # -- lifetime
 
@@ -313,10 +314,29 @@ class Layer(_Handle):
             out.append((name.value.decode(), tuple(dims[d] for d in range(rank.value))))
         return out
 
+    def _read_ignored(self):
+        L, h = lib(), self._live_handle()
+        count = ctypes.c_int()
+        _check(L.fg_layer_ignored_count(h, ctypes.byref(count)))
+        out = []
+        for i in range(count.value):
+            name, rank, dims, dtype = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)(), ctypes.c_char_p()
+            _check(L.fg_layer_ignored_info(h, i, ctypes.byref(name), ctypes.byref(rank), dims, ctypes.byref(dtype)))
+            out.append((name.value.decode(), tuple(dims[d] for d in range(rank.value)), dtype.value.decode()))
+        return out
+
     @property
     def params(self) -> list[tuple[str, Shape]]:
         """[(state_dict name, shape), ...] in the spec's order."""
         return list(self._params)
+
+    @property
+    def ignored(self) -> list[tuple[str, Shape, str]]:
+        """[(state_dict name, shape, dtype), ...]: what a module's state_dict carries that the
+        layer accepts and never reads (fg_layer_ignored_info): every batch_norm's
+        num_batches_tracked ((), "I64") and, for one on batch statistics, its running_mean and
+        running_var ((C,), "F32"), which fusegen's forward pass leaves unchanged."""
+        return list(self._ignored)
 
     def _shape(self, fn, batch):
         # batch 'N' (any non-int) gives the symbolic form, for messages
@@ -378,8 +398,10 @@ class Layer(_Handle):
 
     def bind_device(self, name: str, tensor: Any) -> None:
         """Binds one parameter to a torch CUDA tensor without copying (fg_layer_bind_device).
-        The layer keeps a reference to the tensor; updates to it are seen by later runs. The
-        CPU reference path cannot use such a parameter (it needs a host copy)."""
+        The layer keeps a reference to the tensor; updates to it are seen by later runs,
+        except for a parameter a folded batch norm is computed from (`fusegen plan` says
+        "folded"), which is read when bound: bind it again after updating it. The CPU
+        reference path cannot use such a parameter (it needs a host copy)."""
         h = self._live_handle()
         torch = _torch_if_tensor(tensor)
         if torch is None or not tensor.is_cuda:
@@ -397,12 +419,22 @@ class Layer(_Handle):
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
-        arrays), like torch.nn.Module.load_state_dict. '*.num_batches_tracked' entries are
-        ignored. strict=True: missing or unexpected keys raise StateDictError (a KeyError)
-        naming them; nothing is bound then. Returns (missing_keys, unexpected_keys)."""
+        arrays), like torch.nn.Module.load_state_dict. The state the layer ignores (see
+        `ignored`: a batch norm's num_batches_tracked, the running statistics of one on batch
+        statistics) is accepted, shape-checked and left unused, as are '*.num_batches_tracked'
+        entries of other modules. strict=True: missing or unexpected keys raise
+        StateDictError (a KeyError) naming them; nothing is bound then. Returns
+        (missing_keys, unexpected_keys)."""
         self._live_handle()
         names = [n for n, _ in self._params]
-        keys = [k for k in state_dict if not k.endswith(".num_batches_tracked")]
+        ignored = {n: shape for n, shape, _ in self._ignored}
+        for k, shape in ignored.items():
+            if k in state_dict and tuple(np.shape(state_dict[k])) != shape:
+                raise ValueError(
+                    f"fusegen: '{k}' has shape {list(np.shape(state_dict[k]))} but layer {self.source} accepts it "
+                    f"(unused) with shape {list(shape)}"
+                )
+        keys = [k for k in state_dict if not k.endswith(".num_batches_tracked") and k not in ignored]
         missing = [n for n in names if n not in state_dict]
         unexpected = [k for k in keys if self._param_shape(k) is None]
         if strict and (missing or unexpected):

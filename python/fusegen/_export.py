@@ -18,8 +18,9 @@ What maps (module, function or method):
              torch.min/max(x, other): the other operand a number, a parameter or buffer
              (by its state_dict key) or an earlier value of the chain (a residual)
   norms      nn.GroupNorm, nn.InstanceNorm1d/2d/3d, nn.BatchNorm1d/2d/3d (training mode: batch
-             statistics; eval mode: running statistics), nn.LayerNorm, F.group_norm,
-             F.layer_norm
+             statistics, the running ones loaded and left unchanged; eval mode: running
+             statistics, folded into the conv when the norm follows it; momentum recorded),
+             nn.LayerNorm, F.group_norm, F.layer_norm
   reductions sum mean amax amin logsumexp softmax, torch.max/min(x, dim)[0] / .values
   pools      nn.MaxPool/AvgPool 1d/2d/3d and F.max_pool*/avg_pool*; adaptive avg/max pools
              whose output divides the input (global average pool included)
@@ -881,6 +882,13 @@ class _Translator:
         fields += self._affine_fields(mod.affine, True)
         if running:
             fields.append(("stats", "running"))
+        # recorded as the module has it (None, a cumulative average: left out); fusegen's
+        # forward pass updates no running statistics (docs/spec.md, Normalizations)
+        if mod.momentum is not None:
+            momentum = self.number(mod.momentum, "momentum")
+            if not 0 <= momentum <= 1:
+                raise _Refusal(f"has momentum {momentum}; a spec's batch_norm momentum is between 0 and 1 (or None)")
+            fields.append(("momentum", momentum))
         self.emit(node, "batch_norm", fields)
 
     def layer_norm(self, node, arg, name, normalized_shape, eps, affine):

@@ -98,6 +98,8 @@ def _declare(lib):
     fn("fg_layer_output_shape", c_int, c_void_p, c_int64, p_int, p_dims)
     fn("fg_layer_param_count", c_int, c_void_p, p_int)
     fn("fg_layer_param_info", c_int, c_void_p, c_int, ctypes.POINTER(c_char_p), p_int, p_dims)
+    fn("fg_layer_ignored_count", c_int, c_void_p, p_int)
+    fn("fg_layer_ignored_info", c_int, c_void_p, c_int, ctypes.POINTER(c_char_p), p_int, p_dims, ctypes.POINTER(c_char_p))
     fn("fg_layer_bind_device", c_int, c_void_p, c_char_p, c_void_p, c_size_t)
     fn("fg_layer_bind_host", c_int, c_void_p, c_char_p, p_float, c_size_t)
     fn("fg_layer_bind_safetensors", c_int, c_void_p, c_char_p, c_int)

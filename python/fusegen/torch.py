@@ -7,9 +7,11 @@
     y = fused(x)                                    # torch.ops.fusegen.layer
     model = torch.compile(nn.Sequential(stem, fused, head), fullgraph=True)
 
-FusedLayer is an nn.Module whose parameters (and batch_norm running statistics, as buffers)
-are the spec's, under the spec's state_dict names, so state_dict(), load_state_dict(),
-.to(device) and .cuda() behave as for any module. Its forward calls the custom op
+FusedLayer is an nn.Module whose parameters (and batch_norm running statistics and
+num_batches_tracked, as buffers) are the spec's, under the spec's state_dict names, so
+state_dict(), load_state_dict(), .to(device) and .cuda() behave as for any module. A
+batch_norm on batch statistics never reads or updates its buffers; one folded into the
+conv keeps its tensors (the folded weights are the fusegen layer's, made at each bind). Its forward calls the custom op
 `fusegen::layer(Tensor x, Tensor[] params, str spec, int instance) -> Tensor`, which has a
 fake (meta) implementation, so torch.compile traces through it without a graph break and
 Inductor calls it as an extern kernel. On a CUDA tensor the op launches the generated
@@ -64,6 +66,7 @@ class _Runtime:
         probe = self.layer(-1)
         self.param_names = [n for n, _ in probe.params]
         self.param_shapes = [tuple(s) for _, s in probe.params]
+        self.ignored = probe.ignored
         self.in_tail = tuple(probe.input_shape(1)[1:])
         self.out_tail = tuple(probe.output_shape(1)[1:])
 
@@ -93,8 +96,10 @@ class _Runtime:
                 raise ValueError(f"fusegen: parameter '{name}' is on {p.device} but the input is on {x.device}")
 
     def bind(self, index, layer, params):
-        """(Re)binds the parameters whose storage or contents changed since the last call:
-        CUDA tensors by pointer (no copy: in-place updates are seen), CPU ones by copy."""
+        """(Re)binds the parameters whose storage or contents (version) changed since the
+        last call: CUDA tensors by pointer, CPU ones by copy. A CUDA tensor updated in place
+        is bound again too: the kernels read most parameters through the pointer, but a
+        batch norm folded into the conv is recomputed from its tensors when they are bound."""
         seen = self.bound.get(index)
         now = [(p.data_ptr(), p._version) for p in params]
         if seen == now:
@@ -103,8 +108,6 @@ class _Runtime:
             if seen is not None and seen[i] == now[i]:
                 continue
             if index >= 0:
-                if seen is not None and seen[i][0] == now[i][0]:
-                    continue  # same memory, bound by pointer: nothing to do
                 if not p.is_contiguous():
                     raise ValueError(f"fusegen: parameter '{name}' must be contiguous")
                 layer.bind_device(name, p.detach())
@@ -233,11 +236,16 @@ class FusedLayer(nn.Module):
         weakref.finalize(self, _release, (instance, encoded))
         for pname, shape in zip(rt.param_names, rt.param_shapes):
             self._register(pname, shape)
+        # what a BatchNorm's state_dict has beside (fg_layer_ignored_info): buffers the op
+        # never reads; a module without them (track_running_stats=False) still loads strictly
+        self._fg_optional = [name for name, _, _ in rt.ignored]
+        for name, shape, dtype in rt.ignored:
+            self._register(name, shape, dtype)
 
-    def _register(self, key, shape):
+    def _register(self, key, shape, dtype="F32"):
         """Registers `key` ('conv.weight', 'bn.running_var', 'scale') under child modules, as
-        nn.Module.state_dict names it; running statistics as buffers (a batch_norm's
-        num_batches_tracked beside them, as nn.BatchNorm has), the rest as parameters."""
+        nn.Module.state_dict names it; running statistics and num_batches_tracked as buffers
+        (running variances start at one), the rest as parameters."""
         *path, leaf = key.split(".")
         owner = self
         for part in path:
@@ -250,15 +258,23 @@ class FusedLayer(nn.Module):
                     raise ValueError(f"fusegen: parameter '{key}' cannot be a module attribute: {e}") from None
             owner = child
         try:
-            if leaf in ("running_mean", "running_var"):
-                init = torch.ones(shape) if leaf == "running_var" else torch.zeros(shape)
-                owner.register_buffer(leaf, init)
-                if "num_batches_tracked" not in owner._buffers:
-                    owner.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+            if dtype == "I64":
+                owner.register_buffer(leaf, torch.zeros(shape, dtype=torch.long))
+            elif leaf in ("running_mean", "running_var"):
+                owner.register_buffer(leaf, torch.ones(shape) if leaf == "running_var" else torch.zeros(shape))
             else:
                 owner.register_parameter(leaf, nn.Parameter(torch.zeros(shape), requires_grad=False))
         except (KeyError, TypeError) as e:
             raise ValueError(f"fusegen: parameter '{key}' cannot be a module attribute: {e}") from None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A BatchNorm with track_running_stats=False saves no running statistics and no
+        # num_batches_tracked: the buffers the op never reads keep their values instead of
+        # being missing (the children load from this dict after this call).
+        for name in self._fg_optional:
+            if prefix + name not in state_dict:
+                state_dict[prefix + name] = self.get_buffer(name)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _fg_params(self):
         out = []

@@ -4,7 +4,7 @@ For each module, fusegen.export writes the spec; fusegen.Layer loads it in a CPU
 context, binds the module's state_dict as it is, and runs its float64 CPU reference
 (reference/cpu_reference.c) on the same float32 input. The oracle is the module itself,
 run by PyTorch in float64 on the same values: two independent implementations of the same
-layer. The modules are the six reference layers of PROBLEMS.md and sixteen more conv
+layer. The modules are the six reference layers of PROBLEMS.md and twenty more conv
 blocks (2D and 3D, norms in both modes, reductions, pools, residuals, functional forms,
 nested modules). Then: what the exporter refuses, with the node named; the PENDING_OPS
 table; the `python -m fusegen export` and `fusegen export` commands.
@@ -342,6 +342,44 @@ if torch is not None:
             y = torch.reshape(self.gn(self.conv(x)), (-1, 2, 4, 36))
             return F.gelu(y.reshape(y.shape[0], 8, 36).squeeze(1))
 
+    # Batch norm: folded into the conv (eval, right after it), inline (after an activation),
+    # without affine, 3D, on batch statistics with and without running statistics.
+    class ConvReluBatchNorm(nn.Module):  # eval: after the ReLU, so not folded (inline)
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 6, 3, padding=1)
+            self.bn = nn.BatchNorm2d(6, momentum=0.3)
+
+        def forward(self, x):
+            return self.bn(torch.relu(self.conv(x)))
+
+    class BatchNormNoAffine(nn.Module):  # eval, folded: no conv bias, no norm weight or bias
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 6, 3, bias=False)
+            self.bn = nn.BatchNorm2d(6, affine=False, eps=1e-3)
+
+        def forward(self, x):
+            return torch.sigmoid(self.bn(self.conv(x)))
+
+    class Conv3dBatchNorm3d(nn.Module):  # eval, folded: grouped and padded 3D conv
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(4, 6, (2, 3, 3), padding=1, groups=2)
+            self.bn = nn.BatchNorm3d(6, momentum=None)
+
+        def forward(self, x):
+            return torch.tanh(self.bn(self.conv(x)))
+
+    class BatchNormNoRunningStats(nn.Module):  # batch statistics; the state_dict has none
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 5, 3)
+            self.bn = nn.BatchNorm2d(5, affine=False, track_running_stats=False)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv(x)))
+
     # (class, example input shape, eval mode?, reference spec in specs/ or None)
     CASES = [
         (KB79, (2, 3, 16, 32, 32), False, "kb79"),
@@ -370,7 +408,16 @@ if torch is not None:
         (SqueezeHead, (3, 4, 11, 9), True, None),
         (Flatten3d, (2, 2, 4, 6, 6), False, None),
         (GroupNormReshape, (2, 3, 8, 8), False, None),
+        (ConvReluBatchNorm, (2, 3, 10, 10), True, None),
+        (BatchNormNoAffine, (2, 4, 9, 11), True, None),
+        (Conv3dBatchNorm3d, (2, 4, 5, 8, 8), True, None),
+        (BatchNormNoRunningStats, (3, 3, 8, 8), False, None),
     ]
+
+# The modules above whose spec folds the batch norm into the conv (eval mode, right after
+# it), and those whose batch norm stays in the kernels.
+FOLDED = {"BatchNormEval", "BatchNormNoAffine", "Conv3dBatchNorm3d", "Pool3dExpSum"}
+NOT_FOLDED = {"ConvReluBatchNorm", "BatchNormTrainPool", "BatchNormNoRunningStats"}
 
 
 def randomize(module, gen):
@@ -426,12 +473,10 @@ class RoundTrip(unittest.TestCase):
             self.assertTrue(torch.equal(v, state_before[k]), f"export changed {k}")
         layer = fusegen.Layer(spec, context=self.ctx, name=f"{cls_.__name__}.lua")
         try:
-            missing, unexpected = layer.load_state_dict(module.state_dict(), strict=False)
-            self.assertEqual(missing, [])
-            # only batch norm in training mode leaves keys unused: its running statistics
-            self.assertEqual(
-                [k for k in unexpected if not (k.endswith(".running_mean") or k.endswith(".running_var"))], []
-            )
+            # strictly: a batch norm in training mode accepts its running statistics and
+            # num_batches_tracked (unused), one in eval mode reads them
+            missing, unexpected = layer.load_state_dict(module.state_dict())
+            self.assertEqual((missing, unexpected), ([], []))
             got = layer.run_reference(x.numpy())
             want = copy.deepcopy(module).double()(x.double()).detach().numpy()
             self.assertEqual(got.shape, want.shape)
@@ -466,8 +511,54 @@ class RoundTrip(unittest.TestCase):
     def test_batch_norm_modes(self):
         m = BatchNormEval()
         x = torch.rand(2, 4, 8, 8)
-        self.assertIn('stats = "running"', fusegen.export(m.eval(), x))
+        self.assertIn('stats = "running", momentum = 0.1 }', fusegen.export(m.eval(), x))
         self.assertNotIn("stats", fusegen.export(m.train(), x))
+        # momentum as the module has it; None (a cumulative average) is left out
+        m.bn.momentum = 0.25
+        self.assertIn('batch_norm { name = "bn", eps = 0.001, momentum = 0.25 }', fusegen.export(m.train(), x))
+        m.bn.momentum = None
+        self.assertNotIn("momentum", fusegen.export(m.train(), x))
+        m.bn.momentum = 1.5  # PyTorch takes it; the spec language does not
+        with self.assertRaises(fusegen.ExportError) as cm:
+            fusegen.export(m.train(), x)
+        self.assertIn("has momentum 1.5; a spec's batch_norm momentum is between 0 and 1", str(cm.exception))
+
+    def test_batch_norm_state_in_training_mode(self):
+        # the running statistics of a training-mode batch norm: accepted, shape-checked, unused
+        module, x = build_case(BatchNormTrainPool, (3, 3, 16, 16), False)
+        with fusegen.Layer(fusegen.export(module, x), context=self.ctx) as layer:
+            self.assertEqual(
+                layer.ignored,
+                [("bn.running_mean", (6,), "F32"), ("bn.running_var", (6,), "F32"), ("bn.num_batches_tracked", (), "I64")],
+            )
+            sd = module.state_dict()
+            layer.load_state_dict(sd)
+            want = layer.run_reference(x.numpy())
+            sd = dict(sd, **{"bn.running_mean": sd["bn.running_mean"] + 100.0})
+            layer.load_state_dict(sd)
+            np.testing.assert_array_equal(layer.run_reference(x.numpy()), want)  # not read
+            sd["bn.running_var"] = torch.ones(7)
+            with self.assertRaises(ValueError) as cm:
+                layer.load_state_dict(sd)
+            self.assertIn("'bn.running_var' has shape [7] but layer", str(cm.exception))
+
+    def test_batch_norm_folding(self):
+        lib = os.environ.get("FUSEGEN_LIBRARY")
+        cli = os.path.join(os.path.dirname(lib), "fusegen") if lib else None
+        if not cli or not os.access(cli, os.X_OK):
+            self.skipTest("the fusegen CLI is not next to $FUSEGEN_LIBRARY")
+        with tempfile.TemporaryDirectory() as tmp:
+            for cls_, shape, eval_mode, _ in CASES:
+                if cls_.__name__ not in FOLDED | NOT_FOLDED:
+                    continue
+                module, x = build_case(cls_, shape, eval_mode)
+                path = os.path.join(tmp, cls_.__name__ + ".lua")
+                with open(path, "w") as f:
+                    f.write(fusegen.export(module, x))
+                plan = subprocess.run([cli, "plan", path], capture_output=True, text=True, timeout=60)
+                self.assertEqual(plan.returncode, 0, plan.stderr)
+                folded = "  folded: batch_norm bn (v1, line" in plan.stdout
+                self.assertEqual(folded, cls_.__name__ in FOLDED, f"{cls_.__name__}:\n{plan.stdout}")
 
 
 if torch is not None:

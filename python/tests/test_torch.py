@@ -211,6 +211,77 @@ class ShapeOps(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
+class BatchNormState(unittest.TestCase):
+    """A batch norm's state in a FusedLayer: in eval mode right after the conv (folded into
+    it by the layer, the module's tensors kept as they are), and in training mode (its
+    running statistics are buffers the op never reads)."""
+
+    def module(self, train, **bn):
+        torch.manual_seed(3)
+        m = nn.Sequential(nn.Conv2d(3, 6, 3, bias=False), nn.BatchNorm2d(6, **bn), nn.ReLU())
+        with torch.no_grad():
+            if m[1].affine:
+                m[1].weight.normal_()
+                m[1].bias.normal_()
+            if m[1].track_running_stats:
+                m[1].running_mean.normal_()
+                m[1].running_var.uniform_(0.5, 1.5)
+                m[1].num_batches_tracked.fill_(7)
+        return m.train(train)
+
+    def check(self, fused, module, x, what):
+        want = copy.deepcopy(module).double()(x.double()).detach().numpy()
+        np.testing.assert_allclose(fused(x).numpy(), want, rtol=RTOL, atol=ATOL, err_msg=what)
+
+    def test_folded_eval_round_trip(self):
+        module, x = self.module(False), torch.rand(2, 3, 9, 9)
+        fused = fgt.FusedLayer(fusegen.export(module, x))
+        result = fused.load_state_dict(module.state_dict())  # strict
+        self.assertEqual((result.missing_keys, result.unexpected_keys), ([], []))
+        # the module's tensors come back as they went in: the folded weights are the layer's own
+        sd = fused.state_dict()
+        self.assertEqual(list(sd), list(module.state_dict()))
+        for k, v in module.state_dict().items():
+            self.assertTrue(torch.equal(sd[k], v), k)
+        self.check(fused, module, x, "folded, as loaded")
+        with torch.no_grad():  # in place: the layer binds the new values (and folds them) again
+            for m in (fused, module):
+                m.get_buffer("1.running_var").mul_(3.0)
+                m.get_parameter("1.weight").add_(0.5)
+        self.check(fused, module, x, "after in-place updates")
+        m2 = self.module(False)
+        with torch.no_grad():
+            m2[0].weight.mul_(-1)
+        fused.load_state_dict(m2.state_dict())
+        self.check(fused, m2, x, "after loading another module")
+
+    def test_training_mode_running_statistics(self):
+        module, x = self.module(True, momentum=0.2), torch.rand(4, 3, 9, 9)
+        spec = fusegen.export(module, x)
+        self.assertIn("momentum = 0.2", spec)
+        fused = fgt.FusedLayer(spec)
+        self.assertEqual(set(fused.state_dict()), set(module.state_dict()))
+        self.assertEqual(fused.get_buffer("1.num_batches_tracked").dtype, torch.long)
+        result = fused.load_state_dict(module.state_dict())  # strict, running statistics included
+        self.assertEqual((result.missing_keys, result.unexpected_keys), ([], []))
+        before = {k: v.clone() for k, v in fused.state_dict().items()}
+        self.check(fused, module, x, "batch statistics")
+        # the forward pass leaves the running statistics as they are (PyTorch's would update them)
+        for k, v in fused.state_dict().items():
+            self.assertTrue(torch.equal(v, before[k]), k)
+        # a module that tracks none (track_running_stats=False) loads strictly too
+        bare = self.module(True, track_running_stats=False, affine=False)
+        fused = fgt.FusedLayer(fusegen.export(bare, x))
+        result = fused.load_state_dict(bare.state_dict())
+        self.assertEqual((result.missing_keys, result.unexpected_keys), ([], []))
+        self.check(fused, bare, x, "batch statistics, no running ones")
+        # inside another module: its keys carry the prefix
+        outer = nn.Sequential(fused)
+        result = outer.load_state_dict({"0." + k: v for k, v in bare.state_dict().items()})
+        self.assertEqual((result.missing_keys, result.unexpected_keys), ([], []))
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
 class Compile(unittest.TestCase):
     """torch.compile traces through the op: one graph, no break, the same numbers."""
 

@@ -56,8 +56,7 @@ class ExportedOnGPU(unittest.TestCase):
     def run_case(self, cls_, shape, eval_mode):
         module, x = build_case(cls_, shape, eval_mode)
         fused = fgt.FusedLayer(fusegen.export(module, x), name=f"{cls_.__name__}.lua")
-        missing, _ = fused.load_state_dict(module.state_dict(), strict=False)
-        self.assertEqual(missing, [])
+        fused.load_state_dict(module.state_dict())  # strict: batch norm state included
         fused = fused.cuda()
         got = fused(x.cuda())
         want = copy.deepcopy(module).cuda().double()(x.cuda().double())
@@ -199,6 +198,38 @@ class PersistentConvOnGPU(unittest.TestCase):
         want = copy.deepcopy(module).cuda().double()(x.cuda().double())
         err = assert_close(self, got, want, "persistent conv")
         print(f"\n[persistent conv] output {list(got.shape)}, max abs error {err:.2g}")
+
+
+@unittest.skipUnless(CUDA, SKIP)
+class FoldedBatchNormOnGPU(unittest.TestCase):
+    """An eval-mode batch norm right after the conv, folded into its weights and bias by the
+    layer (gen/fold.h): the parameters are bound by pointer, so an in-place update must be
+    bound again (the op does it when a tensor's version changes) for the fold to follow."""
+
+    def test_in_place_updates_are_folded_again(self):
+        torch.manual_seed(0)
+        module = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.SiLU()).eval()
+        randomize(module, torch.Generator().manual_seed(2))
+        x = torch.rand(3, 8, 20, 20)
+        spec = fusegen.export(module, x)
+        fused = fgt.FusedLayer(spec, name="folded_bn.lua")
+        fused.load_state_dict(module.state_dict())
+        fused, module, x = fused.cuda(), module.cuda(), x.cuda()
+        for what in ("as loaded", "running_var x3 in place", "weight + 0.5 in place", "conv.weight negated in place"):
+            with torch.no_grad():
+                for m in (fused, module):
+                    if what.startswith("running_var"):
+                        m.get_buffer("1.running_var").mul_(3.0)
+                    elif what.startswith("weight"):
+                        m.get_parameter("1.weight").add_(0.5)
+                    elif what.startswith("conv"):
+                        m.get_parameter("0.weight").neg_()
+            want = copy.deepcopy(module).double()(x.double())
+            err = assert_close(self, fused(x), want, f"folded batch norm, {what}")
+            print(f"\n[folded batch norm] {what}: max abs error {err:.2g}")
+        # state_dict round trip: the module's tensors, not the folded ones
+        for k, v in module.state_dict().items():
+            self.assertTrue(torch.equal(fused.state_dict()[k], v), k)
 
 
 if __name__ == "__main__":

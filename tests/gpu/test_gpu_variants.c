@@ -261,6 +261,64 @@ static const variant fixed[] = {
         instance_norm {},
         gelu {},
     })},
+    /* batch_norm on running statistics right after the conv: folded into its weights and bias
+     * when they are bound (gen/fold.h), against the reference of the unfolded layer; then
+     * the same norm where it cannot be folded, inline */
+    {"batch_norm_folded_3d_grouped", 3, 1e-4, SPEC(return layer "batch_norm_folded_3d_grouped" {
+        input = { "N", 4, 7, 11, 10 },
+        conv3d { out_channels = 6, kernel = { 2, 3, 3 }, stride = { 1, 2, 1 }, padding = 1, groups = 2, bias = false },
+        batch_norm { name = "bn", stats = "running", momentum = 0.1 },
+        relu {},
+    })},
+    {"batch_norm_folded_no_affine_pool", 2, 1e-4, SPEC(return layer "batch_norm_folded_no_affine_pool" {
+        input = { "N", 5, 19, 17 },
+        conv2d { out_channels = 7, kernel = 3, dilation = 2 },
+        batch_norm { name = "bn", stats = "running", affine = false, eps = 1e-3 },
+        max_pool { kernel = 2 },
+        tanh {},
+    })},
+    {"batch_norm_folded_then_norm", 3, 1e-4, SPEC(return layer "batch_norm_folded_then_norm" {
+        input = { "N", 3, 21, 20 },
+        conv2d { out_channels = 8, kernel = 3, padding = 1 },
+        batch_norm { name = "bn", stats = "running" },
+        silu { as = "s" },
+        group_norm { groups = 2 },
+        add { value = "s" },
+    })},
+    {"batch_norm_folded_wgmma", 2, 1e-4, SPEC(return layer "batch_norm_folded_wgmma" {
+        input = { "N", 16, 30, 34 },
+        conv2d { out_channels = 32, kernel = 3, padding = 1, bias = false },
+        batch_norm { name = "bn", stats = "running" },
+        relu {},
+    })},
+    {"batch_norm_folded_tf32_cudnn", 2, 5e-3, SPEC(return layer "batch_norm_folded_tf32_cudnn" {
+        input = { "N", 16, 20, 20 },
+        precision = "tf32",
+        conv2d { out_channels = 24, kernel = 3 },
+        batch_norm { name = "bn", stats = "running" },
+        relu {},
+    })},
+    {"batch_norm_folded_resident", 2, 1e-4, SPEC(return layer "batch_norm_folded_resident" {
+        input = { "N", 3, 18, 17 },
+        strategy = "resident",
+        conv2d { out_channels = 8, kernel = 3, padding = 1 },
+        batch_norm { name = "bn", stats = "running" },
+        relu {},
+        group_norm { groups = 4 },
+    })},
+    {"batch_norm_running_after_relu", 3, 1e-4, SPEC(return layer "batch_norm_running_after_relu" {
+        input = { "N", 3, 12, 14 },
+        conv2d { out_channels = 5, kernel = 3 },
+        relu {},
+        batch_norm { name = "bn", stats = "running" },
+        sigmoid {},
+    })},
+    {"batch_norm_running_residual", 2, 1e-4, SPEC(return layer "batch_norm_running_residual" {
+        input = { "N", 3, 12, 14 },
+        conv2d { out_channels = 5, kernel = 3, as = "c" },
+        batch_norm { name = "bn", stats = "running", affine = false },
+        add { value = "c" },
+    })},
 };
 
 /* More kernel parameters in one pass than a fixed 48-slot table held (hardening round 2):
