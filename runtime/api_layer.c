@@ -866,6 +866,22 @@ FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, 
     return s;
 }
 
+/* The workspace a run of `batch` samples needs: the plan's, or, while a first prepare has yet
+ * to choose between two plans (runtime/tuning.h), the larger of theirs. Takes the context's
+ * lock (that choice swaps the plan under it). */
+static int workspace_needed(const fg_layer *layer, int64_t batch, uint64_t *total, fg_error *err)
+{
+    fg_launch_layout layout, other;
+    pthread_mutex_lock(&layer->ctx->lock);
+    int rc = fg_launch_layout_for(&layer->launch, batch, &layout, err);
+    if (rc == 0 && layer->alternative &&
+        (rc = fg_launch_layout_for(&layer->alternative->launch, batch, &other, err)) == 0 && other.total > layout.total)
+        layout.total = other.total;
+    pthread_mutex_unlock(&layer->ctx->lock);
+    *total = layout.total;
+    return rc;
+}
+
 static fg_status workspace_size_held(const fg_layer *layer, int64_t batch, size_t *bytes)
 {
     if (!bytes)
@@ -873,19 +889,11 @@ static fg_status workspace_size_held(const fg_layer *layer, int64_t batch, size_
     if (batch < 1 || batch > INT32_MAX)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_workspace_size: batch must be between 1 and %d (got %lld)",
                            INT32_MAX, (long long)batch);
-    fg_launch_layout layout, other;
     fg_error err;
-    /* the context's lock: a first prepare may be choosing between two plans; until it has,
-     * the larger of their workspaces */
-    pthread_mutex_lock(&layer->ctx->lock);
-    int rc = fg_launch_layout_for(&layer->launch, batch, &layout, &err);
-    if (rc == 0 && layer->alternative &&
-        (rc = fg_launch_layout_for(&layer->alternative->launch, batch, &other, &err)) == 0 && other.total > layout.total)
-        layout.total = other.total;
-    pthread_mutex_unlock(&layer->ctx->lock);
-    if (rc != 0)
+    uint64_t total;
+    if (workspace_needed(layer, batch, &total, &err) != 0)
         return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
-    *bytes = (size_t)layout.total; /* size_t is 64-bit on every target (Linux x86-64, aarch64) */
+    *bytes = (size_t)total; /* size_t is 64-bit on every target (Linux x86-64, aarch64) */
     return FG_OK;
 }
 
@@ -912,25 +920,27 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
                                "fg_layer_run_workspace: layer %s runs its conv in cuDNN (precision = \"tf32\"), whose "
                                "workspace is the layer's own: use fg_layer_run",
                                layer->ir.name);
+    fg_launch_memory mem;
+    memset(&mem, 0, sizeof mem);
+    fg_error err;
+    uint64_t needed;
+    if (workspace_needed(layer, batch, &needed, &err) != 0)
+        return fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
+    if (needed > workspace_bytes || (needed > 0 && !workspace))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "fg_layer_run_workspace: layer %s needs %llu bytes of workspace for batch %lld, got %zu%s "
+                           "(fg_layer_workspace_size)",
+                           layer->ir.name, (unsigned long long)needed, (long long)batch, workspace_bytes,
+                           workspace ? "" : " at NULL");
     if ((uintptr_t)workspace % 256 != 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_run_workspace: the workspace must be 256-byte aligned");
     if ((s = fg_api_enter(layer->ctx)) != FG_OK)
         return s;
-    fg_launch_memory mem;
-    memset(&mem, 0, sizeof mem);
-    fg_error err;
     pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
-    /* the workspace the plan needs once prepared: a first prepare may choose another plan
-     * (within what fg_layer_workspace_size reported) */
+    /* the layout of the plan the prepare settled on (at most `needed` bytes) */
     if ((s = bound_and_prepared(layer, batch, (CUstream)stream)) == FG_OK &&
         fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
         s = fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
-    if (s == FG_OK && (mem.layout.total > workspace_bytes || (mem.layout.total > 0 && !workspace)))
-        s = fg_api_fail(FG_ERR_INVALID_ARGUMENT,
-                        "fg_layer_run_workspace: layer %s needs %llu bytes of workspace for batch %lld, got %zu%s "
-                        "(fg_layer_workspace_size)",
-                        layer->ir.name, (unsigned long long)mem.layout.total, (long long)batch, workspace_bytes,
-                        workspace ? "" : " at NULL");
     if (s == FG_OK) {
         CUdeviceptr params[FG_MAX_KERNEL_PARAMS];
         for (int i = 0; i < kernel_param_count(layer); i++)
