@@ -5,7 +5,11 @@
  * float64 CPU reference of the unfolded layer holding the values bound at that moment (a
  * second layer with host copies where the GPU layer holds device pointers), through
  * fg_layer_run (a multi-pass layer: its captured CUDA graph is replayed until a bind) and
- * fg_layer_run_workspace. */
+ * fg_layer_run_workspace. The op between the batch_norm and the instance_norm is abs, not
+ * relu: a relu zeroes a channel whose running mean lies above its values, and an instance
+ * norm of a channel of zeros and a few small positives divides by a variance near 0 --
+ * errors of 4e-4 on the H200 whether the batch norm is folded or not, a test of the data's
+ * conditioning rather than of the fold. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +22,7 @@ static const char *const spec = "return layer \"fold_rebind\" {\n"
                                 "  input = { \"N\", 4, 18, 17 },\n"
                                 "  conv2d { out_channels = 8, kernel = 3, padding = 1 },\n"
                                 "  batch_norm { name = \"bn\", stats = \"running\" },\n"
-                                "  relu {},\n"
+                                "  abs {},\n"
                                 "  instance_norm { affine = true },\n"
                                 "}\n";
 
