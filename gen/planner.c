@@ -516,7 +516,7 @@ static bool choose_wgmma(planner *p)
     if (p->ir->precision == FG_PRECISION_TF32)
         return !narrow_groups(p->ir);
     /* fp32 (3xTF32), measured on the H200 with every engine forced on the sweep's 42 shapes
-     * (bench/engine-sweep.py, bench/NOTES.md v7). wgmma re-reads its im2col rows for every
+     * (bench/engine-choice.py, bench/NOTES.md v7). wgmma re-reads its im2col rows for every
      * 128-channel block and its K chunks are 32 wide: it wins with wide outputs and long
      * reductions (64->64 3x3: 0.140 ms against mma.sync's 0.195), on 1x1 convs with 64
      * channels or more (64->256: 0.089 against the FMA engine's 0.624 and mma.sync's 0.192)

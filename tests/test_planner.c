@@ -1002,7 +1002,7 @@ static void engine_by_arch_and_precision(void **state)
     assert_int_equal(first_pass_on("sm_90", wide, "fp32"), FG_PASS_CONV);
     assert_int_equal(first_pass_on("sm_90a", depthwise, "fp32"), FG_PASS_CONV);
     /* ... a 1x1 conv with 64 channels in and out (K 64) on wgmma, 16 outputs on 144 inputs
-     * (K 144) on mma.sync (bench/engine-sweep.py's measurements, NOTES v7) */
+     * (K 144) on mma.sync (bench/engine-choice.py's measurements, NOTES v7) */
     assert_int_equal(first_pass_with("sm_90a", 64, "conv2d { out_channels = 64, kernel = 1 }", "fp32"),
                      FG_PASS_PACK_WEIGHTS);
     assert_int_equal(first_pass_with("sm_90a", 64, "conv2d { out_channels = 32, kernel = 1 }", "fp32"), FG_PASS_CONV);

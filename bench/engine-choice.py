@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The conv engines against each other on the sweep's shapes: what the planner's choice costs.
 
-    python3 bench/engine-sweep.py --build build --out OUTDIR [--only NAME,...] [--engines auto,fma,mma,wgmma]
+    python3 bench/engine-choice.py --build build --out OUTDIR [--only NAME,...] [--engines auto,fma,mma,wgmma]
 
 For every entry of bench/sweep.py (both precisions) and every engine that can run it
 (FUSEGEN_CONV_ENGINE=fma|mma|wgmma forces one; auto is the planner's choice), `fusegen bench`
 times the whole layer at the entry's batch (median of CUDA-event timings, L2 flushed; no
 PyTorch in the process, so it is quick). An engine the shape does not admit falls back to
 another: the table names the engine each plan really used (from `fusegen plan`), and a
-forced run whose plan is the same as another's is not timed twice. The last columns say
+forced run whose plan is the same as another's is not timed twice. Where the runtime times two
+engines at the first run (runtime/tuning.h), auto's engine reads "X/Y timed" and its time is
+the winner's. The last columns say
 which engine was fastest and how much slower auto's choice was: the measured ground truth
 for the planner's cost model.
 """
@@ -28,12 +30,17 @@ ENGINE_OF_PLAN = (("wgmma tensor cores", "wgmma"), ("cuDNN", "cudnn"), ("3xTF32 
 
 
 def engine_used(fg, spec, env):
+    """The engine of the plan, and the plan's text; "X/Y timed" where the runtime times two
+    engines at the first run (fusegen plan's "engine:" line; auto's time is then the winner's)."""
     text = subprocess.run([fg, "plan", "--arch", "sm_90a", spec], env=env, capture_output=True, text=True).stdout
     conv = text.split(" conv ", 1)[1] if " conv " in text else text
-    for marker, name in ENGINE_OF_PLAN:
-        if marker in conv:
-            return name, text
-    return "?", text
+    name = next((n for marker, n in ENGINE_OF_PLAN if marker in conv), "?")
+    timed = [l for l in text.splitlines() if l.startswith("engine: ")]
+    if timed and " or wgmma" in timed[0]:
+        name += "/wgmma timed"
+    elif timed and "wgmma or " in timed[0]:
+        name = "wgmma/" + ("mma" if "mma.sync" in timed[0] else "fma") + " timed"
+    return name, text
 
 
 def bench(fg, spec, batch, env, iters):
@@ -102,7 +109,7 @@ def main():
             row = f"| {e.describe()} | {prec} | {used.get('auto', '?')} | " + " | ".join(cells) + f" | {best} | {ratio:.2f} |"
             rows.append(row)
             print(row, flush=True)
-    with open(os.path.join(args.out, "engine-sweep.md"), "w") as f:
+    with open(os.path.join(args.out, "engine-choice.md"), "w") as f:
         f.write("\n".join(rows) + "\n")
 
 
