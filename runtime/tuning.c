@@ -10,9 +10,16 @@
 #include "random_init.h"
 
 enum {
-    TIMED_RUNS = 5,                   /* per candidate, after one warm-up, alternating A and B */
+    WARM_UP_RUNS = 2,                 /* per candidate, untimed, alternating A and B */
+    TIMED_RUNS = 5,                   /* per candidate, then, alternating likewise */
     UNKNOWN_BATCH = 32,               /* timed when the prepare came before any run */
 };
+/* The alternative must beat the planner's plan by this fraction to be chosen: the planner's
+ * choice is the prior, a difference within the noise of a few runs is not evidence against
+ * it (the H200, KB85 at batch 128: the FMA engine 0.76 ms and wgmma 0.80 ms with the L2
+ * flushed before each run; after its first-run timing without this margin, the layer ran
+ * at 0.82 ms in the PyTorch comparison, 0.76 in fusegen bench). */
+static const double TUNING_MARGIN = 0.03;
 static const uint64_t TUNING_BYTES = 1ull << 30; /* input, output and workspace of a timing */
 
 fg_layer_candidate *fg_tuning_candidate(const fg_layer *layer)
@@ -81,7 +88,7 @@ typedef struct timing {
     CUdeviceptr input, output, workspace, params[FG_MAX_KERNEL_PARAMS];
     int n_params;
     CUstream stream;
-    CUevent ev[2][TIMED_RUNS + 1][2];
+    CUevent ev[2][WARM_UP_RUNS + TIMED_RUNS][2];
 } timing;
 
 static void release(timing *t)
@@ -92,7 +99,7 @@ static void release(timing *t)
     for (int c = 0; c < 2; c++) {
         if (t->module[c])
             cu->ModuleUnload(t->module[c]);
-        for (int r = 0; r <= TIMED_RUNS; r++)
+        for (int r = 0; r < WARM_UP_RUNS + TIMED_RUNS; r++)
             for (int e = 0; e < 2; e++)
                 if (t->ev[c][r][e])
                     cu->EventDestroy(t->ev[c][r][e]);
@@ -180,7 +187,7 @@ static int time_candidates(fg_layer *layer, const fg_launch_table *launch[2], co
     if (r == CUDA_SUCCESS)
         r = cu->StreamCreate(&t.stream, CU_STREAM_NON_BLOCKING);
     for (int c = 0; c < 2 && r == CUDA_SUCCESS; c++)
-        for (int k = 0; k <= TIMED_RUNS && r == CUDA_SUCCESS; k++)
+        for (int k = 0; k < WARM_UP_RUNS + TIMED_RUNS && r == CUDA_SUCCESS; k++)
             for (int e = 0; e < 2 && r == CUDA_SUCCESS; e++)
                 r = cu->EventCreate(&t.ev[c][k][e], CU_EVENT_DEFAULT);
     if (r != CUDA_SUCCESS) {
@@ -194,9 +201,9 @@ static int time_candidates(fg_layer *layer, const fg_launch_table *launch[2], co
         mem[c].params = t.params;
         mem[c].sm_count = ctx->sm_count;
     }
-    /* run k = 0 warms up (lazy loading, caches); A and B alternate so that clocks and
-     * temperature drift hit both alike */
-    for (int k = 0; k <= TIMED_RUNS; k++)
+    /* the first WARM_UP_RUNS warm up (lazy loading, caches, clocks); A and B alternate so that
+     * clocks and temperature drift hit both alike */
+    for (int k = 0; k < WARM_UP_RUNS + TIMED_RUNS; k++)
         for (int c = 0; c < 2; c++) {
             if ((r = cu->EventRecord(t.ev[c][k][0], t.stream)) != CUDA_SUCCESS ||
                 fg_launch_run(cu, launch[c], t.functions[c], &mem[c], batch, t.stream, err) != 0 ||
@@ -211,8 +218,9 @@ static int time_candidates(fg_layer *layer, const fg_launch_table *launch[2], co
     }
     for (int c = 0; c < 2; c++) {
         float v[TIMED_RUNS];
-        for (int k = 1; k <= TIMED_RUNS; k++)
-            if ((r = cu->EventElapsedTime(&v[k - 1], t.ev[c][k][0], t.ev[c][k][1])) != CUDA_SUCCESS) {
+        for (int k = 0; k < TIMED_RUNS; k++)
+            if ((r = cu->EventElapsedTime(&v[k], t.ev[c][WARM_UP_RUNS + k][0], t.ev[c][WARM_UP_RUNS + k][1])) !=
+                CUDA_SUCCESS) {
                 release(&t);
                 return fg_cuda_fail(err, r, "reading the timings");
             }
@@ -331,14 +339,16 @@ void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
             fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice: timing it against %s failed: %s",
                            layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]), err.msg);
         } else {
-            choice = ms[1] < ms[0] ? 1 : 0;
+            choice = ms[1] < ms[0] * (1.0 - TUNING_MARGIN) ? 1 : 0;
             const fg_built *w = &jobs[choice].built;
             fg_error store_err;
             bool recorded = (w->from_cache || w->stored) &&
                             fg_cache_store_alias(&ctx->cache, NULL, key, w->key, &store_err) == 0;
-            fg_context_log(ctx, FG_LOG_INFO, "%s: timed the conv on %s (%.3f ms) and %s (%.3f ms) at batch %lld: %s%s",
-                           layer->ir.name, fg_plan_conv_engine_name(plan[0]), ms[0], fg_plan_conv_engine_name(plan[1]), ms[1], (long long)timed,
-                           fg_plan_conv_engine_name(plan[choice]), recorded ? " (recorded in the cache)" : "");
+            fg_context_log(ctx, FG_LOG_INFO, "%s: timed the conv on %s (%.3f ms) and %s (%.3f ms) at batch %lld: %s%s%s",
+                           layer->ir.name, fg_plan_conv_engine_name(plan[0]), ms[0], fg_plan_conv_engine_name(plan[1]),
+                           ms[1], (long long)timed, fg_plan_conv_engine_name(plan[choice]),
+                           choice == 0 && ms[1] < ms[0] ? " (the other is not 3 % faster)" : "",
+                           recorded ? " (recorded in the cache)" : "");
         }
     }
     for (int c = 0; c < 2; c++)

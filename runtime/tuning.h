@@ -4,7 +4,8 @@
  * At load, a layer whose engine is open gets a second candidate plan. At its first prepare
  * on the GPU both candidates are built (compiled side by side, or found in the caches: `fusegen
  * build` stores both), run on random data at the run's batch (capped at 1 GiB of tensors),
- * alternately, a warm-up and five timed runs each, and the faster median is kept; the layer
+ * alternately, two warm-ups and five timed runs each; the alternative is kept only when its
+ * median is 3 % below the planner's plan's (the prior); the layer
  * then runs that plan for its life. The choice is recorded in the user cache as an alias from
  * a tuning key -- the identity, both plan keys, the GPU's name and multiprocessor count, the
  * batch's power of two -- to the winner's entry, so that later processes on the same GPU take
