@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "shape_infer.h"
 
 #include "op_registry.h"
@@ -368,7 +369,7 @@ static int wrap_dim(infer_ctx *c, const char *field, int64_t d, int rank, const 
 static int infer_flatten(infer_ctx *c, fg_op *op, const fg_shape *in)
 {
     char buf[128];
-    int s, e;
+    int s = 0, e = 0; /* set by wrap_dim; GCC -O3 cannot see it */
     if (wrap_dim(c, "start_dim", op->start_dim, in->rank, in, &s) ||
         wrap_dim(c, "end_dim", op->end_dim, in->rank, in, &e))
         return -1;
@@ -398,7 +399,7 @@ static int infer_squeeze(infer_ctx *c, fg_op *op, const fg_shape *in)
     const char *field = op->n_dims == 1 ? "dim" : "dims";
     op->reduce_mask = 0;
     for (int i = 0; i < op->n_dims; i++) {
-        int d;
+        int d = 0; /* set by wrap_dim; GCC -O3 cannot see it */
         if (wrap_dim(c, field, op->dims[i], in->rank, in, &d))
             return -1;
         if (d == 0)
@@ -419,7 +420,7 @@ static int infer_squeeze(infer_ctx *c, fg_op *op, const fg_shape *in)
 static int infer_unsqueeze(infer_ctx *c, fg_op *op, const fg_shape *in)
 {
     char buf[128];
-    int d;
+    int d = 0; /* set by wrap_dim; GCC -O3 cannot see it */
     if (op->n_dims != 1)
         return op_fail(c, "dim", "must name exactly one dim (got %d)", op->n_dims);
     if (in->rank == FG_MAX_RANK)
