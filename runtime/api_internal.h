@@ -63,6 +63,8 @@ struct fg_layer {
         double total, render, build, load; /* seconds: all, rendering the source (-1: skipped,
                                               the plan alias led to the entry), cache lookup or
                                               compile (build), module load (load) */
+        double tune;                        /* of `total`, choosing between two plans (tuning.h) */
+        fg_tuning_outcome tuning;
     } prepare_seconds;
     CUdeviceptr workspace;
     size_t workspace_bytes;

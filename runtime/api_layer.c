@@ -619,12 +619,16 @@ static fg_status prepare_locked(fg_layer *layer, int64_t batch, CUstream stream)
      * fg_context_create, so that CPU-only work never needs NVRTC */
     if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
-    if (layer->alternative)
-        fg_tuning_decide(layer, batch, stream);
+    double t_tune = fg_seconds_now();
+    fg_tuning_outcome tuning = layer->alternative ? fg_tuning_decide(layer, batch, stream) : FG_TUNING_NONE;
+    t_tune = fg_seconds_now() - t_tune;
     const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
     if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
-    if (built.from_cache) {
+    if (built.from_cache && tuning == FG_TUNING_COMPILED) {
+        fg_context_log(ctx, FG_LOG_INFO, "%s for %s: compiled with another plan and timed against it in %.2f s (%.16s...)",
+                       layer->ir.name, ctx->arch, t_tune, built.key);
+    } else if (built.from_cache) {
         fg_context_log(ctx, FG_LOG_INFO, "%s for %s: from the %scache (%.16s...)", layer->ir.name, ctx->arch,
                        built.shipped ? "shipped " : "", built.key);
     } else if (built.stored) {
@@ -661,8 +665,10 @@ static fg_status prepare_locked(fg_layer *layer, int64_t batch, CUstream stream)
     layer->from_cache = built.from_cache;
     double t_end = fg_seconds_now();
     layer->prepare_seconds.total = t_end - t0;
+    layer->prepare_seconds.tune = t_tune;
+    layer->prepare_seconds.tuning = tuning;
     layer->prepare_seconds.render = built.rendered ? built.render_seconds : -1;
-    layer->prepare_seconds.build = t_built - t0 - (built.rendered ? built.render_seconds : 0);
+    layer->prepare_seconds.build = t_built - t0 - t_tune - (built.rendered ? built.render_seconds : 0);
     layer->prepare_seconds.load = t_end - t_built;
     fg_context_log(ctx, FG_LOG_DEBUG, "%s: kernels ready in %.1f ms (%s, %s %.1f ms, module load %.1f ms)",
                    layer->ir.name, layer->prepare_seconds.total * 1e3,

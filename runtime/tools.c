@@ -73,8 +73,16 @@ fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap
     char rendering[48] = "found by the plan alias, not rendered";
     if (layer->prepare_seconds.render >= 0)
         snprintf(rendering, sizeof rendering, "rendering %.1f", layer->prepare_seconds.render * 1e3);
-    snprintf(buf, cap, "kernels %s in %.1f ms (%s, %s %.1f, module load %.1f)",
-             layer->from_cache ? "loaded from the cache" : "compiled", layer->prepare_seconds.total * 1e3, rendering,
+    /* where two plans were timed first (runtime/tuning.h), the kernels were compiled then if
+     * either was */
+    fg_tuning_outcome tuning = layer->prepare_seconds.tuning;
+    bool compiled = !layer->from_cache || tuning == FG_TUNING_COMPILED;
+    char tuned[96] = "";
+    if (tuning != FG_TUNING_NONE)
+        snprintf(tuned, sizeof tuned, "two plans %sand timed %.1f, ",
+                 tuning == FG_TUNING_COMPILED ? "compiled side by side " : "loaded ", layer->prepare_seconds.tune * 1e3);
+    snprintf(buf, cap, "kernels %s in %.1f ms (%s%s, %s %.1f, module load %.1f)",
+             compiled ? "compiled" : "loaded from the cache", layer->prepare_seconds.total * 1e3, tuned, rendering,
              layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
              layer->prepare_seconds.load * 1e3);
     return FG_OK;

@@ -275,12 +275,12 @@ static void adopt(fg_layer *layer, fg_layer_candidate *alt, int c)
     fg_tuning_candidate_free(alt);
 }
 
-void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
+fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
 {
     fg_layer_candidate *alt = layer->alternative;
     layer->alternative = NULL; /* decided now, whatever happens */
     if (!alt)
-        return;
+        return FG_TUNING_NONE;
     fg_context *ctx = layer->ctx;
     const fg_cuda *cu = ctx->cu;
     const fg_plan *plan[2] = {&layer->plan, &alt->plan};
@@ -298,7 +298,7 @@ void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
                 fg_context_log(ctx, FG_LOG_DEBUG, "%s: conv on %s, as timed before on this GPU (cache)", layer->ir.name,
                                fg_plan_conv_engine_name(plan[c]));
                 adopt(layer, alt, c);
-                return;
+                return FG_TUNING_NONE;
             }
         }
     }
@@ -308,7 +308,7 @@ void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
         fg_context_log(ctx, FG_LOG_INFO, "%s: first run inside a stream capture: conv on %s, the planner's choice, "
                                          "not timed against %s", layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]));
         fg_tuning_candidate_free(alt);
-        return;
+        return FG_TUNING_NONE;
     }
     /* both builds side by side: a JIT from an empty cache costs one compile's time */
     const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
@@ -330,6 +330,7 @@ void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
     double ms[2] = {0, 0};
     fg_error err;
     int choice = 0;
+    fg_tuning_outcome outcome = FG_TUNING_NONE;
     if (jobs[0].rc != 0 || jobs[1].rc != 0) {
         fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice, not timed against %s: %s", layer->ir.name,
                        fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]), (jobs[1].rc != 0 ? jobs[1].err : jobs[0].err).msg);
@@ -339,6 +340,7 @@ void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
             fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice: timing it against %s failed: %s",
                            layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]), err.msg);
         } else {
+            outcome = jobs[0].built.from_cache && jobs[1].built.from_cache ? FG_TUNING_TIMED : FG_TUNING_COMPILED;
             choice = ms[1] < ms[0] * (1.0 - TUNING_MARGIN) ? 1 : 0;
             const fg_built *w = &jobs[choice].built;
             fg_error store_err;
@@ -354,4 +356,5 @@ void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
     for (int c = 0; c < 2; c++)
         fg_built_free(&jobs[c].built);
     adopt(layer, alt, choice);
+    return outcome;
 }

@@ -34,11 +34,18 @@ typedef struct fg_layer_candidate {
 fg_layer_candidate *fg_tuning_candidate(const fg_layer *layer);
 void fg_tuning_candidate_free(fg_layer_candidate *c);
 
+/* What fg_tuning_decide did, for timing lines. */
+typedef enum fg_tuning_outcome {
+    FG_TUNING_NONE = 0,     /* nothing to decide, a recorded choice, or no timing possible */
+    FG_TUNING_TIMED,        /* both plans' kernels came from the caches and were timed */
+    FG_TUNING_COMPILED,     /* at least one was compiled, then both were timed */
+} fg_tuning_outcome;
+
 /* At the first prepare (context lock held, the context current): decides between the layer's
  * plan and layer->alternative, which it frees; the layer's plan and launch table become the
  * winner's. `batch`: the run's (0: not known, 32 is timed); `stream`: the run's (a capture
  * in progress on it means no timing). Never fails the prepare: any problem is logged and
  * the planner's choice kept. */
-void fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream);
+fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream);
 
 #endif
