@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fusegen against PyTorch on the reference layers of PROBLEMS.md: accuracy, speed, cold start.
 
     python3 bench/compare_torch.py --build build --out OUTDIR [--layers kb79,kb21] [--iters 40]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The conv engines against each other on the sweep's shapes: what the planner's choice costs.
 
     python3 bench/engine-choice.py --build build --out OUTDIR [--only NAME,...] [--engines auto,fma,mma,wgmma]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The shape sweep: fusegen's conv engines on conv configurations no spec of specs/ has.
 
     python3 bench/sweep.py --build build --out OUTDIR [--only NAME,...] [--compile both|default|none]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The fusegen command line: one file per command, sharing these helpers. Conventions:
  * results on stdout, messages and progress on stderr, exit 0 on success, 1 on failure,
  * 2 on a usage error. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fusegen cache export / import: exactly the entries and plan aliases a set of layers needs,
  * as a tar file to ship, and back. The archive is written and read by the system's tar
  * (through posix_spawn, never a shell); fusegen stages it in a private temporary directory,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `fusegen ops`: the spec language's ops as the op registry (gen/op_registry.c) defines
  * them -- for people, for docs/spec.md's generated table, and for the fuzzer's dictionary. */
 #include <getopt.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Comparing an output with a reference the way the tests and `run --check` do:
  * allclose(out, ref, atol, rtol) as PyTorch defines it, plus the max abs and relative L2
  * errors. NaN anywhere fails. */

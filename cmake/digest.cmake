@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Writes a C source defining fg_generator_digest: a SHA-256 over the generator's own sources
 # (names and contents). Plan aliases (runtime/cache.h) name a rendered source by the IR and
 # plan bytes; the C code that turns those into the templates' input must be part of that

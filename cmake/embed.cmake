@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Turns text files into one C source of byte arrays, so the library carries its templates
 # and needs no files beside it at run time.
 #   cmake -DOUT=<file.c> -DFILES="a.lua;b.lua" -DBASE=<dir> -P embed.cmake

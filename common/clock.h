@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Seconds on the monotonic clock: for the timings the runtime and the CLI report (compile,
  * prepare, first run). */
 #ifndef FG_CLOCK_H

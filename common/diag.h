@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Error messages: one mechanism for the whole library. A function that can fail takes an
  * fg_error* and fills it; the caller decides whether to print it (CLI) or keep it as the
  * thread's last error (C API). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer harness: the cubin cache's entry parser (header, sizes, checksum, strings,
  * description), and the description reader `fusegen cache ls` and the JIT use.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer harness: the safetensors reader (8-byte header length, JSON header, dtypes,
  * shapes, data offsets, overlaps). Every tensor of an accepted file is read back in full,
  * so a wrong size or offset shows up as an out-of-bounds read. */

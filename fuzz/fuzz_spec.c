@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer harness: the spec loader (sandboxed Lua, field checks, shape inference), and for
  * every spec it accepts the planner and the renderer, the code that trusts a loaded IR.
  * Small sandbox limits keep each input fast; inputs over 16 KiB are ignored (run with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Writes the seed corpora of the fuzzers (committed under fuzz/corpus/; run this only to
  * refresh them): fuzz_make_seeds OUTPUT_DIR creates OUTPUT_DIR/<harness>/ with
  *   fuzz_spec:        the reference specs, the every-op spec, a small spec, and the source

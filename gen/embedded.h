@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Files embedded into the library at build time (the Lua templates). */
 #ifndef FG_EMBEDDED_H
 #define FG_EMBEDDED_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Folding an eval-mode batch_norm into the convolution before it.
  *
  * A batch_norm with running statistics directly after the conv is an affine map per output

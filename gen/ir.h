@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The layer IR: what a spec means, after loading and shape inference.
  *
  * A layer is one anchor convolution (ops[0]) followed by a chain of ops. Op k reads the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The op registry's table: one entry per op kind (op_registry.h says who reads what). To add
  * an op, follow docs/design.md, "Adding an op". */
 #include "op_registry.h"

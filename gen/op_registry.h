@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The op registry: the one place that says what each op of the spec language is.
  *
  * One entry per op kind (gen/op_registry.c, indexed by fg_op_kind) gives its constructor

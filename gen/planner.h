@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The planner: splits a layer into passes (kernels) at every op that needs a global
  * statistic, fuses everything else into the passes' epilogues, and picks launch geometry.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Rendering: hands the IR and the plan to the Lua templates (templates/, embedded in the
  * library) and collects the CUDA C++ they print. The templates run in a Lua state of their
  * own with the base, string, table and math libraries; they are trusted code, but still

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A Lua state for evaluating untrusted spec files: text chunks only, an empty environment
  * filled by the caller, a memory cap and an instruction budget. One state per spec, so
  * specs loaded one after another never see each other. */

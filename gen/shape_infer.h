@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shape inference and semantic checks on a freshly loaded IR: output shapes of every op,
  * the parameters each op binds (with their shapes), and every impossible combination
  * (groups not dividing channels, a kernel larger than its input, a reduction over a dim

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Spec files → layer IR. A spec is Lua evaluated in the sandbox (sandbox.h); this file
  * provides the constructors a spec may call (layer, conv2d, relu, ...), walks what the spec
  * returned, checks every field, and then runs shape inference (shape_infer.h). Every error

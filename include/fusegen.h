@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fusegen: shape-specialized fused CUDA kernels for conv + epilogue layers.
  *
  * The runtime API. A context holds a device, the kernel caches and options; a layer is a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CPU reference: the one definition of every op's semantics, evaluated in double.
  * It is the oracle of every test (GPU kernels are checked against it) and the engine behind
  * `fusegen run --device cpu`. Written for clarity, not speed: direct loops, no tiling. */

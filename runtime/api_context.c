@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The context half of the public API (include/fusegen.h): errors, options, devices. */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the public handles hold, shared by the files implementing include/fusegen.h. */
 #ifndef FG_API_INTERNAL_H
 #define FG_API_INTERNAL_H

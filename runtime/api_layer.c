@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The layer half of the public API (include/fusegen.h): loading, binding, JIT, running. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cubin cache: content-addressed entries on disk, never trusted blindly.
  *
  * An entry is one file <dir>/<key[0..1]>/<key>.fgc: a fixed header (magic, format version,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Keeping a cache in shape (docs/cli.md, `fusegen cache prune|stats`): a size cap with
  * least-recently-used eviction (a hit in the user cache refreshes its entry's time), removal
  * of entries another fusegen version wrote, of unfinished temporary files and of plan aliases

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CUDA driver API, loaded with dlopen on first use. Nothing links libcuda, so every
  * binary starts on machines without a GPU driver; GPU calls then fail with a clear
  * "no CUDA driver" message instead. Only the entry points fusegen uses are resolved. */

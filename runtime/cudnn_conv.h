@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuDNN's convolution, loaded with dlopen like the driver: the alternative conv path the
  * planner selects for `precision = "tf32"` (cuDNN's fastest algorithm for the shape, chosen
  * once per batch size and kept), and the independent oracle of the GPU tests (fp32 FMA math

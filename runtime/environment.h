@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The environment edge: the one place in the library where fusegen reads environment
  * variables. The CLI and the public API (fg_context_create) call these once and pass what
  * they read down as arguments and options; every stage below (planner, renderer, compiler,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Live-handle registry: every context and layer the API hands out is recorded here until it
  * is destroyed, so that a NULL, stale (destroyed) or forged handle is rejected with a status
  * before anything dereferences it. Each API call holds its handle (fg_handle_acquire ...

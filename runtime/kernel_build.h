@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Getting a layer's cubin for one architecture: find it through its plan alias, or render,
  * look the source up in the caches, compile with NVRTC on a miss, store the result. Shared
  * by `fusegen build`, the runtime's JIT and the tests. */

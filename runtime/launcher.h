@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Launching a layer's passes on a stream. At prepare time fg_launch_table_init takes from
  * the plan what every run needs and checks it (argument counts and indices, accumulators to
  * clear, geometry), so that a run never calls into the planner and never indexes past an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "nvrtc_compiler.h"
 #include "../common/clock.h"
 

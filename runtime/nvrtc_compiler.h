@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NVRTC: generated source -> cubin for one architecture. libnvrtc is loaded with dlopen on
  * first use (so nothing needs it to start), from the caller's choice (FUSEGEN_NVRTC), the
  * loader's search path, or the CUDA toolkit found at build time. */

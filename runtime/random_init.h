@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reproducible random inputs and parameters for `fusegen run --random SEED`, the tests and
  * the benchmarks: x ~ U[0, 1), conv weights and biases as PyTorch initializes them
  * (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), running variances ~ U(0.5, 1.5), every other

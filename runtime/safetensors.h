@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors files (the format PyTorch users export state_dicts and tensors with):
  * reading with every structural check, and writing atomically. fusegen computes in float32:
  * F32 tensors are loaded; tensors of other known dtypes (a state_dict's int64

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* runtime/tools.h: what the CLI, the GPU tests and the benchmarks need beyond the public API. */
 #include "tools.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What only tools need: the `fusegen` CLI, the GPU tests and benchmarks. Applications use
  * include/fusegen.h alone; tools use that plus this header, never the handles' internals
  * (runtime/api_internal.h). These functions are in the static library the CLI and the tests

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Choosing a layer's conv engine by timing, where the planner's measurements leave it open
  * (fg_plan_engine_alternative, bench/NOTES.md v7).
  *

@@ -5,3 +5,4 @@ return layer "kb17_conv2d_instnorm_div" {
   instance_norm {},
   div { scalar = 2.0 },
 }
+-- SPDX-License-Identifier: Apache-2.0

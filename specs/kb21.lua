@@ -8,3 +8,4 @@ return layer "kb21_conv2d_add_mul_sigmoid_groupnorm" {
   sigmoid {},
   group_norm { name = "group_norm", groups = 8 },
 }
+-- SPDX-License-Identifier: Apache-2.0

@@ -5,3 +5,4 @@ return layer "kb23_conv3d_groupnorm_mean" {
   group_norm { name = "group_norm", groups = 8 },
   mean { dims = { 1, 2, 3, 4 } },
 }
+-- SPDX-License-Identifier: Apache-2.0

@@ -9,3 +9,4 @@ return layer "kb79_conv3d_mul_instnorm_clamp_mul_max" {
   mul { param = "multiplier" },
   max { dim = 1 },
 }
+-- SPDX-License-Identifier: Apache-2.0

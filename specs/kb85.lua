@@ -7,3 +7,4 @@ return layer "kb85_conv2d_groupnorm_scale_maxpool_clamp" {
   max_pool { kernel = 4 },
   clamp { min = 0.0, max = 1.0 },
 }
+-- SPDX-License-Identifier: Apache-2.0

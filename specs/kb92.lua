@@ -9,3 +9,4 @@ return layer "kb92_conv2d_groupnorm_tanh_hardswish_residual_logsumexp" {
   add { value = "c" },
   logsumexp { dim = 1, keepdim = true },
 }
+-- SPDX-License-Identifier: Apache-2.0

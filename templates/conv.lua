@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The conv pass: a direct convolution specialized to the layer's shapes, with the pass's
 -- chain of ops fused into its epilogue. This file holds the FMA engine (below), the
 -- geometry and input staging both engines use, and the epilogue they share (M.epilogue);

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The conv pass on tensor cores: an implicit GEMM per warp with mma.sync m16n8k8 (TF32
 -- operands, fp32 accumulators), each product split in three (fg_tf32_hi, ops.lua) so that
 -- the result keeps fp32 accuracy.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The inline evaluator: prints the code that computes value k of the chain at given
 -- coordinates, recursively from whatever the pass can read (the conv accumulator, a
 -- workspace buffer, finalized statistics). Windows (pooling, small reductions) become

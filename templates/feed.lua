@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Feeding accumulators: adding a pass's domain values into the statistics a later op needs.
 --
 -- Two ways, chosen per accumulator:

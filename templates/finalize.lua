@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- A finalize pass: one thread per statistic turns fp64 partial sums into what the consumer
 -- reads: mean and 1/sqrt(var + eps) for a norm (the variance from fp64 sums, biased as
 -- PyTorch normalizes), max and 1/sum for a softmax.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Entry point: renders one self-contained CUDA C++ source for a layer's plan. It needs no
 -- headers, so NVRTC can compile it on a machine with only the driver and libnvrtc.
 local lib = import("lib")

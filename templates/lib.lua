@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Helpers shared by the templates: a code builder, C literals and index arithmetic.
 -- Every extent is a compile-time constant, so index expressions are printed with the
 -- numbers baked in; only the batch index `n` and the thread/block indices are variables.

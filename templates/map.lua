@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- A map pass: each thread evaluates the pass's chain at a few elements of its domain,
 -- starting from a workspace buffer (or from accumulated statistics), writes the result
 -- and feeds the statistics the next pass needs.

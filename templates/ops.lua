@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The CUDA side of every op's semantics: one snippet per op, as float expressions. The CPU
 -- reference (reference/cpu_reference.c) is the other side; the tests hold them together.
 local lib = import("lib")

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The resident pass: the whole layer in one kernel, with no intermediate in device memory.
 --
 -- A cluster of CTAs owns a block of whole norm groups of one sample; CTA `rank` owns a

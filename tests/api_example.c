@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* api_example.c: the complete C API example of docs/api.md (the two must stay identical;
  * tests/doc_examples.sh checks it). Runs specs/kb79.lua on the GPU for a batch of 4 and
  * compares the result with fusegen's CPU reference.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks that the documentation's examples are real:
 #   * every ```lua block of docs/spec.md is saved as spec.lua in a directory of its own and
 #     loaded with `fusegen plan spec.lua`. A block whose first line is

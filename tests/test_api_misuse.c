@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The C API (include/fusegen.h) misused in every way a caller can: NULL handles and
  * out-pointers, destroyed handles (use after destroy, double destroy), a context passed as
  * a layer and the reverse, pointers that were never handles, wrong byte sizes, unknown

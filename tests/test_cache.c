@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cubin cache: a miss then a hit; corrupt, truncated, empty and mismatched entries are
  * reported, ignored and rebuilt; unwritable caches cost the store but not the cubin;
  * shipped caches are read first and never written; concurrent builders of one key all

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A cache that manages itself (docs/cli.md): statistics of hits and misses, a size cap with
 # least-recently-used eviction after each store (a hit refreshes its entry), `cache prune`
 # (unused entries, entries of another fusegen version, leftovers), stale entries reported by

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The CLI items of the second hardening round (docs/hardening.md): each command below was
 # reproduced failing first (a device node replaced, open() blocking on a FIFO, an empty
 # --cache meaning the real user cache, values clamped or accepted with spaces, a zero-batch

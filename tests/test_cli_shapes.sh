@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The output shape the CLI reports for layers that end in shape ops (flatten, squeeze,
 # unsqueeze, view/reshape): `fusegen plan` shows each value's shape, `fusegen run` on the CPU
 # prints the output's and writes it to safetensors with it; a refused shape op exits 1 with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NVRTC compilation of every spec for sm_80 and sm_90, on a machine with no GPU: each
  * produces a CUDA ELF cubin for the right architecture with one kernel per planned pass,
  * and ptxas reports no spills and no stack frame for any kernel. */

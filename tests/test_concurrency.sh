@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Eight `fusegen build` processes fill one empty cache with the same two specs at the same
 # time. Every one must succeed (each compiles and stores, or finds the other's entry), and
 # afterwards `fusegen cache verify` must find exactly one valid entry per spec, no bad one,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A cache that trusts only what it should (docs/hardening.md, the second hardening round),
 # through the CLI: files another local user could plant or a killed store leaves behind.
 #   - a store killed half-way leaves .KEY.tmp.XXXXXX: `cache verify` reports it, `cache

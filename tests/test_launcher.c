@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The launcher's table (runtime/launcher.h): taken from the plan once, checked, and scaled
  * by the batch on every run without calling the planner. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Planner decisions: how the reference layers and a few generic ones split into passes,
  * what each pass computes, which values go to workspace buffers, which statistics are
  * accumulated, and the arguments each kernel takes. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CPU reference against values computed by hand (in the comments) or from closed
  * forms: it is the oracle of every GPU test, so it is itself checked against numbers that
  * do not come from it. Small specs are written as strings and fed explicit inputs. */

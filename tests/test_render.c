@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Rendering: the structure of the generated CUDA source (not its exact text). It must be
  * self-contained, have its tap loops unrolled and every shape constant baked in, and take
  * no shape arguments at run time. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors: a write/read round trip, and every malformed file refused with a message
  * that names the file and, where there is one, the tensor. */
 #include <dirent.h>

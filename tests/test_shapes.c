@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Good specs: shape inference for every op kind, exact output shapes, and the parameters
  * each op registers (state_dict names and shapes). */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Bad specs: every one must be refused, and the message must say where (file and line),
  * what (the field), and for a misspelling what was probably meant. Each case is its own
  * cmocka test, so a failure names the case. The sources are loaded as "bad.lua". */

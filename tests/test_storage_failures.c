@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Caches that cannot be written: fusegen still produces the kernels (compiled in memory)
  * and says why it could not store them, and never leaves a partial entry or a temporary
  * file behind, nor touches the entries already there.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared helpers of the CPU tests: temporary directories, files, loading specs with
  * assertions. Every test that touches a kernel cache works in its own mkdtemp directory
  * and never in the user's ~/.cache. */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fusegen: shape-specialized fused CUDA kernels for conv + epilogue layers, from Python.
 
 A thin ctypes binding over libfusegen.so (include/fusegen.h); no compiled extension.

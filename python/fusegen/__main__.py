@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`python -m fusegen export MODULE.py[:Class]`: a PyTorch module in a file -> a fusegen spec.
 
 The `fusegen export` command of the CLI runs this (cli/cmd_export.c). See USAGE below and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Context, Layer and Error: the Python face of include/fusegen.h.
 
 Ownership follows the C API: a layer belongs to a context, and the C library refuses to

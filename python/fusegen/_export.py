@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fusegen.export: a PyTorch conv block -> the fusegen spec (Lua text) that computes the same.
 
     spec = fusegen.export(module, example_input)     # 'return layer "Model" { ... }'

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Finding and loading libfusegen.so, and the ctypes prototypes of include/fusegen.h.
 
 Only this module knows about ctypes declarations; everything else calls `lib()` and gets a

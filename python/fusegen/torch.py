@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fusegen.torch: a fusegen layer as a PyTorch module, over an op registered with torch.library.
 
     import fusegen.torch

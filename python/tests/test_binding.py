@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tests of the Python binding (python/fusegen) over libfusegen.so.
 
 CPU tests run everywhere: they check the library's CPU float64 reference against a third,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Round trips through fusegen.export: a PyTorch module -> a spec -> fusegen's CPU reference.
 
 For each module, fusegen.export writes the spec; fusegen.Layer loads it in a CPU-only

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ctypes declarations of python/fusegen/_native.py against include/fusegen.h: every
 FG_API function is declared with the same argument and result types, struct
 fg_context_options has the same fields in the same order, and the constants agree. A change

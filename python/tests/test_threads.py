@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Closing or rebinding a layer while another thread runs it (the hardening issue: this freed
 the parameters under the run, which then read freed memory or returned wrong values). The C
 library now makes fg_layer_destroy wait for the calls in flight and refuse new ones, and a

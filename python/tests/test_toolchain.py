@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The binding finds torch's pip-installed NVRTC (the C library cannot know Python's
 site-packages): a fake wheel layout on sys.path is found, and FUSEGEN_NVRTC is left alone
 when the user set it. No library is loaded.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fusegen.torch on the CPU: FusedLayer as an nn.Module, the fusegen::layer op and torch.compile.
 
 On CPU tensors the op runs fusegen's float64 CPU reference, so these tests check everything

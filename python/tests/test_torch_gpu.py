@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fusegen.torch on a GPU: FusedLayer in eager mode, on a side stream, inside torch.compile
 (no graph break, Inductor and CUDA graphs) and inside a hand-captured CUDA graph, with its
 workspace from torch's caching allocator; and every exported module of test_export.py run

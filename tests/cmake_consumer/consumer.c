@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Uses libfusegen as an application would: loads a small layer into a CPU-only context,
  * binds its parameters and runs the CPU reference; the expected output is worked out by
  * hand below. Prints "consumer: OK ..." and exits 0 when the numbers match. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared pieces of the GPU tests: a device context, running a spec on the GPU with a
  * NaN-poisoned output and on the CPU reference with the same random data, and comparing.
  * Every GPU test program exits with 77 (ctest's "skipped") when there is no CUDA device,

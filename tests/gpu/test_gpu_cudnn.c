@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuDNN as a second, independent oracle for the convolution: for the conv of every spec in
  * specs/ and of a few odd shapes, fusegen's generated conv (a conv-only layer) and cuDNN's
  * (fp32 FMA math, no TF32) run on the same data, and both are checked against the CPU

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A batch_norm folded into the conv's weights and bias (gen/fold.h) on the GPU, as bindings
  * change: the folded tensors are recomputed at every bind of a parameter they come from --
  * by host copy or by device pointer, the same pointer bound again after an in-place update

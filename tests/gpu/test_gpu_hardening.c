@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The GPU half of the second hardening round (docs/hardening.md):
  *   1. a pass with many kernel arguments (a conv, then 43 and 47 per-channel multiplies and
  *      an instance norm): the layer runs correctly against the CPU reference, or is refused

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every op kind of the op registry on the GPU against the CPU float64 reference: each
  * example the registry gives (gen/op_registry.c, `examples`) after a conv, with random
  * parameters and inputs, outputs poisoned before the run. The list of kinds is the

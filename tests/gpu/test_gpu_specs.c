@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every spec in specs/ on the GPU against the CPU float64 reference: batch 1 and an odd
  * batch, fresh random inputs and parameters each time, the output poisoned with NaN before
  * each run so that an unwritten element fails. The odd batch writes its output one float

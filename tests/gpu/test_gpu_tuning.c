@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The conv engine chosen by timing (runtime/tuning.h), on the GPU:
  *   1. a layer whose engine the planner leaves open (8 -> 64 channels, 3x3: K 72) is timed
  *      on both engines at its first run, says so in the log, and matches the CPU reference;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shape and op variants on the GPU against the CPU float64 reference: a hand-written list that
  * uses every op at least once with non-default conv settings (odd sizes, channel counts that
  * are not multiples of 4, 8 or 32, strides, paddings, dilations, groups, no bias), then layers
