@@ -1378,37 +1378,6 @@ int fg_arch_sm(const char *arch)
     return sm;
 }
 
-static uint64_t align256(uint64_t x)
-{
-    return (x + 255) & ~(uint64_t)255;
-}
-
-int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *out, fg_error *err)
-{
-    memset(out, 0, sizeof *out);
-    uint64_t off = 0;
-    for (int i = 0; i < plan->n_buffers; i++) {
-        uint64_t bytes;
-        if (__builtin_mul_overflow((uint64_t)plan->buffers[i].per_sample, (uint64_t)batch * 4, &bytes) ||
-            __builtin_add_overflow(bytes, (uint64_t)plan->buffers[i].fixed * 4, &bytes))
-            return fg_fail(err, "workspace size overflows for batch %" PRId64, batch);
-        out->buffer_offset[i] = off;
-        off = align256(off + bytes);
-    }
-    for (int i = 0; i < plan->n_accums; i++) {
-        const fg_accum *a = &plan->accums[i];
-        uint64_t keys = (uint64_t)a->keys_per_sample * (a->over_batch ? 1 : (uint64_t)batch);
-        uint64_t per_key = (uint64_t)fg_accum_defs[a->kind].bytes_per_key;
-        out->accum_offset[i] = off;
-        out->accum_bytes[i] = keys * per_key;
-        off = align256(off + keys * per_key);
-        out->stats_offset[i] = off;
-        off = align256(off + keys * 8);
-    }
-    out->total = off;
-    return 0;
-}
-
 /* ---- printing ------------------------------------------------------------------------- */
 
 static const char *accum_kind_name(fg_accum_kind k)

@@ -282,16 +282,6 @@ int fg_arch_sm(const char *arch);
 /* Whether the architecture is Hopper's arch-specific target (sm_90a): wgmma, setmaxnreg. */
 bool fg_arch_has_wgmma(const char *arch);
 
-/* Bytes of workspace a run with `batch` samples needs, and each piece's offset. */
-typedef struct fg_workspace_layout {
-    uint64_t total;
-    uint64_t buffer_offset[FG_MAX_BUFFERS];
-    uint64_t accum_offset[FG_MAX_ACCUMS];
-    uint64_t accum_bytes[FG_MAX_ACCUMS];
-    uint64_t stats_offset[FG_MAX_ACCUMS]; /* finalized statistics (float2 per key) */
-} fg_workspace_layout;
-
-int fg_plan_workspace(const fg_plan *plan, int64_t batch, fg_workspace_layout *out, fg_error *err);
 
 
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),

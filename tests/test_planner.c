@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "spec_loader.h"
+#include "../runtime/launcher.h"
 #include "test_util.h"
 
 /* One expected pass: kind, first..last, source buffer, store buffer, output?, feeds. */
@@ -20,6 +21,20 @@ typedef struct want_pass {
     int feed0;
     int finalize_accum;
 } want_pass;
+
+
+/* The workspace the runtime's launcher lays out for `plan` and `batch` samples (the one owner
+ * of that layout: runtime/launcher.c). */
+static fg_launch_layout workspace_for(const fg_layer_ir *ir, const fg_plan *plan, int64_t batch)
+{
+    fg_launch_table t;
+    fg_launch_layout layout;
+    fg_error err = {{0}};
+    if (fg_launch_table_init(&t, ir, plan, &err) != 0 || fg_launch_layout_for(&t, batch, &layout, &err) != 0)
+        fail_msg("%s: %s", ir->name, err.msg);
+    fg_launch_table_free(&t);
+    return layout;
+}
 
 static void check_passes(const fg_layer_ir *ir, const fg_plan *plan, const want_pass *want, int n)
 {
@@ -158,9 +173,7 @@ static void kb17(void **state)
 
     /* workspace for 2 samples: the buffer, then the fp64 moments and the float2 statistics,
      * each 256-byte aligned */
-    fg_workspace_layout ws;
-    fg_error err;
-    assert_int_equal(fg_plan_workspace(plan, 2, &ws, &err), 0);
+    fg_launch_layout ws = workspace_for(ir, plan, 2);
     uint64_t buf = 2ull * 128 * 126 * 126 * 4; /* 16257024, a multiple of 256 */
     assert_int_equal(ws.buffer_offset[0], 0);
     assert_int_equal(ws.accum_offset[0], buf);
@@ -458,9 +471,7 @@ static void running_batch_norm_fuses_into_conv(void **state)
     assert_true(plan->accums[0].over_batch);
     assert_int_equal(plan->accums[0].keys_per_sample, 8);
     assert_false(plan->passes[1].launch.per_sample); /* finalize once, over the whole batch */
-    fg_workspace_layout ws;
-    fg_error err;
-    assert_int_equal(fg_plan_workspace(plan, 5, &ws, &err), 0);
+    fg_launch_layout ws = workspace_for(ir, plan, 5);
     assert_int_equal(ws.accum_bytes[0], 8 * 16); /* not multiplied by the batch */
     free(plan);
     free(ir);
@@ -591,9 +602,7 @@ static void recompute_runs_the_conv_twice(void **state)
     assert_int_equal(plan->n_buffers, 0);
     check_args_common(plan);
     assert_non_null(find_arg(&plan->passes[2], FG_ARG_STATS, 0));
-    fg_workspace_layout ws;
-    fg_error err;
-    assert_int_equal(fg_plan_workspace(plan, 3, &ws, &err), 0);
+    fg_launch_layout ws = workspace_for(ir, plan, 3);
     assert_int_equal(ws.total, 3 * 128 * 16 + 3 * 128 * 8); /* no intermediate tensor */
     free(plan);
 
@@ -707,9 +716,7 @@ static void unary_only_layer_is_one_pass(void **state)
     static const want_pass want[] = {{FG_PASS_CONV, 0, 3, -1, -1, true, 0, 0, -1}};
     check_passes(ir, plan, want, N_WANT(want));
     check_args_common(plan);
-    fg_workspace_layout ws;
-    fg_error err;
-    assert_int_equal(fg_plan_workspace(plan, 7, &ws, &err), 0);
+    fg_launch_layout ws = workspace_for(ir, plan, 7);
     assert_int_equal(ws.total, 0);
     free(plan);
     free(ir);
