@@ -211,10 +211,15 @@ def build_module(key, torch):
     return {"kb79": KB79, "kb21": KB21, "kb23": KB23, "kb85": KB85, "kb17": KB17, "kb92": KB92}[key]()
 
 
+# x ~ U[0, 1) times INPUT_SCALE plus INPUT_OFFSET (--input-scale, --input-offset; main sets
+# them): "exact" means never less exact than cuDNN fp32 at any input scale
+INPUT_SCALE, INPUT_OFFSET = 1.0, 0.0
+
+
 def make_case(ld, batch, seed, torch, device):
     """The module (fp32, on `device`) and the input, drawn the same way in every process:
     conv as PyTorch initializes it, every other parameter ~ N(0, 1) (GroupNorm's affine too,
-    so that path is exercised), x ~ U[0, 1)."""
+    so that path is exercised), x ~ U[0, 1) (scaled and offset as asked)."""
     torch.manual_seed(seed)
     module = build_module(ld.key, torch)
     with torch.no_grad():
@@ -224,6 +229,8 @@ def make_case(ld, batch, seed, torch, device):
     module = module.to(device).eval()  # eval() changes nothing for these norms; explicit anyway
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     x = torch.rand((batch,) + ld.input, generator=gen, device=device, dtype=torch.float32)
+    if INPUT_SCALE != 1.0 or INPUT_OFFSET != 0.0:
+        x = x * INPUT_SCALE + INPUT_OFFSET
     return module, x
 
 
@@ -386,7 +393,9 @@ def results_markdown(results):
         f"- GPU: {env.get('gpu', '?')}; torch {env.get('torch', '?')}, CUDA {env.get('cuda', '?')}, "
         f"cuDNN {env.get('cudnn', '?')}; fusegen {env.get('fusegen', '?')} at commit {env.get('commit', '?')}",
         f"- batch {s['batch']}, median of {s['iters']} runs after {s['warmup']} warm-up runs, CUDA events, "
-        f"{FLUSH_BYTES >> 20} MB written before each run to flush the L2; seed {s['seed']}",
+        f"{FLUSH_BYTES >> 20} MB written before each run to flush the L2; seed {s['seed']}"
+        + (f"; inputs U[0, 1) x {s['input_scale']:g} + {s['input_offset']:g}"
+           if s.get("input_scale", 1.0) != 1.0 or s.get("input_offset", 0.0) != 0.0 else ""),
         f"- accuracy: allclose(out, float64 reference, atol={ATOL:g}, rtol={RTOL:g}); the reference is the same "
         "module in float64 on the GPU",
         "- eager: TF32 off (cuDNN and matmul); eager tf32: PyTorch's default flags "
@@ -723,7 +732,8 @@ def run_cold_start(ld, args, scratch):
             env["CUDA_CACHE_DISABLE"] = "1"
         cmd = [sys.executable, os.path.abspath(__file__), "--cold-start-child", impl, ld.key,
                "--batch", str(args.batch), "--seed", str(args.seed),
-               "--compile-precision", args.compile_precision]  # fmt: skip
+               "--compile-precision", args.compile_precision,
+               "--input-scale", repr(args.input_scale), "--input-offset", repr(args.input_offset)]  # fmt: skip
         t0 = time.time()
         try:
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.cold_start_timeout)
@@ -782,7 +792,8 @@ def run(args):
     except Exception as e:  # every fusegen cell then says why
         traceback.print_exc()
         fg_ctx = e
-    settings = {k: getattr(args, k) for k in ("batch", "iters", "warmup", "seed", "compile_precision", "layers")}
+    settings = {k: getattr(args, k) for k in ("batch", "iters", "warmup", "seed", "compile_precision", "layers",
+                                              "input_scale", "input_offset")}
     results = {"env": env, "settings": settings, "layers": []}
     print(f"compare_torch: {env['gpu']}, torch {env['torch']}, library {env['fusegen_library']}", flush=True)
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
@@ -905,6 +916,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--batch", type=int, default=128, help="samples (default 128, PROBLEMS.md's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--input-scale", type=float, default=1.0, help="multiply the U[0, 1) inputs by this (default 1)")
+    p.add_argument("--input-offset", type=float, default=0.0, help="then add this (default 0)")
     p.add_argument("--compile-precision", choices=("default", "fp32"), default="default",
                    help="TF32 flags for torch.compile: PyTorch's defaults (as users get it) or fp32")  # fmt: skip
     p.add_argument("--commit", default=None, help="commit to report (default: $FUSEGEN_COMMIT, else git rev-parse)")
@@ -927,7 +940,9 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    global INPUT_SCALE, INPUT_OFFSET
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    INPUT_SCALE, INPUT_OFFSET = args.input_scale, args.input_offset
     if args.self_test:
         return self_test()
     if args.cold_start_child:
