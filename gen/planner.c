@@ -16,7 +16,6 @@ typedef struct planner {
     bool ready[FG_MAX_OPS];      /* the accumulators op k needs are finalized */
     int auto_cut;                /* "auto" tried recompute after value auto_cut; -1 otherwise */
     bool use_wgmma;              /* the conv runs on the wgmma engine (chosen before chaining) */
-    struct fg_wgmma_tiling wg;   /* its tiling, shared by every conv pass of the layer */
 } planner;
 
 static int64_t reduce_extent(const fg_op *op)
@@ -418,7 +417,7 @@ static bool layer_has_statistics(const fg_layer_ir *ir)
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
-static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, struct fg_wgmma_tiling *w)
+static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, fg_wgmma_tiling *w)
 {
     memset(w, 0, sizeof *w);
     if (g->cout_g < 8)
@@ -510,7 +509,7 @@ static bool choose_wgmma(planner *p)
         return false;
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, &p->wg))
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, &p->plan->wgmma))
         return false;
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
@@ -567,7 +566,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
         return false;
     conv_geometry g;
     geometry(&ir->ops[0], &g);
-    struct fg_wgmma_tiling w;
+    fg_wgmma_tiling w;
     if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, &w))
         return false;
     const int64_t k = g.cin_g * g.taps;
@@ -586,7 +585,7 @@ static int add_pack_passes(planner *p)
 {
     const fg_layer_ir *ir = p->ir;
     fg_plan *plan = p->plan;
-    struct fg_wgmma_tiling *w = &p->wg;
+    fg_wgmma_tiling *w = &p->plan->wgmma;
     if (plan->n_buffers + 3 > FG_MAX_BUFFERS)
         return fg_fail(p->err, "%s: too many intermediate buffers", ir->file);
     int64_t ipix = fg_shape_sample_count(&ir->input) / ir->input.dim[1];
@@ -640,15 +639,14 @@ static int conv_tiling(const planner *p, fg_pass *ps)
     if (p->use_wgmma) {
         memset(t, 0, sizeof *t);
         t->engine = FG_CONV_WGMMA;
-        t->wg = p->wg;
         ps->launch.block = 384; /* a producer warpgroup and two consumers */
-        ps->launch.grid_x = (int64_t)p->wg.m_tiles * p->wg.nblk * conv->groups;
+        ps->launch.grid_x = (int64_t)p->plan->wgmma.m_tiles * p->plan->wgmma.nblk * conv->groups;
         ps->launch.grid_y = 1;
         ps->launch.persistent = true;
         ps->launch.per_sample = false;
         /* the stages, the barriers (full and empty per stage, 16 B of slack) and 1024 bytes to
          * align the base the operands' swizzle needs */
-        ps->launch.smem_bytes = (int)(1024 + p->wg.bar_offset + 16 * p->wg.stages + 16);
+        ps->launch.smem_bytes = (int)(1024 + p->plan->wgmma.bar_offset + 16 * p->plan->wgmma.stages + 16);
         return 0;
     }
     if (want_mma(opts) && conv_tiling_mma(&g, ps, opts)) {
@@ -807,7 +805,7 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
         return; /* folded into the conv's weights: the identity here */
     if (j == 0 && ps->conv.engine == FG_CONV_WGMMA) {
         /* the packed operands instead of the input and the weights */
-        const struct fg_wgmma_tiling *w = &ps->conv.wg;
+        const fg_wgmma_tiling *w = &plan->wgmma;
         add_arg(ps, FG_ARG_BUFFER, w->packed_hi);
         if (w->packed_lo >= 0)
             add_arg(ps, FG_ARG_BUFFER, w->packed_lo);
@@ -852,9 +850,9 @@ static void pass_args(const fg_layer_ir *ir, fg_plan *plan, const planner *p, fg
     ps->n_args = 0;
     if (ps->kind == FG_PASS_PACK_INPUT) {
         add_arg(ps, FG_ARG_INPUT, 0);
-        add_arg(ps, FG_ARG_BUFFER, p->wg.packed_hi);
-        if (p->wg.packed_lo >= 0)
-            add_arg(ps, FG_ARG_BUFFER, p->wg.packed_lo);
+        add_arg(ps, FG_ARG_BUFFER, p->plan->wgmma.packed_hi);
+        if (p->plan->wgmma.packed_lo >= 0)
+            add_arg(ps, FG_ARG_BUFFER, p->plan->wgmma.packed_lo);
         add_arg(ps, FG_ARG_BATCH, 0);
         add_arg(ps, FG_ARG_BATCH_BASE, 0);
         return;
@@ -862,7 +860,7 @@ static void pass_args(const fg_layer_ir *ir, fg_plan *plan, const planner *p, fg
     if (ps->kind == FG_PASS_PACK_WEIGHTS) {
         int bias;
         add_arg(ps, FG_ARG_PARAM, fg_plan_conv_params(ir, plan, &bias));
-        add_arg(ps, FG_ARG_BUFFER, p->wg.packed_w);
+        add_arg(ps, FG_ARG_BUFFER, p->plan->wgmma.packed_w);
         add_arg(ps, FG_ARG_BATCH, 0);
         add_arg(ps, FG_ARG_BATCH_BASE, 0);
         return;
@@ -1142,6 +1140,8 @@ static fg_pass *first_passes(planner *p, int wanted)
     int last_op = ir->n_ops - 1;
     plan->strategy = FG_STRATEGY_MATERIALIZE;
     p->use_wgmma = choose_wgmma(p);
+    if (!p->use_wgmma) /* choose_wgmma may have tiled it before choosing another engine */
+        memset(&plan->wgmma, 0, sizeof plan->wgmma);
     if (p->use_wgmma && add_pack_passes(p))
         return NULL;
     /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which
@@ -1285,7 +1285,7 @@ static int assign_geometry(planner *p)
         }
         case FG_PASS_PACK_WEIGHTS:
             q->launch.block = 256;
-            q->launch.grid_x = ceil_div(plan->buffers[p->wg.packed_w].fixed, 256);
+            q->launch.grid_x = ceil_div(plan->buffers[p->plan->wgmma.packed_w].fixed, 256);
             q->launch.grid_y = 1;
             q->launch.per_sample = false;
             break;
@@ -1407,10 +1407,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         const fg_pass *ps = &plan->passes[i];
         int len;
         if (ps->kind == FG_PASS_PACK_INPUT || ps->kind == FG_PASS_PACK_WEIGHTS) {
-            const struct fg_wgmma_tiling *w = NULL;
-            for (int j = 0; j < plan->n_passes && !w; j++)
-                if (plan->passes[j].kind == FG_PASS_CONV && plan->passes[j].conv.engine == FG_CONV_WGMMA)
-                    w = &plan->passes[j].conv.wg;
+            const fg_wgmma_tiling *w = &plan->wgmma;
             if (ps->kind == FG_PASS_PACK_INPUT)
                 snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, TF32 hi%s, into b%d%s", i,
                          ps->kernel, w && w->packed_lo >= 0 ? " and lo" : "", w ? w->packed_hi : -1,
@@ -1483,7 +1480,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         emit(ctx, line);
         const fg_launch *l = &ps->launch;
         if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA) {
-            const struct fg_wgmma_tiling *w = &ps->conv.wg;
+            const fg_wgmma_tiling *w = &plan->wgmma;
             snprintf(line, sizeof line,
                      "           wgmma tensor cores (%s): tiles of %d pixels x %d channels, %d m64 tiles per consumer "
                      "warpgroup, %d K chunks of 32, a ring of %d stages; persistent blocks",

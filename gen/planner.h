@@ -157,23 +157,25 @@ typedef struct fg_conv_tiling {
     int tiles_per_block;
     int ksteps;             /* MMA: reduction steps per staged chunk */
     fg_smem_layout smem;
-    /* FG_CONV_WGMMA: the tile, the ring and the registers, as the planner chose them */
-    struct fg_wgmma_tiling {
-        int parts;           /* 2: hi and lo operands (3xTF32); 1: one TF32 product */
-        int block_acc;       /* 1: each K chunk into a fresh accumulator, added in fp32 */
-        int bn, nblk;        /* output channels per tile, tiles along the channels of a group */
-        int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
-        int m_tiles;         /* tiles along a sample's output pixels */
-        int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
-        int kch;             /* K chunks of 32 */
-        int stages;          /* the ring's depth */
-        int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */
-        int64_t stat_offset, stat_bytes; /* fp64 statistics partials of the 8 consumer warps, after the stages */
-        int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
-        int consumer_regs, producer_regs; /* setmaxnreg */
-        int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
-    } wg;
 } fg_conv_tiling;
+
+/* The wgmma engine's tile, ring and registers, as the planner chose them: one per layer (every
+ * conv pass of a layer runs the same conv on it), in fg_plan.wgmma. */
+typedef struct fg_wgmma_tiling {
+    int parts;           /* 2: hi and lo operands (3xTF32); 1: one TF32 product */
+    int block_acc;       /* 1: each K chunk into a fresh accumulator, added in fp32 */
+    int bn, nblk;        /* output channels per tile, tiles along the channels of a group */
+    int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
+    int m_tiles;         /* tiles along a sample's output pixels */
+    int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
+    int kch;             /* K chunks of 32 */
+    int stages;          /* the ring's depth */
+    int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */
+    int64_t stat_offset, stat_bytes; /* fp64 statistics partials of the 8 consumer warps, after the stages */
+    int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
+    int consumer_regs, producer_regs; /* setmaxnreg */
+    int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
+} fg_wgmma_tiling;
 
 typedef struct fg_pass {
     fg_pass_kind kind;
@@ -228,6 +230,9 @@ typedef struct fg_plan {
      * folded weight and bias, kernel parameters fold.folded_weight and fold.folded_bias, and
      * the folded op is the identity in every pass */
     fg_bn_fold fold;
+    /* the wgmma engine's tiling when the conv runs on it (a conv pass with engine
+     * FG_CONV_WGMMA, after the packing passes); all zero otherwise */
+    fg_wgmma_tiling wgmma;
 } fg_plan;
 
 /* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the

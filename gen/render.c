@@ -336,6 +336,34 @@ static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn"
                                               "pack_weights"};
 static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
 
+/* The layer's wgmma tiling (fg_plan.wgmma), for templates/conv_wgmma.lua. */
+static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
+{
+    lua_createtable(L, 0, 24);
+    set_int(L, "parts", w->parts);
+    set_int(L, "block_acc", w->block_acc);
+    set_int(L, "bn", w->bn);
+    set_int(L, "nblk", w->nblk);
+    set_int(L, "wgmt", w->wgmt);
+    set_int(L, "bm", w->bm);
+    set_int(L, "m_tiles", w->m_tiles);
+    set_int(L, "cp", w->cp);
+    set_int(L, "xc", w->xc);
+    set_int(L, "kch", w->kch);
+    set_int(L, "stages", w->stages);
+    set_int(L, "a_bytes", w->a_bytes);
+    set_int(L, "b_bytes", w->b_bytes);
+    set_int(L, "stage_bytes", w->stage_bytes);
+    set_int(L, "stat_offset", w->stat_offset);
+    set_int(L, "stat_bytes", w->stat_bytes);
+    set_int(L, "bar_offset", w->bar_offset);
+    set_int(L, "consumer_regs", w->consumer_regs);
+    set_int(L, "producer_regs", w->producer_regs);
+    set_int(L, "packed_hi", w->packed_hi);
+    set_int(L, "packed_lo", w->packed_lo);
+    set_int(L, "packed_w", w->packed_w);
+}
+
 static void push_plan(lua_State *L, const fg_plan *plan)
 {
     lua_createtable(L, 0, 8);
@@ -384,31 +412,6 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int3(L, "warps", t->warps, 3);
         set_int(L, "k_blocked", t->k_blocked);
         set_int(L, "tiles_per_block", t->tiles_per_block);
-        lua_createtable(L, 0, 24);
-        const struct fg_wgmma_tiling *w = &t->wg;
-        set_int(L, "parts", w->parts);
-        set_int(L, "block_acc", w->block_acc);
-        set_int(L, "bn", w->bn);
-        set_int(L, "nblk", w->nblk);
-        set_int(L, "wgmt", w->wgmt);
-        set_int(L, "bm", w->bm);
-        set_int(L, "m_tiles", w->m_tiles);
-        set_int(L, "cp", w->cp);
-        set_int(L, "xc", w->xc);
-        set_int(L, "kch", w->kch);
-        set_int(L, "stages", w->stages);
-        set_int(L, "a_bytes", w->a_bytes);
-        set_int(L, "b_bytes", w->b_bytes);
-        set_int(L, "stage_bytes", w->stage_bytes);
-        set_int(L, "stat_offset", w->stat_offset);
-        set_int(L, "stat_bytes", w->stat_bytes);
-        set_int(L, "bar_offset", w->bar_offset);
-        set_int(L, "consumer_regs", w->consumer_regs);
-        set_int(L, "producer_regs", w->producer_regs);
-        set_int(L, "packed_hi", w->packed_hi);
-        set_int(L, "packed_lo", w->packed_lo);
-        set_int(L, "packed_w", w->packed_w);
-        lua_setfield(L, -2, "wg");
         set_int(L, "ksteps", t->ksteps);
         lua_createtable(L, 0, 12);
         set_int(L, "input_offset", t->smem.input_offset);
@@ -449,6 +452,8 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_rawseti(L, -2, i);
     }
     lua_setfield(L, -2, "passes");
+    push_wgmma(L, &plan->wgmma);
+    lua_setfield(L, -2, "wgmma");
     set_int(L, "n_buffers", plan->n_buffers);
     lua_createtable(L, plan->n_buffers, 1);
     for (int i = 0; i < plan->n_buffers; i++) {

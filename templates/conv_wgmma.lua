@@ -20,7 +20,7 @@
 -- one product with one accumulator.
 --
 -- Every number of the layout (tile, stages, bytes, registers) is the planner's (fg_plan's
--- conv.wg); this file prints them.
+-- wgmma); this file prints them.
 local lib = import("lib")
 local conv_t = import("conv")
 local expr = import("expr")
@@ -28,13 +28,9 @@ local feed = import("feed")
 
 local M = {}
 
--- The wgmma tiling of the layer: every conv pass of a layer has the same.
+-- The wgmma tiling of the layer (fg_plan.wgmma): every conv pass of a layer runs on it.
 function M.tiling_of(plan)
-  for i = 0, plan.n_passes - 1 do
-    local p = plan.passes[i]
-    if p.kind == "conv" and p.conv.engine == 2 then return p.conv.wg end
-  end
-  error("no wgmma conv pass in the plan")
+  return plan.wgmma
 end
 
 -- PTX helpers the engine uses (printed once per source).
@@ -136,7 +132,7 @@ function M.prelude(layer, plan)
   c:line("constexpr int PD = %d, PH = %d, PW = %d, DD = %d, DH = %d, DW = %d;", g.P[1], g.P[2], g.P[3], g.Dl[1], g.Dl[2],
     g.Dl[3])
   c:line("constexpr int OPIX = OD * OH * OW, IPIX = ID * IH * IW;")
-  c:line("/* the planner's tiling (fg_plan conv.wg) */")
+  c:line("/* the planner's tiling (fg_plan wgmma) */")
   c:line("constexpr int P = %d, BLOCK_ACC = %d; /* operand parts (hi, lo); chunks accumulated apart */", w.parts,
     w.block_acc)
   c:line("constexpr int CP = %d, XC = %d, KCH = %d; /* packed channels per group, per pixel; K chunks of 32 */", w.cp,
@@ -398,7 +394,7 @@ end
 -- run the fused epilogue (conv.lua's) on their accumulators tile by tile.
 function M.render(layer, plan, pass, names, signature)
   local g = conv_t.geometry(layer)
-  local w = pass.conv.wg
+  local w = M.tiling_of(plan)
   local c = lib.code()
   local conv = g.conv
   c:line("/* pass %d: conv%dd %d->%d (groups %d) on Hopper tensor cores (%s wgmma), kernel %dx%dx%d, stride %dx%dx%d,",
