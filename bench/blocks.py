@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Real model blocks in PyTorch: the baselines fusegen's block work (issue 14) is measured against.
+
+    python3 bench/blocks.py --out OUTDIR [--families resnet,sd,nnunet,convnext] [--dtypes fp32,bf16,fp16]
+                            [--layouts nchw,cl] [--compile both|none] [--iters N] [--deadline-s S]
+    python3 bench/blocks.py --smoke       # tiny shapes on the CPU: the harness itself, no GPU
+
+Four block families at shapes from their public configurations (several per family, small
+batches included), each in fp32, bf16 and fp16, NCHW and channels_last, eager and
+torch.compile (default flags; fp32 also with TF32 off, the accuracy-matched peer of fusegen's
+exact fp32):
+  resnet    ResNet-50 bottleneck: 1x1 -> BN -> ReLU -> 3x3 -> BN -> ReLU -> 1x1 -> BN -> + x -> ReLU
+            (BatchNorm in eval mode)
+  sd        Stable Diffusion's UNet ResnetBlock2D: GroupNorm(32) -> SiLU -> 3x3 (+ the time
+            embedding's Linear(silu(t))) -> GroupNorm(32) -> SiLU -> 3x3 -> + x
+  nnunet    an nnU-Net encoder stage: 2 x (Conv3d 3x3x3 -> InstanceNorm3d(affine) -> LeakyReLU(0.01))
+  convnext  a ConvNeXt block: depthwise 7x7 -> LayerNorm over channels -> Linear(C, 4C) -> GELU ->
+            Linear(4C, C) -> layer scale -> + x
+Speed: median of CUDA-event timings with the L2 flushed before each (bench/compare_torch.py's
+method). Accuracy: max abs and relative L2 error against the same block in float64 (the bar
+issue 14 sets for fusegen's half precision is "at least as good as PyTorch's in that dtype",
+these numbers). fusegen cannot express these blocks yet (one conv per spec, fp32 only): this
+is the table its block work is to beat (issue 14: >= 1.3x the fastest PyTorch configuration in
+bf16/fp16, >= 2x torch.compile fp32 with TF32 off).
+"""
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- the blocks -------------------------------------------------------------------------------
+
+
+def make_block(family, cfg, nn, F, torch):
+    """The block's module for one configuration: fresh parameters, eval mode."""
+    if family == "resnet":
+        c, mid = cfg["channels"], cfg["channels"] // 4
+
+        class Bottleneck(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1, self.bn1 = nn.Conv2d(c, mid, 1, bias=False), nn.BatchNorm2d(mid)
+                self.conv2, self.bn2 = nn.Conv2d(mid, mid, 3, padding=1, bias=False), nn.BatchNorm2d(mid)
+                self.conv3, self.bn3 = nn.Conv2d(mid, c, 1, bias=False), nn.BatchNorm2d(c)
+
+            def forward(self, x):
+                y = F.relu(self.bn1(self.conv1(x)))
+                y = F.relu(self.bn2(self.conv2(y)))
+                return F.relu(self.bn3(self.conv3(y)) + x)
+
+        return Bottleneck()
+    if family == "sd":
+        c = cfg["channels"]
+
+        class ResnetBlock2D(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.norm1, self.conv1 = nn.GroupNorm(32, c, eps=1e-5), nn.Conv2d(c, c, 3, padding=1)
+                self.time_emb_proj = nn.Linear(1280, c)
+                self.norm2, self.conv2 = nn.GroupNorm(32, c, eps=1e-5), nn.Conv2d(c, c, 3, padding=1)
+
+            def forward(self, x, temb):
+                h = self.conv1(F.silu(self.norm1(x)))
+                h = h + self.time_emb_proj(F.silu(temb))[:, :, None, None]
+                h = self.conv2(F.silu(self.norm2(h)))
+                return x + h
+
+        return ResnetBlock2D()
+    if family == "nnunet":
+        cin, cout = cfg["in_channels"], cfg["channels"]
+
+        class Stage(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1, self.norm1 = nn.Conv3d(cin, cout, 3, padding=1), nn.InstanceNorm3d(cout, affine=True)
+                self.conv2, self.norm2 = nn.Conv3d(cout, cout, 3, padding=1), nn.InstanceNorm3d(cout, affine=True)
+
+            def forward(self, x):
+                x = F.leaky_relu(self.norm1(self.conv1(x)), 0.01)
+                return F.leaky_relu(self.norm2(self.conv2(x)), 0.01)
+
+        return Stage()
+    if family == "convnext":
+        c = cfg["channels"]
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.dwconv = nn.Conv2d(c, c, 7, padding=3, groups=c)
+                self.norm = nn.LayerNorm(c, eps=1e-6)
+                self.pwconv1, self.pwconv2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+                self.gamma = nn.Parameter(torch.full((c,), 1e-6))
+
+            def forward(self, x):
+                y = self.dwconv(x).permute(0, 2, 3, 1)
+                y = self.pwconv2(F.gelu(self.pwconv1(self.norm(y))))
+                return x + (self.gamma * y).permute(0, 3, 1, 2)
+
+        return Block()
+    raise ValueError(family)
+
+
+def randomize(module, torch, seed):
+    """Every parameter and buffer away from its init (norm affines ~ N(1, 0.1) and N(0, 0.1),
+    running statistics, layer scale ~ 0.1-sized): blocks whose norms and scales are the
+    identity would hide errors."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("weight") and p.dim() == 1:
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias") and p.dim() == 1 and "conv" not in name and "proj" not in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif name == "gamma":
+                p.copy_(0.1 * torch.rand(p.shape, generator=g))
+        for name, b in module.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=g))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=g))
+
+
+# Shapes from the public configurations: torchvision's ResNet-50 stages, Stable Diffusion 1.x/2.x's
+# UNet (320/640/1280 channels on 64/32/16 latents), nnU-Net's 3D full-resolution encoder
+# (32 -> 64 -> 128 ... on 128^3 patches, batch 2), ConvNeXt-T's stages (96/192/384/768).
+CONFIGS = {
+    "resnet": [
+        {"channels": 256, "size": (56, 56), "batch": 32},
+        {"channels": 256, "size": (56, 56), "batch": 1},
+        {"channels": 512, "size": (28, 28), "batch": 32},
+        {"channels": 1024, "size": (14, 14), "batch": 32},
+        {"channels": 2048, "size": (7, 7), "batch": 32},
+    ],
+    "sd": [
+        {"channels": 320, "size": (64, 64), "batch": 2},
+        {"channels": 320, "size": (64, 64), "batch": 1},
+        {"channels": 640, "size": (32, 32), "batch": 2},
+        {"channels": 1280, "size": (16, 16), "batch": 2},
+    ],
+    "nnunet": [
+        {"in_channels": 32, "channels": 64, "size": (64, 64, 64), "batch": 2},
+        {"in_channels": 64, "channels": 128, "size": (32, 32, 32), "batch": 2},
+        {"in_channels": 1, "channels": 32, "size": (128, 128, 128), "batch": 2},
+        {"in_channels": 128, "channels": 256, "size": (16, 16, 16), "batch": 1},
+    ],
+    "convnext": [
+        {"channels": 96, "size": (56, 56), "batch": 32},
+        {"channels": 96, "size": (56, 56), "batch": 1},
+        {"channels": 192, "size": (28, 28), "batch": 32},
+        {"channels": 384, "size": (14, 14), "batch": 32},
+        {"channels": 768, "size": (7, 7), "batch": 32},
+    ],
+}
+SMOKE = {"resnet": [{"channels": 64, "size": (8, 8), "batch": 2}],
+         "sd": [{"channels": 64, "size": (8, 8), "batch": 2}],
+         "nnunet": [{"in_channels": 2, "channels": 8, "size": (6, 6, 6), "batch": 2}],
+         "convnext": [{"channels": 16, "size": (8, 8), "batch": 2}]}
+
+
+def describe(family, cfg):
+    size = "x".join(str(s) for s in cfg["size"])
+    chans = f"{cfg['in_channels']}->{cfg['channels']}" if "in_channels" in cfg else str(cfg["channels"])
+    return f"{family} {chans} {size} N{cfg['batch']}"
+
+
+def inputs(family, cfg, torch, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    cin = cfg.get("in_channels", cfg["channels"])
+    x = torch.randn((cfg["batch"], cin) + tuple(cfg["size"]), generator=g).to(device)
+    if family == "sd":
+        return (x, torch.randn((cfg["batch"], 1280), generator=g).to(device))
+    return (x,)
+
+
+def block_flops(module, args):
+    """Multiply-adds x 2 of every conv and Linear in the block (a forward hook count)."""
+    total = [0]
+
+    def hook(mod, inp, out):
+        if hasattr(mod, "kernel_size"):  # Conv
+            k = 1
+            for s in mod.kernel_size:
+                k *= s
+            total[0] += 2 * out.numel() * (mod.in_channels // mod.groups) * k
+        else:  # Linear
+            total[0] += 2 * out.numel() * mod.in_features
+
+    import torch.nn as nn
+
+    hs = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d, nn.Linear))]
+    module(*args)
+    for h in hs:
+        h.remove()
+    return total[0]
+
+
+# ---- measuring --------------------------------------------------------------------------------
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def run(args):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    device = "cpu" if args.smoke else "cuda"
+    configs = SMOKE if args.smoke else CONFIGS
+    if not args.smoke:
+        from compare_torch import Precision, accuracy, summarize, time_cuda
+
+        prec = Precision(torch)
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
+    else:
+        from compare_torch import accuracy, summarize
+
+        prec, flush = None, None
+    rows, results, t_start = [], [], time.time()
+    for family in args.families:
+        for ci, cfg in enumerate(configs[family]):
+            if args.deadline_s and time.time() - t_start > args.deadline_s:
+                print(f"blocks: deadline of {args.deadline_s} s reached; {describe(family, cfg)} and later not run")
+                break
+            torch.manual_seed(ci)
+            base = make_block(family, cfg, nn, F, torch).eval()
+            randomize(base, torch, 100 + ci)
+            x64 = [t.double() for t in inputs(family, cfg, torch, "cpu", 200 + ci)]
+            with torch.no_grad():
+                ref = copy.deepcopy(base).double().to(device)(*[t.to(device) for t in x64])
+                flops = block_flops(copy.deepcopy(base).double(), x64)
+            entry = {"block": describe(family, cfg), "gflop": flops / 1e9, "impls": {}}
+            results.append(entry)
+            for dname in args.dtypes:
+                dtype = getattr(torch, DTYPES[dname])
+                for layout in args.layouts:
+                    fmt = torch.channels_last_3d if family == "nnunet" else torch.channels_last
+                    mf = fmt if layout == "cl" else torch.contiguous_format
+                    module = copy.deepcopy(base).to(device=device, dtype=dtype).to(memory_format=mf)
+                    xs = [t.to(device=device, dtype=dtype) for t in x64]
+                    xs[0] = xs[0].contiguous(memory_format=mf)
+                    modes = [("eager", False, "default")]
+                    if dname == "fp32":
+                        modes.append(("eager tf32 off", False, "fp32"))
+                    if args.compile != "none":
+                        modes.append(("compile", True, "default"))
+                        if dname == "fp32":
+                            modes.append(("compile tf32 off", True, "fp32"))
+                    for mode, compiled, flags in modes:
+                        key = f"{dname} {layout} {mode}"
+                        try:
+                            if prec:
+                                prec.set(flags)
+                            torch._dynamo.reset()
+                            fn_mod = torch.compile(module) if compiled else module
+                            with torch.no_grad():
+                                out = fn_mod(*xs)
+                                r = accuracy(torch, out.float().to(ref.dtype), ref) if out.dtype != ref.dtype else accuracy(torch, out, ref)
+                                if not args.smoke:
+                                    r.update(summarize(time_cuda(torch, lambda: fn_mod(*xs), args.iters, 3, flush)))
+                            r.pop("times_ms", None)
+                        except Exception as e:  # one mode failing must not lose the others
+                            r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+                        finally:
+                            if prec:
+                                prec.set("default")
+                        entry["impls"][key] = r
+                        t = f"{r['median_ms']:.3f} ms" if "median_ms" in r else ("" if "error" not in r else r["error"])
+                        err = f"max err {r['max_abs_err']:.2g}, rel L2 {r['rel_l2_err']:.2g}" if "max_abs_err" in r else ""
+                        print(f"{entry['block']:<28} {key:<26} {t:>12}  {err}", flush=True)
+    return results
+
+
+def table(results, dtypes):
+    head = "| block | GFLOP | " + " | ".join(f"fastest {d} (config)" for d in dtypes) + \
+        " | compile fp32 tf32 off | " + " | ".join(f"{d} rel L2" for d in dtypes) + " |"
+    lines = [head, "|" + "---|" * (2 + 2 * len(dtypes) + 1)]
+    for e in results:
+        cells = []
+        for d in dtypes:
+            timed = {k: v for k, v in e["impls"].items() if k.startswith(d + " ") and "median_ms" in v
+                     and "tf32 off" not in k}
+            if timed:
+                k = min(timed, key=lambda k: timed[k]["median_ms"])
+                cells.append(f"{timed[k]['median_ms']:.3f} ({k[len(d) + 1:]})")
+            else:
+                cells.append("—")
+        off = [v["median_ms"] for k, v in e["impls"].items() if k.endswith("compile tf32 off") and "median_ms" in v]
+        cells.append(f"{min(off):.3f}" if off else "—")
+        for d in dtypes:
+            errs = [v["rel_l2_err"] for k, v in e["impls"].items() if k.startswith(d + " ") and "rel_l2_err" in v
+                    and "tf32 off" not in k]
+            cells.append(f"{min(errs):.1e}-{max(errs):.1e}" if errs else "—")
+        lines.append(f"| {e['block']} | {e['gflop']:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="/tmp/fusegen-blocks")
+    ap.add_argument("--families", default="resnet,sd,nnunet,convnext")
+    ap.add_argument("--dtypes", default="fp32,bf16,fp16")
+    ap.add_argument("--layouts", default="nchw,cl")
+    ap.add_argument("--compile", choices=("both", "none"), default="both")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--deadline-s", type=float, default=0, help="start no block after this many seconds")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, eager only: the harness itself")
+    args = ap.parse_args()
+    args.families = [f for f in args.families.split(",") if f]
+    args.dtypes = [d for d in args.dtypes.split(",") if d]
+    args.layouts = [l for l in args.layouts.split(",") if l]
+    for f in args.families:
+        if f not in CONFIGS:
+            ap.error(f"unknown family '{f}' (resnet, sd, nnunet, convnext)")
+    for d in args.dtypes:
+        if d not in DTYPES:
+            ap.error(f"unknown dtype '{d}' (fp32, bf16, fp16)")
+    if args.smoke:
+        args.compile = "none"
+    results = run(args)
+    os.makedirs(args.out, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    md = table(results, args.dtypes)
+    with open(os.path.join(args.out, "BLOCKS.md"), "w") as f:
+        f.write(f"# Model blocks in PyTorch, {stamp}{' (smoke test, CPU)' if args.smoke else ''}\n\n{md}\n")
+    with open(os.path.join(args.out, "blocks.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    print(md)
+    bad = [e["block"] for e in results if any("error" in v for v in e["impls"].values())]
+    print(f"blocks: {len(results)} blocks, {sum(len(e['impls']) for e in results)} runs; errors in {len(bad)}: {' '.join(bad)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
