@@ -83,6 +83,22 @@ ok '[ $rc -eq 0 ] && grep -q "2 entries, 0 bad" <<<"$out"' "the imported cache v
 mkdir -p "$work/evil/ab" && ln -s /etc "$work/evil/ab/link" && tar -cf "$work/evil.tar" -C "$work/evil" .
 out=$(fg cache import --cache "$work/victim" "$work/evil.tar" 2>&1); rc=$?
 ok '[ $rc -eq 1 ] && grep -q "refusing the archive" <<<"$out" && [ ! -e "$work/victim/ab/link" ]' "a symlink member (exit $rc): $out"
+# a layer whose conv engine the runtime times at the first run (8 -> 64 channels, 3x3, fp32 on
+# sm_90a: runtime/tuning.h): build stores both plans' kernels and export ships both
+cat >"$work/t.lua" <<LUA
+return layer "t" {
+  input = { "N", 8, 12, 12 },
+  conv2d { out_channels = 64, kernel = 3 },
+  relu {},
+}
+LUA
+out=$(fg build --arch sm_90a --cache "$work/tuned" "$work/t.lua" 2>&1); rc=$?
+ok '[ $rc -eq 0 ] && grep -q "timed against another at the first run" <<<"$out" && [ $(find "$work/tuned" -name "*.fgc" | wc -l) -eq 2 ]' "build of a timed layer stores two kernel sets: $out"
+out=$(fg cache export --arch sm_90a --cache "$work/tuned" -o "$work/t.tar" "$work/t.lua" 2>&1); rc=$?
+ok '[ $rc -eq 0 ] && [ $(tar -tf "$work/t.tar" | grep -c "\.fgc$") -eq 2 ] && [ $(tar -tf "$work/t.tar" | grep -c "\.fgp$") -eq 2 ]' "export of a timed layer ships both plans: $out"
+out=$(FUSEGEN_TUNE=0 fg build --arch sm_90a --cache "$work/untuned" "$work/t.lua" 2>&1); rc=$?
+ok '[ $rc -eq 0 ] && [ $(find "$work/untuned" -name "*.fgc" | wc -l) -eq 1 ]' "FUSEGEN_TUNE=0: build stores the planner's plan only: $out"
+
 # usage
 out=$(fg cache export "$work/a.lua" 2>&1); rc=$?
 ok '[ $rc -eq 2 ]' "export without -o: exit $rc"
