@@ -51,8 +51,11 @@ void cli_plan_options(fg_plan_options *opts, const char *arch);
 /* Loads a spec and plans it for `arch` ("sm_90"), printing any error; returns 0 or -1. */
 int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_plan *plan);
 /* 1 and *alternative planned when the runtime would time `plan` against another at the first
- * run (fg_plan_engine_alternative; not with FUSEGEN_TUNE=0), else 0. */
-int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan *plan, fg_plan *alternative);
+ * run (fg_plan_engine_alternative), else 0. `as_this_process`: as this process's runtime
+ * would (FUSEGEN_TUNE=0 turns the timing off: `fusegen plan`), else as any user's (a cache
+ * built to ship holds both plans whatever the builder's environment). */
+int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan *plan, fg_plan *alternative,
+                         bool as_this_process);
 
 /* Splits "sm_80,sm_90" into at most `cap` entries; checks each looks like sm_NN[a]. */
 int cli_parse_archs(const char *list, char archs[][16], int cap);

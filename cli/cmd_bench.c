@@ -154,7 +154,7 @@ int cmd_bench(int argc, char **argv)
     }
     fg_random_uniform(x, (size_t)n_in, 0, 1, 0.0f, 1.0f);
     char prepared[160];
-    if (fg_tools_bind_random(layer, 0) != FG_OK || fg_layer_prepare(layer) != FG_OK ||
+    if (fg_tools_bind_random(layer, 0) != FG_OK || fg_tools_prepare(layer, batch) != FG_OK ||
         fg_tools_describe_prepare(layer, prepared, sizeof prepared) != FG_OK ||
         fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
         fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||

@@ -225,7 +225,7 @@ int cmd_build(int argc, char **argv)
                 rc = EXIT_FAIL;
                 goto out;
             }
-            int n_plans = 1 + cli_alternative_plan(&irs[s], archs[a], &plan[0], &plan[1]);
+            int n_plans = 1 + cli_alternative_plan(&irs[s], archs[a], &plan[0], &plan[1], false);
             for (int k = 0; k < n_plans; k++) {
                 work *w = &items[n_items];
                 if (fg_render(&irs[s], &plan[k], &srcs[n_items], &err) != 0) {

@@ -158,7 +158,7 @@ int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output,
             }
             /* and the plan the runtime times it against at the first run (runtime/tuning.h),
              * which `fusegen build` stored too: a shipped cache spares users that compile */
-            int n_plans = 1 + cli_alternative_plan(ir, archs[a], &plan[0], &plan[1]);
+            int n_plans = 1 + cli_alternative_plan(ir, archs[a], &plan[0], &plan[1], false);
             for (int k = 0; k < n_plans && rc == EXIT_OK; k++) {
                 if (export_one(cache, &stage, ir, &plan[k], archs[a]) != 0)
                     rc = EXIT_FAIL;

@@ -51,7 +51,7 @@ int cmd_plan(int argc, char **argv)
     fg_ir_print(&ir, print_line, NULL);
     fg_plan_print(&ir, &plan, print_line, NULL);
     static fg_plan alternative;
-    if (cli_alternative_plan(&ir, arch, &plan, &alternative))
+    if (cli_alternative_plan(&ir, arch, &plan, &alternative, true))
         printf("engine: %s or %s, whichever runs faster at the first run on the GPU (timed once, the choice "
                "cached per GPU; FUSEGEN_TUNE=0: %s): the measurements leave this shape open (bench/NOTES.md v7)\n",
                fg_plan_conv_engine_name(&plan), fg_plan_conv_engine_name(&alternative), fg_plan_conv_engine_name(&plan));

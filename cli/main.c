@@ -117,12 +117,13 @@ int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_pl
     return 0;
 }
 
-int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan *plan, fg_plan *alternative)
+int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan *plan, fg_plan *alternative,
+                         bool as_this_process)
 {
     fg_plan_options opts, other;
     cli_plan_options(&opts, arch);
     fg_error err;
-    if (cli_environment()->no_tuning || !fg_plan_engine_alternative(ir, &opts, plan, &other) ||
+    if ((as_this_process && cli_environment()->no_tuning) || !fg_plan_engine_alternative(ir, &opts, plan, &other) ||
         fg_plan_layer(ir, &other, alternative, &err) != 0)
         return 0;
     return memcmp(alternative, plan, sizeof *plan) != 0;

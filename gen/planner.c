@@ -554,8 +554,9 @@ const char *fg_plan_conv_engine_name(const fg_plan *plan)
 
 /* Where the measurements leave the conv engine open (bench/NOTES.md v7): fp32 on sm_90a,
  * both engines able to run the conv, and neither settled by the sweep -- wide and long
- * (K >= 256 with >= 64 outputs a group: wgmma 1.4-2.9x faster), short (K < 64) or narrow
- * (< 32 outputs a group: mma.sync 1.2-2.9x faster: KB79, KB23, 16->16 7x7).
+ * (K >= 256 with >= 64 outputs a group: wgmma 1.4-2.9x faster; 1x1 convs with >= 64: 3.4-7x),
+ * short (K < 64) or narrow (< 32 outputs a group: mma.sync 1.2-2.9x faster: KB79, KB23,
+ * 16->16 7x7).
  * In between, the epilogue decides (KB85's statistics ran 5 % slower on wgmma, the same
  * conv with a bias 13 % faster): the runtime times both at the first run. */
 bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *opts, const fg_plan *plan,
@@ -570,7 +571,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, &w))
         return false;
     const int64_t k = g.cin_g * g.taps;
-    if ((k >= 256 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)
+    if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)
         return false;
     bool on_wgmma = false;
     for (int i = 0; i < plan->n_passes; i++)

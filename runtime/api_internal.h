@@ -46,6 +46,8 @@ struct fg_layer {
     fg_layer_ir ir;
     fg_plan plan;
     fg_launch_table launch; /* what runs need from the plan, taken and checked at load */
+    fg_bn_fold fold;        /* the plan's (gen/fold.h), and whether it has a cuDNN pass: the */
+    bool has_cudnn;         /* same in every plan the layer may adopt, so read without a lock */
     fg_layer_candidate *alternative; /* a plan to time against this one at the first prepare
                                         (runtime/tuning.h); NULL when none or decided. The
                                         plan and launch table change only then, under the
@@ -95,6 +97,9 @@ void fg_api_clear_error(void);
 fg_status fg_layer_run_cpu_progress(fg_layer *layer, const float *input, float *output, int64_t batch,
                                     fg_reference_progress progress, void *ctx);
 
+/* fg_layer_prepare for runs of `batch` samples (0: not known): where the layer's engine is
+ * timed at its first prepare (tuning.h), at that batch. The handle held. */
+fg_status fg_layer_prepare_held(fg_layer *layer, int64_t batch);
 /* Makes the context's CUDA context current on this thread. */
 fg_status fg_api_enter(fg_context *ctx);
 

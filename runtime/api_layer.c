@@ -25,6 +25,13 @@
             return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: not a live layer (NULL or destroyed)", fn);        \
     } while (0)
 
+/* Whether runs replay a captured CUDA graph: not with FUSEGEN_NO_GRAPHS, a plan of one pass,
+ * or a cuDNN pass (its algorithm search cannot run inside a capture). */
+static bool graphs_wanted(const fg_layer *layer)
+{
+    return !layer->ctx->env.no_graphs && layer->plan.n_passes >= 2 && !layer->has_cudnn;
+}
+
 static fg_status load_held(fg_context *ctx, const char *name, const char *source, size_t len, bool is_file,
                            fg_layer **out)
 {
@@ -58,10 +65,12 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
         return s;
     }
     layer->n_ignored = fg_ir_ignored_state(&layer->ir, layer->ignored);
-    layer->graphs_off = ctx->env.no_graphs || layer->plan.n_passes < 2;
+    /* what no plan the layer may adopt changes (tuning.c refuses a candidate that differs):
+     * read without the context's lock, while a first prepare may swap the plan */
+    layer->fold = layer->plan.fold;
     for (int i = 0; i < layer->plan.n_passes; i++)
-        if (layer->plan.passes[i].kind == FG_PASS_CUDNN)
-            layer->graphs_off = true; /* cuDNN's algorithm search cannot run inside a capture */
+        layer->has_cudnn = layer->has_cudnn || layer->plan.passes[i].kind == FG_PASS_CUDNN;
+    layer->graphs_off = !graphs_wanted(layer);
     layer->alternative = fg_tuning_candidate(layer);
     pthread_mutex_init(&layer->lock, NULL);
     pthread_rwlock_init(&layer->bindings_lock, NULL);
@@ -118,7 +127,7 @@ static void release_binding(fg_layer *layer, int i)
 /* The kernel parameters of the layer: the spec's, and the folded weight and bias. */
 static int kernel_param_count(const fg_layer *layer)
 {
-    return fg_bn_fold_param_count(&layer->ir, &layer->plan.fold);
+    return fg_bn_fold_param_count(&layer->ir, &layer->fold);
 }
 
 /* Waits until the GPU has finished the layer's last run (its kernels read the parameters'
@@ -160,7 +169,7 @@ static fg_status read_back(fg_layer *layer, CUdeviceptr src, size_t bytes, float
  * and, in a context with a device, a device copy; on failure both stay unbound. */
 static fg_status fold_into(fg_layer *layer, const float *const *src, fg_param_binding *w, fg_param_binding *bias)
 {
-    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_bn_fold *fold = &layer->fold;
     const fg_cuda *cu = layer->ctx->cu;
     fg_param_binding *dst[2] = {w, bias};
     size_t bytes[2] = {(size_t)(fold->channels * fold->per_channel) * sizeof(float),
@@ -201,7 +210,7 @@ static fg_status fold_into(fg_layer *layer, const float *const *src, fg_param_bi
 static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b, fg_param_binding *w,
                               fg_param_binding *bias)
 {
-    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_bn_fold *fold = &layer->fold;
     const fg_layer_ir *ir = &layer->ir;
     const fg_param_binding *from[FG_MAX_PARAMS] = {0};
     const float *src[FG_MAX_PARAMS] = {0};
@@ -240,7 +249,7 @@ static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b,
  * bindings lock) and for the GPU to finish the last one, then frees the old copies. */
 static fg_status replace_binding(fg_layer *layer, int i, fg_param_binding *b)
 {
-    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_bn_fold *fold = &layer->fold;
     fg_param_binding w, bias;
     pthread_rwlock_wrlock(&layer->bindings_lock);
     bool refold = fg_bn_fold_reads(fold, i);
@@ -621,7 +630,11 @@ static fg_status prepare_locked(fg_layer *layer, int64_t batch, CUstream stream)
     if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
     double t_tune = fg_seconds_now();
-    fg_tuning_outcome tuning = layer->alternative ? fg_tuning_decide(layer, batch, stream) : FG_TUNING_NONE;
+    fg_tuning_outcome tuning = FG_TUNING_NONE;
+    if (layer->alternative) {
+        tuning = fg_tuning_decide(layer, batch, stream);
+        layer->graphs_off = !graphs_wanted(layer); /* the plan kept may have another pass count */
+    }
     t_tune = fg_seconds_now() - t_tune;
     const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
     if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
@@ -678,13 +691,13 @@ static fg_status prepare_locked(fg_layer *layer, int64_t batch, CUstream stream)
     return FG_OK;
 }
 
-static fg_status prepare_held(fg_layer *layer)
+fg_status fg_layer_prepare_held(fg_layer *layer, int64_t batch)
 {
     fg_status s = fg_api_enter(layer->ctx);
     if (s != FG_OK)
         return s;
     pthread_mutex_lock(&layer->ctx->lock);
-    s = prepare_locked(layer, 0, NULL);
+    s = prepare_locked(layer, batch, NULL);
     pthread_mutex_unlock(&layer->ctx->lock);
     return s;
 }
@@ -692,7 +705,7 @@ static fg_status prepare_held(fg_layer *layer)
 FG_API fg_status fg_layer_prepare(fg_layer *layer)
 {
     ENTER_LAYER(layer, "fg_layer_prepare");
-    fg_status s = prepare_held(layer);
+    fg_status s = fg_layer_prepare_held(layer, 0);
     fg_handle_release(layer);
     return s;
 }
@@ -707,7 +720,7 @@ static fg_status check_bound(const fg_layer *layer, bool host)
                                b->bound ? " in host memory (the CPU path needs fg_layer_bind_host or a safetensors file)"
                                         : "");
     }
-    const fg_bn_fold *fold = &layer->plan.fold;
+    const fg_bn_fold *fold = &layer->fold;
     if (!host && fold->op >= 0 && !(layer->params[fold->folded_weight].bound && layer->params[fold->folded_bias].bound))
         return fg_api_fail(FG_ERR_UNBOUND, "layer %s: batch_norm '%s' is folded into the conv but its folded weights "
                                            "were not computed: bind its parameters again",
@@ -921,12 +934,11 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
     fg_status s = check_run_args("fg_layer_run_workspace", input, output, batch);
     if (s != FG_OK)
         return s;
-    for (int i = 0; i < layer->launch.n_passes; i++)
-        if (layer->launch.passes[i].cudnn)
-            return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
-                               "fg_layer_run_workspace: layer %s runs its conv in cuDNN (precision = \"tf32\"), whose "
-                               "workspace is the layer's own: use fg_layer_run",
-                               layer->ir.name);
+    if (layer->has_cudnn)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "fg_layer_run_workspace: layer %s runs its conv in cuDNN (precision = \"tf32\"), whose "
+                           "workspace is the layer's own: use fg_layer_run",
+                           layer->ir.name);
     fg_launch_memory mem;
     memset(&mem, 0, sizeof mem);
     fg_error err;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void warn_bad(void (*warn)(void *, const char *), void *ctx, const char *var, const char *value,
                      const char *expected)
@@ -152,7 +153,8 @@ void fg_env_runtime_read(fg_env_runtime *env)
     const char *no_graphs = getenv("FUSEGEN_NO_GRAPHS");
     env->no_graphs = no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0;
     const char *tune = getenv("FUSEGEN_TUNE");
-    env->no_tuning = tune && strcmp(tune, "0") == 0;
+    env->no_tuning = tune && (strcmp(tune, "0") == 0 || strcasecmp(tune, "off") == 0 || strcasecmp(tune, "no") == 0 ||
+                              strcasecmp(tune, "false") == 0);
     env->cache_max_bytes = FG_CACHE_DEFAULT_MAX_BYTES;
     const char *max = getenv("FUSEGEN_CACHE_MAX_SIZE");
     uint64_t bytes;

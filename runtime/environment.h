@@ -19,7 +19,8 @@
  *   FUSEGEN_CACHE_PATH   shipped read-only caches, colon-separated
  *   FUSEGEN_NVRTC, FUSEGEN_LIBCUDA, FUSEGEN_LIBCUDNN: the libraries to try first
  *   FUSEGEN_NO_GRAPHS    1: launch passes directly instead of replaying a CUDA graph
- *   FUSEGEN_TUNE         0: keep the planner's conv engine where it would time two (runtime/tuning.h)
+ *   FUSEGEN_TUNE         0 (off, no, false): keep the planner's conv engine where it would time two
+ *                        (runtime/tuning.h)
  *   FUSEGEN_LOG          warn | info | debug: what the library's log shows
  *   FUSEGEN_CACHE_MAX_SIZE  the user cache's size cap ("4G", "500M", "0": none; default 4G)
  *   TMPDIR               where a source NVRTC rejects is saved (default /tmp) */

@@ -66,6 +66,19 @@ fg_status fg_tools_bind_random(fg_layer *layer, uint64_t seed)
     return s;
 }
 
+fg_status fg_tools_prepare(fg_layer *layer, int64_t batch)
+{
+    fg_api_clear_error();
+    if (!fg_handle_acquire(layer, FG_HANDLE_LAYER))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_prepare: not a live layer (NULL or destroyed)");
+    fg_status s = batch < 1 || batch > INT32_MAX
+                      ? fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_prepare: batch must be between 1 and %d (got %lld)",
+                                    INT32_MAX, (long long)batch)
+                      : fg_layer_prepare_held(layer, batch);
+    fg_handle_release(layer);
+    return s;
+}
+
 fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap)
 {
     fg_status s = check_layer(layer, "fg_tools_describe_prepare");

@@ -29,6 +29,10 @@ const fg_plan *fg_tools_layer_plan(const fg_layer *layer);
  * The layer keeps host copies, so fg_layer_run_cpu can run. */
 fg_status fg_tools_bind_random(fg_layer *layer, uint64_t seed);
 
+/* fg_layer_prepare for runs of `batch` samples: a layer whose conv engine is timed at its
+ * first prepare (runtime/tuning.h) is timed at that batch (fg_layer_prepare times at 32). */
+fg_status fg_tools_prepare(fg_layer *layer, int64_t batch);
+
 /* "kernels loaded from the cache in 1.9 ms (rendering 0.7, cache lookup 0.3, module load
  * 0.9)": how the layer's kernels were last prepared, for timing lines. */
 fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap);

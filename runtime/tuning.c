@@ -36,8 +36,10 @@ fg_layer_candidate *fg_tuning_candidate(const fg_layer *layer)
     fg_error err;
     if (!c)
         return NULL;
+    /* another engine, nothing else: the layer reads its fold and cuDNN-ness without a lock */
     if (fg_plan_layer(&layer->ir, &alternative, &c->plan, &err) != 0 ||
         memcmp(&c->plan, &layer->plan, sizeof c->plan) == 0 ||
+        memcmp(&c->plan.fold, &layer->plan.fold, sizeof c->plan.fold) != 0 ||
         fg_launch_table_init(&c->launch, &layer->ir, &c->plan, &err) != 0) {
         free(c);
         return NULL;
@@ -65,7 +67,10 @@ static void tuning_key(const fg_context *ctx, char plan_keys[2][FG_CACHE_KEY_HEX
 }
 
 typedef struct build_job {
-    const fg_builder *builder;
+    fg_builder builder;
+    fg_cache cache;         /* the second build's copy of the context's, whose warnings it keeps */
+    char warning[512];      /* for the context's log after the join: the log callback is called
+                               only from threads that called into the context (docs/api.md) */
     const fg_layer_ir *ir;
     const fg_plan *plan;
     const char *arch;
@@ -74,10 +79,17 @@ typedef struct build_job {
     int rc;
 } build_job;
 
+static void keep_warning(void *ctx, const char *msg)
+{
+    build_job *j = ctx;
+    if (!j->warning[0])
+        snprintf(j->warning, sizeof j->warning, "%s", msg);
+}
+
 static void *build_one(void *arg)
 {
     build_job *j = arg;
-    j->rc = fg_build_layer(j->builder, j->ir, j->plan, j->arch, &j->built, &j->err);
+    j->rc = fg_build_layer(&j->builder, j->ir, j->plan, j->arch, &j->built, &j->err);
     return NULL;
 }
 
@@ -303,31 +315,50 @@ fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stre
             }
         }
     }
-    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (cu->StreamIsCapturing && cu->StreamIsCapturing(stream, &capturing) == CUDA_SUCCESS &&
+    /* never inside a capture: only a stream known not to be capturing is timed on (on the
+     * legacy stream, cuStreamIsCapturing fails while another stream captures) */
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (!cu->StreamIsCapturing || cu->StreamIsCapturing(stream, &capturing) != CUDA_SUCCESS ||
         capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
-        fg_context_log(ctx, FG_LOG_INFO, "%s: first run inside a stream capture: conv on %s, the planner's choice, "
-                                         "not timed against %s", layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]));
+        fg_context_log(ctx, FG_LOG_INFO, "%s: first run inside (or beside) a stream capture: conv on %s, the "
+                                         "planner's choice, not timed against %s", layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]));
+        fg_tuning_candidate_free(alt);
+        return FG_TUNING_NONE;
+    }
+    /* the timing owns the GPU: work the caller queued before this run finishes first (a
+     * non-blocking stream would overlap the timed runs) */
+    if (cu->StreamSynchronize(stream) != CUDA_SUCCESS) {
+        fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice: the run's stream failed before the "
+                                         "timing against %s", layer->ir.name, fg_plan_conv_engine_name(plan[0]),
+                       fg_plan_conv_engine_name(plan[1]));
         fg_tuning_candidate_free(alt);
         return FG_TUNING_NONE;
     }
     /* both builds side by side: a JIT from an empty cache costs one compile's time */
-    const fg_builder builder = {.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
-    build_job jobs[2];
-    memset(jobs, 0, sizeof jobs);
+    build_job *jobs = calloc(2, sizeof *jobs);
+    if (!jobs) {
+        fg_tuning_candidate_free(alt);
+        return FG_TUNING_NONE;
+    }
     pthread_t thread;
     for (int c = 0; c < 2; c++) {
-        jobs[c].builder = &builder;
+        jobs[c].builder = (fg_builder){.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
         jobs[c].ir = &layer->ir;
         jobs[c].plan = plan[c];
         jobs[c].arch = ctx->arch;
     }
+    jobs[1].cache = ctx->cache;
+    jobs[1].cache.warn = keep_warning;
+    jobs[1].cache.warn_ctx = &jobs[1];
+    jobs[1].builder.cache = &jobs[1].cache;
     bool threaded = pthread_create(&thread, NULL, build_one, &jobs[1]) == 0;
     build_one(&jobs[0]);
     if (threaded)
         pthread_join(thread, NULL);
     else
         build_one(&jobs[1]);
+    if (jobs[1].warning[0])
+        fg_context_log(ctx, FG_LOG_WARN, "%s", jobs[1].warning);
     double ms[2] = {0, 0};
     fg_error err;
     int choice = 0;
@@ -356,6 +387,7 @@ fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stre
     }
     for (int c = 0; c < 2; c++)
         fg_built_free(&jobs[c].built);
+    free(jobs);
     adopt(layer, alt, choice);
     return outcome;
 }

@@ -97,7 +97,11 @@ ok '[ $rc -eq 0 ] && grep -q "timed against another at the first run" <<<"$out" 
 out=$(fg cache export --arch sm_90a --cache "$work/tuned" -o "$work/t.tar" "$work/t.lua" 2>&1); rc=$?
 ok '[ $rc -eq 0 ] && [ $(tar -tf "$work/t.tar" | grep -c "\.fgc$") -eq 2 ] && [ $(tar -tf "$work/t.tar" | grep -c "\.fgp$") -eq 2 ]' "export of a timed layer ships both plans: $out"
 out=$(FUSEGEN_TUNE=0 fg build --arch sm_90a --cache "$work/untuned" "$work/t.lua" 2>&1); rc=$?
-ok '[ $rc -eq 0 ] && [ $(find "$work/untuned" -name "*.fgc" | wc -l) -eq 1 ]' "FUSEGEN_TUNE=0: build stores the planner's plan only: $out"
+ok '[ $rc -eq 0 ] && [ $(find "$work/untuned" -name "*.fgc" | wc -l) -eq 2 ]' "FUSEGEN_TUNE=0 on the builder's machine: a cache to ship still holds both plans: $out"
+out=$(FUSEGEN_TUNE=off fg plan --arch sm_90a "$work/t.lua" 2>&1); rc=$?
+ok '[ $rc -eq 0 ] && ! grep -q "^engine:" <<<"$out"' "FUSEGEN_TUNE=off: plan says no timing: $out"
+out=$(fg plan --arch sm_90a "$work/t.lua" 2>&1); rc=$?
+ok '[ $rc -eq 0 ] && grep -q "^engine: the FMA engine or wgmma" <<<"$out"' "plan says the engine is timed: $out"
 
 # usage
 out=$(fg cache export "$work/a.lua" 2>&1); rc=$?

@@ -17,7 +17,8 @@ conv keeps its tensors (the folded weights are the fusegen layer's, made at each
 fake (meta) implementation, so torch.compile traces through it without a graph break and
 Inductor calls it as an extern kernel. On a CUDA tensor the op launches the generated
 kernels on torch's current stream, with its output and workspace allocated by torch's
-caching allocator (fg_layer_run_workspace): nothing is allocated outside torch, and the
+caching allocator (fg_layer_run_workspace): nothing is allocated outside torch (but for a
+layer's first run where fusegen times two conv engines: docs/torch.md), and the
 launches are captured by CUDA graphs (torch.cuda.graph, torch.compile(mode="reduce-overhead"))
 like any kernel. On a CPU tensor it runs fusegen's float64 CPU reference (slow: an oracle).
 
