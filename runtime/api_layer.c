@@ -559,14 +559,15 @@ static fg_status check_unused_tensor(const fg_layer *layer, const char *path, co
     fg_ignored_state counter = {.rank = 0, .int64 = true};
     if (!e)
         e = &counter;
-    if (strcmp(t->dtype, e->int64 ? "I64" : "F32") == 0 && t->rank == e->rank && (e->rank == 0 || t->dim[0] == e->dim))
+    bool dtype_ok = e->int64 ? strcmp(t->dtype, "I64") == 0 : t->data != NULL; /* F32, F16, BF16 */
+    if (dtype_ok && t->rank == e->rank && (e->rank == 0 || t->dim[0] == e->dim))
         return FG_OK;
     shape_text(t->rank, t->dim, got, sizeof got);
     shape_text(e->rank, &e->dim, want, sizeof want);
     return fg_api_fail(FG_ERR_TENSOR_FILE,
                        "%s: tensor '%s' is %s %s; layer %s accepts it, and leaves it unused, as BatchNorm state: %s %s",
                        path, fg_tensor_name_shown(t->name, shown, sizeof shown), t->dtype, got, layer->ir.name,
-                       e->int64 ? "I64" : "F32", want);
+                       e->int64 ? "I64" : "F32 (or F16, BF16)", want);
 }
 
 static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int allow_extra)
@@ -587,7 +588,8 @@ static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int al
             s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: has no tensor '%s', which layer %s needs (spec line %d)", path,
                             p->name, layer->ir.name, p->first_line);
         } else if (!t->data) {
-            s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is %s; fusegen needs F32", path, p->name, t->dtype);
+            s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is %s; fusegen reads parameters stored as F32, F16 or BF16",
+                            path, p->name, t->dtype);
         } else if (!shapes_match(p, t)) {
             shape_text(p->rank, p->dim, a, sizeof a);
             shape_text(t->rank, t->dim, b, sizeof b);

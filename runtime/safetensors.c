@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,25 @@ const char *fg_tensor_name_shown(const char *name, char *buf, size_t cap)
     }
     buf[n < cap ? n : cap - 1] = '\0';
     return buf;
+}
+
+/* IEEE binary16 -> float, exactly (every half is a float): subnormals are man x 2^-24. */
+static float half_to_float(uint16_t h)
+{
+    int exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+    float v = exp == 0    ? ldexpf((float)man, -24)
+              : exp == 31 ? (man ? NAN : INFINITY)
+                          : ldexpf((float)(man | 0x400), exp - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* bfloat16 -> float, exactly: bfloat16 is a float's upper half. */
+static float bfloat16_to_float(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
 }
 
 static int parse_tensor(const char *display, const char *raw_name, json_t *info, uint64_t data_size,
@@ -112,11 +133,22 @@ static int parse_tensor(const char *display, const char *raw_name, json_t *info,
     t->name = strdup(raw_name);
     if (!t->name)
         return fg_fail(err, "%s: out of memory", display);
-    if (elem == 4 && strcmp(dtype, "F32") == 0) {
+    /* float data as floats: F32 as it is, F16 and BF16 widened exactly (a half-precision
+     * checkpoint binds to an fp32 layer with the values it holds); other dtypes stay unread */
+    bool f32 = strcmp(dtype, "F32") == 0, f16 = strcmp(dtype, "F16") == 0, bf16 = strcmp(dtype, "BF16") == 0;
+    if (f32 || f16 || bf16) {
         t->data = malloc(count ? count * 4 : 4);
         if (!t->data)
             return fg_fail(err, "%s: out of memory", display);
-        memcpy(t->data, data + b, count * 4); /* little-endian on every machine fusegen targets */
+        if (f32) {
+            memcpy(t->data, data + b, count * 4); /* little-endian on every machine fusegen targets */
+        } else {
+            for (uint64_t i = 0; i < count; i++) {
+                uint16_t h;
+                memcpy(&h, data + b + 2 * i, 2);
+                t->data[i] = f16 ? half_to_float(h) : bfloat16_to_float(h);
+            }
+        }
     }
     sp->begin = (uint64_t)b;
     sp->end = (uint64_t)e;
@@ -225,7 +257,7 @@ int fg_safetensors_read(const char *path, fg_tensor_file *out, fg_error *err)
     }
     size_t size = (size_t)st.st_size;
     /* the 8-byte header length first: a huge or foreign file is refused before any of it is
-     * read, and the rest is mapped, so only the header and the F32 tensors are touched */
+     * read, and the rest is mapped, so only the header and the float tensors are touched */
     unsigned char len8[8];
     if (size >= 8 && pread(fd, len8, 8, 0) != 8) {
         close(fd);

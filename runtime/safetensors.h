@@ -20,7 +20,7 @@ typedef struct fg_tensor {
     int rank;
     int64_t dim[FG_TENSOR_MAX_RANK];
     size_t count;  /* elements */
-    float *data;   /* owned; NULL unless dtype is F32 */
+    float *data;   /* owned: F32, F16 and BF16 tensors as floats (widened exactly); NULL for others */
 } fg_tensor;
 
 typedef struct fg_tensor_file {

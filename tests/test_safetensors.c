@@ -298,7 +298,7 @@ static void other_dtypes_and_metadata(void **state)
     assert_non_null(h);
     assert_string_equal(h->dtype, "F16");
     assert_int_equal(h->count, 4);
-    assert_null(h->data);
+    assert_non_null(h->data); /* widened to floats (half_precision_widened checks the values) */
     const fg_tensor *n = fg_tensor_find(&f, "bn.num_batches_tracked");
     assert_non_null(n);
     assert_string_equal(n->dtype, "I64");
@@ -346,8 +346,8 @@ static void binding_checks_dtype_shape_and_names(void **state)
         const char *expect;
         size_t payload; /* the data is contiguous and ends with the last tensor */
     } cases[] = {
-        {"f16.safetensors", "\"conv.weight\":{\"dtype\":\"F16\",\"shape\":[4,1,1,1],\"data_offsets\":[0,8]}", b_f32,
-         NULL, "tensor 'conv.weight' is F16; fusegen needs F32", 16},
+        {"i32.safetensors", "\"conv.weight\":{\"dtype\":\"I32\",\"shape\":[2,1,1,1],\"data_offsets\":[0,8]}", b_f32,
+         NULL, "tensor 'conv.weight' is I32; fusegen reads parameters stored as F32, F16 or BF16", 16},
         {"missing.safetensors", w_f32, NULL, NULL, "has no tensor 'conv.bias'", 8},
         {"shape.safetensors", "\"conv.weight\":{\"dtype\":\"F32\",\"shape\":[1,2,1,1],\"data_offsets\":[0,8]}", b_f32,
          NULL, "tensor 'conv.weight' has shape [1, 2, 1, 1] but layer bind needs [2, 1, 1, 1]", 16},
@@ -380,6 +380,80 @@ static void binding_checks_dtype_shape_and_names(void **state)
                      FG_ERR_TENSOR_FILE);
     fgt_assert_contains(fg_last_error(), "invalid JSON header");
     assert_int_equal(fg_layer_destroy(layer), FG_OK);
+    assert_int_equal(fg_context_destroy(ctx), FG_OK);
+}
+
+/* F16 and BF16 tensors read as floats, exactly: every half value is a float. The expected
+ * values come from the formats' definitions (not from the reader's arithmetic), and a layer
+ * bound from a BF16 file computes what it computes bound from the same values in F32. */
+static void half_precision_widened(void **state)
+{
+    (void)state;
+    static const uint16_t halves[8] = {0x3C00, 0xC000, 0x0001, 0x03FF, 0x7BFF, 0x8000, 0x3555, 0x7C00};
+    const float want_h[8] = {1.0f, -2.0f, ldexpf(1, -24), ldexpf(1023, -24), 65504.0f, -0.0f, 0.333251953125f,
+                             INFINITY};
+    static const uint16_t bhalves[4] = {0x3F80, 0xC040, 0x0001, 0x4049}; /* 1, -3, 2^-133, 3.140625 */
+    const float want_b[4] = {1.0f, -3.0f, ldexpf(1, -133), 3.140625f};
+    unsigned char payload[24];
+    memcpy(payload, halves, 16);
+    memcpy(payload + 16, bhalves, 8);
+    const char *path = make_file("halves.safetensors",
+                                 "{\"h\":{\"dtype\":\"F16\",\"shape\":[8],\"data_offsets\":[0,16]},"
+                                 "\"b\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[16,24]}}",
+                                 -1, payload, sizeof payload);
+    fg_tensor_file f;
+    fg_error err = {{0}};
+    if (fg_safetensors_read(path, &f, &err) != 0)
+        fail_msg("%s", err.msg);
+    const fg_tensor *h = fg_tensor_find(&f, "h"), *b = fg_tensor_find(&f, "b");
+    assert_non_null(h);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++) {
+        if (memcmp(&h->data[i], &want_h[i], sizeof(float)) != 0) /* bit for bit: -0 and inf too */
+            fail_msg("F16 0x%04x read as %a, expected %a", halves[i], (double)h->data[i], (double)want_h[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        if (memcmp(&b->data[i], &want_b[i], sizeof(float)) != 0)
+            fail_msg("BF16 0x%04x read as %a, expected %a", bhalves[i], (double)b->data[i], (double)want_b[i]);
+    fg_tensor_file_free(&f);
+    /* NaN stays NaN */
+    uint16_t nan16 = 0x7E00;
+    path = make_file("nan.safetensors", "{\"n\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]}}", -1,
+                     &nan16, 2);
+    if (fg_safetensors_read(path, &f, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_true(isnan(fg_tensor_find(&f, "n")->data[0]));
+    fg_tensor_file_free(&f);
+
+    /* a layer bound from BF16 runs as bound from the same values in F32 */
+    fg_context *ctx = cpu_context();
+    const char *spec = "return layer \"halfbind\" {\n"
+                       "  input = { \"N\", 1, 3, 3 },\n"
+                       "  conv2d { out_channels = 2, kernel = 1 },\n"
+                       "}\n";
+    fg_layer *from_half = NULL, *from_float = NULL;
+    if (fg_layer_load_string(ctx, "halfbind.lua", spec, &from_half) != FG_OK ||
+        fg_layer_load_string(ctx, "halfbind.lua", spec, &from_float) != FG_OK)
+        fail_msg("load: %s", fg_last_error());
+    static const uint16_t wb[4] = {0x3F80, 0xC040, 0x4049, 0xBE00}; /* weight 1, -3; bias 3.140625, -0.125 */
+    path = make_file("bf16_params.safetensors",
+                     "{\"conv.weight\":{\"dtype\":\"BF16\",\"shape\":[2,1,1,1],\"data_offsets\":[0,4]},"
+                     "\"conv.bias\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}",
+                     -1, wb, sizeof wb);
+    if (fg_layer_bind_safetensors(from_half, path, 0) != FG_OK)
+        fail_msg("bind BF16: %s", fg_last_error());
+    const float w32[2] = {1.0f, -3.0f}, b32[2] = {3.140625f, -0.125f};
+    assert_int_equal(fg_layer_bind_host(from_float, "conv.weight", w32, sizeof w32), FG_OK);
+    assert_int_equal(fg_layer_bind_host(from_float, "conv.bias", b32, sizeof b32), FG_OK);
+    float x[9], y_half[18], y_float[18];
+    for (int i = 0; i < 9; i++)
+        x[i] = 0.25f * (float)i - 1.0f;
+    assert_int_equal(fg_layer_run_cpu(from_half, x, y_half, 1), FG_OK);
+    assert_int_equal(fg_layer_run_cpu(from_float, x, y_float, 1), FG_OK);
+    assert_memory_equal(y_half, y_float, sizeof y_half);
+    assert_true(y_half[0] == 1.0f * x[0] + 3.140625f); /* and it is the conv of those values */
+    assert_int_equal(fg_layer_destroy(from_half), FG_OK);
+    assert_int_equal(fg_layer_destroy(from_float), FG_OK);
     assert_int_equal(fg_context_destroy(ctx), FG_OK);
 }
 
@@ -458,7 +532,7 @@ static void batch_norm_state_in_a_strict_bind(void **state)
          64},
         {"mean_shape.safetensors", "\"bn.running_mean\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[32,44]}",
          "tensor 'bn.running_mean' is F32 [3]; layer bnstate accepts it, and leaves it unused, as BatchNorm state: "
-         "F32 [2]",
+         "F32 (or F16, BF16) [2]",
          52},
         {"mean_of_another.safetensors",
          "\"bn2.running_mean\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[48,56]}",
@@ -556,7 +630,7 @@ int main(void)
     char *env = fgt_tmpdir("safetensors-env");
     fgt_isolate_environment(env);
     g_dir = fgt_tmpdir("safetensors");
-    struct CMUnitTest tests[N_BAD + 8];
+    struct CMUnitTest tests[N_BAD + 9];
     for (int i = 0; i < N_BAD; i++)
         tests[i] = (struct CMUnitTest){bad_files[i].name, run_bad_file, NULL, NULL, (void *)&bad_files[i]};
     tests[N_BAD] = (struct CMUnitTest)cmocka_unit_test(too_short_and_unreadable);
@@ -567,7 +641,8 @@ int main(void)
     tests[N_BAD + 5] = (struct CMUnitTest)cmocka_unit_test(too_many_tensors_and_fifo);
     tests[N_BAD + 6] = (struct CMUnitTest)cmocka_unit_test(batch_norm_state_in_a_strict_bind);
     tests[N_BAD + 7] = (struct CMUnitTest)cmocka_unit_test(folded_batch_norm_follows_every_bind);
-    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 8, NULL, NULL);
+    tests[N_BAD + 8] = (struct CMUnitTest)cmocka_unit_test(half_precision_widened);
+    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 9, NULL, NULL);
     fgt_rmtree(g_dir);
     free(g_dir);
     fgt_rmtree(env);
