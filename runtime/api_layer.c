@@ -588,8 +588,9 @@ static fg_status bind_safetensors_held(fg_layer *layer, const char *path, int al
             s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: has no tensor '%s', which layer %s needs (spec line %d)", path,
                             p->name, layer->ir.name, p->first_line);
         } else if (!t->data) {
-            s = fg_api_fail(FG_ERR_TENSOR_FILE, "%s: tensor '%s' is %s; fusegen reads parameters stored as F32, F16 or BF16",
-                            path, p->name, t->dtype);
+            s = fg_api_fail(FG_ERR_TENSOR_FILE,
+                            "%s: tensor '%s' is %s; fusegen reads parameters stored as F32, F16 or BF16", path,
+                            p->name, t->dtype);
         } else if (!shapes_match(p, t)) {
             shape_text(p->rank, p->dim, a, sizeof a);
             shape_text(t->rank, t->dim, b, sizeof b);
@@ -642,7 +643,8 @@ static fg_status prepare_locked(fg_layer *layer, int64_t batch, CUstream stream)
     if (fg_build_layer(&builder, &layer->ir, &layer->plan, ctx->arch, &built, &err) != 0)
         return fg_api_fail_error(FG_ERR_COMPILE, &err);
     if (built.from_cache && tuning == FG_TUNING_COMPILED) {
-        fg_context_log(ctx, FG_LOG_INFO, "%s for %s: compiled with another plan and timed against it in %.2f s (%.16s...)",
+        fg_context_log(ctx, FG_LOG_INFO,
+                       "%s for %s: compiled with another plan and timed against it in %.2f s (%.16s...)",
                        layer->ir.name, ctx->arch, t_tune, built.key);
     } else if (built.from_cache) {
         fg_context_log(ctx, FG_LOG_INFO, "%s for %s: from the %scache (%.16s...)", layer->ir.name, ctx->arch,

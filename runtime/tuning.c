@@ -254,7 +254,8 @@ static int64_t timed_batch(const fg_layer *layer, const fg_layer_candidate *alt,
     for (; b > 1; b = b / 2) {
         fg_launch_layout l0, l1;
         fg_error err;
-        if (fg_launch_layout_for(&layer->launch, b, &l0, &err) != 0 || fg_launch_layout_for(&alt->launch, b, &l1, &err) != 0)
+        if (fg_launch_layout_for(&layer->launch, b, &l0, &err) != 0 ||
+            fg_launch_layout_for(&alt->launch, b, &l1, &err) != 0)
             continue;
         uint64_t tensors = (uint64_t)b * (uint64_t)(fg_shape_sample_count(&ir->input) +
                                                     fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out)) * 4;
@@ -288,6 +289,15 @@ static void adopt(fg_layer *layer, fg_layer_candidate *alt, int c)
     fg_tuning_candidate_free(alt);
 }
 
+/* Keeps the layer's own plan without timing it against alt, saying why. */
+static fg_tuning_outcome keep_planners(fg_layer *layer, fg_layer_candidate *alt, fg_log_level level, const char *why)
+{
+    fg_context_log(layer->ctx, level, "%s: conv on %s, the planner's choice, not timed against %s: %s", layer->ir.name,
+                   fg_plan_conv_engine_name(&layer->plan), fg_plan_conv_engine_name(&alt->plan), why);
+    fg_tuning_candidate_free(alt);
+    return FG_TUNING_NONE;
+}
+
 fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stream)
 {
     fg_layer_candidate *alt = layer->alternative;
@@ -319,27 +329,16 @@ fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stre
      * legacy stream, cuStreamIsCapturing fails while another stream captures) */
     CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     if (!cu->StreamIsCapturing || cu->StreamIsCapturing(stream, &capturing) != CUDA_SUCCESS ||
-        capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
-        fg_context_log(ctx, FG_LOG_INFO, "%s: first run inside (or beside) a stream capture: conv on %s, the "
-                                         "planner's choice, not timed against %s", layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]));
-        fg_tuning_candidate_free(alt);
-        return FG_TUNING_NONE;
-    }
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return keep_planners(layer, alt, FG_LOG_INFO, "its first run is inside (or beside) a stream capture");
     /* the timing owns the GPU: work the caller queued before this run finishes first (a
      * non-blocking stream would overlap the timed runs) */
-    if (cu->StreamSynchronize(stream) != CUDA_SUCCESS) {
-        fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice: the run's stream failed before the "
-                                         "timing against %s", layer->ir.name, fg_plan_conv_engine_name(plan[0]),
-                       fg_plan_conv_engine_name(plan[1]));
-        fg_tuning_candidate_free(alt);
-        return FG_TUNING_NONE;
-    }
+    if (cu->StreamSynchronize(stream) != CUDA_SUCCESS)
+        return keep_planners(layer, alt, FG_LOG_WARN, "the run's stream failed before the timing");
     /* both builds side by side: a JIT from an empty cache costs one compile's time */
     build_job *jobs = calloc(2, sizeof *jobs);
-    if (!jobs) {
-        fg_tuning_candidate_free(alt);
-        return FG_TUNING_NONE;
-    }
+    if (!jobs)
+        return keep_planners(layer, alt, FG_LOG_WARN, "out of memory");
     pthread_t thread;
     for (int c = 0; c < 2; c++) {
         jobs[c].builder = (fg_builder){.cache = &ctx->cache, .failed_source_dir = ctx->env.tmpdir};
@@ -364,13 +363,15 @@ fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stre
     int choice = 0;
     fg_tuning_outcome outcome = FG_TUNING_NONE;
     if (jobs[0].rc != 0 || jobs[1].rc != 0) {
-        fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice, not timed against %s: %s", layer->ir.name,
-                       fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]), (jobs[1].rc != 0 ? jobs[1].err : jobs[0].err).msg);
+        fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice, not timed against %s: %s",
+                       layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]),
+                       (jobs[1].rc != 0 ? jobs[1].err : jobs[0].err).msg);
     } else {
         fg_built built[2] = {jobs[0].built, jobs[1].built};
         if (time_candidates(layer, launch, plan, built, timed, ms, &err) != 0) {
             fg_context_log(ctx, FG_LOG_WARN, "%s: conv on %s, the planner's choice: timing it against %s failed: %s",
-                           layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]), err.msg);
+                           layer->ir.name, fg_plan_conv_engine_name(plan[0]), fg_plan_conv_engine_name(plan[1]),
+                           err.msg);
         } else {
             outcome = jobs[0].built.from_cache && jobs[1].built.from_cache ? FG_TUNING_TIMED : FG_TUNING_COMPILED;
             choice = ms[1] < ms[0] * (1.0 - TUNING_MARGIN) ? 1 : 0;
@@ -378,7 +379,8 @@ fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stre
             fg_error store_err;
             bool recorded = (w->from_cache || w->stored) &&
                             fg_cache_store_alias(&ctx->cache, NULL, key, w->key, &store_err) == 0;
-            fg_context_log(ctx, FG_LOG_INFO, "%s: timed the conv on %s (%.3f ms) and %s (%.3f ms) at batch %lld: %s%s%s",
+            fg_context_log(ctx, FG_LOG_INFO,
+                           "%s: timed the conv on %s (%.3f ms) and %s (%.3f ms) at batch %lld: %s%s%s",
                            layer->ir.name, fg_plan_conv_engine_name(plan[0]), ms[0], fg_plan_conv_engine_name(plan[1]),
                            ms[1], (long long)timed, fg_plan_conv_engine_name(plan[choice]),
                            choice == 0 && ms[1] < ms[0] ? " (the other is not 3 % faster)" : "",
