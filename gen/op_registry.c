@@ -343,7 +343,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
     [FG_OP_MISH] = {.name = "mish", .cls = FG_CLASS_UNARY,
                     .cuda = {{.text = "({x} * tanhf({x} > 20.0f ? {x} : log1pf(expf({x}))))"}},
                     .doc = "x·tanh(sp), sp = x > 20 ? x : log1p(e^x)"},
-    [FG_OP_SILU] = {.name = "silu", .aliases = {{"swish"}}, .cls = FG_CLASS_UNARY,
+    [FG_OP_SILU] = {.name = "silu", .aliases = {{.name = "swish"}}, .cls = FG_CLASS_UNARY,
                     .cuda = {{.text = "({x} * fg_sigmoid({x}))"}}, .doc = "x / (1 + e^−x)"},
     [FG_OP_HARDSWISH] = {.name = "hardswish", .cls = FG_CLASS_UNARY,
                          .cuda = {{.text = "({x} * fminf(fmaxf({x} + 3.0f, 0.0f), 6.0f) / 6.0f)"}},
@@ -384,7 +384,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
     /* inference only: the identity (a spec that asks for training-mode dropout is refused) */
     [FG_OP_DROPOUT] = {
         .name = "dropout",
-        .aliases = {{"dropout2d"}, {"dropout3d"}},
+        .aliases = {{.name = "dropout2d"}, {.name = "dropout3d"}},
         .cls = FG_CLASS_UNARY,
         .fields = {{.name = "p", .type = FG_FIELD_NUMBER, .member = M(dropout_p), .def = 0.5,
                     .doc = "the drop probability, 0..1 (unused in inference)"},
@@ -562,7 +562,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
     },
     [FG_OP_VIEW] = {
         .name = "view",
-        .aliases = {{"reshape"}},
+        .aliases = {{.name = "reshape"}},
         .cls = FG_CLASS_SHAPE,
         .fields = {{.name = "shape", .type = FG_FIELD_SHAPE, .member = M(list), .flag = M(n_list), .required = true,
                     .doc = "\"N\" (or -1 for the batch) first, then the extents; one of them may be -1"}},
