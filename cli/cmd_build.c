@@ -221,11 +221,11 @@ int cmd_build(int argc, char **argv)
     double t0 = fg_seconds_now();
     for (int s = 0; s < n_specs; s++) {
         for (int a = 0; a < n_archs; a++) {
-            if (cli_load_and_plan(argv[optind + s], archs[a], &irs[s], &plan[0]) != 0) {
+            int n_plans = cli_plans_for_cache(argv[optind + s], archs[a], &irs[s], plan);
+            if (n_plans < 0) {
                 rc = EXIT_FAIL;
                 goto out;
             }
-            int n_plans = 1 + cli_alternative_plan(&irs[s], archs[a], &plan[0], &plan[1], false);
             for (int k = 0; k < n_plans; k++) {
                 work *w = &items[n_items];
                 if (fg_render(&irs[s], &plan[k], &srcs[n_items], &err) != 0) {

@@ -152,13 +152,13 @@ int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output,
     int exported = 0;
     for (int s = 0; s < n_specs && rc == EXIT_OK; s++)
         for (int a = 0; a < n_archs && rc == EXIT_OK; a++) {
-            if (cli_load_and_plan(specs[s], archs[a], ir, &plan[0]) != 0) {
+            /* with the plan the runtime times it against at the first run (runtime/tuning.h),
+             * which `fusegen build` stored too: a shipped cache spares users that compile */
+            int n_plans = cli_plans_for_cache(specs[s], archs[a], ir, plan);
+            if (n_plans < 0) {
                 rc = EXIT_FAIL;
                 break;
             }
-            /* and the plan the runtime times it against at the first run (runtime/tuning.h),
-             * which `fusegen build` stored too: a shipped cache spares users that compile */
-            int n_plans = 1 + cli_alternative_plan(ir, archs[a], &plan[0], &plan[1], false);
             for (int k = 0; k < n_plans && rc == EXIT_OK; k++) {
                 if (export_one(cache, &stage, ir, &plan[k], archs[a]) != 0)
                     rc = EXIT_FAIL;

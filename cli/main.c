@@ -129,6 +129,13 @@ int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan 
     return memcmp(alternative, plan, sizeof *plan) != 0;
 }
 
+int cli_plans_for_cache(const char *path, const char *arch, fg_layer_ir *ir, fg_plan plans[2])
+{
+    if (cli_load_and_plan(path, arch, ir, &plans[0]) != 0)
+        return -1;
+    return 1 + cli_alternative_plan(ir, arch, &plans[0], &plans[1], false);
+}
+
 int cli_parse_archs(const char *list, char archs[][16], int cap)
 {
     int n = 0;

@@ -541,9 +541,9 @@ static bool choose_wgmma(planner *p)
 
 const char *fg_plan_conv_engine_name(const fg_plan *plan)
 {
+    if (plan->wgmma.parts)
+        return "wgmma";
     for (int i = 0; i < plan->n_passes; i++) {
-        if (plan->passes[i].kind == FG_PASS_PACK_WEIGHTS)
-            return "wgmma";
         if (plan->passes[i].kind == FG_PASS_CUDNN)
             return "cuDNN";
         if (plan->passes[i].kind == FG_PASS_CONV)
@@ -573,11 +573,9 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)
         return false;
-    bool on_wgmma = false;
-    for (int i = 0; i < plan->n_passes; i++)
-        on_wgmma = on_wgmma || plan->passes[i].kind == FG_PASS_PACK_WEIGHTS;
     *alternative = *opts;
-    alternative->engine = on_wgmma ? FG_ENGINE_PREFER_MMA : FG_ENGINE_PREFER_WGMMA;
+    /* plan->wgmma is all zero unless the conv runs on wgmma */
+    alternative->engine = plan->wgmma.parts ? FG_ENGINE_PREFER_MMA : FG_ENGINE_PREFER_WGMMA;
     return true;
 }
 
