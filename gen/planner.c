@@ -296,6 +296,10 @@ static int64_t mma_smem(const conv_geometry *g, const fg_conv_tiling *t, int64_t
 /* Unblocked steps read their offsets from a table in shared memory; they are fully
  * unrolled, so at most this many per chunk (KB79's 3 channels x 27 taps is 11). */
 enum { MMA_TABLE_STEPS = 16 };
+/* Reduction steps (k = 8 each, three MMAs: lo.hi, hi.lo, hi.hi) per fresh accumulator before
+ * the ordinary fp32 add into the running sum (bench/NOTES.md v8: the error and the cost of
+ * each choice, measured at inputs x1, x100 and +10). */
+enum { MMA_ACC_STEPS = 1 };
 
 /* Tiling for the tensor-core engine; false when it cannot run the shape (fewer than 8
  * channels or a reduction under 8; a reduction that neither blocks by 8 nor fits the step
@@ -386,6 +390,7 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_o
     ps->launch.block = 32 * warps;
     ps->launch.grid_x = ceil_div(tiles, t->tiles_per_block);
     t->ksteps = (int)mma_ksteps(g, t, t->ci_chunk);
+    t->acc_steps = opts->mma_acc_steps > 0 ? opts->mma_acc_steps : MMA_ACC_STEPS;
     ps->launch.smem_bytes = (int)mma_layout(g, t, t->ci_chunk, &t->smem);
     return true;
 }

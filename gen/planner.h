@@ -156,6 +156,10 @@ typedef struct fg_conv_tiling {
      * chunks */
     int tiles_per_block;
     int ksteps;             /* MMA: reduction steps per staged chunk */
+    /* MMA: the products of this many reduction steps go to a fresh accumulator, which is then
+     * added to the running sum with an ordinary fp32 add: the tensor core's accumulation
+     * truncates, so one long chain drifts (bench/NOTES.md v8) */
+    int acc_steps;
     fg_smem_layout smem;
 } fg_conv_tiling;
 
@@ -255,6 +259,7 @@ typedef struct fg_plan_options {
     fg_engine_choice engine;
     int mma_warp[3];        /* tensor-core warp tile: m-tiles, rows, n-tiles (0: choose) */
     int mma_tiles;          /* tensor-core tiles per block, 1..8 (0: choose) */
+    int mma_acc_steps;      /* tensor-core reduction steps per fresh accumulator, 1..64 (0: choose) */
     int conv_tile[4];       /* FMA thread tile: rows, cols, channels, ci unroll (0: choose) */
 } fg_plan_options;
 

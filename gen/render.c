@@ -413,6 +413,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "k_blocked", t->k_blocked);
         set_int(L, "tiles_per_block", t->tiles_per_block);
         set_int(L, "ksteps", t->ksteps);
+        set_int(L, "acc_steps", t->acc_steps);
         lua_createtable(L, 0, 12);
         set_int(L, "input_offset", t->smem.input_offset);
         set_int(L, "input_buffers", t->smem.input_buffers);

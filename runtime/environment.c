@@ -84,6 +84,14 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
         else
             warn_bad(warn, warn_ctx, "FUSEGEN_MMA_TILES", v, "a number of tiles, 1 to 8");
     }
+    v = getenv("FUSEGEN_MMA_ACC_STEPS");
+    if (v && *v) {
+        int a;
+        if (parse_ints(v, &a, 1, 0, 1, 64))
+            opts->mma_acc_steps = a;
+        else
+            warn_bad(warn, warn_ctx, "FUSEGEN_MMA_ACC_STEPS", v, "a number of reduction steps, 1 to 64");
+    }
     v = getenv("FUSEGEN_CONV_TILE");
     if (v && *v) {
         int t[4];

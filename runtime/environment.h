@@ -10,6 +10,7 @@
  *   FUSEGEN_CONV_ENGINE  fma | mma | wgmma: the conv engine where the shape allows it
  *   FUSEGEN_MMA_WARP     mt,rows,ntw: the tensor-core engine's warp tile
  *   FUSEGEN_MMA_TILES    R: tiles per block of the tensor-core engine (1..8)
+ *   FUSEGEN_MMA_ACC_STEPS A: reduction steps per fresh accumulator of the tensor-core engine (1..64)
  *   FUSEGEN_CONV_TILE    rows,cols,channels[,unroll]: the FMA engine's thread tile
  * A value that does not parse is ignored with a warning through `warn` (which may be NULL),
  * never half-applied.

@@ -13,6 +13,13 @@
 -- lane loads each with one 16-byte shared load; the input's halves are split as loaded
 -- (two integer ops and a subtraction), each B value serving every m-tile of the warp.
 --
+-- Block accumulation (fp32 accuracy at any input scale): each reduction step's three
+-- products go into a fresh accumulator that is then added to the running sum with
+-- ordinary fp32 adds. The tensor core's own accumulation truncates, so one chain through
+-- the whole reduction drifted to 2-3.5x cuDNN fp32's error at inputs x100 and +10 (bench/
+-- NOTES.md v8); per step it stays at or below cuDNN's, for 13-17 % of the time of the
+-- layers that use this engine.
+--
 -- Reduction order: with ci_chunk % 8 == 0 a step is (8 channels, one tap): lane tig reads
 -- channels tig and tig+4 at a compile-time tap offset, the channel pitch padded so the 32
 -- lanes hit 32 banks (with unit stride along W; strides > 1 conflict). Otherwise (few channels, e.g. 3) the flattened (channel, tap) index
@@ -95,7 +102,7 @@ function M.render(layer, plan, pass, names, signature)
       g.cin_g * g.taps, g.taps)
     c:line("const float hi = fg_tf32_hi(w);")
     c:line("float *dst = s_w + (s * %d + mt) * 256 + l * 4 + i;", MTB)
-    c:line("dst[0] = hi; dst[128] = w - hi;")
+    c:line("dst[0] = hi; dst[128] = fg_tf32_hi(w - hi);")
     c:close()
   end
 
@@ -107,8 +114,12 @@ function M.render(layer, plan, pass, names, signature)
 
   -- one reduction step: A fragments at float4 index `frag` (+ m-tile) of `wbase`, B at
   -- offsets o0/o1 from `bbase`, one n-tile at a time (its B values split, then its MMAs:
-  -- loading every n-tile's B first holds 6 registers per n-tile at once and spilled)
-  local function step(wbase, frag, bbase, o0, o1)
+  -- loading every n-tile's B first holds 6 registers per n-tile at once and spilled).
+  -- Block accumulation: the step's products go to `part`, which the first product of a
+  -- block of ACC steps starts over (`fresh`) and the block's last step adds into `acc` with
+  -- ordinary fp32 adds (`flush`); with ACC = 1 `part` is a per-n-tile scratch.
+  local ACC = t.acc_steps
+  local function step(wbase, frag, bbase, o0, o1, fresh, flush)
     for mt = 0, MT - 1 do
       c:line("const float4 ah%d = %s[%s + %d], al%d = %s[%s + %d];", mt, wbase, frag, mt * 64, mt, wbase, frag,
         mt * 64 + 32)
@@ -117,18 +128,38 @@ function M.render(layer, plan, pass, names, signature)
       local off = (nt // NTW) * S[2] * T.IT[3] + (nt % NTW) * 8 * S[3]
       c:open("{")
       c:line("const float b0 = %s[%s + %d], b1 = %s[%s + %d];", bbase, o0, off, bbase, o1, off)
+      -- lo goes in unrounded (the MMA truncates it): hi is rounded to nearest, so lo's sign
+      -- and its truncation are unbiased; rounding it cost 2-5 % and gained nothing (v8)
       c:line("const float h0 = fg_tf32_hi(b0), h1 = fg_tf32_hi(b1), l0 = b0 - h0, l1 = b1 - h1;")
+      local function part(mt)
+        return ACC == 1 and string.format("p%d", mt) or string.format("part[%d][%d]", mt, nt)
+      end
+      if ACC == 1 then
+        local decl = {}
+        for mt = 0, MT - 1 do decl[#decl + 1] = string.format("p%d[4]", mt) end
+        c:line("float %s;", table.concat(decl, ", "))
+      end
       -- the small products first; consecutive MMAs go to different m-tiles where there are two
-      for _, pr in ipairs({ { "al", "h" }, { "ah", "l" }, { "ah", "h" } }) do
+      for k, pr in ipairs({ { "al", "h" }, { "ah", "l" }, { "ah", "h" } }) do
         local calls = {}
         for mt = 0, MT - 1 do
-          calls[#calls + 1] = string.format("fg_mma_tf32(acc[%d][%d], %s%d, %s0, %s1);", mt, nt, pr[1], mt, pr[2],
-            pr[2])
+          calls[#calls + 1] = string.format("%s(%s, %s%d, %s0, %s1);", (k == 1 and fresh) and "fg_mma_tf32_fresh" or
+            "fg_mma_tf32", part(mt), pr[1], mt, pr[2], pr[2])
         end
         c:line(table.concat(calls, " "))
       end
+      if flush then
+        for mt = 0, MT - 1 do
+          c:line("acc[%d][%d][0] += %s[0]; acc[%d][%d][1] += %s[1]; acc[%d][%d][2] += %s[2]; acc[%d][%d][3] += %s[3];",
+            mt, nt, part(mt), mt, nt, part(mt), mt, nt, part(mt), mt, nt, part(mt))
+        end
+      end
       c:close()
     end
+  end
+  -- step i of n (0-based) within a run of steps: whether it starts / ends a block
+  local function block_edges(i, n)
+    return i % ACC == 0, i % ACC == ACC - 1 or i == n - 1
   end
 
   local function accumulate()
@@ -141,7 +172,8 @@ function M.render(layer, plan, pass, names, signature)
       c:line("const float *sc = sb + c8 * %d;", 8 * T.CP)
       for tap = 0, g.taps - 1 do
         c:open("{ /* tap %d */", tap)
-        step("wc", tostring(tap * MTB * 64), "sc", tostring(tap_offset(tap)), tostring(tap_offset(tap) + 4 * T.CP))
+        step("wc", tostring(tap * MTB * 64), "sc", tostring(tap_offset(tap)), tostring(tap_offset(tap) + 4 * T.CP),
+          block_edges(tap, g.taps))
         c:close()
       end
       c:close()
@@ -149,7 +181,7 @@ function M.render(layer, plan, pass, names, signature)
       for s = 0, KS - 1 do
         c:open("{ /* step %d */", s)
         c:line("const int k0 = s_ko[%d + tig], k1 = s_ko[%d + tig];", s * 8, s * 8 + 4)
-        step("wf", tostring(s * MTB * 64), "sb", "k0", "k1")
+        step("wf", tostring(s * MTB * 64), "sb", "k0", "k1", block_edges(s, KS))
         c:close()
       end
     end
@@ -180,6 +212,7 @@ function M.render(layer, plan, pass, names, signature)
     c:close()
   end
   c:line("float acc[%d][%d][4];", MT, NT)
+  if ACC > 1 then c:line("float part[%d][%d][4]; /* the products of the current block of steps */", MT, NT) end
 
   -- accumulator (mt, nt, i): channel mt*16 + gid + 8*(i>>1), output 2*tig + (i&1) of n-tile
   -- nt; a statistics slot q is one (mt, i>>1) channel. With one channel tile per warp and R

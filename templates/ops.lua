@@ -59,9 +59,11 @@ __device__ __forceinline__ void fg_cp_async_wait0(void) { asm volatile("cp.async
 
 /* 3xTF32 (mma.sync with TF32 operands, sm_80+): x = hi + lo, hi rounded to TF32's 10-bit
  * mantissa (round half away from zero, in the bits), lo = x - hi exactly; the tensor core
- * reads TF32's bits of lo. a_hi*b_hi + a_hi*b_lo + a_lo*b_hi then misses only a_lo*b_lo and
- * lo's low bits, about 2^-21 of each product: fp32 accuracy. (Within 2^-12 of FLT_MAX, or
- * infinite, x rounds hi to infinity and the product becomes NaN.) */
+ * reads TF32's bits of lo (the weights' lo is rounded the same way when staged, for free).
+ * a_hi*b_hi + a_hi*b_lo + a_lo*b_hi then misses only a_lo*b_lo and lo's low bits, about
+ * 2^-21 of each product, of either sign: fp32 accuracy, provided the sum is not left to
+ * the tensor core's truncating accumulation (conv_mma.lua's block accumulation). (Within
+ * 2^-12 of FLT_MAX, or infinite, x rounds hi to infinity and the product becomes NaN.) */
 __device__ __forceinline__ float fg_tf32_hi(float x)
 {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
@@ -75,6 +77,15 @@ __device__ __forceinline__ void fg_mma_tf32(float *d, float4 a, float b0, float 
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
           "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
+/* d = a * b: the same product into a fresh accumulator (a zero C operand) */
+__device__ __forceinline__ void fg_mma_tf32_fresh(float *d, float4 a, float b0, float b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)), "r"(__float_as_uint(a.w)),
+          "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)), "f"(0.0f));
 }
 
 /* 1 / (1 + e^-x) in four instructions: ex2.approx of -x log2(e) (2 ulp; the product's

@@ -35,8 +35,15 @@ static void check_cubin(const char *what, const unsigned char *cubin, size_t siz
         fail_msg("%s: e_flags 0x%x do not name sm_%d", what, flags, sm);
 }
 
-/* One kernel per pass, by name; no spills, no stack; registers that fit the launch. Every
- * problem is printed (a failing run shows all of them at once); returns how many. */
+/* The tensor-core engine's per-step block accumulation (fp32 accuracy at any input scale,
+ * bench/NOTES.md v8) leaves a few registers' worth of spills in the reference layers' conv
+ * passes at the 128-register cap (28-96 bytes, in the cost v8 measured); more than this is
+ * a regression. */
+enum { SPILL_TOLERANCE_BYTES = 128 };
+
+/* One kernel per pass, by name; no spills (but the tolerance above); registers that fit the
+ * launch. Every problem is printed (a failing run shows all of them at once); returns how
+ * many. */
 static int check_resources(const char *what, const fg_plan *plan, const fg_compiled *c)
 {
     int problems = 0;
@@ -52,7 +59,8 @@ static int check_resources(const char *what, const fg_plan *plan, const fg_compi
             PROBLEM("%s: no resources reported for kernel %s", what, plan->passes[p].kernel);
             continue;
         }
-        if (k->spill_stores || k->spill_loads || k->stack_frame)
+        if (k->spill_stores > SPILL_TOLERANCE_BYTES || k->spill_loads > SPILL_TOLERANCE_BYTES ||
+            k->stack_frame > SPILL_TOLERANCE_BYTES)
             PROBLEM("%s: kernel %s spills: %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", what,
                     k->name, k->stack_frame, k->spill_stores, k->spill_loads);
         if (k->registers <= 0 || k->registers > 255)

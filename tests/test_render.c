@@ -244,10 +244,14 @@ static void tensor_core_engine(void **state)
     fgt_assert_contains(conv, "fg_cp_async_wait_but1()"); /* double-buffered tiles */
     fgt_assert_contains(conv, "oh < 254");
     fgt_assert_contains(conv, "2064512");
-    /* 9 taps x (32 channels / 16 per m-tile) x n-tiles x 3 products */
-    int mmas = fgt_count(conv, "fg_mma_tf32(acc");
+    /* 9 taps x (32 channels / 16 per m-tile) x n-tiles x 3 products, each step's into a
+     * fresh accumulator (the first product starts it) added to acc in fp32 */
     int ntiles = t->warp_rows * t->warp_ntw;
-    assert_int_equal(mmas, 9 * t->warp_mt * ntiles * 3);
+    assert_int_equal(t->acc_steps, 1);
+    assert_int_equal(fgt_count(conv, "fg_mma_tf32_fresh(p"), 9 * t->warp_mt * ntiles);
+    assert_int_equal(fgt_count(conv, "fg_mma_tf32(p"), 9 * t->warp_mt * ntiles * 2);
+    assert_int_equal(fgt_count(conv, "acc[0][0][0] += p0[0];"), 9);
+    fgt_assert_not_contains(conv, "fg_mma_tf32(acc");
     free(conv);
     fgt_assert_contains(r->src.source, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32");
     free_rendered(r);
