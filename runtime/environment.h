@@ -11,6 +11,7 @@
  *   FUSEGEN_MMA_WARP     mt,rows,ntw: the tensor-core engine's warp tile
  *   FUSEGEN_MMA_TILES    R: tiles per block of the tensor-core engine (1..8)
  *   FUSEGEN_CONV_TILE    rows,cols,channels[,unroll]: the FMA engine's thread tile
+ *   FUSEGEN_SPLIT_K      N: the wgmma engine splits a tile's K over at most N CTAs (1: never)
  * A value that does not parse is ignored with a warning through `warn` (which may be NULL),
  * never half-applied.
  *
