@@ -212,13 +212,14 @@ __device__ __forceinline__ float fgw_ld_cg(const float *p)
 }
 /* A consumer thread's part in one split of a tile: its accumulators (this split's fp32 partial)
  * to the tile's slot [tile][split] in the workspace, register i of m-tile mt at float
- * (mt BN/2 + i) x 256 + the thread (coalesced); then one arrival per CTA on the tile's counter,
- * after every consumer thread's stores are visible device-wide (each fences, then the
- * barrier, then one atomic). The CTA that arrives last resets the counter (every split has
- * arrived: the next launch, or a graph's replay, finds it zero), fences, and replaces acc with
- * the sum of every split's partial in split order 0..nsplit-1, its own included: the same
- * result whatever order the splits arrived in. Returns whether this CTA was last (uniform over
- * the consumers: it then runs the epilogue). */
+ * (mt BN/2 + i) x 256 + the thread (coalesced); then one arrival per CTA on the tile's
+ * counter once every consumer thread's stores are visible device-wide (each fences, the
+ * barrier, then one thread fences, adds and fences: CUTLASS's split-K semaphore pattern). The
+ * CTA that arrives last resets the counter (every split has arrived: the next launch, or a
+ * graph's replay, finds it zero) and replaces acc with the sum of every split's partial in
+ * split order 0..nsplit-1, its own included: the same result whatever order the splits
+ * arrived in. Returns whether this CTA was last (uniform over the consumers: it then runs the
+ * epilogue). */
 __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *part, unsigned *counters, int tile,
                                             int split, int nsplit, volatile int *flag)
 {
@@ -230,10 +231,17 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
         for (int i = 0; i < BN / 2; ++i) fgw_st_cg(mine + (mt * (BN / 2) + i) * 256, acc[mt][i]);
     __threadfence();
     asm volatile("bar.sync 1, 256;" ::: "memory");
-    if (tid == 0) *flag = atomicAdd(counters + tile, 1u) == (unsigned)(nsplit - 1);
+    if (tid == 0) {
+        /* release (the fence covers every consumer thread's stores, seen through the barrier),
+         * the arrival, acquire (the other splits' stores, for every thread after the barrier) */
+        __threadfence();
+        const bool last = atomicAdd(counters + tile, 1u) == (unsigned)(nsplit - 1);
+        __threadfence();
+        *flag = last;
+    }
     asm volatile("bar.sync 1, 256;" ::: "memory");
     if (!*flag) return false;
-    __threadfence(); /* every split's arrival seen: their partials are read after it */
+    __threadfence();
     if (tid == 0) *(volatile unsigned *)(counters + tile) = 0u;
     const float *base = part + (unsigned long long)tile * nsplit * SLOT + tid;
 #pragma unroll
