@@ -480,7 +480,69 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->bar_offset = w->stat_offset + w->stat_bytes;
     w->packed_hi = w->packed_lo = w->packed_w = -1;
+    w->split_k = 1; /* wgmma_split decides */
+    w->split_counters = w->split_partials = -1;
     return true;
+}
+
+/* Split K (fg_wgmma_tiling.split_k). A tile computes K = taps x channels in chunks of 32
+ * through a ring of `stages` shared-memory stages; a layer with few tiles (a small batch, a
+ * small image, many channels) leaves most SMs idle while each tile walks a long K. Splitting
+ * the K chunks of a tile over S CTAs fills them, at a price: each split writes its fp32
+ * partial tile (wgmt x 128 pixels x bn channels) and the last CTA reads all S back before the
+ * epilogue, and each split fills the ring before it runs at speed. A tile then takes about
+ * kch / S chunk times of compute plus S reads of a partial; a partial has one stage's A and B
+ * bytes at 3xTF32 (64 KB at 128 x 128) and no compute, estimated at a third of a chunk time
+ * (3 MFLOP at ~2.5 TFLOP/s of one SM, 1.3 us, against 64 KB at ~150 GB/s, 0.4 us), so the
+ * time is lowest near S = sqrt(3 kch) (15 at kch 72) and flat around it. The rule, chosen
+ * without measurements (to be timed on the H200):
+ *   - S <= the SMs / a launch's tiles: one wave of tiles x S work units at most; the SMs are
+ *     the 132 of the H100 SXM and H200 (the sm_90a parts fusegen is measured on);
+ *   - every split keeps >= 2 x stages chunks: the producer runs `stages` chunks ahead, so at
+ *     least half of a split's chunks run with the ring already full, the fill (one stage's
+ *     latency) is amortized, and S stays at or below the estimate's optimum (kch / 6 at 3
+ *     stages <= sqrt(3 kch) up to kch 108);
+ *   - S <= 16 (the last CTA's reads of the partials are serial);
+ *   - S >= 2, else no split (the kernel is then the unsplit one, byte for byte).
+ * The planner does not know the batch (a plan serves every batch): it records the most
+ * splits (one sample's tiles) and the generated kernel and the launcher compute S for the
+ * batch of each launch with fg_wgmma_splits. */
+enum {
+    WGMMA_SPLIT_FILL = 132,   /* the SMs of an H100 SXM / H200 */
+    WGMMA_MAX_SPLIT = 16,
+};
+
+int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles)
+{
+    if (w->split_k < 2 || tiles < 1)
+        return 1;
+    int64_t s = w->split_fill / tiles;
+    return s < 2 ? 1 : s < w->split_k ? (int)s : w->split_k;
+}
+
+/* Chooses w->split_k for a conv of `tiles` tiles a sample (the rule above); a caller may set
+ * the most splits (FUSEGEN_SPLIT_K: 1 never splits; N replaces the K chunks' bound, each split
+ * keeping one chunk at least). */
+static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t tiles)
+{
+    w->split_k = 1;
+    w->split_counters = w->split_partials = -1;
+    int64_t s = w->kch / (2 * (int64_t)w->stages);
+    if (s > WGMMA_MAX_SPLIT)
+        s = WGMMA_MAX_SPLIT;
+    if (opts->split_k > 0)
+        s = opts->split_k < w->kch ? opts->split_k : w->kch;
+    int64_t fill = WGMMA_SPLIT_FILL / tiles;
+    if (s > fill)
+        s = fill;
+    if (s < 2)
+        return;
+    w->split_k = (int)s;
+    w->split_fill = WGMMA_SPLIT_FILL;
+    w->split_min_chunks = (int)(w->kch / s); /* the fewest a split gets (at split_k splits) */
+    w->split_slot = (int64_t)w->wgmt * (w->bn / 2) * 256;
+    /* the flag after the barriers (full and empty per stage) and their 16 bytes of slack */
+    w->flag_offset = w->bar_offset + 16 * (int64_t)w->stages + 16;
 }
 
 /* Output channels per group below which a tensor-core conv wastes most of each MMA (the
@@ -594,7 +656,22 @@ static int add_pack_passes(planner *p)
         return fg_fail(p->err, "%s: too many intermediate buffers", ir->file);
     int64_t ipix = fg_shape_sample_count(&ir->input) / ir->input.dim[1];
     int64_t groups = ir->ops[0].groups;
-    fg_buffer *b = &plan->buffers[plan->n_buffers];
+    if (w->split_k > 1 && plan->n_buffers + 5 > FG_MAX_BUFFERS)
+        return fg_fail(p->err, "%s: too many intermediate buffers", ir->file);
+    fg_buffer *b;
+    if (w->split_k > 1) {
+        /* split K: the tiles' arrival counters (one 32-bit word each; the launcher places them
+         * first and keeps them zero between launches) and the partial tiles */
+        b = &plan->buffers[plan->n_buffers];
+        b->value = -1;
+        b->fixed = w->split_fill;
+        w->split_counters = plan->n_buffers++;
+        b = &plan->buffers[plan->n_buffers];
+        b->value = -1;
+        b->fixed = w->split_fill * w->split_slot;
+        w->split_partials = plan->n_buffers++;
+    }
+    b = &plan->buffers[plan->n_buffers];
     b->value = -1;
     b->per_sample = ipix * w->xc;
     w->packed_hi = plan->n_buffers++;
@@ -651,6 +728,8 @@ static int conv_tiling(const planner *p, fg_pass *ps)
         /* the stages, the barriers (full and empty per stage, 16 B of slack) and 1024 bytes to
          * align the base the operands' swizzle needs */
         ps->launch.smem_bytes = (int)(1024 + p->plan->wgmma.bar_offset + 16 * p->plan->wgmma.stages + 16);
+        if (p->plan->wgmma.split_k > 1)
+            ps->launch.smem_bytes += 16; /* split K: the last-arrival flag */
         return 0;
     }
     if (want_mma(opts) && conv_tiling_mma(&g, ps, opts)) {
@@ -814,6 +893,10 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
         if (w->packed_lo >= 0)
             add_arg(ps, FG_ARG_BUFFER, w->packed_lo);
         add_arg(ps, FG_ARG_BUFFER, w->packed_w);
+        if (w->split_k > 1) {
+            add_arg(ps, FG_ARG_BUFFER, w->split_partials);
+            add_arg(ps, FG_ARG_BUFFER, w->split_counters);
+        }
         fg_plan_conv_params(ir, plan, &bias);
         if (bias >= 0)
             add_arg(ps, FG_ARG_PARAM, bias);
@@ -1146,6 +1229,8 @@ static fg_pass *first_passes(planner *p, int wanted)
     p->use_wgmma = choose_wgmma(p);
     if (!p->use_wgmma) /* choose_wgmma may have tiled it before choosing another engine */
         memset(&plan->wgmma, 0, sizeof plan->wgmma);
+    if (p->use_wgmma)
+        wgmma_split(p->opts, &plan->wgmma, (int64_t)plan->wgmma.m_tiles * plan->wgmma.nblk * ir->ops[0].groups);
     if (p->use_wgmma && add_pack_passes(p))
         return NULL;
     /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which
@@ -1389,6 +1474,28 @@ static const char *accum_kind_name(fg_accum_kind k)
     return fg_accum_defs[k].describe;
 }
 
+/* Split K (the rule at wgmma_split): how many splits, at which batches, and why. */
+static void print_split(const fg_wgmma_tiling *w, int64_t tiles, void (*emit)(void *ctx, const char *line), void *ctx)
+{
+    char line[1024];
+    snprintf(line, sizeof line,
+             "           split K in up to %d: a sample's %" PRId64 " tiles fill %" PRId64 " of %d SMs, so up to %d CTAs "
+             "share a tile's %d K chunks (>= %d each); each writes an fp32 partial, the last to arrive adds them in "
+             "split order and runs the epilogue",
+             w->split_k, tiles, tiles, w->split_fill, w->split_k, w->kch, w->split_min_chunks);
+    emit(ctx, line);
+    int len = snprintf(line, sizeof line, "           splits by batch (tiles x splits <= %d):", w->split_fill);
+    for (int64_t n = 1; len < 900; n *= 2) {
+        int s = fg_wgmma_splits(w, n * tiles);
+        len += snprintf(line + len, sizeof line - (size_t)len, " N=%" PRId64 ": %d%s", n, s, s > 1 ? "," : "");
+        if (s == 1) {
+            len += snprintf(line + len, sizeof line - (size_t)len, " (and larger: none)");
+            break;
+        }
+    }
+    emit(ctx, line);
+}
+
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
                    void *ctx)
 {
@@ -1491,6 +1598,8 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      w->parts == 2 ? "3xTF32, chunks accumulated in fp32" : "one TF32 product", w->bm, w->bn, w->wgmt,
                      w->kch, w->stages);
             emit(ctx, line);
+            if (w->split_k > 1)
+                print_split(w, ps->launch.grid_x, emit, ctx);
         } else if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_MMA) {
             const fg_conv_tiling *t = &ps->conv;
             snprintf(line, sizeof line,
@@ -1514,7 +1623,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         emit(ctx, line);
     }
     for (int i = 0; i < plan->n_buffers; i++) {
-        if (plan->buffers[i].value < 0)
+        if (plan->wgmma.split_k > 1 && i == plan->wgmma.split_counters)
+            snprintf(line, sizeof line, "  buffer b%d: split K's arrival counters, %" PRId64 " words (zero between launches)",
+                     i, plan->buffers[i].fixed);
+        else if (plan->wgmma.split_k > 1 && i == plan->wgmma.split_partials)
+            snprintf(line, sizeof line, "  buffer b%d: split K's partial tiles, %d of %" PRId64 " floats", i,
+                     plan->wgmma.split_fill, plan->wgmma.split_slot);
+        else if (plan->buffers[i].value < 0)
             snprintf(line, sizeof line, "  buffer b%d: a packed operand, %" PRId64 " floats per sample + %" PRId64, i,
                      plan->buffers[i].per_sample, plan->buffers[i].fixed);
         else

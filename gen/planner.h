@@ -179,7 +179,25 @@ typedef struct fg_wgmma_tiling {
     int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
     int consumer_regs, producer_regs; /* setmaxnreg */
     int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
+    /* Split K, for grids too small to fill the GPU: a tile's K chunks are shared by up to
+     * split_k CTAs (work units of the persistent loop), each writing its fp32 partial tile to
+     * the workspace; the last to arrive on the tile's counter adds every partial in split
+     * order and runs the epilogue. split_k is the most splits (a launch of one sample's tiles);
+     * a launch of `tiles` tiles uses fg_wgmma_splits(w, tiles). 1: never split, and every
+     * field below is 0 (-1 for the buffers). */
+    int split_k;
+    int split_fill;      /* tiles x splits of a launch stay at most this (the GPU's SMs, as planned for) */
+    int split_min_chunks;/* the K chunks every split keeps at least (the rule's bound) */
+    int split_counters, split_partials; /* buffers: an arrival counter per tile (zero between launches),
+                                         * split_fill partial tiles of split_slot floats */
+    int64_t split_slot;  /* floats of one (tile, split) partial: the 256 consumer threads' accumulators */
+    int64_t flag_offset; /* shared memory: the last-arrival flag, after the barriers */
 } fg_wgmma_tiling;
+
+/* The K splits a launch of `tiles` output tiles (the batch's) uses: as many as keep tiles x
+ * splits within w->split_fill, at most w->split_k; 1 (no split) below 2. The generated kernel
+ * computes the same from its batch argument. */
+int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles);
 
 typedef struct fg_pass {
     fg_pass_kind kind;
@@ -261,6 +279,7 @@ typedef struct fg_plan_options {
     int mma_tiles;          /* tensor-core tiles per block, 1..8 (0: choose) */
     int mma_acc_steps;      /* tensor-core reduction steps per fresh accumulator, 1..64 (0: choose) */
     int conv_tile[4];       /* FMA thread tile: rows, cols, channels, ci unroll (0: choose) */
+    int split_k;            /* wgmma: at most this many K splits (1: never split; 0: choose) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

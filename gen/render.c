@@ -339,7 +339,7 @@ static const char *const arg_kind_names[] = {"input", "output", "buffer", "param
 /* The layer's wgmma tiling (fg_plan.wgmma), for templates/conv_wgmma.lua. */
 static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
 {
-    lua_createtable(L, 0, 24);
+    lua_createtable(L, 0, 30);
     set_int(L, "parts", w->parts);
     set_int(L, "block_acc", w->block_acc);
     set_int(L, "bn", w->bn);
@@ -362,6 +362,12 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "packed_hi", w->packed_hi);
     set_int(L, "packed_lo", w->packed_lo);
     set_int(L, "packed_w", w->packed_w);
+    set_int(L, "split_k", w->split_k);
+    set_int(L, "split_fill", w->split_fill);
+    set_int(L, "split_counters", w->split_counters);
+    set_int(L, "split_partials", w->split_partials);
+    set_int(L, "split_slot", w->split_slot);
+    set_int(L, "flag_offset", w->flag_offset);
 }
 
 static void push_plan(lua_State *L, const fg_plan *plan)

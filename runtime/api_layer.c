@@ -802,6 +802,10 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
             return fg_api_fail_error(r == CUDA_ERROR_OUT_OF_MEMORY ? FG_ERR_OUT_OF_MEMORY : FG_ERR_CUDA, &err);
         }
         layer->workspace_bytes = mem.layout.total;
+        /* split K's counters start at zero and every launch leaves them so (launcher.h) */
+        mem.workspace = layer->workspace;
+        if (fg_launch_clear_counters(cu, &layer->launch, &mem, stream, &err) != 0)
+            return fg_api_fail_error(FG_ERR_CUDA, &err);
     }
     /* runs share the workspace: a run queued on another stream than the last one must not
      * start before the last one has finished on the GPU */
@@ -817,6 +821,7 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.workspace = layer->workspace;
     mem.cudnn = layer->cudnn;
     mem.sm_count = layer->ctx->sm_count;
+    mem.counters_zero = true; /* zeroed when allocated, above */
     CUdeviceptr params[FG_MAX_KERNEL_PARAMS];
     for (int i = 0; i < kernel_param_count(layer); i++)
         params[i] = layer->params[i].device;

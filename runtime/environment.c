@@ -92,6 +92,14 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
         else
             warn_bad(warn, warn_ctx, "FUSEGEN_MMA_ACC_STEPS", v, "a number of reduction steps, 1 to 64");
     }
+    v = getenv("FUSEGEN_SPLIT_K");
+    if (v && *v) {
+        int k;
+        if (parse_ints(v, &k, 1, 0, 1, 64))
+            opts->split_k = k;
+        else
+            warn_bad(warn, warn_ctx, "FUSEGEN_SPLIT_K", v, "the most K splits of the wgmma engine, 1 (never) to 64");
+    }
     v = getenv("FUSEGEN_CONV_TILE");
     if (v && *v) {
         int t[4];

@@ -74,6 +74,14 @@ static int check_plan(const fg_layer_ir *ir, const fg_plan *plan, fg_error *err)
         if (check_args(ir, plan, i, ps, err))
             return fg_fail_context(err, "layer %s", ir->name);
     }
+    const fg_wgmma_tiling *w = &plan->wgmma;
+    if (w->split_k > 1 &&
+        (w->split_counters < 0 || w->split_counters >= plan->n_buffers || w->split_partials < 0 ||
+         w->split_partials >= plan->n_buffers || w->split_fill < 2 || plan->buffers[w->split_counters].per_sample != 0 ||
+         plan->buffers[w->split_counters].fixed < w->split_fill ||
+         plan->buffers[w->split_partials].fixed < (int64_t)w->split_fill * w->split_slot))
+        return fg_fail(err, "layer %s: the plan's split-K buffers (%d and %d of %d) do not fit its %d splits", ir->name,
+                       w->split_counters, w->split_partials, plan->n_buffers, w->split_k);
     const fg_op *conv = &ir->ops[0];
     if (conv->weight_param < 0 || conv->weight_param >= ir->n_params ||
         (conv->bias && (conv->bias_param < 0 || conv->bias_param >= ir->n_params)))
@@ -98,6 +106,8 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
     t->n_accums = plan->n_accums;
     t->n_params = fg_bn_fold_param_count(ir, &plan->fold);
     t->conv_weight = fg_plan_conv_params(ir, plan, &t->conv_bias);
+    t->wgmma = plan->wgmma;
+    t->split_counters = plan->wgmma.split_k > 1 ? plan->wgmma.split_counters : -1;
     for (int i = 0; i < plan->n_buffers; i++) {
         t->buffers[i].per_sample = (uint64_t)plan->buffers[i].per_sample * 4; /* floats */
         t->buffers[i].fixed = (uint64_t)plan->buffers[i].fixed * 4;
@@ -130,6 +140,7 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
         lp->smem_bytes = (unsigned)ps->launch.smem_bytes;
         lp->per_sample = ps->launch.per_sample;
         lp->persistent = ps->launch.persistent;
+        lp->split = ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && plan->wgmma.split_k > 1;
         lp->n_zero = ps->n_zero;
         memcpy(lp->zero, ps->zero, sizeof(int) * (size_t)ps->n_zero);
         lp->n_args = ps->n_args;
@@ -183,8 +194,14 @@ int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layo
     memset(out, 0, sizeof *out);
     uint64_t off = 0, n = (uint64_t)batch;
     bool ok = batch >= 1;
+    /* the split-K counters first: at offset 0 whatever the batch, so that the zeros a layer
+     * wrote there when it allocated its workspace stay under them at every batch */
+    int first = t->split_counters;
+    if (first >= 0)
+        ok = t->buffers[first].per_sample == 0 && place(&off, &t->buffers[first], n, &out->buffer_offset[first], NULL);
     for (int i = 0; i < t->n_buffers && ok; i++)
-        ok = place(&off, &t->buffers[i], n, &out->buffer_offset[i], NULL);
+        if (i != first)
+            ok = place(&off, &t->buffers[i], n, &out->buffer_offset[i], NULL);
     for (int i = 0; i < t->n_accums && ok; i++)
         ok = place(&off, &t->accums[i], n, &out->accum_offset[i], &out->accum_bytes[i]) &&
              place(&off, &t->stats[i], n, &out->stats_offset[i], NULL);
@@ -214,6 +231,16 @@ static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m)
         break;
     }
     return 0; /* not a pointer (fg_launch_table_init checked every kind) */
+}
+
+int fg_launch_clear_counters(const fg_cuda *cu, const fg_launch_table *t, const fg_launch_memory *mem,
+                             CUstream stream, fg_error *err)
+{
+    if (t->split_counters < 0)
+        return 0;
+    CUresult r = cu->MemsetD32Async(mem->workspace + mem->layout.buffer_offset[t->split_counters], 0,
+                                    t->buffers[t->split_counters].fixed / 4, stream);
+    return r == CUDA_SUCCESS ? 0 : fg_cuda_fail(err, r, "clearing the split-K counters (cuMemsetD32Async)");
 }
 
 int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
@@ -250,10 +277,15 @@ int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction 
         }
         int64_t chunks = lp->per_sample ? batch : 1;
         unsigned gx = lp->grid_x;
+        if (lp->split && !mem->counters_zero && fg_launch_clear_counters(cu, t, mem, stream, err) != 0)
+            return -1;
         if (lp->persistent) {
-            /* one block per multiprocessor (or per tile, when there are fewer): each walks the
-             * batch's tiles, grid_x of them per sample */
+            /* one block per multiprocessor (or per work unit, when there are fewer): each walks
+             * the batch's tiles, grid_x of them per sample, or with split K its (tile, split)
+             * units */
             int64_t tiles = (int64_t)lp->grid_x * batch;
+            if (lp->split)
+                tiles *= fg_wgmma_splits(&t->wgmma, tiles);
             if (mem->sm_count <= 0) /* one block would be correct but ~100x slow: say so */
                 return fg_fail(err, "pass %d is persistent but the run gave no multiprocessor count", i);
             gx = (unsigned)(tiles < mem->sm_count ? tiles : mem->sm_count);

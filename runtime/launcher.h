@@ -31,6 +31,8 @@ typedef struct fg_launch_pass {
     unsigned grid_x, grid_y, block, smem_bytes;
     bool per_sample;          /* grid.z covers the batch */
     bool persistent;          /* grid_x is one sample's tiles: min(grid_x * batch, SMs) blocks walk them */
+    bool split;               /* the wgmma conv with split K: min(tiles x splits, SMs) blocks walk the
+                               * (tile, split) units, fg_wgmma_splits(&table->wgmma, tiles) splits */
     int n_args;
     fg_arg *args;             /* n_args, in the kernel's parameter order */
     CUdeviceptr *ptrs;        /* scratch for one launch: n_args pointers, */
@@ -48,6 +50,12 @@ typedef struct fg_launch_table {
     fg_launch_piece accums[FG_MAX_ACCUMS], stats[FG_MAX_ACCUMS];
     uint32_t clear_pattern[FG_MAX_ACCUMS];
     int conv_weight, conv_bias; /* parameters of the conv (cuDNN), -1 for no bias */
+    fg_wgmma_tiling wgmma;      /* the plan's (its split K) */
+    /* split K: the buffer of the tiles' arrival counters, -1 when none. The layout places it
+     * first (offset 0 whatever the batch); the kernels leave it zero after every launch, so
+     * it needs clearing only where the memory is not known to hold zeros (fg_launch_memory's
+     * counters_zero). */
+    int split_counters;
 } fg_launch_table;
 
 /* Builds and checks the table; -1 with err naming what the launcher cannot launch. */
@@ -72,7 +80,15 @@ typedef struct fg_launch_memory {
     fg_launch_layout layout;    /* for this batch */
     fg_cudnn_conv *cudnn;       /* for a cuDNN pass */
     int sm_count;               /* the device's multiprocessors (persistent passes) */
+    /* the split-K counters (fg_launch_table.split_counters) already hold zeros: the layer's own
+     * workspace, zeroed with fg_launch_clear_counters when allocated. False: every run clears
+     * them first (a caller's workspace, the tuning runs). */
+    bool counters_zero;
 } fg_launch_memory;
+
+/* Enqueues the clearing of the split-K counters (nothing when the plan has none). */
+int fg_launch_clear_counters(const fg_cuda *cu, const fg_launch_table *t, const fg_launch_memory *mem,
+                             CUstream stream, fg_error *err);
 
 /* The kernel of every generated pass of `plan` in a loaded module (cuDNN passes: NULL), with
  * the dynamic shared memory above 48 KB that each asks for allowed. */

@@ -145,12 +145,123 @@ function M.prelude(layer, plan)
   c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (10 bits each) */")
   c:line("static_assert(STAGE_BYTES == P * (A_BYTES + B_BYTES) && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
   c:line("static_assert(ID + CB < 1024 && IH + CB < 1024 && IW + CB < 1024, \"packed coordinates\");")
-  for l in M.engine:gmatch("([^\n]*)\n") do c:line(l) end
+  local split = w.split_k > 1
+  if split then
+    c:line("/* split K: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL; a partial")
+    c:line(" * tile is SLOT floats (the consumers' accumulators); the last-arrival flag at FLAG_OFFSET */")
+    c:line("constexpr int SPLIT_K = %d, SPLIT_FILL = %d, SLOT = %d, FLAG_OFFSET = %d;", w.split_k, w.split_fill,
+      w.split_slot, w.flag_offset)
+    c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
+    for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
+  end
+  for l in M.fill_engine(M.engine, split):gmatch("([^\n]*)\n") do c:line(l) end
   c:line("} // namespace fgw")
   return c
 end
 
--- The producer and the consumers' main loop (inside namespace fgw).
+-- The engine's text with its split-K markers filled: the unsplit kernel (the text as it always
+-- was) or the split one, whose units are (tile, split) and whose K loops run kc0..kc1.
+local unsplit_marks = {
+  UNITS = "    tile_range(ntiles, &begin, &end);\n    for (int tile = begin; tile < end; ++tile) {",
+  KC0 = "0",
+  KC1 = "KCH",
+  SEQ = "int seq",
+  IT0 = "    const int it0 = seq * KCH; /* the ring's chunk counter, as the producer counts */",
+}
+local split_marks = {
+  UNITS = table.concat({
+    "    const int nsplit = splits_for(ntiles);",
+    "    tile_range(ntiles * nsplit, &begin, &end);",
+    "    for (int unit = begin; unit < end; ++unit) {",
+    "        const int tile = unit % ntiles, split = unit / ntiles;",
+    "        const int kc0 = chunk_begin(split, nsplit), kc1 = chunk_begin(split + 1, nsplit);",
+  }, "\n"),
+  KC0 = "kc0",
+  KC1 = "kc1",
+  SEQ = "int it0, int kc0, int kc1",
+  IT0 = "    /* it0 + kc: the ring's chunk counter, as the producer counts (the caller's it0 is the chunks\n" ..
+        "     * before this unit's, less kc0) */",
+}
+function M.fill_engine(text, split)
+  local marks = split and split_marks or unsplit_marks
+  return (text:gsub("@([%u%d]+)@", function(name)
+    local v = marks[name]
+    if not v then error("conv_wgmma.lua: unknown engine mark @" .. name .. "@") end
+    return v
+  end))
+end
+
+-- Split K's helpers (inside namespace fgw, before the engine).
+M.split_engine = [[
+/* the K splits of a launch of ntiles tiles: as many as keep tiles x splits <= SPLIT_FILL, at
+ * most SPLIT_K, none below 2 (the planner's fg_wgmma_splits, which the launcher sizes the grid
+ * with) */
+__device__ __forceinline__ int splits_for(int ntiles)
+{
+    const int s = SPLIT_FILL / ntiles;
+    return s < 2 ? 1 : s < SPLIT_K ? s : SPLIT_K;
+}
+/* the first K chunk of split s of n */
+__device__ __forceinline__ int chunk_begin(int s, int n) { return s * KCH / n; }
+__device__ __forceinline__ void fgw_st_cg(float *p, float v) { asm volatile("st.global.cg.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory"); }
+__device__ __forceinline__ float fgw_ld_cg(const float *p)
+{
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+/* A consumer thread's part in one split of a tile: its accumulators (this split's fp32 partial)
+ * to the tile's slot [tile][split] in the workspace, register i of m-tile mt at float
+ * (mt BN/2 + i) x 256 + the thread (coalesced); then one arrival per CTA on the tile's
+ * counter once every consumer thread's stores are visible device-wide (each fences, the
+ * barrier, then one thread fences, adds and fences: CUTLASS's split-K semaphore pattern). The
+ * CTA that arrives last resets the counter (every split has arrived: the next launch, or a
+ * graph's replay, finds it zero) and replaces acc with the sum of every split's partial in
+ * split order 0..nsplit-1, its own included: the same result whatever order the splits
+ * arrived in. Returns whether this CTA was last (uniform over the consumers: it then runs the
+ * epilogue). */
+__device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *part, unsigned *counters, int tile,
+                                            int split, int nsplit, volatile int *flag)
+{
+    const int tid = (int)threadIdx.x - 128;
+    float *mine = part + (unsigned long long)(tile * nsplit + split) * SLOT + tid;
+#pragma unroll
+    for (int mt = 0; mt < WGMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) fgw_st_cg(mine + (mt * (BN / 2) + i) * 256, acc[mt][i]);
+    __threadfence();
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (tid == 0) {
+        /* release (the fence covers every consumer thread's stores, seen through the barrier),
+         * the arrival, acquire (the other splits' stores, for every thread after the barrier) */
+        __threadfence();
+        const bool last = atomicAdd(counters + tile, 1u) == (unsigned)(nsplit - 1);
+        __threadfence();
+        *flag = last;
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (!*flag) return false;
+    __threadfence();
+    if (tid == 0) *(volatile unsigned *)(counters + tile) = 0u;
+    const float *base = part + (unsigned long long)tile * nsplit * SLOT + tid;
+#pragma unroll
+    for (int mt = 0; mt < WGMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[mt][i] = fgw_ld_cg(base + (mt * (BN / 2) + i) * 256);
+#pragma unroll 1
+    for (int s = 1; s < nsplit; ++s) {
+        const float *p = base + (unsigned long long)s * SLOT;
+#pragma unroll
+        for (int mt = 0; mt < WGMT; ++mt)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[mt][i] += fgw_ld_cg(p + (mt * (BN / 2) + i) * 256);
+    }
+    return true;
+}
+]]
+
+-- The producer and the consumers' main loop (inside namespace fgw), with the split-K marks
+-- fill_engine fills.
 M.engine = [[
 /* tile t -> (sample, group, channel block, first output pixel), the pixels fastest. A block
  * takes a contiguous range of tiles (tile_range): consecutive tiles of one sample and channel
@@ -189,8 +300,7 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
     const int t = (int)threadIdx.x; /* 0..127 */
     const int seg = t & 7, r0 = t >> 3;
     int it = 0, begin, end;
-    tile_range(ntiles, &begin, &end);
-    for (int tile = begin; tile < end; ++tile) {
+@UNITS@
         const Tile tl = decode_tile(tile);
         /* the tile's sample, offset in 64 bits (a batch's packed input passes 2^31 floats);
          * within a sample int offsets suffice (the planner checks) */
@@ -215,7 +325,7 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
         }
         const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (P * BN * 32);
 #pragma unroll 1
-        for (int kc = 0; kc < KCH; ++kc, ++it) {
+        for (int kc = @KC0@; kc < @KC1@; ++kc, ++it) {
             const int s = it % STAGES;
             fgw_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
             const int k = kc * 32 + seg * 4;
@@ -276,13 +386,13 @@ template <int R> __device__ __forceinline__ void fence_all(float (&d)[WGMT][R])
 
 /* A consumer warpgroup's K loop over one tile (the block's `seq`-th): its rows
  * row0 .. row0 + 64 WGMT of every stage, the sums in acc (tmp: the block accumulator). */
-__device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp)[WGMT][BN / 2], int seq, int row0,
+__device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp)[WGMT][BN / 2], @SEQ@, int row0,
                                          fgw_u32 sbase, fgw_u32 bar_full, fgw_u32 bar_empty)
 {
     const int lane = (int)threadIdx.x & 31;
-    const int it0 = seq * KCH; /* the ring's chunk counter, as the producer counts */
+@IT0@
 #pragma unroll 1
-    for (int kc = 0; kc < KCH; ++kc) {
+    for (int kc = @KC0@; kc < @KC1@; ++kc) {
         const int it = it0 + kc, s = it % STAGES;
         fgw_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
         fgw_fence_proxy_async(); /* cp.async wrote through the generic proxy */
@@ -298,24 +408,24 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
 #pragma unroll
             for (int mt = 0; mt < WGMT; ++mt)
 #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) acc[mt][i] = kc == 0 ? tmp[mt][i] : acc[mt][i] + tmp[mt][i];
+                for (int i = 0; i < BN / 2; ++i) acc[mt][i] = kc == @KC0@ ? tmp[mt][i] : acc[mt][i] + tmp[mt][i];
             fence_all(acc);
             if (lane == 0) fgw_mbar_arrive(bar_empty + 8 * s);
         } else {
             /* one accumulator; one chunk's wgmma group kept in flight */
             fence_all(acc);
             fgw_wgmma_fence();
-            issue_chunk(acc, sA, sB, kc == 0);
+            issue_chunk(acc, sA, sB, kc == @KC0@);
             fgw_wgmma_commit();
             fence_all(acc);
             fgw_wgmma_wait<1>();
-            if (kc > 0 && lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
+            if (kc > @KC0@ && lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
         }
     }
     if (!BLOCK_ACC) {
         fgw_wgmma_wait<0>();
         fence_all(acc);
-        if (lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it0 + KCH - 1) % STAGES));
+        if (lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it0 + @KC1@ - 1) % STAGES));
     }
 }
 ]]
@@ -432,7 +542,15 @@ function M.render(layer, plan, pass, names, signature)
   c:line("float acc[WGMT][BN / 2], tmp[WGMT][BN / 2];")
   c:line("(void)tmp; (void)lane;")
   c:line("int begin, end;")
-  c:line("tile_range(ntiles, &begin, &end);")
+  local split = w.split_k > 1
+  if split then
+    c:line("const int nsplit = splits_for(ntiles);")
+    c:line("tile_range(ntiles * nsplit, &begin, &end);")
+    c:line("int it0 = 0; /* the ring's chunks before this unit's */")
+    c:line("volatile int *split_flag = (volatile int *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + FLAG_OFFSET);")
+  else
+    c:line("tile_range(ntiles, &begin, &end);")
+  end
   -- Statistics: each tile's partials (per channel slot, in registers) are added up over the
   -- warp's lanes holding the channel and kept in fp64 in shared memory across the tiles of
   -- one sample and channel block; they are fed to the accumulators when those change and at
@@ -457,9 +575,22 @@ function M.render(layer, plan, pass, names, signature)
     c:line("int fed_n = -1, fed_g = 0, fed_co0 = 0; /* whose partials s_stat holds */")
   end
   c:line("#pragma unroll 1")
-  c:open("for (int tile = begin; tile < end; ++tile) {")
-  c:line("const Tile tl = decode_tile(tile);")
-  c:line("mainloop(acc, tmp, tile - begin, row0, sbase, bar_full, bar_empty);")
+  if split then
+    local part, count = names.buffer[w.split_partials], names.buffer[w.split_counters]
+    c:open("for (int unit = begin; unit < end; ++unit) {")
+    c:line("const int tile = unit % ntiles, split = unit / ntiles;")
+    c:line("const int kc0 = chunk_begin(split, nsplit), kc1 = chunk_begin(split + 1, nsplit);")
+    c:line("const Tile tl = decode_tile(tile);")
+    c:line("mainloop(acc, tmp, it0 - kc0, kc0, kc1, row0, sbase, bar_full, bar_empty);")
+    c:line("it0 += kc1 - kc0;")
+    c:line("/* split K: the last split of the tile to arrive sums the partials and runs the epilogue */")
+    c:line("if (nsplit > 1 && !split_fixup(acc, %s, (unsigned *)%s, tile, split, nsplit, split_flag)) continue;", part,
+      count)
+  else
+    c:open("for (int tile = begin; tile < end; ++tile) {")
+    c:line("const Tile tl = decode_tile(tile);")
+    c:line("mainloop(acc, tmp, tile - begin, row0, sbase, bar_full, bar_empty);")
+  end
   c:line("const int n = tl.n, g = tl.g, co0 = tl.nb * BN, pm0 = tl.m0 + row0;")
   c:line("(void)warp;")
 

@@ -23,6 +23,10 @@ local function signature(plan, pass)
   -- the passes that pack the wgmma engine's operands write every buffer they name
   local packs = pass.kind == "pack_input" or pass.kind == "pack_weights"
   for i = 0, pass.extra_stores.n - 1 do stores[pass.extra_stores[i]] = true end
+  -- a wgmma conv pass with split K writes its partial tiles and arrival counters
+  if pass.kind == "conv" and plan.wgmma.split_k > 1 then
+    stores[plan.wgmma.split_partials], stores[plan.wgmma.split_counters] = true, true
+  end
   for i = 0, pass.args.n - 1 do
     local a = pass.args[i]
     local k, idx = a.kind, a.index

@@ -11,6 +11,7 @@
 #include "nvrtc_compiler.h"
 #include "render.h"
 #include "spec_loader.h"
+#include "split_k_specs.h"
 #include "test_util.h"
 
 static const char *const archs[] = {"sm_80", "sm_90"};
@@ -113,6 +114,29 @@ static void reference_specs(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* Renders (ir, plan) and compiles it for sm_90a: the cubin, the resources (returns the
+ * problems) and no ptxas warning about wgmma (a serialized wgmma is a generator bug). When
+ * `needle` is given, the source must contain it. */
+static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle)
+{
+    fg_rendered src;
+    fg_error err = {{0}};
+    if (fg_render(ir, plan, &src, &err) != 0)
+        fail_msg("%s: %s", ir->name, err.msg);
+    if (needle && !strstr(src.source, needle))
+        fail_msg("%s: the source has no '%s'", what, needle);
+    fg_compiled c;
+    if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
+        fail_msg("%s: %s", what, err.msg);
+    check_cubin(what, c.cubin, c.size, 90);
+    int problems = check_resources(what, plan, &c);
+    if (c.wgmma_warnings)
+        fail_msg("%s: ptxas warned about wgmma (serialized?)", what);
+    fg_compiled_free(&c);
+    fg_rendered_free(&src);
+    return problems;
+}
+
 /* The wgmma engine (sm_90a) on every reference layer, in both precisions: compiles, no
  * spills, and no ptxas warning about wgmma (a serialized wgmma is a generator bug). */
 static void wgmma_engine(void **state)
@@ -131,23 +155,43 @@ static void wgmma_engine(void **state)
             for (int p = 0; p < plan->n_passes; p++)
                 wgmma |= plan->passes[p].kind == FG_PASS_CONV && plan->passes[p].conv.engine == FG_CONV_WGMMA;
             assert_true(wgmma);
-            fg_rendered src;
-            fg_error err = {{0}};
-            if (fg_render(ir, plan, &src, &err) != 0)
-                fail_msg("%s: %s", ir->name, err.msg);
-            fg_compiled c;
             char what[256];
             snprintf(what, sizeof what, "%s (%s) for sm_90a", ir->name, precision ? "tf32" : "fp32");
-            if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
-                fail_msg("%s: %s", what, err.msg);
-            check_cubin(what, c.cubin, c.size, 90);
-            problems += check_resources(what, plan, &c);
-            if (c.wgmma_warnings)
-                fail_msg("%s: ptxas warned about wgmma (serialized?)", what);
-            fg_compiled_free(&c);
-            fg_rendered_free(&src);
+            problems += compile_sm90a(ir, plan, what, NULL);
             free(plan);
         }
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
+/* The wgmma engine with split K (tests/split_k_specs.h, the GPU test's layers): each plans the
+ * splits the GPU test expects at its batch, renders the split kernel and compiles for
+ * sm_90a without spills or wgmma warnings. */
+static void wgmma_split_k(void **state)
+{
+    (void)state;
+    int problems = 0;
+    for (int i = 0; i < N_SPLIT_K_CASES; i++) {
+        const split_k_case *k = &split_k_cases[i];
+        fg_layer_ir *ir = fgt_load_string(k->source);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        int conv = -1;
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CONV && plan->passes[p].conv.engine == FG_CONV_WGMMA)
+                conv = p;
+        if (conv < 0 || plan->wgmma.split_k < 2)
+            fail_msg("%s: no wgmma conv with split K", k->name);
+        int splits = fg_wgmma_splits(&plan->wgmma, plan->passes[conv].launch.grid_x * k->batch);
+        if (splits != k->splits)
+            fail_msg("%s: %d splits at batch %lld, the GPU test expects %d", k->name, splits, (long long)k->batch,
+                     k->splits);
+        char what[256];
+        snprintf(what, sizeof what, "%s (split K in up to %d) for sm_90a", k->name, plan->wgmma.split_k);
+        problems += compile_sm90a(ir, plan, what, "split_fixup(acc, ");
+        free(plan);
         free(ir);
     }
     assert_int_equal(problems, 0);
@@ -289,6 +333,7 @@ int main(void)
         cmocka_unit_test(ptxas_report_parser),
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(wgmma_engine),
+        cmocka_unit_test(wgmma_split_k),
         cmocka_unit_test(resident_variants),
         cmocka_unit_test(recompute_variant),
         cmocka_unit_test(every_op_kind),

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "launcher.h"
+#include "split_k_specs.h"
 #include "test_util.h"
 
 /* The table's workspace layout for every batch, against the plan: each buffer holds its
@@ -128,6 +129,50 @@ static void bad_plans_refused(void **state)
     free(ir);
 }
 
+/* Split K (launcher.h): the counters lie at offset 0 for every batch (the layer zeroes them
+ * once there), the split pass is marked, and a plan whose split buffers are missing is
+ * refused. */
+static void split_k_workspace(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string(split_k_cases[1].source); /* instance_norm: a buffer and statistics too */
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    fg_plan *plan = fgt_plan_with(ir, &opts), *bad = malloc(sizeof *bad);
+    assert_non_null(bad);
+    const fg_wgmma_tiling *w = &plan->wgmma;
+    assert_true(w->split_k > 1);
+    layout_matches_the_plan(ir, plan);
+    fg_launch_table t;
+    fg_error err = {{0}};
+    assert_int_equal(fg_launch_table_init(&t, ir, plan, &err), 0);
+    assert_int_equal(t.split_counters, w->split_counters);
+    int split_passes = 0;
+    for (int i = 0; i < t.n_passes; i++)
+        split_passes += t.passes[i].split;
+    assert_int_equal(split_passes, 1);
+    static const int64_t batches[] = {1, 2, 5, 64, 1000};
+    for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+        fg_launch_layout got;
+        assert_int_equal(fg_launch_layout_for(&t, batches[b], &got, &err), 0);
+        assert_int_equal(got.buffer_offset[w->split_counters], 0);
+        for (int i = 0; i < plan->n_buffers; i++)
+            if (i != w->split_counters)
+                assert_true(got.buffer_offset[i] >= 4 * (uint64_t)w->split_fill);
+    }
+    fg_launch_table_free(&t);
+
+    *bad = *plan;
+    bad->wgmma.split_partials = plan->n_buffers;
+    refused(ir, bad, "split-K buffers");
+    *bad = *plan;
+    bad->buffers[w->split_counters].fixed = w->split_fill - 1;
+    refused(ir, bad, "split-K buffers");
+    free(bad);
+    free(plan);
+    free(ir);
+}
+
 int main(void)
 {
     char *dir = fgt_tmpdir("launcher");
@@ -135,6 +180,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(bad_plans_refused),
+        cmocka_unit_test(split_k_workspace),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);

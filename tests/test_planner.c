@@ -1073,6 +1073,166 @@ static void engine_left_open_is_timed(void **state)
     assert_false(engine_open("sm_90a", 8, 64, 3, "fp32", FG_ENGINE_PREFER_MMA, &other));
 }
 
+/* ---- split K on the wgmma engine (wgmma_split, fg_wgmma_splits) ----------------------------- */
+
+/* A conv on sm_90a, `in` channels of `size`^spatial, a 3x3(x3) kernel, then `tail`. */
+static fg_plan *conv_plan(const char *precision, int spatial, int in, int out, int size, int stride, int groups,
+                          const char *tail, int split_k, fg_layer_ir **ir_out)
+{
+    char src[1024], depth[16] = "";
+    if (spatial == 3)
+        snprintf(depth, sizeof depth, "%d, ", size);
+    snprintf(src, sizeof src,
+             "return layer \"split\" {\n  input = { \"N\", %d, %s%d, %d },\n  precision = \"%s\",\n"
+             "  conv%dd { out_channels = %d, kernel = 3, stride = %d, padding = 1, groups = %d },\n  %s,\n}\n",
+             in, depth, size, size, precision, spatial, out, stride, groups, tail);
+    fg_layer_ir *ir = fgt_load_string(src);
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.split_k = split_k;
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    *ir_out = ir;
+    return plan;
+}
+
+/* The conv pass's wgmma split: the most splits, and the splits at `batch`. */
+static int splits_at(const fg_plan *plan, int64_t batch)
+{
+    for (int i = 0; i < plan->n_passes; i++)
+        if (plan->passes[i].kind == FG_PASS_CONV && plan->passes[i].conv.engine == FG_CONV_WGMMA)
+            return fg_wgmma_splits(&plan->wgmma, plan->passes[i].launch.grid_x * batch);
+    fail_msg("no wgmma conv pass");
+    return 0;
+}
+
+/* The small grids of issue 11 (few tiles, long K) split; tiles x splits stay within 132 SMs
+ * at every batch, and each split keeps >= 2 x stages K chunks. */
+static void split_k_fills_small_grids(void **state)
+{
+    (void)state;
+    static const struct {
+        int spatial, in, out, size, stride;
+        int64_t batch;
+        int most, at_batch;
+    } cases[] = {
+        {2, 256, 256, 14, 1, 1, 12, 12}, /* 4 tiles a sample, 72 K chunks, 3 stages */
+        {2, 256, 256, 7, 1, 32, 12, 2},  /* 2 tiles a sample: 64 at batch 32 */
+        {2, 128, 256, 28, 2, 8, 6, 4},   /* 14x14 outputs, 4 tiles, 36 K chunks */
+        {3, 128, 128, 8, 1, 16, 16, 2},  /* 4 tiles, 108 K chunks: at most 16 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fg_layer_ir *ir;
+        fg_plan *plan = conv_plan("fp32", cases[i].spatial, cases[i].in, cases[i].out, cases[i].size, cases[i].stride,
+                                  1, "relu {}", 0, &ir);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        assert_int_equal(w->parts, 2);
+        assert_int_equal(w->split_k, cases[i].most);
+        assert_int_equal(splits_at(plan, cases[i].batch), cases[i].at_batch);
+        assert_true(w->kch / w->split_k >= 2 * w->stages);
+        for (int64_t n = 1; n <= 256; n++) {
+            int s = splits_at(plan, n);
+            assert_true(s >= 1 && s <= w->split_k);
+            assert_true(s == 1 || plan->passes[2].launch.grid_x * n * s <= 132);
+        }
+        /* the workspace pieces: a counter per tile and a partial tile per unit, for 132 units;
+         * the conv pass writes both; the flag fits in its shared memory */
+        assert_int_equal(w->split_counters, 0);
+        assert_int_equal(plan->buffers[w->split_counters].fixed, 132);
+        assert_int_equal(plan->buffers[w->split_partials].fixed, 132 * w->split_slot);
+        assert_int_equal(w->split_slot, (int64_t)w->wgmt * w->bn / 2 * 256);
+        const fg_pass *conv = &plan->passes[2];
+        assert_int_equal(conv->kind, FG_PASS_CONV);
+        int found = 0;
+        for (int a = 0; a < conv->n_args; a++)
+            found += conv->args[a].kind == FG_ARG_BUFFER &&
+                     (conv->args[a].index == w->split_counters || conv->args[a].index == w->split_partials);
+        assert_int_equal(found, 2);
+        assert_true(1024 + w->flag_offset + 4 <= conv->launch.smem_bytes && conv->launch.smem_bytes <= 227 * 1024);
+        free(plan);
+        free(ir);
+    }
+    /* tf32 (one product, deeper ring), a statistics epilogue, groups: split too */
+    fg_layer_ir *ir;
+    fg_plan *plan = conv_plan("tf32", 2, 256, 256, 14, 1, 1, "relu {}", 0, &ir);
+    assert_true(plan->wgmma.split_k >= 2 && plan->wgmma.kch / plan->wgmma.split_k >= 2 * plan->wgmma.stages);
+    free(plan);
+    free(ir);
+    plan = conv_plan("fp32", 2, 256, 256, 14, 1, 1, "instance_norm {}", 0, &ir);
+    assert_int_equal(plan->wgmma.split_k, 12);
+    free(plan);
+    free(ir);
+    plan = conv_plan("fp32", 2, 256, 256, 14, 1, 2, "relu {}", 0, &ir); /* 2 groups of 128: 36 K chunks */
+    assert_int_equal(plan->wgmma.split_k, 6);
+    free(plan);
+    free(ir);
+}
+
+/* Grids that fill the GPU at batch 1 never split (the kernel is the unsplit one); neither do
+ * the reference layers, on any engine choice. */
+static void split_k_leaves_large_grids(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir;
+    /* 64 -> 64 3x3 on 128x128: 128 tiles a sample, so no second split fits in 132 SMs */
+    fg_plan *plan = conv_plan("fp32", 2, 64, 64, 128, 1, 1, "relu {}", 0, &ir);
+    assert_int_equal(plan->wgmma.parts, 2);
+    assert_int_equal(plan->wgmma.split_k, 1);
+    assert_int_equal(plan->wgmma.split_counters, -1);
+    assert_int_equal(splits_at(plan, 1), 1);
+    free(plan);
+    free(ir);
+    /* a short K (16 -> 64: 5 K chunks) keeps every chunk in one CTA */
+    plan = conv_plan("fp32", 2, 16, 64, 14, 1, 1, "relu {}", 0, &ir);
+    if (plan->wgmma.parts)
+        assert_int_equal(plan->wgmma.split_k, 1);
+    free(plan);
+    free(ir);
+    for (int i = 0; i < FGT_N_REFERENCE_SPECS; i++) {
+        ir = fgt_load_spec(fgt_reference_specs[i]);
+        for (int engine = 0; engine < 2; engine++) {
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.engine = engine ? FG_ENGINE_PREFER_WGMMA : FG_ENGINE_AUTO;
+            plan = fgt_plan_with(ir, &opts);
+            if (plan->wgmma.parts && plan->wgmma.split_k != 1)
+                fail_msg("%s: split K in %d", ir->name, plan->wgmma.split_k);
+            free(plan);
+        }
+        free(ir);
+    }
+}
+
+/* FUSEGEN_SPLIT_K (fg_plan_options.split_k): 1 turns split K off, N sets the most splits
+ * (past the K chunks' bound, still within the SMs); `fusegen plan` says so. */
+static void split_k_forced_and_printed(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir;
+    fg_plan *plan = conv_plan("fp32", 2, 256, 256, 14, 1, 1, "relu {}", 1, &ir);
+    assert_int_equal(plan->wgmma.split_k, 1);
+    assert_int_equal(splits_at(plan, 1), 1);
+    free(plan);
+    free(ir);
+    plan = conv_plan("fp32", 2, 256, 256, 14, 1, 1, "relu {}", 24, &ir);
+    assert_int_equal(plan->wgmma.split_k, 24);
+    assert_int_equal(plan->wgmma.split_min_chunks, 3);
+    assert_int_equal(splits_at(plan, 1), 24);
+    assert_int_equal(splits_at(plan, 2), 16);
+    free(plan);
+    free(ir);
+    plan = conv_plan("fp32", 2, 256, 256, 14, 1, 1, "relu {}", 0, &ir);
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    fgt_assert_contains(t->buf, "split K in up to 12: a sample's 4 tiles fill 4 of 132 SMs");
+    fgt_assert_contains(t->buf, "72 K chunks (>= 6 each)");
+    fgt_assert_contains(t->buf, "N=1: 12, N=2: 12, N=4: 8, N=8: 4, N=16: 2, N=32: 1 (and larger: none)");
+    fgt_assert_contains(t->buf, "buffer b0: split K's arrival counters, 132 words");
+    free(t);
+    free(plan);
+    free(ir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1097,6 +1257,9 @@ int main(void)
         cmocka_unit_test(resident_on_request),
         cmocka_unit_test(engine_by_arch_and_precision),
         cmocka_unit_test(engine_left_open_is_timed),
+        cmocka_unit_test(split_k_fills_small_grids),
+        cmocka_unit_test(split_k_leaves_large_grids),
+        cmocka_unit_test(split_k_forced_and_printed),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);

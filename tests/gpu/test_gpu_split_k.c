@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Split K on the wgmma engine (gen/planner.c, wgmma_split; templates/conv_wgmma.lua), on the
+ * GPU, for the layers of tests/split_k_specs.h:
+ *   1. each plans the splits the case expects at its batch (on sm_90a; other devices run the
+ *      layers without the engine and say so);
+ *   2. each matches the CPU float64 reference (poisoned outputs, random data);
+ *   3. three more runs give the same bits as the first (which captures the layer's graph):
+ *      two replays of that graph (the kernels must leave the arrival counters at zero: the
+ *      graph holds no memset of them) and one on a caller's workspace filled with NaN bytes
+ *      (the launcher clears the counters there) -- the last CTA adds the partials in split
+ *      order, so the arrival order cannot change a bit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../split_k_specs.h"
+#include "gpu_harness.h"
+
+/* 1: the splits a launch of the case's batch uses; -1 when the conv is not on wgmma */
+static int planned_splits(fg_context *ctx, const split_k_case *k)
+{
+    fg_layer *layer = NULL;
+    int splits = -1;
+    if (fg_layer_load_string(ctx, k->name, k->source, &layer) == FG_OK && fg_tools_prepare(layer, k->batch) == FG_OK) {
+        const fg_plan *plan = fg_tools_layer_plan(layer);
+        for (int p = 0; plan && p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CONV && plan->passes[p].conv.engine == FG_CONV_WGMMA)
+                splits = fg_wgmma_splits(&plan->wgmma, plan->passes[p].launch.grid_x * k->batch);
+    } else {
+        printf("       %s: %s\n", k->name, fg_last_error());
+    }
+    fg_layer_destroy(layer);
+    return splits;
+}
+
+/* 3: returns 0 when every run gave the first run's bits */
+static int same_bits(fg_context *ctx, const split_k_case *k, uint64_t seed, char *why, size_t cap)
+{
+    fg_layer *layer = NULL;
+    const fg_layer_ir *ir;
+    int rc = 1;
+    float *x = NULL, *first = NULL, *again = NULL;
+    CUdeviceptr dx = 0, dy = 0, ws = 0;
+    size_t ws_bytes = 0;
+    if (fg_layer_load_string(ctx, k->name, k->source, &layer) != FG_OK || fg_tools_bind_random(layer, seed) != FG_OK) {
+        snprintf(why, cap, "load: %s", fg_last_error());
+        goto out;
+    }
+    ir = fg_tools_layer_ir(layer);
+    size_t n_in = (size_t)(k->batch * fg_shape_sample_count(&ir->input));
+    size_t n_out = (size_t)(k->batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out));
+    x = malloc(n_in * sizeof *x);
+    first = malloc(n_out * sizeof *first);
+    again = malloc(n_out * sizeof *again);
+    if (!x || !first || !again) {
+        snprintf(why, cap, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n_in; i++)
+        x[i] = (float)((i * 2654435761u) % 1000u) / 1000.0f - 0.5f;
+    if (fg_tools_alloc(ctx, n_in * sizeof(float), &dx) != FG_OK ||
+        fg_tools_alloc(ctx, n_out * sizeof(float), &dy) != FG_OK ||
+        fg_tools_upload(ctx, dx, x, n_in * sizeof(float)) != FG_OK ||
+        fg_layer_workspace_size(layer, k->batch, &ws_bytes) != FG_OK ||
+        fg_tools_alloc(ctx, ws_bytes ? ws_bytes : 256, &ws) != FG_OK) {
+        snprintf(why, cap, "device buffers: %s", fg_last_error());
+        goto out;
+    }
+    static const char *const runs[] = {"the first run", "a graph replay", "a second replay", "a run on a caller's "
+                                       "workspace of NaN bytes"};
+    for (int r = 0; r < 4; r++) {
+        fg_status s;
+        if (fg_tools_fill_nan(ctx, dy, n_out) != FG_OK) {
+            snprintf(why, cap, "poisoning: %s", fg_last_error());
+            goto out;
+        }
+        if (r == 3) {
+            if (fg_tools_fill_nan(ctx, ws, ws_bytes / 4) != FG_OK) {
+                snprintf(why, cap, "poisoning: %s", fg_last_error());
+                goto out;
+            }
+            s = fg_layer_run_workspace(layer, (void *)dx, (void *)dy, k->batch, (void *)ws, ws_bytes, NULL);
+        } else {
+            s = fg_layer_run(layer, (void *)dx, (void *)dy, k->batch, NULL);
+        }
+        if (s != FG_OK || fg_tools_synchronize(ctx) != FG_OK ||
+            fg_tools_download(ctx, r == 0 ? first : again, dy, n_out * sizeof(float)) != FG_OK) {
+            snprintf(why, cap, "%s: %s", runs[r], fg_last_error());
+            goto out;
+        }
+        if (r > 0 && memcmp(first, again, n_out * sizeof(float)) != 0) {
+            size_t d = 0;
+            while (d < n_out && memcmp(&first[d], &again[d], sizeof(float)) == 0)
+                d++;
+            snprintf(why, cap, "%s differs from the first at element %zu (%.9g, first %.9g)", runs[r], d,
+                     (double)again[d], (double)first[d]);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    fg_tools_free(ctx, dx);
+    fg_tools_free(ctx, dy);
+    fg_tools_free(ctx, ws);
+    free(x);
+    free(first);
+    free(again);
+    fg_layer_destroy(layer);
+    return rc;
+}
+
+int main(void)
+{
+    fg_context *ctx = gpu_open("test_gpu_split_k");
+    fg_tools_device device;
+    if (fg_tools_device_info(ctx, &device) != FG_OK) {
+        printf("FAILED %s\n", fg_last_error());
+        return 1;
+    }
+    bool hopper = strcmp(device.arch, "sm_90a") == 0;
+    if (!hopper)
+        printf("note: %s is not sm_90a: the layers run without the wgmma engine, split K is not exercised\n",
+               device.arch);
+    int cases = 0, failed = 0;
+    for (int i = 0; i < N_SPLIT_K_CASES; i++) {
+        const split_k_case *k = &split_k_cases[i];
+        if (hopper) {
+            int s = planned_splits(ctx, k);
+            bool ok = s == k->splits;
+            printf("%s %-32s batch %lld: %d splits planned, %d expected\n", ok ? "ok    " : "FAILED", k->name,
+                   (long long)k->batch, s, k->splits);
+            cases++, failed += !ok;
+        }
+        gpu_result r = gpu_check_spec(ctx, k->name, k->source, k->batch, 1100 + (uint64_t)i, k->tol);
+        cases++;
+        if (!r.ok || !r.pass)
+            failed++;
+        if (!r.ok)
+            printf("FAILED %-32s: %s\n", k->name, r.error);
+        else
+            printf("%s %-32s batch %lld: max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n",
+                   r.pass ? "ok    " : "FAILED", k->name, (long long)k->batch, r.max_abs, r.rel_l2, r.bad, r.count,
+                   k->tol, r.nan ? " (NaN)" : "");
+        char why[512] = "";
+        int bad = same_bits(ctx, k, 1100 + (uint64_t)i, why, sizeof why);
+        cases++, failed += bad;
+        printf("%s %-32s graph replays, a caller's workspace: %s\n", bad ? "FAILED" : "ok    ", k->name,
+               bad ? why : "the same bits as the first run");
+    }
+    gpu_close(ctx);
+    printf("%d cases, %d failed\n", cases, failed);
+    return failed ? 1 : 0;
+}
