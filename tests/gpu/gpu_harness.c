@@ -88,6 +88,16 @@ static void compare(const float *out, const float *ref, size_t n, double tol, gp
     r->pass = r->bad == 0;
 }
 
+bool gpu_report(const char *name, int64_t batch, double tol, const gpu_result *r)
+{
+    if (!r->ok)
+        printf("FAILED %-32s: %s\n", name, r->error);
+    else
+        printf("%s %-32s batch %lld: max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n", r->pass ? "ok    " : "FAILED",
+               name, (long long)batch, r->max_abs, r->rel_l2, r->bad, r->count, tol, r->nan ? " (NaN)" : "");
+    return !r->ok || !r->pass;
+}
+
 gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                           double tol)
 {

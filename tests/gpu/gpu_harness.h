@@ -36,6 +36,10 @@ gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source,
 gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                              double tol, int out_offset);
 
+/* Prints one line for a case's result ("ok" or "FAILED", its errors or why it did not run);
+ * true when it failed. */
+bool gpu_report(const char *name, int64_t batch, double tol, const gpu_result *r);
+
 /* Reads a whole file (specs). */
 char *gpu_read_file(const char *path);
 

@@ -133,14 +133,7 @@ int main(void)
         }
         gpu_result r = gpu_check_spec(ctx, k->name, k->source, k->batch, 1100 + (uint64_t)i, k->tol);
         cases++;
-        if (!r.ok || !r.pass)
-            failed++;
-        if (!r.ok)
-            printf("FAILED %-32s: %s\n", k->name, r.error);
-        else
-            printf("%s %-32s batch %lld: max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n",
-                   r.pass ? "ok    " : "FAILED", k->name, (long long)k->batch, r.max_abs, r.rel_l2, r.bad, r.count,
-                   k->tol, r.nan ? " (NaN)" : "");
+        failed += gpu_report(k->name, k->batch, k->tol, &r);
         char why[512] = "";
         int bad = same_bits(ctx, k, 1100 + (uint64_t)i, why, sizeof why);
         cases++, failed += bad;

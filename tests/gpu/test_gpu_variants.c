@@ -436,14 +436,7 @@ int main(int argc, char **argv)
         const variant *v = &fixed[i];
         gpu_result r = gpu_check_spec(ctx, v->name, v->source, v->batch, 500 + i, v->tol);
         cases++;
-        if (!r.ok || !r.pass)
-            failed++;
-        if (!r.ok)
-            printf("FAILED %-32s: %s\n", v->name, r.error);
-        else
-            printf("%s %-32s batch %lld: max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n",
-                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, r.max_abs, r.rel_l2, r.bad, r.count,
-                   v->tol, r.nan ? " (NaN)" : "");
+        failed += gpu_report(v->name, v->batch, v->tol, &r);
     }
     {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
