@@ -28,7 +28,7 @@ static const char *const spec = "return layer \"fold_rebind\" {\n"
 
 enum { BATCH = 3, C = 8, W_COUNT = 8 * 4 * 9 };
 
-static int failures;
+static int failures, cases;
 
 typedef struct run_buffers {
     CUdeviceptr x, y, ws;
@@ -48,6 +48,7 @@ static void fail(const char *what)
  * call (a bind that changes nothing would show nothing). */
 static double check(const char *what, fg_context *ctx, fg_layer *gpu, fg_layer *ref, run_buffers *b, bool workspace)
 {
+    cases++;
     fg_status s = workspace ? fg_layer_run_workspace(gpu, (void *)b->x, (void *)b->y, BATCH, (void *)b->ws,
                                                      b->ws_bytes, NULL)
                             : fg_layer_run(gpu, (void *)b->x, (void *)b->y, BATCH, NULL);
@@ -197,6 +198,6 @@ int main(void)
     free(b.y_ref);
     free(b.y_last);
     gpu_close(ctx);
-    printf("test_gpu_fold: %d failed\n", failures);
+    printf("%d cases, %d failed\n", cases, failures);
     return failures ? 1 : 0;
 }
