@@ -12,6 +12,7 @@
 #include "compare.h"
 #include "fusegen.h"
 #include "../common/clock.h"
+#include "../common/half.h"
 
 static const char usage[] =
     "usage: fusegen run SPEC [options]\n"
@@ -21,14 +22,19 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  --device gpu|cpu      where to run (default gpu)\n"
-    "  --random SEED         random input x ~ U[0,1) (default, seed 0); with no --weights,\n"
-    "                        random parameters too (conv as PyTorch initializes it, others N(0,1))\n"
+    "  --random SEED         random input x ~ U[0,1) (default, seed 0), in the layer's dtype; with\n"
+    "                        no --weights, random parameters too (conv as PyTorch initializes it,\n"
+    "                        others N(0,1))\n"
     "  --batch N             samples of random input (default 1)\n"
-    "  --input X             input from a safetensors file (tensor 'input', or its only tensor)\n"
+    "  --input X             input from a safetensors file (tensor 'input', or its only tensor;\n"
+    "                        F32 for an fp32 layer (F16, BF16 widened), BF16 or F16 for a layer\n"
+    "                        with that dtype)\n"
     "  --weights W           parameters from a safetensors file (state_dict names)\n"
-    "  --out Y               write the output to a safetensors file (tensor 'output')\n"
+    "  --out Y               write the output to a safetensors file (tensor 'output', in the\n"
+    "                        layer's dtype)\n"
     "  --check               also run the CPU reference (float64) on the same data and compare:\n"
     "                        max abs error, relative L2 error, PASS/FAIL at atol = rtol = 1e-4\n"
+    "                        (plus 1 ulp of the dtype for a bf16/fp16 layer)\n"
     "  --check-samples K     compare only the first K samples (the reference is slow on big batches)\n"
     "  --force               run the CPU reference even when it needs more than 2e10 multiply-adds\n"
     "  --arch ARCH           compile for ARCH instead of the device's (e.g. sm_90a)\n"
@@ -124,11 +130,25 @@ static int parse(int argc, char **argv, run_opts *o)
     return 0;
 }
 
-/* The input: from --input (checked against the layer), or random. */
+/* The layer's dtype: fg_dtype's code (common/half.h) and name. */
+static int layer_dtype(fg_layer *layer, const char **name)
+{
+    const char *n = "fp32";
+    fg_layer_dtype(layer, &n, NULL);
+    if (name)
+        *name = n;
+    return strcmp(n, "bf16") == 0 ? 1 : strcmp(n, "fp16") == 0 ? 2 : 0;
+}
+
+/* The input: from --input (checked against the layer), or random (rounded to the layer's
+ * dtype: the values the GPU and the reference then read are the same). */
 static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int64_t *count)
 {
     int rank;
     int64_t dims[FG_MAX_DIMS];
+    const char *dname;
+    int dtype = layer_dtype(layer, &dname);
+    static const char *const st_names[] = {"F32", "BF16", "F16"};
     if (!o->input) {
         fg_layer_input_shape(layer, o->batch, &rank, dims);
         *batch = o->batch;
@@ -136,9 +156,11 @@ static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int
         for (int d = 0; d < rank; d++)
             *count *= dims[d];
         float *x = malloc(sizeof(float) * (size_t)*count);
-        if (x)
+        if (x) {
             fg_random_uniform(x, (size_t)*count, (uint64_t)o->seed, 1, 0.0f, 1.0f);
-        else
+            for (int64_t i = 0; dtype && i < *count; i++)
+                x[i] = (float)fg_round_to_dtype(x[i], dtype);
+        } else
             cli_error("out of memory for the input");
         return x;
     }
@@ -158,7 +180,10 @@ static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int
     if (!t) {
         cli_error("%s: no tensor named 'input' (and more than one tensor)", o->input);
     } else if (!t->data) {
-        cli_error("%s: tensor '%s' is %s; fusegen needs F32", o->input, shown, t->dtype);
+        cli_error("%s: tensor '%s' is %s; fusegen needs %s", o->input, shown, t->dtype, st_names[dtype]);
+    } else if (dtype && strcmp(t->dtype, st_names[dtype]) != 0) {
+        cli_error("%s: tensor '%s' is %s, but the layer's input is %s (its spec's dtype = \"%s\")", o->input, shown,
+                  t->dtype, st_names[dtype], dname);
     } else if (t->rank < 1 || t->dim[0] < 1 || t->dim[0] > INT32_MAX) {
         cli_error("%s: tensor '%s' has %s; the input's first dim is the batch, 1 or more", o->input, shown,
                   t->rank < 1 ? "no dims" : "a batch of 0");
@@ -204,11 +229,11 @@ static int run_gpu(fg_context *ctx, fg_layer *layer, const float *x, int64_t n_i
                    int64_t batch)
 {
     CUdeviceptr dx = 0, dy = 0;
-    int rc = -1;
-    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
-        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
-        fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) != FG_OK ||
-        fg_tools_fill_nan(ctx, dy, (size_t)n_out) != FG_OK) {
+    int rc = -1, dtype = layer_dtype(layer, NULL);
+    size_t elem = dtype ? 2 : sizeof(float); /* the input and output in the layer's dtype */
+    if (fg_tools_alloc(ctx, elem * (size_t)n_in, &dx) != FG_OK || fg_tools_alloc(ctx, elem * (size_t)n_out, &dy) != FG_OK ||
+        fg_tools_upload_io(ctx, dx, x, (size_t)n_in, dtype) != FG_OK ||
+        fg_tools_fill_nan_io(ctx, dy, (size_t)n_out, dtype) != FG_OK) {
         cli_error("preparing device buffers: %s", fg_last_error());
         goto out;
     }
@@ -221,7 +246,7 @@ static int run_gpu(fg_context *ctx, fg_layer *layer, const float *x, int64_t n_i
     char prepared[160];
     fg_tools_describe_prepare(layer, prepared, sizeof prepared);
     fprintf(stderr, "first run %.1f ms; %s\n", first * 1e3, prepared);
-    if (fg_tools_download(ctx, y, dy, sizeof(float) * (size_t)n_out) != FG_OK) {
+    if (fg_tools_download_io(ctx, y, dy, (size_t)n_out, dtype) != FG_OK) {
         cli_error("%s", fg_last_error());
         goto out;
     }
@@ -354,7 +379,9 @@ int cmd_run(int argc, char **argv)
         fg_tools_device_info(ctx, &device);
     printf("%s: output %s on %s\n", fg_tools_layer_ir(layer)->name, shape, device.name);
     if (o.out) {
+        static const char *const st_names[] = {"F32", "BF16", "F16"};
         fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
+        snprintf(t.dtype, sizeof t.dtype, "%s", st_names[layer_dtype(layer, NULL)]); /* the layer's dtype */
         memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
         fg_error err;
         if (fg_safetensors_write(o.out, &t, 1, &err) != 0) {
@@ -377,11 +404,17 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         fg_comparison cmp;
-        fg_compare(y, ref, (size_t)(per_out * samples), 1e-4, 1e-4, &cmp);
+        const char *dname;
+        int dtype = layer_dtype(layer, &dname);
+        /* a bf16/fp16 output against the reference rounded to the dtype: 1 ulp more (compare.h) */
+        fg_compare_dtype(y, ref, (size_t)(per_out * samples), 1e-4, 1e-4, dtype ? 1.0 : 0.0, dtype, &cmp);
+        char ulp[40] = "";
+        if (dtype)
+            snprintf(ulp, sizeof ulp, " + 1 ulp of %s", dname);
         printf("check against the CPU reference (float64, %lld of %lld samples, %.1f s): max abs error %.3g, "
-               "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s: %s\n",
+               "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s%s: %s\n",
                (long long)samples, (long long)batch, fg_seconds_now() - t0, cmp.max_abs, cmp.rel_l2, (long long)cmp.bad,
-               (long long)cmp.count, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
+               (long long)cmp.count, ulp, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
         if (!cmp.pass)
             rc = EXIT_FAIL;
     }

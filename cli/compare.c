@@ -3,7 +3,15 @@
 
 #include <math.h>
 
+#include "../common/half.h"
+
 void fg_compare(const float *out, const float *ref, size_t n, double atol, double rtol, fg_comparison *c)
+{
+    fg_compare_dtype(out, ref, n, atol, rtol, 0, 0, c);
+}
+
+void fg_compare_dtype(const float *out, const float *ref, size_t n, double atol, double rtol, double ulps, int dtype,
+                      fg_comparison *c)
 {
     double num = 0, den = 0;
     c->max_abs = 0;
@@ -19,7 +27,7 @@ void fg_compare(const float *out, const float *ref, size_t n, double atol, doubl
         }
         if (d > c->max_abs)
             c->max_abs = d;
-        if (d > atol + rtol * fabs(r))
+        if (d > atol + rtol * fabs(r) + (ulps > 0 ? ulps * fg_dtype_ulp(r, dtype) : 0.0))
             c->bad++;
         num += d * d;
         den += r * r;

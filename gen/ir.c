@@ -166,11 +166,23 @@ static void describe_op(const fg_layer_ir *ir, const fg_op *op, char *buf, size_
 }
 #undef APPEND
 
+const char *fg_dtype_name(fg_dtype dtype)
+{
+    return dtype == FG_DTYPE_BF16 ? "bf16" : dtype == FG_DTYPE_FP16 ? "fp16" : "fp32";
+}
+
+int fg_dtype_size(fg_dtype dtype)
+{
+    return dtype == FG_DTYPE_FP32 ? 4 : 2;
+}
+
 void fg_ir_print(const fg_layer_ir *ir, void (*emit)(void *ctx, const char *line), void *ctx)
 {
     char line[1024], shape[128], desc[512];
-    snprintf(line, sizeof line, "layer %s (%s, precision %s)", ir->name, ir->file,
-             ir->precision == FG_PRECISION_TF32 ? "tf32" : "fp32");
+    /* the dtype only when it is not the default: fp32 plans print as they always have */
+    snprintf(line, sizeof line, "layer %s (%s, precision %s%s%s)", ir->name, ir->file,
+             ir->precision == FG_PRECISION_TF32 ? "tf32" : "fp32", ir->dtype != FG_DTYPE_FP32 ? ", dtype " : "",
+             ir->dtype != FG_DTYPE_FP32 ? fg_dtype_name(ir->dtype) : "");
     emit(ctx, line);
     snprintf(line, sizeof line, "  input      %s", fg_shape_str(&ir->input, shape, sizeof shape));
     emit(ctx, line);

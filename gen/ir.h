@@ -104,6 +104,14 @@ typedef enum fg_operand_kind {
 
 typedef enum fg_precision { FG_PRECISION_FP32, FG_PRECISION_TF32 } fg_precision;
 
+/* The dtype of the layer's input and output in memory (the spec's `dtype`). Parameters,
+ * intermediate values and statistics are float32 whatever it is. */
+typedef enum fg_dtype { FG_DTYPE_FP32, FG_DTYPE_BF16, FG_DTYPE_FP16 } fg_dtype;
+
+/* "fp32", "bf16", "fp16"; the bytes of one element. */
+const char *fg_dtype_name(fg_dtype dtype);
+int fg_dtype_size(fg_dtype dtype);
+
 /* A parameter tensor bound by its state_dict name. Its shape carries no batch dim. */
 typedef struct fg_param {
     char name[FG_NAME_MAX];
@@ -184,6 +192,7 @@ typedef struct fg_layer_ir {
     char file[512];          /* spec file, for messages */
     fg_shape input;
     fg_precision precision;
+    fg_dtype dtype;          /* of the input and the output */
     int strategy;            /* the spec's `strategy`: -1 auto, else an fg_strategy */
     int n_ops;
     fg_op ops[FG_MAX_OPS];

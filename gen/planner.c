@@ -1216,6 +1216,14 @@ static int chain_end(planner *p, int lowest, int first, bool conv_pass)
     return u;
 }
 
+/* Whether precision "tf32" sends the conv to cuDNN: off the wgmma engine and for groups not
+ * narrow, with a float32 input (cuDNN would read a half input as floats: with dtype bf16 or
+ * fp16 the generated conv, exact, runs instead, and `fusegen plan` says so). */
+static bool cudnn_conv(const fg_layer_ir *ir, bool use_wgmma)
+{
+    return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !narrow_groups(ir) && ir->dtype == FG_DTYPE_FP32;
+}
+
 /* The first pass: cuDNN's conv (precision "tf32") and a map pass for the ops after it, or
  * the conv pass with every op it can fuse. Sets the plan's strategy when a norm follows the
  * conv's chain: recompute unless `wanted` says materialize or a later op reads a value of
@@ -1235,7 +1243,7 @@ static fg_pass *first_passes(planner *p, int wanted)
         return NULL;
     /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which
      * is faster there than any TF32 path */
-    if (ir->precision == FG_PRECISION_TF32 && !p->use_wgmma && !narrow_groups(ir)) {
+    if (cudnn_conv(ir, p->use_wgmma)) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
          * its buffer */
         fg_pass *ps = new_pass(p, FG_PASS_CUDNN);
@@ -1506,6 +1514,21 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         "resident (one kernel; a cluster keeps each norm group in shared memory)"};
     snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes, strategies[plan->strategy]);
     emit(ctx, line);
+    if (ir->dtype != FG_DTYPE_FP32) {
+        const char *d = fg_dtype_name(ir->dtype);
+        snprintf(line, sizeof line,
+                 "  dtype %s: the input is read as %s and widened to fp32 where the conv loads it; the output is "
+                 "rounded to %s (to nearest even) where it is stored; everything between is fp32",
+                 d, d, d);
+        emit(ctx, line);
+        if (ir->precision == FG_PRECISION_TF32 && !plan->wgmma.parts && !narrow_groups(ir)) {
+            snprintf(line, sizeof line,
+                     "  precision tf32 with dtype %s: cuDNN's conv (fp32 only) is not used; %s computes the conv "
+                     "(as exact as fp32)",
+                     d, fg_plan_conv_engine_name(plan));
+            emit(ctx, line);
+        }
+    }
     if (plan->fold.op >= 0) {
         const fg_op *bn = &ir->ops[plan->fold.op];
         snprintf(line, sizeof line,

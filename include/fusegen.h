@@ -114,6 +114,11 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer);
 FG_API fg_status fg_layer_input_shape(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS]);
 FG_API fg_status fg_layer_output_shape(const fg_layer *layer, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS]);
 
+/* The dtype of the layer's input and output in device memory (the spec's `dtype`): "fp32",
+ * "bf16" or "fp16", and the bytes of one element (4 or 2; either pointer may be NULL).
+ * Parameters are float32 whatever it is. */
+FG_API fg_status fg_layer_dtype(const fg_layer *layer, const char **dtype, int *element_bytes);
+
 /* Parameters in the spec's order: name (a state_dict key) and shape. */
 FG_API fg_status fg_layer_param_count(const fg_layer *layer, int *count);
 FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const char **name, int *rank,
@@ -144,8 +149,9 @@ FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, in
  * run. Needs a context with a device. */
 FG_API fg_status fg_layer_prepare(fg_layer *layer);
 
-/* Runs the layer on `batch` samples: `input` and `output` are device pointers (float32,
- * contiguous NC(D)HW); `stream` is a CUstream/cudaStream_t (NULL: the default stream).
+/* Runs the layer on `batch` samples: `input` and `output` are device pointers (contiguous
+ * NC(D)HW, of the layer's dtype: float32, or bf16/fp16 for a spec with that `dtype`, see
+ * fg_layer_dtype; the pointers carry no type, so a caller must check it); `stream` is a CUstream/cudaStream_t (NULL: the default stream).
  * Asynchronous like any launch: the output is ready when the stream is. */
 FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream);
 
@@ -165,7 +171,9 @@ FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void
                                         void *workspace, size_t workspace_bytes, void *stream);
 
 /* The CPU reference (double accumulation) on host memory; needs host-bound parameters
- * (fg_layer_bind_host or fg_layer_bind_safetensors). `output` receives floats. */
+ * (fg_layer_bind_host or fg_layer_bind_safetensors). `input` and `output` are floats for
+ * every dtype; for a bf16/fp16 layer each input value is rounded to the dtype first (what the
+ * GPU reads) and the float64 result is rounded to the dtype (to nearest even) once. */
 FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch);
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@
 #include "launcher.h"
 #include "safetensors.h"
 #include "../common/clock.h"
+#include "../common/half.h"
 
 /* Every call on a layer holds it (runtime/handles.h) from here to its fg_handle_release, so
  * that fg_layer_destroy in another thread waits for it instead of freeing the layer under it. */
@@ -336,6 +337,25 @@ FG_API fg_status fg_layer_output_shape(const fg_layer *layer, int64_t batch, int
 {
     ENTER_LAYER(layer, "fg_layer_output_shape");
     fg_status s = output_shape_held(layer, batch, rank, dims);
+    fg_handle_release(layer);
+    return s;
+}
+
+static fg_status dtype_held(const fg_layer *layer, const char **dtype, int *element_bytes)
+{
+    if (!dtype && !element_bytes)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_dtype: dtype and element_bytes are both NULL");
+    if (dtype)
+        *dtype = fg_dtype_name(layer->ir.dtype);
+    if (element_bytes)
+        *element_bytes = fg_dtype_size(layer->ir.dtype);
+    return FG_OK;
+}
+
+FG_API fg_status fg_layer_dtype(const fg_layer *layer, const char **dtype, int *element_bytes)
+{
+    ENTER_LAYER(layer, "fg_layer_dtype");
+    fg_status s = dtype_held(layer, dtype, element_bytes);
     fg_handle_release(layer);
     return s;
 }
@@ -1016,13 +1036,29 @@ static fg_status run_cpu_held(fg_layer *layer, const float *input, float *output
         const float *params[FG_MAX_PARAMS];
         for (int i = 0; i < layer->ir.n_params; i++)
             params[i] = layer->params[i].host;
+        /* a bf16/fp16 layer reads its input in that dtype: the reference reads the values the
+         * GPU would (each input value rounded to the dtype; identity for values already of it) */
+        const float *x = input;
+        float *rounded = NULL;
+        if (layer->ir.dtype != FG_DTYPE_FP32) {
+            int64_t n_in = batch * fg_shape_sample_count(&layer->ir.input);
+            if (!(rounded = malloc(sizeof(float) * (size_t)n_in))) {
+                s = fg_api_fail(FG_ERR_OUT_OF_MEMORY, "fg_layer_run_cpu: out of memory");
+            } else {
+                for (int64_t i = 0; i < n_in; i++)
+                    rounded[i] = (float)fg_round_to_dtype(input[i], (int)layer->ir.dtype);
+                x = rounded;
+            }
+        }
         fg_error err;
-        if (fg_reference_run_progress(&layer->ir, batch, input, params, out, progress, progress_ctx, &err) != 0)
+        if (s == FG_OK && fg_reference_run_progress(&layer->ir, batch, x, params, out, progress, progress_ctx, &err) != 0)
             s = fg_api_fail_error(FG_ERR_OUT_OF_MEMORY, &err);
+        free(rounded);
     }
     pthread_rwlock_unlock(&layer->bindings_lock);
+    /* the float64 result rounded once to the output's dtype (float, or bf16/fp16 held in a float) */
     for (int64_t i = 0; s == FG_OK && i < n_out; i++)
-        output[i] = (float)out[i];
+        output[i] = (float)fg_round_to_dtype(out[i], (int)layer->ir.dtype);
     free(out);
     return s;
 }

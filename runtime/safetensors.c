@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "safetensors.h"
+#include "../common/half.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -277,18 +278,40 @@ int fg_safetensors_read(const char *path, fg_tensor_file *out, fg_error *err)
     return rc;
 }
 
+/* The dtype code (common/half.h) a tensor is written in: its dtype "BF16" or "F16", else F32. */
+static int written_dtype(const fg_tensor *t)
+{
+    return strcmp(t->dtype, "BF16") == 0 ? 1 : strcmp(t->dtype, "F16") == 0 ? 2 : 0;
+}
+
+static int write_data(FILE *f, const fg_tensor *t)
+{
+    int dt = written_dtype(t);
+    if (dt == 0)
+        return fwrite(t->data, 4, t->count, f) == t->count;
+    for (size_t i = 0; i < t->count; i++) {
+        uint16_t h = fg_float_to_half_bits(t->data[i], dt);
+        unsigned char b[2] = {(unsigned char)(h & 0xff), (unsigned char)(h >> 8)};
+        if (fwrite(b, 1, 2, f) != 2)
+            return 0;
+    }
+    return 1;
+}
+
 int fg_safetensors_write(const char *path, const fg_tensor *tensors, int n, fg_error *err)
 {
     json_t *root = json_object();
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
+        static const char *const names[] = {"F32", "BF16", "F16"};
+        int dt = written_dtype(&tensors[i]);
         json_t *o = json_object(), *shape = json_array(), *offs = json_array();
         for (int d = 0; d < tensors[i].rank; d++)
             json_array_append_new(shape, json_integer(tensors[i].dim[d]));
         json_array_append_new(offs, json_integer((json_int_t)off));
-        off += tensors[i].count * 4;
+        off += tensors[i].count * (dt ? 2 : 4);
         json_array_append_new(offs, json_integer((json_int_t)off));
-        json_object_set_new(o, "dtype", json_string("F32"));
+        json_object_set_new(o, "dtype", json_string(names[dt]));
         json_object_set_new(o, "shape", shape);
         json_object_set_new(o, "data_offsets", offs);
         json_object_set_new(root, tensors[i].name, o);
@@ -321,7 +344,7 @@ int fg_safetensors_write(const char *path, const fg_tensor *tensors, int n, fg_e
     for (size_t i = hlen; ok && i < padded; i++)
         ok = fputc(' ', f) != EOF;
     for (int i = 0; ok && i < n; i++)
-        ok = fwrite(tensors[i].data, 4, tensors[i].count, f) == tensors[i].count;
+        ok = write_data(f, &tensors[i]);
     free(header);
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0 && fchmod(fileno(f), 0644) == 0;
     if (f ? fclose(f) != 0 : close(fd) != 0)

@@ -32,7 +32,9 @@ int fg_safetensors_read(const char *path, fg_tensor_file *out, fg_error *err);
 /* `display` names the file in messages. */
 int fg_safetensors_parse(const unsigned char *data, size_t size, const char *display, fg_tensor_file *out,
                          fg_error *err);
-/* Writes to a temporary file beside `path` and renames it into place. */
+/* Writes to a temporary file beside `path` and renames it into place. Each tensor's data
+ * are floats; a tensor whose dtype is "BF16" or "F16" is written in that dtype (each value
+ * rounded to nearest even), any other as F32. */
 int fg_safetensors_write(const char *path, const fg_tensor *tensors, int n, fg_error *err);
 
 /* A tensor name (from a file) fit for a message: control characters and non-ASCII bytes as

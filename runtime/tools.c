@@ -10,6 +10,7 @@
 #include "handles.h"
 #include "nvrtc_compiler.h"
 #include "random_init.h"
+#include "../common/half.h"
 
 static fg_status check_layer(const fg_layer *layer, const char *fn)
 {
@@ -155,6 +156,43 @@ fg_status fg_tools_fill_nan(fg_context *ctx, CUdeviceptr p, size_t floats)
 {
     fg_status s = enter_device(ctx, "fg_tools_fill_nan");
     return s != FG_OK ? s : cuda_status(ctx->cu->MemsetD32Async(p, 0x7fc00000u, floats, NULL), "filling with NaN");
+}
+
+fg_status fg_tools_upload_io(fg_context *ctx, CUdeviceptr dst, const float *src, size_t count, int dtype)
+{
+    if (dtype == 0)
+        return fg_tools_upload(ctx, dst, src, count * sizeof(float));
+    uint16_t *h = malloc(count ? count * 2 : 2);
+    if (!h)
+        return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "fg_tools_upload_io: out of memory");
+    for (size_t i = 0; i < count; i++)
+        h[i] = fg_float_to_half_bits(src[i], dtype);
+    fg_status s = fg_tools_upload(ctx, dst, h, count * 2);
+    free(h);
+    return s;
+}
+
+fg_status fg_tools_download_io(fg_context *ctx, float *dst, CUdeviceptr src, size_t count, int dtype)
+{
+    if (dtype == 0)
+        return fg_tools_download(ctx, dst, src, count * sizeof(float));
+    uint16_t *h = malloc(count ? count * 2 : 2);
+    if (!h)
+        return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "fg_tools_download_io: out of memory");
+    fg_status s = fg_tools_download(ctx, h, src, count * 2);
+    for (size_t i = 0; s == FG_OK && i < count; i++)
+        dst[i] = fg_half_bits_to_float(h[i], dtype);
+    free(h);
+    return s;
+}
+
+fg_status fg_tools_fill_nan_io(fg_context *ctx, CUdeviceptr p, size_t count, int dtype)
+{
+    if (dtype == 0)
+        return fg_tools_fill_nan(ctx, p, count);
+    fg_status s = enter_device(ctx, "fg_tools_fill_nan_io");
+    /* 0xffff is a NaN in bf16 and in fp16 */
+    return s != FG_OK ? s : cuda_status(ctx->cu->MemsetD8Async(p, 0xff, count * 2, NULL), "filling with NaN");
 }
 
 fg_status fg_tools_synchronize(fg_context *ctx)

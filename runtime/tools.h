@@ -65,6 +65,13 @@ fg_status fg_tools_download(fg_context *ctx, void *dst, CUdeviceptr src, size_t 
 /* Fills `floats` floats with NaN, so that an element no kernel writes shows. */
 fg_status fg_tools_fill_nan(fg_context *ctx, CUdeviceptr p, size_t floats);
 fg_status fg_tools_synchronize(fg_context *ctx);
+/* The same for a layer's input and output in its dtype (fg_layer_dtype; common/half.h's
+ * codes: 0 fp32, 1 bf16, 2 fp16): `count` floats on the host, `count` elements of the dtype
+ * on the device, converted on the way (rounded to nearest even on upload, exact on download);
+ * fill_nan_io writes NaNs of the dtype. */
+fg_status fg_tools_upload_io(fg_context *ctx, CUdeviceptr dst, const float *src, size_t count, int dtype);
+fg_status fg_tools_download_io(fg_context *ctx, float *dst, CUdeviceptr src, size_t count, int dtype);
+fg_status fg_tools_fill_nan_io(fg_context *ctx, CUdeviceptr p, size_t count, int dtype);
 
 /* ---- timing --------------------------------------------------------------------------- */
 

@@ -38,6 +38,8 @@ function M.geometry(layer)
     groups = conv.groups,
     in_sample = ins.sample,
     conv = conv,
+    half = lib.io_half(layer), -- the input and output are bf16/fp16 (lib.io_prelude)
+    io = lib.io_ctype(layer),
   }
   g.taps = g.K[1] * g.K[2] * g.K[3]
   g.in_plane = g.I[1] * g.I[2] * g.I[3]
@@ -83,8 +85,16 @@ function M.stage_input(c, g, T)
   -- cp.async: every copy of the tile is in flight at once (a plain load-then-store loop
   -- waits for each load's latency in turn); outside the input it zero-fills
   c:line("const bool in = %s;", table.concat(checks, " && "))
-  c:line("fg_cp_async4(s_in + %s, in ? xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw : xg, in);",
-    T.CP == T.ITILE and "e" or string.format("ci * %d + r", T.CP), g.in_plane, g.I[2], g.I[3])
+  local dst = T.CP == T.ITILE and "e" or string.format("ci * %d + r", T.CP)
+  if g.half then
+    -- a bf16/fp16 input: a converting load (cp.async copies bytes, it cannot widen); the
+    -- barrier that ends the staging orders these stores as it orders the copies
+    c:line("s_in[%s] = in ? fg_io_load(xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw) : 0.0f;", dst,
+      g.in_plane, g.I[2], g.I[3])
+  else
+    c:line("fg_cp_async4(s_in + %s, in ? xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw : xg, in);",
+      dst, g.in_plane, g.I[2], g.I[3])
+  end
   c:close()
 end
 
@@ -206,7 +216,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local loops = th.loops
   local dshape = layer.ops[pass.last].out_shape
   local targets = {} -- { array, value index (nil: the pass's domain value) }
-  if pass.store_output then targets[#targets + 1] = { names.output } end
+  if pass.store_output then targets[#targets + 1] = { names.output, nil, g.half } end
   if pass.store_buffer >= 0 then targets[#targets + 1] = { names.buffer[pass.store_buffer] } end
   for i = 0, pass.extra_stores.n - 1 do
     local b = pass.extra_stores[i]
@@ -271,16 +281,30 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
         c:close()
       end
       for k, tg in ipairs(targets) do
-        c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & 7) == 0)) {", tg[1])
-        c:line("*(float2 *)(%s + si0) = make_float2(sv%d_0, sv%d_1);", tg[1], k, k)
-        c:close("} else {")
-        c.depth = c.depth + 1
-        c:line("if (sk0) %s[si0] = sv%d_0;", tg[1], k)
-        c:line("if (sk1) %s[si1] = sv%d_1;", tg[1], k)
-        c:close()
+        if tg[3] then
+          -- a bf16/fp16 output: the pair as one 4-byte store of two rounded halves
+          c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & 3) == 0)) {", tg[1])
+          c:line("*(unsigned *)(%s + si0) = (unsigned)fg_io_round(sv%d_0) | ((unsigned)fg_io_round(sv%d_1) << 16);",
+            tg[1], k, k)
+          c:close("} else {")
+          c.depth = c.depth + 1
+          c:line("if (sk0) %s[si0] = fg_io_round(sv%d_0);", tg[1], k)
+          c:line("if (sk1) %s[si1] = fg_io_round(sv%d_1);", tg[1], k)
+          c:close()
+        else
+          c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & 7) == 0)) {", tg[1])
+          c:line("*(float2 *)(%s + si0) = make_float2(sv%d_0, sv%d_1);", tg[1], k, k)
+          c:close("} else {")
+          c.depth = c.depth + 1
+          c:line("if (sk0) %s[si0] = sv%d_0;", tg[1], k)
+          c:line("if (sk1) %s[si1] = sv%d_1;", tg[1], k)
+          c:close()
+        end
       end
     else
-      element(function(k, idx, v) c:line("%s[%s] = %s;", targets[k][1], idx, v) end, checked)
+      element(function(k, idx, v)
+        c:line("%s[%s] = %s;", targets[k][1], idx, targets[k][3] and "fg_io_round(" .. v .. ")" or v)
+      end, checked)
     end
     for _ = 1, pair and #loops - 1 or #loops do c:close() end
     ev:set_hoist(nil)
@@ -328,7 +352,7 @@ function M.render(layer, plan, pass, names, signature)
   c:line("const int od0 = (tile / %d) * %d, oh0 = ((tile / %d) %% %d) * %d, ow0 = (tile %% %d) * %d;", NTH * NTW, T.TD,
     NTW, NTH, T.TH, NTW, T.TW)
   c:line("const int g = (int)blockIdx.y / %d, co0 = ((int)blockIdx.y %% %d) * %d;", NCOB, NCOB, T.COT)
-  c:line("const float *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", names.input, g.in_sample, g.cin_g * g.in_plane)
+  c:line("const %s *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", g.io, names.input, g.in_sample, g.cin_g * g.in_plane)
   c:line("const float *wg = %s + (fg_u64)(g * %d + co0) * %d;", names.param[conv.weight_param], g.cout_g, g.cin_g * g.taps)
   c:line("const int id0 = od0 * %d - %d, ih0 = oh0 * %d - %d, iw0 = ow0 * %d - %d;", g.S[1], g.P[1], g.S[2], g.P[2],
     g.S[3], g.P[3])

@@ -16,7 +16,7 @@ local renderers = {
 }
 
 -- Kernel parameters, in the plan's order (the runtime passes them in the same order).
-local function signature(plan, pass)
+local function signature(layer, plan, pass)
   local names = { buffer = {}, param = {}, accum = {}, stats = {}, input = "x", output = "out" }
   local parts = {}
   local stores = { [pass.store_buffer] = true }
@@ -31,9 +31,9 @@ local function signature(plan, pass)
     local a = pass.args[i]
     local k, idx = a.kind, a.index
     if k == "input" then
-      parts[#parts + 1] = "const float *__restrict__ x"
+      parts[#parts + 1] = "const " .. lib.io_ctype(layer) .. " *__restrict__ x"
     elseif k == "output" then
-      parts[#parts + 1] = "float *__restrict__ out"
+      parts[#parts + 1] = lib.io_ctype(layer) .. " *__restrict__ out"
     elseif k == "buffer" then
       names.buffer[idx] = "b" .. idx
       parts[#parts + 1] = ((stores[idx] or packs) and "float" or "const float") .. " *__restrict__ b" .. idx
@@ -84,6 +84,7 @@ function M.render(layer, plan)
   c:line(" */")
   c:blank()
   for l in ops.prelude:gmatch("([^\n]*)\n") do c:line(l) end
+  for l in lib.io_prelude(layer):gmatch("([^\n]*)\n") do c:line(l) end
   for i = 0, plan.n_passes - 1 do
     local pass = plan.passes[i]
     if pass.kind == "resident" and pass.res.cluster > 1 then
@@ -104,7 +105,7 @@ function M.render(layer, plan)
     if pass.kind == "cudnn" then
       c:line("/* pass %d: cuDNN's convolution computes v0 (no generated kernel) */", i)
     else
-      local sig, names = signature(plan, pass)
+      local sig, names = signature(layer, plan, pass)
       if pass.kind == "pack_input" then
         c:append(renderers.conv_wgmma.render_pack_input(layer, plan, pass, names, sig))
       elseif pass.kind == "pack_weights" then

@@ -130,6 +130,59 @@ function lib.unravel(code, shape, idx, prefix)
   return coords
 end
 
+-- ---- the layer's input and output dtype ----------------------------------------------
+-- The input and output are float32, or bf16/fp16 (the spec's `dtype`) held as their 16 bits
+-- in `fg_io` (unsigned short; the prelude below defines it and its conversions). Everything
+-- in between is float32: a half input is widened where it is loaded, the output rounded
+-- where it is stored.
+function lib.io_half(layer) return layer.dtype ~= "fp32" end
+function lib.io_ctype(layer) return lib.io_half(layer) and "fg_io" or "float" end
+
+-- The value `v` (a float expression) as stored into the layer output.
+function lib.io_store(layer, v)
+  if lib.io_half(layer) then return "fg_io_round(" .. v .. ")" end
+  return v
+end
+
+-- The prelude of a half-dtype layer (none for float32: its sources stay as they were). The
+-- conversions are PTX's (cvt, sm_80+), not cuda_bf16.h/cuda_fp16.h: a generated source
+-- includes no header, so NVRTC needs none (DESIGN.md, templates/layer.lua).
+function lib.io_prelude(layer)
+  if layer.dtype == "bf16" then
+    return [[
+/* dtype bf16: the input and output elements (the bits of a bfloat16) */
+typedef unsigned short fg_io;
+__device__ __forceinline__ float fg_io_load(const fg_io *p) { return __uint_as_float((unsigned)*p << 16); }
+/* to the nearest bfloat16, ties to even (NaN stays NaN) */
+__device__ __forceinline__ fg_io fg_io_round(float x)
+{
+    unsigned short r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    return r;
+}
+]]
+  elseif layer.dtype == "fp16" then
+    return [[
+/* dtype fp16: the input and output elements (the bits of an IEEE half) */
+typedef unsigned short fg_io;
+__device__ __forceinline__ float fg_io_load(const fg_io *p)
+{
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(*p));
+    return r;
+}
+/* to the nearest half, ties to even (overflow to infinity, NaN stays NaN) */
+__device__ __forceinline__ fg_io fg_io_round(float x)
+{
+    unsigned short r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    return r;
+}
+]]
+  end
+  return ""
+end
+
 function lib.map(t, f)
   local r = {}
   for i, v in ipairs(t) do r[i] = f(v) end

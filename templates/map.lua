@@ -63,7 +63,8 @@ function M.render(layer, plan, pass, names, signature)
   local coords = lib.unravel(c, dshape, "i", "o")
   local v = ev:eval(pass.last, coords)
   for _, st in ipairs(stores(plan, pass, names)) do
-    c:line("%s[(fg_u64)n * %d + i] = %s;", st[1], dshape.sample, ev:eval(st[2], coords))
+    local v = ev:eval(st[2], coords)
+    c:line("%s[(fg_u64)n * %d + i] = %s;", st[1], dshape.sample, st[1] == names.output and lib.io_store(layer, v) or v)
   end
   feed.element(c, ev, plan, pass.feeds, v, coords, nil)
   ev:pop_scope()
@@ -137,7 +138,19 @@ function M.render_vectorized(c, ev, layer, plan, pass, names)
     c:close()
   end
   for si, st in ipairs(writes) do
-    if st[1] == names.output then
+    if st[1] == names.output and lib.io_half(layer) then
+      -- a bf16/fp16 output: four rounded halves, one 8-byte store when aligned
+      c:line("fg_io *y%d = %s + (fg_u64)n * %d + i0;", si, st[1], dshape.sample)
+      c:line("const fg_io h%d[4] = {fg_io_round(r%d.x), fg_io_round(r%d.y), fg_io_round(r%d.z), fg_io_round(r%d.w)};",
+        si, si, si, si, si)
+      c:open("if (((fg_u64)y%d & 7) == 0) {", si)
+      c:line("*(uint2 *)y%d = make_uint2((unsigned)h%d[0] | ((unsigned)h%d[1] << 16), (unsigned)h%d[2] | ((unsigned)h%d[3] << 16));",
+        si, si, si, si, si)
+      c:close("} else {")
+      c.depth = c.depth + 1
+      c:line("y%d[0] = h%d[0]; y%d[1] = h%d[1]; y%d[2] = h%d[2]; y%d[3] = h%d[3];", si, si, si, si, si, si, si, si)
+      c:close()
+    elseif st[1] == names.output then
       -- the caller's output may sit at any float (a view); the workspace is 256-byte aligned
       c:line("float *y%d = %s + (fg_u64)n * %d + i0;", si, st[1], dshape.sample)
       c:line("if (((fg_u64)y%d & 15) == 0) *(float4 *)y%d = r%d;", si, si, si)

@@ -67,5 +67,15 @@ out=$("$fusegen" plan "$work/bad.lua" 2>&1)
 rc=$?
 check "refused (exit $rc)" "bad.lua:6: squeeze: field 'dim' names the batch dim 0" "$out"
 [ $rc -eq 1 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: exit $rc, expected 1" >&2; }
+# half dtypes: run --device cpu writes the output in the layer's dtype (BF16, F16), and an
+# --input of another dtype is refused naming the spec's field
+sed 's/^  input = .*$/&\n  dtype = "bf16",/; s/"pooled"/"pooled_bf16"/' "$work/pooled.lua" >"$work/p16.lua"
+out=$("$fusegen" run "$work/p16.lua" --device cpu --batch 2 --out "$work/p16.safetensors" 2>&1)
+check "bf16 run" "pooled_bf16: output [2, 8] on the CPU" "$out"
+check "bf16 output file" '"dtype":"BF16","shape":[2,8]' "$(head -c 200 "$work/p16.safetensors" | tr -d '\0')"
+sed 's/"bf16"/"fp16"/; s/pooled_bf16/pooled_fp16/' "$work/p16.lua" >"$work/p16b.lua"
+"$fusegen" run "$work/p16.lua" --device cpu --batch 2 --out "$work/in16.safetensors" >/dev/null 2>&1
+out=$("$fusegen" run "$work/p16b.lua" --device cpu --input "$work/in16.safetensors" 2>&1)
+check "fp16 layer refuses a BF16 input" "is BF16, but the layer's input is F16 (its spec's dtype = \"fp16\")" "$out"
 echo "cli shapes: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -223,6 +223,74 @@ static void resident_variants(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* Half-precision input and output (the spec's dtype = "bf16" / "fp16"): every engine and
+ * strategy renders its converting loads and rounding stores and compiles for sm_80 and
+ * sm_90a (sm_90 for resident) without spills (but the tolerance above). The source must
+ * carry the dtype's conversions; the fp32 sources (golden-sources) carry none. */
+typedef struct half_case {
+    const char *spec;
+    fg_dtype dtype;
+    const char *arch;
+    fg_engine_choice engine;
+    int strategy; /* -1: the planner's */
+    int engine_is; /* the conv engine the plan must have (an fg_conv_engine), -1: any */
+} half_case;
+
+static void half_dtypes(void **state)
+{
+    (void)state;
+    static const half_case cases[] = {
+        {"kb85", FG_DTYPE_BF16, "sm_80", FG_ENGINE_AUTO, -1, -1},
+        {"kb85", FG_DTYPE_FP16, "sm_90a", FG_ENGINE_AUTO, -1, -1},
+        {"kb23", FG_DTYPE_FP16, "sm_80", FG_ENGINE_AUTO, -1, -1}, /* 3D, a mean over everything */
+        {"kb92", FG_DTYPE_BF16, "sm_80", FG_ENGINE_PREFER_FMA, -1, FG_CONV_FMA},
+        {"kb92", FG_DTYPE_FP16, "sm_80", FG_ENGINE_PREFER_MMA, -1, FG_CONV_MMA},
+        {"kb92", FG_DTYPE_BF16, "sm_90a", FG_ENGINE_PREFER_WGMMA, -1, FG_CONV_WGMMA},
+        {"kb21", FG_DTYPE_FP16, "sm_80", FG_ENGINE_AUTO, FG_STRATEGY_RECOMPUTE, -1},
+        {"kb79", FG_DTYPE_BF16, "sm_90", FG_ENGINE_AUTO, FG_STRATEGY_RESIDENT, -1},
+    };
+    int problems = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const half_case *h = &cases[i];
+        fg_layer_ir *ir = fgt_load_spec(h->spec);
+        ir->dtype = h->dtype;
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, h->arch);
+        opts.engine = h->engine;
+        opts.force_strategy = h->strategy;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        bool engine_seen = h->engine_is < 0;
+        for (int p = 0; p < plan->n_passes; p++)
+            engine_seen |= plan->passes[p].kind == FG_PASS_CONV && (int)plan->passes[p].conv.engine == h->engine_is;
+        char what[256];
+        snprintf(what, sizeof what, "%s (dtype %s, engine %d, strategy %d) for %s", ir->name, fg_dtype_name(h->dtype),
+                 (int)h->engine, h->strategy, h->arch);
+        if (!engine_seen)
+            fail_msg("%s: the plan's conv is not on engine %d", what, h->engine_is);
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CUDNN)
+                fail_msg("%s: a half-dtype layer planned on cuDNN", what);
+        fg_rendered src;
+        fg_error err = {{0}};
+        if (fg_render(ir, plan, &src, &err) != 0)
+            fail_msg("%s: %s", what, err.msg);
+        const char *cvt = h->dtype == FG_DTYPE_BF16 ? "cvt.rn.bf16.f32" : "cvt.rn.f16.f32";
+        if (!strstr(src.source, cvt) || !strstr(src.source, "const fg_io *__restrict__ x") ||
+            !strstr(src.source, "fg_io_round(") || !strstr(src.source, "fg_io_load("))
+            fail_msg("%s: the source lacks the dtype's loads, stores or conversions", what);
+        fg_compiled c;
+        if (fg_nvrtc_compile(src.source, ir->name, h->arch, NULL, &c, &err) != 0)
+            fail_msg("%s: %s", what, err.msg);
+        check_cubin(what, c.cubin, c.size, atoi(h->arch + 3));
+        problems += check_resources(what, plan, &c);
+        fg_compiled_free(&c);
+        fg_rendered_free(&src);
+        free(plan);
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* A layer with every op kind: the templates of each compile. */
 static void every_op_kind(void **state)
 {
@@ -336,6 +404,7 @@ int main(void)
         cmocka_unit_test(wgmma_split_k),
         cmocka_unit_test(resident_variants),
         cmocka_unit_test(recompute_variant),
+        cmocka_unit_test(half_dtypes),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),
     };

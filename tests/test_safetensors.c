@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../common/half.h"
 #include "api_internal.h"
 #include "fusegen.h"
 #include "safetensors.h"
@@ -625,12 +626,151 @@ static void folded_batch_norm_follows_every_bind(void **state)
     assert_int_equal(fg_context_destroy(ctx), FG_OK);
 }
 
+/* common/half.h: rounding to nearest even (ties, subnormals, overflow, NaN) and every 16-bit
+ * pattern widened and narrowed back unchanged. */
+static void half_conversions(void **state)
+{
+    (void)state;
+    static const struct {
+        float x;
+        int dtype;
+        uint16_t bits;
+    } known[] = {
+        {1.0f, 1, 0x3f80}, {1.0f, 2, 0x3c00}, {-2.0f, 1, 0xc000}, {-2.0f, 2, 0xc000},
+        {1.0f + 0x1p-8f, 1, 0x3f80},        /* a tie: to even */
+        {1.0f + 0x3p-8f, 1, 0x3f82},        /* a tie: to even (up) */
+        {1.0f + 0x1p-11f, 2, 0x3c00},       {1.0f + 0x3p-11f, 2, 0x3c02},
+        {65504.0f, 2, 0x7bff},              {65519.0f, 2, 0x7bff}, {65520.0f, 2, 0x7c00}, /* overflow at the tie */
+        {0x1p-24f, 2, 0x0001},              {0x1p-25f, 2, 0x0000}, {0x3p-25f, 2, 0x0002}, /* subnormals */
+        {0x1p-133f, 1, 0x0001},             {3.4e38f, 1, 0x7f80}, /* bf16 overflows to infinity */
+        {-0.0f, 1, 0x8000},                 {-0.0f, 2, 0x8000},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        uint16_t got = fg_float_to_half_bits(known[i].x, known[i].dtype);
+        if (got != known[i].bits)
+            fail_msg("%a as %s: 0x%04x, expected 0x%04x", (double)known[i].x, known[i].dtype == 1 ? "bf16" : "fp16",
+                     got, known[i].bits);
+    }
+    assert_int_equal(fg_float_to_half_bits(NAN, 1), 0x7fc0);
+    assert_int_equal(fg_float_to_half_bits(NAN, 2), 0x7e00);
+    for (int dtype = 1; dtype <= 2; dtype++)
+        for (uint32_t h = 0; h < 0x10000; h++) {
+            float f = fg_half_bits_to_float((uint16_t)h, dtype);
+            if (isnan(f))
+                continue;
+            if (fg_float_to_half_bits(f, dtype) != h || fg_round_to_dtype(f, dtype) != (double)f)
+                fail_msg("dtype %d: 0x%04x does not round-trip", dtype, h);
+        }
+}
+
+/* A BF16 or F16 tensor is written in its dtype (rounded) and reads back as those values. */
+static void half_written(void **state)
+{
+    (void)state;
+    float v[4] = {1.0f + 0x3p-11f, -3.14159f, 1e-3f, 70000.0f};
+    for (int dtype = 1; dtype <= 2; dtype++) {
+        fg_tensor t = {.name = "output", .rank = 1, .dim = {4}, .count = 4, .data = v};
+        snprintf(t.dtype, sizeof t.dtype, "%s", dtype == 1 ? "BF16" : "F16");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/half_%d.safetensors", g_dir, dtype);
+        fg_error err = {{0}};
+        if (fg_safetensors_write(path, &t, 1, &err) != 0)
+            fail_msg("write: %s", err.msg);
+        fg_tensor_file f;
+        if (fg_safetensors_read(path, &f, &err) != 0)
+            fail_msg("read: %s", err.msg);
+        assert_string_equal(f.tensors[0].dtype, t.dtype);
+        for (int i = 0; i < 4; i++)
+            assert_true(f.tensors[0].data[i] == (float)fg_round_to_dtype(v[i], dtype));
+        fg_tensor_file_free(&f);
+    }
+}
+
+/* Layers with dtype bf16 and fp16 on the CPU reference: each input value rounded to the dtype,
+ * the float64 result rounded once: within half an ulp of the dtype of the float32 layer's
+ * result on the rounded input, and a value of the dtype. fg_layer_dtype names the dtype. */
+static void half_dtype_reference(void **state)
+{
+    (void)state;
+    fg_context *ctx = cpu_context();
+    static const char *const names[] = {"fp32", "bf16", "fp16"};
+    const int64_t batch = 2, n_in = batch * 3 * 9 * 10;
+    float *x = malloc(sizeof(float) * (size_t)n_in), *xr = malloc(sizeof(float) * (size_t)n_in);
+    float w[4 * 3 * 3 * 3], b[4];
+    for (int i = 0; i < 108; i++)
+        w[i] = (float)sin(0.7 * i) * 0.4f;
+    for (int i = 0; i < 4; i++)
+        b[i] = 0.1f * (float)i - 0.15f;
+    for (int64_t i = 0; i < n_in; i++)
+        x[i] = (float)(0.5 + 0.49 * sin(1.3 * (double)i));
+    float out[3][2 * 1 * 7 * 8];
+    for (int dtype = 2; dtype >= 0; dtype--) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "return layer \"t\" {\n  input = { \"N\", 3, 9, 10 },\n%s"
+                 "  conv2d { name = \"conv\", out_channels = 4, kernel = 3 },\n  group_norm { groups = 2, affine = false },\n"
+                 "  gelu {},\n  logsumexp { dim = 1, keepdim = true },\n}\n",
+                 dtype == 1 ? "  dtype = \"bf16\",\n" : dtype == 2 ? "  dtype = \"fp16\",\n" : "");
+        fg_layer *layer = NULL;
+        if (fg_layer_load_string(ctx, "half.lua", src, &layer) != FG_OK)
+            fail_msg("load (%s): %s", names[dtype], fg_last_error());
+        const char *name = NULL;
+        int bytes = 0;
+        assert_int_equal(fg_layer_dtype(layer, &name, &bytes), FG_OK);
+        assert_string_equal(name, names[dtype]);
+        assert_int_equal(bytes, dtype ? 2 : 4);
+        assert_int_equal(fg_layer_dtype(layer, NULL, NULL), FG_ERR_INVALID_ARGUMENT);
+        assert_int_equal(fg_layer_bind_host(layer, "conv.weight", w, sizeof w), FG_OK);
+        assert_int_equal(fg_layer_bind_host(layer, "conv.bias", b, sizeof b), FG_OK);
+        /* the fp32 layer runs on the values the half layers read: rounded to fp16 (finer
+         * than bf16's, so each half layer is compared with the fp32 layer on its own input) */
+        for (int64_t i = 0; i < n_in; i++)
+            xr[i] = (float)fg_round_to_dtype(x[i], dtype ? dtype : 2);
+        if (fg_layer_run_cpu(layer, dtype ? x : xr, out[dtype], batch) != FG_OK)
+            fail_msg("run (%s): %s", names[dtype], fg_last_error());
+        fg_layer_destroy(layer);
+        if (dtype == 2) {
+            for (int i = 0; i < 112; i++) {
+                if (fg_round_to_dtype(out[2][i], 2) != (double)out[2][i])
+                    fail_msg("fp16 output %d (%a) is not an fp16 value", i, (double)out[2][i]);
+            }
+        }
+    }
+    /* fp16 against the fp32 layer on the fp16-rounded input */
+    for (int i = 0; i < 112; i++)
+        if (fabs((double)out[2][i] - out[0][i]) > 0.5 * fg_dtype_ulp(out[0][i], 2) * (1 + 1e-6))
+            fail_msg("fp16 output %d: %a, the fp32 layer's %a", i, (double)out[2][i], (double)out[0][i]);
+    /* bf16 reads the input rounded to bf16: its result against the fp32 layer on that input */
+    {
+        fg_layer *layer = NULL;
+        const char *src = "return layer \"t\" {\n  input = { \"N\", 3, 9, 10 },\n"
+                          "  conv2d { name = \"conv\", out_channels = 4, kernel = 3 },\n  group_norm { groups = 2, affine = false },\n"
+                          "  gelu {},\n  logsumexp { dim = 1, keepdim = true },\n}\n";
+        assert_int_equal(fg_layer_load_string(ctx, "half.lua", src, &layer), FG_OK);
+        assert_int_equal(fg_layer_bind_host(layer, "conv.weight", w, sizeof w), FG_OK);
+        assert_int_equal(fg_layer_bind_host(layer, "conv.bias", b, sizeof b), FG_OK);
+        for (int64_t i = 0; i < n_in; i++)
+            xr[i] = (float)fg_round_to_dtype(x[i], 1);
+        assert_int_equal(fg_layer_run_cpu(layer, xr, out[0], batch), FG_OK);
+        fg_layer_destroy(layer);
+    }
+    for (int i = 0; i < 112; i++) {
+        if (fg_round_to_dtype(out[1][i], 1) != (double)out[1][i])
+            fail_msg("bf16 output %d (%a) is not a bf16 value", i, (double)out[1][i]);
+        if (fabs((double)out[1][i] - out[0][i]) > 0.5 * fg_dtype_ulp(out[0][i], 1) * (1 + 1e-6))
+            fail_msg("bf16 output %d: %a, the fp32 layer's %a", i, (double)out[1][i], (double)out[0][i]);
+    }
+    free(x);
+    free(xr);
+    fg_context_destroy(ctx);
+}
+
 int main(void)
 {
     char *env = fgt_tmpdir("safetensors-env");
     fgt_isolate_environment(env);
     g_dir = fgt_tmpdir("safetensors");
-    struct CMUnitTest tests[N_BAD + 9];
+    struct CMUnitTest tests[N_BAD + 12];
     for (int i = 0; i < N_BAD; i++)
         tests[i] = (struct CMUnitTest){bad_files[i].name, run_bad_file, NULL, NULL, (void *)&bad_files[i]};
     tests[N_BAD] = (struct CMUnitTest)cmocka_unit_test(too_short_and_unreadable);
@@ -642,7 +782,10 @@ int main(void)
     tests[N_BAD + 6] = (struct CMUnitTest)cmocka_unit_test(batch_norm_state_in_a_strict_bind);
     tests[N_BAD + 7] = (struct CMUnitTest)cmocka_unit_test(folded_batch_norm_follows_every_bind);
     tests[N_BAD + 8] = (struct CMUnitTest)cmocka_unit_test(half_precision_widened);
-    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 9, NULL, NULL);
+    tests[N_BAD + 9] = (struct CMUnitTest)cmocka_unit_test(half_conversions);
+    tests[N_BAD + 10] = (struct CMUnitTest)cmocka_unit_test(half_written);
+    tests[N_BAD + 11] = (struct CMUnitTest)cmocka_unit_test(half_dtype_reference);
+    int failed = _cmocka_run_group_tests("safetensors", tests, N_BAD + 12, NULL, NULL);
     fgt_rmtree(g_dir);
     free(g_dir);
     fgt_rmtree(env);

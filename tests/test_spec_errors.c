@@ -86,6 +86,12 @@ static const bad_case cases[] = {
     {.name = "batch_norm_stats_choice", .source = HDR "  batch_norm { stats = \"moving\" },\n}\n", .expect = {"bad.lua:4:", "field 'stats' must be one of \"batch\", \"running\""}},
     {.name = "precision_choice", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  precision = \"fp16\",\n"
                          "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "field 'precision' must be one of \"fp32\", \"tf32\""}},
+    {.name = "dtype_choice", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  dtype = \"float16\",\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "layer: field 'dtype' must be one of \"fp32\", \"bf16\", \"fp16\""}},
+    {.name = "dtype_not_a_string", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  dtype = 16,\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "field 'dtype' must be one of"}},
+    {.name = "dtype_misspelt_field", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  dtyp = \"bf16\",\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "layer: unknown field 'dtyp'", "did you mean 'dtype'?"}},
     {.name = "op_called_with_number", .source = HDR "  relu(3),\n}\n", .expect = {"bad.lua:4:", "relu expects a table of fields", "got a number"}},
     {.name = "layer_without_name", .source = "return layer { input = { \"N\", 4, 8, 8 } }\n", .expect = {"bad.lua:1:", "layer expects a name first"}},
     {.name = "layer_body_not_table", .source = "return layer \"t\" (42)\n", .expect = {"bad.lua:1:", "layer \"t\" expects a table"}},

@@ -283,6 +283,9 @@ class Layer(_Handle):
         self.context._adopt(self)
         self._params = self._read_params()
         self._ignored = self._read_ignored()
+        dtype = ctypes.c_char_p()
+        _check(lib().fg_layer_dtype(self._handle, ctypes.byref(dtype), None))
+        self._dtype = dtype.value.decode()
 
     # -- lifetime
 
@@ -346,6 +349,19 @@ class Layer(_Handle):
         _check(fn(self._live_handle(), 1 if symbolic else batch, ctypes.byref(rank), dims))
         shape = tuple(dims[d] for d in range(rank.value))
         return (batch,) + shape[1:] if symbolic else shape
+
+    @property
+    def dtype(self) -> str:
+        """The dtype of the layer's input and output (the spec's `dtype`): "fp32", "bf16" or
+        "fp16". Parameters are float32 whatever it is."""
+        return self._dtype
+
+    @property
+    def torch_dtype(self) -> Any:
+        """The torch dtype of the layer's input and output tensors on the GPU (imports torch)."""
+        import torch
+
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self._dtype]
 
     def input_shape(self, batch: int) -> Shape:
         """The input's shape for `batch` samples (a tuple)."""
@@ -498,10 +514,17 @@ class Layer(_Handle):
             )
         return shape[0]
 
+    def _check_dtype(self, t, what):
+        want = self.torch_dtype
+        if t.dtype != want:
+            raise TypeError(
+                f"fusegen: {what} is {t.dtype}, but layer {self.source} takes {want} "
+                f'(its spec\'s dtype = "{self._dtype}")'
+            )
+
     def _check_cuda_tensor(self, t, what):
         torch = sys.modules["torch"]
-        if t.dtype != torch.float32:
-            raise TypeError(f"fusegen: {what} is {t.dtype}; fusegen runs float32")
+        self._check_dtype(t, what)
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
         if index != self.context.device:
             raise ValueError(f"fusegen: {what} is on {t.device} but the layer's context uses cuda:{self.context.device}")
@@ -516,6 +539,17 @@ class Layer(_Handle):
         if torch is not None:
             if out is not None and _torch_if_tensor(out) is None:
                 raise TypeError("fusegen: out must be a CPU torch tensor when x is one")
+            self._check_dtype(x, "the input")
+            if self._dtype != "fp32":
+                # NumPy has no bfloat16: the reference runs on the values as float32 and its
+                # result (rounded to the dtype) comes back in the dtype
+                if out is not None:
+                    self._check_dtype(out, "out")
+                y = torch.from_numpy(self.run_reference(x.detach().cpu().float().numpy())).to(self.torch_dtype)
+                if out is not None:
+                    out.copy_(y)
+                    return out
+                return y
             host_out = out.numpy() if out is not None else None
             return torch.from_numpy(self.run_reference(x.detach().cpu().numpy(), out=host_out))
         return self.run_reference(x, out=out)
@@ -533,7 +567,7 @@ class Layer(_Handle):
         batch = self._check_input(tuple(x.shape))
         shape = self.output_shape(batch)
         if out is None:
-            out = torch.empty(shape, device=x.device, dtype=torch.float32)
+            out = torch.empty(shape, device=x.device, dtype=self.torch_dtype)
         else:
             if _torch_if_tensor(out) is None or not out.is_cuda:
                 raise TypeError("fusegen: out must be a CUDA tensor when the input is one")
@@ -549,7 +583,9 @@ class Layer(_Handle):
     def run_reference(self, x: Any, out: Optional[np.ndarray] = None) -> np.ndarray:
         """The CPU float64 reference (fg_layer_run_cpu) on a NumPy array (converted to
         float32, the API's input type); returns a float32 NumPy array. Needs host-bound
-        parameters (bind, load_state_dict or load_safetensors)."""
+        parameters (bind, load_state_dict or load_safetensors). For a bf16/fp16 layer the
+        input values are rounded to the dtype first and the result is rounded to it (still
+        returned as float32)."""
         h = self._live_handle()
         arr = np.asarray(x)
         if arr.dtype.kind != "f":

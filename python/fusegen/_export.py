@@ -1141,7 +1141,7 @@ def _layer_name(name):
     return name
 
 
-def _render(ops, name, input_shape, module, torch_version):
+def _render(ops, name, input_shape, module, torch_version, dtype=None):
     from . import __version__
 
     lines = [
@@ -1151,6 +1151,8 @@ def _render(ops, name, input_shape, module, torch_version):
         f"return layer {_lua(name)} {{",
         f"  input = {_lua(['N'] + [int(d) for d in input_shape[1:]])},",
     ]
+    if dtype is not None:
+        lines.append(f"  dtype = {_lua(dtype)},  -- the input's (and the output's) dtype; parameters stay float32")
     op_lines = {}
     for op in ops:
         fields = list(op.fields)
@@ -1171,7 +1173,8 @@ def export(module: Any, example_input: Any, *, name: Optional[str] = None, check
 
     example_input: a tensor the module accepts ([N, C, H, W] or [N, C, D, H, W]), used to
     trace the module and give every value its shape; the spec's input is that shape with the
-    batch left to run time ("N"). name: the layer's name (default: the module's class name).
+    batch left to run time ("N"). A torch.bfloat16 or torch.float16 example input gives the
+    spec that `dtype` (its input and output; the parameters stay float32). name: the layer's name (default: the module's class name).
     check: load the spec with libfusegen (a CPU-only context) and compare its output shape
     with the module's; a spec the library refuses raises ExportError naming the node.
 
@@ -1227,7 +1230,10 @@ def export(module: Any, example_input: Any, *, name: Optional[str] = None, check
 
     tr = _Translator(module, gm, torch, F, nn)
     ops = tr.run()
-    text, op_lines = _render(ops, layer_name, tuple(example_input.shape), module, torch.__version__)
+    # a bf16/fp16 example input makes a layer of that dtype (its input and output); every
+    # other floating type gives the default, float32
+    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(example_input.dtype)
+    text, op_lines = _render(ops, layer_name, tuple(example_input.shape), module, torch.__version__, dtype)
     if check:
         _check_loads(text, op_lines, layer_name, gm, example_input)
     return text

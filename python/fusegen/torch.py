@@ -24,6 +24,8 @@ like any kernel. On a CPU tensor it runs fusegen's float64 CPU reference (slow: 
 
 Inference only: the op has no autograd formula (its output does not require grad).
 Parameters must be float32; the module's `.double()` or `.half()` make the op refuse to run.
+The input and output have the spec's dtype: float32, or torch.bfloat16 / torch.float16 for a
+spec with dtype = "bf16" / "fp16" (an input of another dtype is refused).
 Layers whose conv runs in cuDNN (precision = "tf32") are refused at the first CUDA run.
 """
 
@@ -70,6 +72,8 @@ class _Runtime:
         self.param_shapes = [tuple(s) for _, s in probe.params]
         self.ignored = probe.ignored
         self.in_tail = tuple(probe.input_shape(1)[1:])
+        self.dtype = probe.torch_dtype  # of the input and the output (the spec's dtype)
+        self.dtype_name = probe.dtype
         self.out_tail = tuple(probe.output_shape(1)[1:])
 
     def layer(self, index):
@@ -85,8 +89,11 @@ class _Runtime:
                 f"fusegen: input shape {list(x.shape)} does not match layer {self.name}'s input "
                 f"{['N'] + list(self.in_tail)}"
             )
-        if x.dtype != torch.float32:
-            raise TypeError(f"fusegen: the input is {x.dtype}; fusegen runs float32")
+        if x.dtype != self.dtype:
+            raise TypeError(
+                f"fusegen: the input is {x.dtype}, but layer {self.name} takes {self.dtype} "
+                f'(its spec\'s dtype = "{self.dtype_name}")'
+            )
         if len(params) != len(self.param_names):
             raise ValueError(f"fusegen: layer {self.name} takes {len(self.param_names)} parameters, got {len(params)}")
         for name, shape, p in zip(self.param_names, self.param_shapes, params):
@@ -130,13 +137,13 @@ class _Runtime:
             self.bind(index, layer, params)
         x = x.detach()
         if index < 0:
-            out = layer.run_reference(x.contiguous().numpy())
-            return torch.from_numpy(out)
+            out = layer.run_reference(x.contiguous().float().numpy())
+            return torch.from_numpy(out).to(self.dtype)
         x = x.contiguous()
         if x.data_ptr() % 16:  # the kernels read 16 bytes at a time
             x = x.clone()
         batch = x.shape[0]
-        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=torch.float32)
+        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=self.dtype)
         ws_bytes = layer.workspace_size(batch)
         # from torch's caching allocator, on the current stream: freed when this returns, which
         # is safe, since later users of the block run after these kernels on the same stream
@@ -199,7 +206,7 @@ def _(x, params, spec, instance):
         raise ValueError(
             f"fusegen: input shape {list(x.shape)} does not match layer {rt.name}'s input {['N'] + list(rt.in_tail)}"
         )
-    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=torch.float32)
+    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=rt.dtype)
 
 
 class FusedLayer(nn.Module):

@@ -336,6 +336,84 @@ class Compile(unittest.TestCase):
             compiled(torch.rand(2, 3, 12, 10))
         self.assertIn("does not match layer", str(cm.exception))
 
+if torch is not None:
+
+    class HalfBlock(nn.Module):
+        """A conv, a group norm (statistics), an activation and a max over channels."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 16, 3)
+            self.gn = nn.GroupNorm(4, 16)
+
+        def forward(self, x):
+            return torch.amax(torch.relu(self.gn(self.conv(x))), dim=1, keepdim=True)
+
+
+def half_ulp(want, dtype):
+    """One unit in the last place of `dtype` at each value of `want` (float64 NumPy)."""
+    digits, emin = (8, -126) if dtype == torch.bfloat16 else (11, -14)
+    e = np.floor(np.log2(np.maximum(np.abs(want), 2.0**emin)))
+    return np.exp2(e - (digits - 1))
+
+
+def assert_half_close(test, got, want, dtype, what):
+    """The half-dtype bar (docs/spec.md): |got - want rounded to the dtype| <= 1e-4 (1 + |want|)
+    + 1 ulp of the dtype."""
+    test.assertEqual(got.dtype, dtype, what)
+    want_r = want.to(dtype).double().detach().cpu().numpy()
+    g = got.double().detach().cpu().numpy()
+    bound = 1e-4 + 1e-4 * np.abs(want_r) + half_ulp(want_r, dtype)
+    bad = np.abs(g - want_r) > bound
+    test.assertFalse(bad.any(), f"{what}: {int(bad.sum())} elements past 1 ulp; max error {np.max(np.abs(g - want_r)):.3g}")
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class HalfDtype(unittest.TestCase):
+    """A spec with dtype = "bf16" / "fp16": its input and output are that torch dtype (on the
+    CPU through the float64 reference: the input's values, the result rounded once); float32
+    parameters; a tensor of another dtype is refused, naming the spec's field."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+        self.block = HalfBlock().eval()
+
+    def run_dtype(self, dtype, name):
+        x = torch.rand(2, 4, 12, 12).to(dtype)
+        # a module and example input in the dtype: the spec gets the dtype
+        spec = fusegen.export(copy.deepcopy(self.block).to(dtype), x)
+        self.assertIn(f'dtype = "{name}"', spec)
+        fused = fgt.FusedLayer(spec)
+        fused.load_state_dict(self.block.state_dict())
+        self.assertTrue(all(p.dtype == torch.float32 for p in fused.parameters()))
+        got = fused(x)
+        want = copy.deepcopy(self.block).double()(x.double())
+        assert_half_close(self, got, want, dtype, name)
+        layer = fusegen.Layer(spec)
+        self.assertEqual(layer.dtype, name)
+        self.assertEqual(layer.torch_dtype, dtype)
+        for k, v in self.block.state_dict().items():
+            layer.bind(k, v)
+        assert_half_close(self, layer(x), want, dtype, name + " (Layer)")
+        with self.assertRaises(TypeError) as cm:
+            fused(x.float())
+        self.assertIn(f'dtype = "{name}"', str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            layer(x.float())
+        self.assertIn(f'dtype = "{name}"', str(cm.exception))
+
+    def test_bf16(self):
+        self.run_dtype(torch.bfloat16, "bf16")
+
+    def test_fp16(self):
+        self.run_dtype(torch.float16, "fp16")
+
+    def test_fp32_layer_refuses_half(self):
+        fused = fgt.FusedLayer(fusegen.export(self.block, torch.rand(1, 4, 12, 12)))
+        with self.assertRaises(TypeError) as cm:
+            fused(torch.rand(1, 4, 12, 12, dtype=torch.bfloat16))
+        self.assertIn('dtype = "fp32"', str(cm.exception))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

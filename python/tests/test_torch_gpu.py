@@ -37,7 +37,7 @@ if CUDA:
     import fusegen.torch as fgt
     from torch import nn
     from test_export import CASES, KB92, build_case, randomize
-    from test_torch import Net  # torch ops around a FusedLayer
+    from test_torch import HalfBlock, Net, assert_half_close  # torch ops around a FusedLayer; half dtypes
 
 
 def assert_close(test, got, want, what):
@@ -231,6 +231,48 @@ class FoldedBatchNormOnGPU(unittest.TestCase):
         # state_dict round trip: the module's tensors, not the folded ones
         for k, v in module.state_dict().items():
             self.assertTrue(torch.equal(fused.state_dict()[k], v), k)
+
+@unittest.skipUnless(CUDA, SKIP)
+class HalfDtypeOnGPU(unittest.TestCase):
+    """Specs with dtype = "bf16" / "fp16" on the GPU: bf16/fp16 CUDA tensors in and out through
+    FusedLayer (fg_layer_run_workspace) and Layer (fg_layer_run), a conv with a group norm
+    and a channel max; compared with the module in float64 rounded to the dtype, within
+    1 ulp of the dtype (+ 1e-4 relative). A float32 tensor is refused."""
+
+    def run_dtype(self, dtype, name):
+        torch.manual_seed(0)
+        block = HalfBlock().eval()
+        x = torch.rand(3, 4, 40, 40).to(dtype)
+        spec = fusegen.export(copy.deepcopy(block).to(dtype), x)
+        self.assertIn(f'dtype = "{name}"', spec)
+        want = copy.deepcopy(block).cuda().double()(x.cuda().double())
+        fused = fgt.FusedLayer(spec)
+        fused.load_state_dict(block.state_dict())
+        fused = fused.cuda()
+        got = fused(x.cuda())
+        assert_half_close(self, got, want, dtype, f"{name} FusedLayer")
+        out = torch.empty_like(got)
+        ctx = fusegen.Context(device=0)
+        layer = fusegen.Layer(spec, context=ctx)
+        for k, v in block.state_dict().items():
+            layer.bind(k, v)
+        layer(x.cuda(), out=out)
+        torch.cuda.synchronize()
+        assert_half_close(self, out, want, dtype, f"{name} Layer")
+        with self.assertRaises(TypeError) as cm:
+            fused(x.float().cuda())
+        self.assertIn(f'dtype = "{name}"', str(cm.exception))
+        with self.assertRaises(TypeError):
+            layer(x.cuda(), out=torch.empty(out.shape, device="cuda", dtype=torch.float32))
+        layer.close()
+        ctx.close()
+        print(f"\n[half on the GPU] {name}: output {list(got.shape)} {got.dtype}")
+
+    def test_bf16(self):
+        self.run_dtype(torch.bfloat16, "bf16")
+
+    def test_fp16(self):
+        self.run_dtype(torch.float16, "fp16")
 
 
 if __name__ == "__main__":

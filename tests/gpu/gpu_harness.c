@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../common/half.h"
 #include "../../runtime/random_init.h"
 
 static char dir[] = "/tmp/fusegen-gpu-test-XXXXXX";
@@ -91,7 +92,10 @@ char *gpu_read_file(const char *path)
     return s;
 }
 
-static void compare(const float *out, const float *ref, size_t n, double tol, gpu_result *r)
+/* |out - ref| <= tol + tol |ref|, plus 1 ulp of the dtype for a bf16/fp16 output (dtype 1, 2):
+ * the reference is rounded to the dtype (fg_layer_run_cpu) and the kernel rounds its fp32
+ * result, so near the middle between two values of the dtype they may land on neighbours. */
+static void compare(const float *out, const float *ref, size_t n, double tol, int dtype, gpu_result *r)
 {
     double num = 0, den = 0;
     r->count = (long long)n;
@@ -103,7 +107,7 @@ static void compare(const float *out, const float *ref, size_t n, double tol, gp
         }
         double d = fabs((double)out[i] - (double)ref[i]);
         r->max_abs = fmax(r->max_abs, d);
-        if (d > tol + tol * fabs((double)ref[i]))
+        if (d > tol + tol * fabs((double)ref[i]) + (dtype ? fg_dtype_ulp(ref[i], dtype) : 0.0))
             r->bad++;
         num += d * d;
         den += (double)ref[i] * ref[i];
@@ -141,6 +145,10 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
         return r;
     }
     const fg_layer_ir *ir = fg_tools_layer_ir(layer);
+    /* the input and output in the layer's dtype (the random input rounded to it on upload,
+     * as fg_layer_run_cpu rounds it), the output poisoned with NaNs of the dtype */
+    int dtype = (int)ir->dtype;
+    size_t elem = (size_t)fg_dtype_size(ir->dtype);
     int64_t n_in = batch * fg_shape_sample_count(&ir->input);
     int64_t n_out = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
     x = malloc(sizeof(float) * (size_t)n_in);
@@ -153,19 +161,19 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
         snprintf(r.error, sizeof r.error, "bind: %s", fg_last_error());
         goto out;
     }
-    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
-        fg_tools_alloc(ctx, sizeof(float) * (size_t)(n_out + out_offset), &dy) != FG_OK ||
-        fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) != FG_OK ||
-        fg_tools_fill_nan(ctx, dy, (size_t)(n_out + out_offset)) != FG_OK) {
+    if (fg_tools_alloc(ctx, elem * (size_t)n_in, &dx) != FG_OK ||
+        fg_tools_alloc(ctx, elem * (size_t)(n_out + out_offset), &dy) != FG_OK ||
+        fg_tools_upload_io(ctx, dx, x, (size_t)n_in, dtype) != FG_OK ||
+        fg_tools_fill_nan_io(ctx, dy, (size_t)(n_out + out_offset), dtype) != FG_OK) {
         snprintf(r.error, sizeof r.error, "device buffers: %s", fg_last_error());
         goto out;
     }
-    CUdeviceptr out = dy + sizeof(float) * (size_t)out_offset;
+    CUdeviceptr out = dy + elem * (size_t)out_offset;
     if (fg_layer_run(layer, (void *)dx, (void *)out, batch, NULL) != FG_OK) {
         snprintf(r.error, sizeof r.error, "run: %s", fg_last_error());
         goto out;
     }
-    if (fg_tools_synchronize(ctx) != FG_OK || fg_tools_download(ctx, y, out, sizeof(float) * (size_t)n_out) != FG_OK) {
+    if (fg_tools_synchronize(ctx) != FG_OK || fg_tools_download_io(ctx, y, out, (size_t)n_out, dtype) != FG_OK) {
         snprintf(r.error, sizeof r.error, "running: %s", fg_last_error());
         goto out;
     }
@@ -174,7 +182,7 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
         goto out;
     }
     r.ok = true;
-    compare(y, ref, (size_t)n_out, tol, &r);
+    compare(y, ref, (size_t)n_out, tol, dtype, &r);
 out:
     fg_tools_free(ctx, dx);
     fg_tools_free(ctx, dy);

@@ -28,11 +28,14 @@ typedef struct gpu_result {
 } gpu_result;
 
 /* Loads `source` (a spec), binds random parameters (seed), runs `batch` random samples on the
- * GPU and on the CPU reference, compares at atol = rtol = tol. */
+ * GPU and on the CPU reference, compares at atol = rtol = tol; for a layer with dtype bf16 or
+ * fp16, in that dtype (input and output), against the reference rounded to it, with 1 ulp of
+ * the dtype added to the bound (docs/spec.md). */
 gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                           double tol);
-/* The same with the output written `out_offset` floats into its allocation (as from a view
- * of a larger tensor: not 16-byte aligned unless out_offset % 4 == 0). */
+/* The same with the output written `out_offset` elements (of the layer's dtype) into its
+ * allocation (as from a view of a larger tensor: not 16-byte aligned unless out_offset % 4 == 0
+ * for float32). */
 gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                              double tol, int out_offset);
 

@@ -322,6 +322,120 @@ static const variant fixed[] = {
     })},
 };
 
+/* Half-precision input and output (dtype = "bf16" / "fp16"): each conv engine forced
+ * (FUSEGEN_CONV_ENGINE in the case's own context; "wgmma" needs sm_90a), each strategy, a
+ * norm epilogue, a channel reduction, the map pass's vectorized and scalar stores, the conv
+ * epilogue's paired stores at an odd output offset, and precision "tf32" (no cuDNN for half
+ * layers). Compared with the float64 reference rounded to the dtype, within 1 ulp of the
+ * dtype plus tol (gpu_harness.h). */
+typedef struct half_variant {
+    const char *name;
+    const char *engine; /* FUSEGEN_CONV_ENGINE, NULL: the planner's choice */
+    int64_t batch;
+    int out_offset;     /* elements of the dtype */
+    double tol;         /* added to 1 ulp of the dtype */
+    const char *source;
+} half_variant;
+
+static const half_variant halves[] = {
+    {"half_bf16_fma_group_norm", "fma", 3, 0, 1e-4, SPEC(return layer "half_bf16_fma_group_norm" {
+        input = { "N", 6, 21, 19 },
+        dtype = "bf16",
+        conv2d { out_channels = 12, kernel = 3, padding = 1 },
+        group_norm { groups = 3 },
+        relu {},
+    })},
+    {"half_fp16_mma_channel_max", "mma", 2, 0, 1e-4, SPEC(return layer "half_fp16_mma_channel_max" {
+        input = { "N", 8, 30, 34 },
+        dtype = "fp16",
+        conv2d { out_channels = 32, kernel = 3 },
+        instance_norm {},
+        max { dim = 1 },
+    })},
+    {"half_bf16_wgmma_logsumexp", "wgmma", 2, 0, 1e-4, SPEC(return layer "half_bf16_wgmma_logsumexp" {
+        input = { "N", 16, 24, 26 },
+        dtype = "bf16",
+        conv2d { out_channels = 64, kernel = 3, padding = 1, as = "c" },
+        group_norm { groups = 16 },
+        tanh {},
+        add { value = "c" },
+        logsumexp { dim = 1, keepdim = true },
+    })},
+    {"half_fp16_wgmma_conv_only", "wgmma", 2, 1, 1e-4, SPEC(return layer "half_fp16_wgmma_conv_only" {
+        input = { "N", 32, 20, 20 },
+        dtype = "fp16",
+        conv2d { out_channels = 64, kernel = 1 },
+    })},
+    {"half_bf16_fma_pairs_odd_offset", "fma", 3, 1, 1e-4, SPEC(return layer "half_bf16_fma_pairs_odd_offset" {
+        input = { "N", 3, 18, 22 },
+        dtype = "bf16",
+        conv2d { out_channels = 5, kernel = 3, padding = 1 },
+        sigmoid {},
+    })},
+    {"half_bf16_mma_pairs", "mma", 2, 0, 1e-4, SPEC(return layer "half_bf16_mma_pairs" {
+        input = { "N", 8, 22, 26 },
+        dtype = "bf16",
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+        leaky_relu { negative_slope = 0.1 },
+    })},
+    {"half_fp16_mma_pairs_odd_offset", "mma", 3, 1, 1e-4, SPEC(return layer "half_fp16_mma_pairs_odd_offset" {
+        input = { "N", 8, 22, 26 },
+        dtype = "fp16",
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+        silu {},
+    })},
+    {"half_fp16_mma_map_scalar", "mma", 2, 3, 1e-4, SPEC(return layer "half_fp16_mma_map_scalar" {
+        input = { "N", 8, 17, 19 },
+        dtype = "fp16",
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+        batch_norm { name = "bn" },
+        hardswish {},
+    })},
+    {"half_fp16_recompute_mean", NULL, 2, 0, 1e-4, SPEC(return layer "half_fp16_recompute_mean" {
+        input = { "N", 3, 10, 18, 18 },
+        dtype = "fp16",
+        strategy = "recompute",
+        conv3d { out_channels = 12, kernel = 3 },
+        group_norm { groups = 4 },
+        mean { dims = { 1, 2, 3, 4 } },
+    })},
+    {"half_bf16_resident_channel_max", NULL, 2, 0, 1e-4, SPEC(return layer "half_bf16_resident_channel_max" {
+        input = { "N", 3, 8, 20, 20 },
+        dtype = "bf16",
+        strategy = "resident",
+        conv3d { out_channels = 16, kernel = 3 },
+        mul { param = "m", shape = { 16, 1, 1, 1 } },
+        instance_norm {},
+        clamp { min = -1.0, max = 1.0 },
+        max { dim = 1 },
+    })},
+    {"half_bf16_tf32_no_cudnn", NULL, 2, 0, 5e-3, SPEC(return layer "half_bf16_tf32_no_cudnn" {
+        input = { "N", 16, 20, 20 },
+        dtype = "bf16",
+        precision = "tf32",
+        conv2d { out_channels = 24, kernel = 3 },
+        relu {},
+    })},
+};
+
+/* A context whose plans prefer `engine` (NULL: the planner's choice), sharing the test's cache. */
+static fg_context *engine_context(const char *engine)
+{
+    if (engine)
+        setenv("FUSEGEN_CONV_ENGINE", engine, 1);
+    fg_context_options o;
+    fg_context_options_init(&o);
+    o.cache_dir = gpu_cache_dir();
+    fg_context *c = NULL;
+    fg_status s = fg_context_create(&o, &c);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    if (s != FG_OK) {
+        printf("FAILED: a context for engine %s: %s\n", engine ? engine : "auto", fg_last_error());
+        return NULL;
+    }
+    return c;
+}
+
 /* More kernel parameters in one pass than a fixed 48-slot table held (hardening round 2):
  * runs correctly */
 static char many_args_spec[8192];
@@ -397,6 +511,14 @@ static int dump_specs(const char *dir, int n_random)
             return 1;
         }
     }
+    for (size_t i = 0; i < sizeof halves / sizeof *halves; i++) {
+        snprintf(path, sizeof path, "%s/%s.lua", dir, halves[i].name);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(halves[i].source, f) < 0 || fclose(f) != 0) {
+            perror(path);
+            return 1;
+        }
+    }
     snprintf(path, sizeof path, "%s/many_args.lua", dir);
     FILE *mf = fopen(path, "w");
     if (!mf || fputs(many_args(), mf) < 0 || fclose(mf) != 0) {
@@ -437,6 +559,26 @@ int main(int argc, char **argv)
         gpu_result r = gpu_check_spec(ctx, v->name, v->source, v->batch, 500 + i, v->tol);
         cases++;
         failed += gpu_report(v->name, v->batch, v->tol, &r);
+    }
+    for (size_t i = 0; i < sizeof halves / sizeof *halves; i++) {
+        const half_variant *v = &halves[i];
+        fg_context *hctx = engine_context(v->engine);
+        cases++;
+        if (!hctx) {
+            failed++;
+            continue;
+        }
+        gpu_result r = gpu_check_spec_at(hctx, v->name, v->source, v->batch, 700 + i, v->tol, v->out_offset);
+        fg_context_destroy(hctx);
+        if (!r.ok || !r.pass)
+            failed++;
+        if (!r.ok)
+            printf("FAILED %-32s: %s\n", v->name, r.error);
+        else
+            printf("%s %-32s batch %lld (engine %s, output offset %d): max abs %.3g, rel L2 %.3g, %lld/%lld outside "
+                   "%.0e + 1 ulp%s\n",
+                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto",
+                   v->out_offset, r.max_abs, r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
     }
     {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
