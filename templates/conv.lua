@@ -281,25 +281,22 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
         c:close()
       end
       for k, tg in ipairs(targets) do
+        -- the pair as one store where it is aligned: a float2, or (a bf16/fp16 output) two
+        -- rounded halves as 4 bytes
+        local function out(v) return tg[3] and "fg_io_round(" .. v .. ")" or v end
+        local a, b = string.format("sv%d_0", k), string.format("sv%d_1", k)
+        local bytes, pair = 8, string.format("*(float2 *)(%s + si0) = make_float2(%s, %s);", tg[1], a, b)
         if tg[3] then
-          -- a bf16/fp16 output: the pair as one 4-byte store of two rounded halves
-          c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & 3) == 0)) {", tg[1])
-          c:line("*(unsigned *)(%s + si0) = (unsigned)fg_io_round(sv%d_0) | ((unsigned)fg_io_round(sv%d_1) << 16);",
-            tg[1], k, k)
-          c:close("} else {")
-          c.depth = c.depth + 1
-          c:line("if (sk0) %s[si0] = fg_io_round(sv%d_0);", tg[1], k)
-          c:line("if (sk1) %s[si1] = fg_io_round(sv%d_1);", tg[1], k)
-          c:close()
-        else
-          c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & 7) == 0)) {", tg[1])
-          c:line("*(float2 *)(%s + si0) = make_float2(sv%d_0, sv%d_1);", tg[1], k, k)
-          c:close("} else {")
-          c.depth = c.depth + 1
-          c:line("if (sk0) %s[si0] = sv%d_0;", tg[1], k)
-          c:line("if (sk1) %s[si1] = sv%d_1;", tg[1], k)
-          c:close()
+          bytes, pair = 4, string.format("*(unsigned *)(%s + si0) = (unsigned)%s | ((unsigned)%s << 16);", tg[1],
+            out(a), out(b))
         end
+        c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & %d) == 0)) {", tg[1], bytes - 1)
+        c:line("%s", pair)
+        c:close("} else {")
+        c.depth = c.depth + 1
+        c:line("if (sk0) %s[si0] = %s;", tg[1], out(a))
+        c:line("if (sk1) %s[si1] = %s;", tg[1], out(b))
+        c:close()
       end
     else
       element(function(k, idx, v)
