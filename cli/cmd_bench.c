@@ -49,7 +49,8 @@ static double conv_flops(const fg_layer_ir *ir, int64_t batch)
 
 static double compulsory_bytes(const fg_layer_ir *ir, int64_t batch)
 {
-    double b = 4.0 * (double)batch *
+    /* the input and output in the layer's dtype (2 bytes for bf16/fp16), parameters float32 */
+    double b = (double)fg_dtype_size(ir->dtype) * (double)batch *
                (double)(fg_shape_sample_count(&ir->input) + fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out));
     for (int i = 0; i < ir->n_params; i++)
         b += 4.0 * (double)ir->params[i].count;
@@ -158,7 +159,7 @@ int cmd_bench(int argc, char **argv)
         fg_tools_describe_prepare(layer, prepared, sizeof prepared) != FG_OK ||
         fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
         fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
-        fg_tools_upload(ctx, dx, x, sizeof(float) * (size_t)n_in) != FG_OK ||
+        fg_tools_upload_io(ctx, dx, x, (size_t)n_in, (int)ir->dtype) != FG_OK || /* in the layer's dtype */
         fg_tools_time_runs(layer, dx, dy, batch, warmup, iters, times) != FG_OK) {
         cli_error("%s", fg_last_error());
         goto out;

@@ -81,8 +81,9 @@ typedef struct fg_launch_memory {
     fg_cudnn_conv *cudnn;       /* for a cuDNN pass */
     int sm_count;               /* the device's multiprocessors (persistent passes) */
     /* the split-K counters (fg_launch_table.split_counters) already hold zeros: the layer's own
-     * workspace, zeroed with fg_launch_clear_counters when allocated. False: every run clears
-     * them first (a caller's workspace, the tuning runs). */
+     * workspace, zeroed with fg_launch_clear_counters when allocated; the tuning's shared
+     * workspace, cleared before each timed run outside its timing. False: every run clears
+     * them first (a caller's workspace). */
     bool counters_zero;
 } fg_launch_memory;
 

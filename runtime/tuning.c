@@ -9,6 +9,7 @@
 #include "api_internal.h"
 #include "kernel_build.h"
 #include "random_init.h"
+#include "../common/half.h"
 
 enum {
     WARM_UP_RUNS = 2,                 /* per candidate, untimed, alternating A and B */
@@ -142,6 +143,28 @@ static CUresult upload_random(const fg_cuda *cu, CUdeviceptr *dst, size_t n, uin
     return r;
 }
 
+/* The input of a layer of dtype `dtype` (fg_dtype): random values in [-1, 1) in that dtype
+ * (a half layer reading float bits would see NaNs, infinities and subnormals). */
+static CUresult upload_random_input(const fg_cuda *cu, CUdeviceptr *dst, size_t n, int dtype)
+{
+    if (dtype == 0)
+        return upload_random(cu, dst, n, 0);
+    float *host = malloc((n ? n : 1) * sizeof *host);
+    uint16_t *bits = malloc((n ? n : 1) * sizeof *bits);
+    CUresult r = host && bits ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        fg_random_uniform(host, n, 0x7475, 0, -1.0f, 1.0f);
+        for (size_t i = 0; i < n; i++)
+            bits[i] = fg_float_to_half_bits(host[i], dtype);
+        r = cu->MemAlloc(dst, (n ? n : 1) * sizeof *bits);
+    }
+    if (r == CUDA_SUCCESS)
+        r = cu->MemcpyHtoD(*dst, bits, n * sizeof *bits);
+    free(host);
+    free(bits);
+    return r;
+}
+
 static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -183,7 +206,7 @@ static int time_candidates(fg_layer *layer, const fg_launch_table *launch[2], co
     size_t in = (size_t)(batch * fg_shape_sample_count(&ir->input));
     size_t out = (size_t)(batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out));
     if (r == CUDA_SUCCESS)
-        r = upload_random(cu, &t.input, in, 0);
+        r = upload_random_input(cu, &t.input, in, (int)ir->dtype);
     if (r == CUDA_SUCCESS)
         r = cu->MemAlloc(&t.output, out ? out * sizeof(float) : 4);
     if (r == CUDA_SUCCESS)
@@ -216,8 +239,17 @@ static int time_candidates(fg_layer *layer, const fg_launch_table *launch[2], co
     }
     /* the first WARM_UP_RUNS warm up (lazy loading, caches, clocks); A and B alternate so that
      * clocks and temperature drift hit both alike */
+    /* the workspace is shared, so a plan with split-K counters gets them cleared before each
+     * of its runs, outside the timed span: the layer's own runs find them zero and pay no
+     * memset (fg_launch_memory.counters_zero), which would add microseconds to runs of tens */
+    for (int c = 0; c < 2; c++)
+        mem[c].counters_zero = true;
     for (int k = 0; k < WARM_UP_RUNS + TIMED_RUNS; k++)
         for (int c = 0; c < 2; c++) {
+            if (fg_launch_clear_counters(cu, launch[c], &mem[c], t.stream, err) != 0) {
+                release(&t);
+                return -1;
+            }
             if ((r = cu->EventRecord(t.ev[c][k][0], t.stream)) != CUDA_SUCCESS ||
                 fg_launch_run(cu, launch[c], t.functions[c], &mem[c], batch, t.stream, err) != 0 ||
                 (r = cu->EventRecord(t.ev[c][k][1], t.stream)) != CUDA_SUCCESS) {

@@ -539,12 +539,18 @@ class Layer(_Handle):
         if torch is not None:
             if out is not None and _torch_if_tensor(out) is None:
                 raise TypeError("fusegen: out must be a CPU torch tensor when x is one")
-            self._check_dtype(x, "the input")
+            # an fp32 layer's reference converts any floating CPU tensor NumPy holds to float32
+            # (as NumPy input is); a half layer takes its dtype only, and NumPy has no bfloat16
+            if self._dtype != "fp32" or x.dtype == torch.bfloat16:
+                self._check_dtype(x, "the input")
             if self._dtype != "fp32":
                 # NumPy has no bfloat16: the reference runs on the values as float32 and its
                 # result (rounded to the dtype) comes back in the dtype
                 if out is not None:
                     self._check_dtype(out, "out")
+                    shape = self.output_shape(self._check_input(tuple(x.shape)))
+                    if tuple(out.shape) != shape:
+                        raise ValueError(f"fusegen: out must be a tensor of shape {list(shape)}, got {list(out.shape)}")
                 y = torch.from_numpy(self.run_reference(x.detach().cpu().float().numpy())).to(self.torch_dtype)
                 if out is not None:
                     out.copy_(y)

@@ -408,6 +408,38 @@ class HalfDtype(unittest.TestCase):
     def test_fp16(self):
         self.run_dtype(torch.float16, "fp16")
 
+    def test_fp32_layer_cpu_tensor_of_another_float_is_converted(self):
+        # an fp32 Layer's CPU reference converts any floating CPU tensor to float32, as it
+        # did before dtype (only the half dtypes' layers and CUDA tensors check the dtype)
+        spec = fusegen.export(self.block, torch.rand(1, 4, 12, 12))
+        layer = fusegen.Layer(spec)
+        for k, v in self.block.state_dict().items():
+            layer.bind(k, v)
+        x = torch.rand(2, 4, 12, 12)
+        want = layer(x)
+        self.assertEqual(want.dtype, torch.float32)
+        torch.testing.assert_close(layer(x.double()), want, rtol=0, atol=0)
+        with self.assertRaises(TypeError) as cm:  # NumPy has no bfloat16: refused, naming the field
+            layer(x.bfloat16())
+        self.assertIn('dtype = "fp32"', str(cm.exception))
+
+    def test_half_layer_cpu_out_is_checked(self):
+        spec = fusegen.export(copy.deepcopy(self.block).bfloat16(), torch.rand(2, 4, 12, 12).bfloat16())
+        layer = fusegen.Layer(spec)
+        for k, v in self.block.state_dict().items():
+            layer.bind(k, v)
+        x = torch.rand(2, 4, 12, 12).bfloat16()
+        want = layer(x)
+        out = torch.full(tuple(want.shape), float("nan"), dtype=torch.bfloat16)
+        self.assertIs(layer(x, out=out), out)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        # a wrong shape is refused as the float32 path refuses it (ValueError naming the shape),
+        # also one the result would broadcast to
+        for shape in ((4,) + tuple(want.shape[1:]), (2, 2) + tuple(want.shape[2:])):
+            with self.assertRaises(ValueError) as cm:
+                layer(x, out=torch.empty(shape, dtype=torch.bfloat16))
+            self.assertIn("out must be", str(cm.exception))
+
     def test_fp32_layer_refuses_half(self):
         fused = fgt.FusedLayer(fusegen.export(self.block, torch.rand(1, 4, 12, 12)))
         with self.assertRaises(TypeError) as cm:
