@@ -8,11 +8,16 @@
  *      two replays of that graph (the kernels must leave the arrival counters at zero: the
  *      graph holds no memset of them) and one on a caller's workspace filled with NaN bytes
  *      (the launcher clears the counters there) -- the last CTA adds the partials in split
- *      order, so the arrival order cannot change a bit. */
+ *      order, so the arrival order cannot change a bit;
+ *   4. two more runs on the caller's workspace with the persistent grid cut to 7 and 50
+ *      blocks (the context's SM count lowered, as on smaller or partitioned GPUs): each block
+ *      then walks several (tile, split) units, the ring's phases carried across them, and
+ *      the bits must still be the first run's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../runtime/api_internal.h" /* fg_context.sm_count: the persistent grid's size */
 #include "../split_k_specs.h"
 #include "gpu_harness.h"
 
@@ -66,20 +71,26 @@ static int same_bits(fg_context *ctx, const split_k_case *k, uint64_t seed, char
         snprintf(why, cap, "device buffers: %s", fg_last_error());
         goto out;
     }
-    static const char *const runs[] = {"the first run", "a graph replay", "a second replay", "a run on a caller's "
-                                       "workspace of NaN bytes"};
-    for (int r = 0; r < 4; r++) {
+    static const char *const runs[] = {"the first run", "a graph replay", "a second replay",
+                                       "a run on a caller's workspace of NaN bytes", "a run on 7 blocks",
+                                       "a run on 50 blocks"};
+    static const int blocks[] = {0, 0, 0, 0, 7, 50};
+    for (int r = 0; r < 6; r++) {
         fg_status s;
         if (fg_tools_fill_nan(ctx, dy, n_out) != FG_OK) {
             snprintf(why, cap, "poisoning: %s", fg_last_error());
             goto out;
         }
-        if (r == 3) {
+        if (r >= 3) {
             if (fg_tools_fill_nan(ctx, ws, ws_bytes / 4) != FG_OK) {
                 snprintf(why, cap, "poisoning: %s", fg_last_error());
                 goto out;
             }
+            int sm_count = ctx->sm_count;
+            if (blocks[r])
+                ctx->sm_count = blocks[r]; /* read by this run's launch only (no graph on this path) */
             s = fg_layer_run_workspace(layer, (void *)dx, (void *)dy, k->batch, (void *)ws, ws_bytes, NULL);
+            ctx->sm_count = sm_count;
         } else {
             s = fg_layer_run(layer, (void *)dx, (void *)dy, k->batch, NULL);
         }
@@ -137,7 +148,7 @@ int main(void)
         char why[512] = "";
         int bad = same_bits(ctx, k, 1100 + (uint64_t)i, why, sizeof why);
         cases++, failed += bad;
-        printf("%s %-32s graph replays, a caller's workspace: %s\n", bad ? "FAILED" : "ok    ", k->name,
+        printf("%s %-32s graph replays, a caller's workspace, 7 and 50 blocks: %s\n", bad ? "FAILED" : "ok    ", k->name,
                bad ? why : "the same bits as the first run");
     }
     gpu_close(ctx);
