@@ -81,6 +81,20 @@ static const split_k_case split_k_cases[] = {
         conv2d { out_channels = 256, kernel = 3, padding = 1 },
         relu {},
     })},
+    /* a bf16 input and output: the partials stay fp32, the last CTA rounds once */
+    {"split_bf16_instance_norm", 2, 12, 1e-4, SPLIT_K_SPEC(return layer "split_bf16_instance_norm" {
+        input = { "N", 256, 14, 14 },
+        dtype = "bf16",
+        conv2d { out_channels = 256, kernel = 3, padding = 1 },
+        instance_norm { affine = true },
+        relu {},
+    })},
+    {"split_fp16_batch_8", 8, 8, 1e-4, SPLIT_K_SPEC(return layer "split_fp16_batch_8" {
+        input = { "N", 256, 7, 7 },
+        dtype = "fp16",
+        conv2d { out_channels = 256, kernel = 3, padding = 1 },
+        relu {},
+    })},
 };
 
 #define N_SPLIT_K_CASES ((int)(sizeof split_k_cases / sizeof *split_k_cases))

@@ -52,6 +52,8 @@ static int same_bits(fg_context *ctx, const split_k_case *k, uint64_t seed, char
         goto out;
     }
     ir = fg_tools_layer_ir(layer);
+    int dtype = (int)ir->dtype; /* the input and output in the layer's dtype */
+    size_t elem = (size_t)fg_dtype_size(ir->dtype);
     size_t n_in = (size_t)(k->batch * fg_shape_sample_count(&ir->input));
     size_t n_out = (size_t)(k->batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out));
     x = malloc(n_in * sizeof *x);
@@ -63,9 +65,8 @@ static int same_bits(fg_context *ctx, const split_k_case *k, uint64_t seed, char
     }
     for (size_t i = 0; i < n_in; i++)
         x[i] = (float)((i * 2654435761u) % 1000u) / 1000.0f - 0.5f;
-    if (fg_tools_alloc(ctx, n_in * sizeof(float), &dx) != FG_OK ||
-        fg_tools_alloc(ctx, n_out * sizeof(float), &dy) != FG_OK ||
-        fg_tools_upload(ctx, dx, x, n_in * sizeof(float)) != FG_OK ||
+    if (fg_tools_alloc(ctx, n_in * elem, &dx) != FG_OK || fg_tools_alloc(ctx, n_out * elem, &dy) != FG_OK ||
+        fg_tools_upload_io(ctx, dx, x, n_in, dtype) != FG_OK ||
         fg_layer_workspace_size(layer, k->batch, &ws_bytes) != FG_OK ||
         fg_tools_alloc(ctx, ws_bytes ? ws_bytes : 256, &ws) != FG_OK) {
         snprintf(why, cap, "device buffers: %s", fg_last_error());
@@ -77,7 +78,7 @@ static int same_bits(fg_context *ctx, const split_k_case *k, uint64_t seed, char
     static const int blocks[] = {0, 0, 0, 0, 7, 50};
     for (int r = 0; r < 6; r++) {
         fg_status s;
-        if (fg_tools_fill_nan(ctx, dy, n_out) != FG_OK) {
+        if (fg_tools_fill_nan_io(ctx, dy, n_out, dtype) != FG_OK) {
             snprintf(why, cap, "poisoning: %s", fg_last_error());
             goto out;
         }
@@ -95,7 +96,7 @@ static int same_bits(fg_context *ctx, const split_k_case *k, uint64_t seed, char
             s = fg_layer_run(layer, (void *)dx, (void *)dy, k->batch, NULL);
         }
         if (s != FG_OK || fg_tools_synchronize(ctx) != FG_OK ||
-            fg_tools_download(ctx, r == 0 ? first : again, dy, n_out * sizeof(float)) != FG_OK) {
+            fg_tools_download_io(ctx, r == 0 ? first : again, dy, n_out, dtype) != FG_OK) {
             snprintf(why, cap, "%s: %s", runs[r], fg_last_error());
             goto out;
         }
