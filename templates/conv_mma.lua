@@ -129,7 +129,7 @@ function M.render(layer, plan, pass, names, signature)
       c:open("{")
       c:line("const float b0 = %s[%s + %d], b1 = %s[%s + %d];", bbase, o0, off, bbase, o1, off)
       -- lo goes in unrounded (the MMA truncates it): hi is rounded to nearest, so lo's sign
-      -- and its truncation are unbiased; rounding it cost 2-5 % and gained nothing (v8)
+      -- and its truncation are unbiased; rounding it cost 1-2 % and gained nothing (v8)
       c:line("const float h0 = fg_tf32_hi(b0), h1 = fg_tf32_hi(b1), l0 = b0 - h0, l1 = b1 - h1;")
       local function part(mt)
         return ACC == 1 and string.format("p%d", mt) or string.format("part[%d][%d]", mt, nt)
