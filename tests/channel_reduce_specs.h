@@ -87,6 +87,14 @@ static const channel_reduce_case channel_reduce_cases[] = {
         sum { dim = 1 },
         mul { scalar = 0.25 },
     })},
+    /* a bf16 input and output: the reduced value rounded where it is stored */
+    {"chanred_logsumexp_bf16", 2, 1e-4, CHANNEL_REDUCE_SPEC(return layer "chanred_logsumexp_bf16" {
+        input = { "N", 64, 30, 34 },
+        dtype = "bf16",
+        conv2d { out_channels = 128, kernel = 3 },
+        relu {},
+        logsumexp { dim = 1, keepdim = true },
+    })},
 };
 
 #define N_CHANNEL_REDUCE_CASES ((int)(sizeof channel_reduce_cases / sizeof *channel_reduce_cases))
