@@ -108,6 +108,7 @@ static fg_pass *new_pass(planner *p, fg_pass_kind kind)
     memset(ps, 0, sizeof *ps);
     ps->kind = kind;
     ps->source_buffer = ps->store_buffer = ps->finalize_accum = -1;
+    ps->chan_reduce = -1;
     static const char *const kinds[] = {"conv", "map", "finalize", "cudnn", "resident", "pack_input", "pack_weights"};
     snprintf(ps->kernel, sizeof ps->kernel, "fg_pass%d_%s", plan->n_passes, kinds[kind]);
     plan->n_passes++;
@@ -1224,6 +1225,54 @@ static bool cudnn_conv(const fg_layer_ir *ir, bool use_wgmma)
     return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !narrow_groups(ir) && ir->dtype == FG_DTYPE_FP32;
 }
 
+/* A reduction over the channels fused into the wgmma conv pass's epilogue. A wgmma tile is
+ * BM output pixels x BN channels, and in the accumulator fragment (m64nNk8) each pixel's
+ * channels lie in one thread's registers and the 4 lanes of its quad; the two consumer
+ * warpgroups hold different pixels. When one tile spans every output channel of the layer
+ * (groups 1, nblk 1: at most 128 channels), the epilogue can reduce over them in registers
+ * and a shuffle within the quad, and write the reduced value: the value before the reduction
+ * (a tensor as large as the conv's output) is neither stored nor read back by a map pass.
+ * The chain after the conv (ops 1..t, what the conv pass evaluates inline) must be
+ * elementwise ops (no statistic, no shape op) followed by op t+1, a max, min, sum, mean or
+ * logsumexp over exactly dim 1, and then elementwise ops only, up to the layer's output,
+ * reading no value from before the reduction. Returns the reduction's op, or -1 (the plan
+ * stays as it was). */
+static int wgmma_channel_reduction(const planner *p, int t)
+{
+    const fg_layer_ir *ir = p->ir;
+    const fg_op *conv = &ir->ops[0];
+    if (!p->use_wgmma || conv->groups != 1 || p->plan->wgmma.nblk != 1 || t + 1 >= ir->n_ops)
+        return -1;
+    const int r = t + 1;
+    const fg_op *red = &ir->ops[r];
+    switch (red->kind) {
+    case FG_OP_REDUCE_MAX:
+    case FG_OP_REDUCE_MIN:
+    case FG_OP_REDUCE_SUM:
+    case FG_OP_REDUCE_MEAN:
+    case FG_OP_LOGSUMEXP:
+        break;
+    default:
+        return -1;
+    }
+    if (red->reduce_mask != (1u << 1) || red->in.dim[1] != conv->out_channels || red->in.rank != conv->out.rank)
+        return -1;
+    for (int j = 1; j < ir->n_ops; j++) {
+        if (j == r)
+            continue;
+        const fg_op *op = &ir->ops[j];
+        fg_op_class c = fg_op_kind_class(op->kind);
+        if (j == p->plan->fold.op)
+            continue; /* folded into the conv: the identity */
+        if (c != FG_CLASS_UNARY && c != FG_CLASS_BINARY)
+            return -1;
+        /* after the reduction only the reduced value's positions exist */
+        if (j > r && op->operand == FG_OPERAND_VALUE && op->operand_value < r)
+            return -1;
+    }
+    return r;
+}
+
 /* The first pass: cuDNN's conv (precision "tf32") and a map pass for the ops after it, or
  * the conv pass with every op it can fuse. Sets the plan's strategy when a norm follows the
  * conv's chain: recompute unless `wanted` says materialize or a later op reads a value of
@@ -1267,6 +1316,8 @@ static fg_pass *first_passes(planner *p, int wanted)
         return NULL;
     ps->first = 0;
     int t = ps->last = ps->domain = chain_end(p, 0, 0, true);
+    if ((ps->chan_reduce = wgmma_channel_reduction(p, t)) >= 0)
+        t = ps->last = ps->domain = last_op; /* the reduction and what follows it, in the epilogue */
     if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
         plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
         p->auto_cut = wanted < 0 ? t : -1; /* "auto": decided once the recompute plan is known */
@@ -1621,6 +1672,15 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      w->parts == 2 ? "3xTF32, chunks accumulated in fp32" : "one TF32 product", w->bm, w->bn, w->wgmt,
                      w->kch, w->stages);
             emit(ctx, line);
+            if (ps->chan_reduce >= 0) {
+                const fg_op *red = &ir->ops[ps->chan_reduce];
+                snprintf(line, sizeof line,
+                         "           v%d (%s over the channels) in the epilogue: a tile holds all %d channels of its "
+                         "pixels, reduced in each thread's registers and across the 4 lanes of a quad; v%d is never "
+                         "stored",
+                         ps->chan_reduce, fg_op_kind_name(red->kind), (int)ir->ops[0].out_channels, ps->chan_reduce - 1);
+                emit(ctx, line);
+            }
             if (w->split_k > 1)
                 print_split(w, ps->launch.grid_x, emit, ctx);
         } else if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_MMA) {

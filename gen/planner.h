@@ -215,6 +215,10 @@ typedef struct fg_pass {
     int n_zero;
     int zero[4];            /* accumulators the runtime clears before this pass */
     fg_conv_tiling conv;
+    /* a wgmma conv pass whose tile holds every output channel: the reduction over the channels
+     * (op index; -1 none) it computes in its epilogue, the ops after it applied to the reduced
+     * value (the rule at wgmma_channel_reduction in planner.c) */
+    int chan_reduce;
     struct fg_resident {
         int cluster;            /* CTAs per cluster (1, 2, 4, 8) */
         int channel_block;      /* output channels a cluster owns, all positions of them */

@@ -400,6 +400,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         push_int_array(L, tmp, ps->n_feeds);
         lua_setfield(L, -2, "feeds");
         set_int(L, "finalize_accum", ps->finalize_accum);
+        set_int(L, "chan_reduce", ps->chan_reduce);
         lua_createtable(L, 0, 10);
         const fg_conv_tiling *t = &ps->conv;
         set_int3(L, "tile", t->tile, 3);

@@ -503,6 +503,142 @@ function M.render_pack_weights(layer, plan, pass, names, signature)
   return c
 end
 
+-- The epilogue of a conv pass that reduces over the channels (pass.chan_reduce: planner.c's
+-- wgmma_channel_reduction). The tile holds every channel of its pixels: pixel (mt, h) of a
+-- thread is in slots q = 0..BN/4-1 of its registers (th.value) and of the 3 other lanes of its
+-- quad (lane & 3 picks channels 2 (lane & 3) + 8 j + e). Each element's chain value (bias,
+-- parameters, elementwise ops: the evaluator, as conv.lua's epilogue) is reduced in the thread,
+-- then over the quad with __shfl_xor (lanes 1 and 2 apart); the two consumer warpgroups hold
+-- different pixels, so nothing crosses them. Max, min, sum and mean use the registry's step
+-- (and final); logsumexp takes the max first, then the sum of exp(x - max), the chain values
+-- kept in place of the accumulators they came from. One lane of the quad per pixel applies the
+-- ops after the reduction and stores the output.
+local function reduce_epilogue(c, g, layer, plan, pass, names, ev, w, th)
+  local r = pass.chan_reduce
+  local red = layer.ops[r]
+  local lse = red.kind == "LOGSUMEXP"
+  local conv, O = g.conv, g.O
+  local opix = O[1] * O[2] * O[3]
+  local ninf = lib.flit(-math.huge)
+  local coords = g.sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
+  local pixels = {} -- the thread's pixels (mt, h) and the names of their reductions
+  for mt = 0, w.wgmt - 1 do
+    for h = 0, 1 do pixels[#pixels + 1] = { mt = mt, h = h, acc = string.format("rd%d_%d", mt, h) } end
+  end
+  local function pixel_coords(p)
+    c:line("const int mt = %d, h = %d;", p.mt, p.h)
+    c:line("const int px = %s;", th.pixel)
+    if g.sp == 3 then c:line("const int od = %s;", th.od) end
+    c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
+  end
+  c:line("/* v%d: %s over the %d channels, in the epilogue */", r, red.spec_name, g.cout_g)
+  for _, p in ipairs(pixels) do
+    if lse then
+      c:line("float %s_m = %s, %s_s = 0.0f;", p.acc, ninf, p.acc)
+    else
+      lib.emit(c, lib.fill(red.reduce.init, red, { acc = p.acc }))
+    end
+  end
+  -- each element's chain value, reduced in the thread (logsumexp: its max, the value kept)
+  local function body(checked)
+    c:line("#pragma unroll")
+    c:open("for (int q = 0; q < %d; ++q) {", w.bn // 4)
+    c:line("const int c = g * %d + (%s); /* the channel of the outputs below */", g.cout_g, th.co)
+    ev:set_hoist({ at = #c.lines + 1, depth = c.depth, channel = "c",
+      guard = string.format("c < %d", g.cout_g * g.groups) })
+    for _, p in ipairs(pixels) do
+      c:open("{")
+      c:line("const int co = %s;", th.co)
+      pixel_coords(p)
+      local valid = {}
+      if w.bn ~= g.cout_g then valid[#valid + 1] = string.format("co < %d", g.cout_g) end
+      if checked then valid[#valid + 1] = string.format("px < %d", opix) end
+      c:open(#valid > 0 and string.format("if (%s) {", table.concat(valid, " && ")) or "{")
+      if conv.bias then
+        local bias = string.format("%s[c]", names.param[conv.bias_param])
+        c:line("const float v0 = %s + %s;", th.value, ev:hoisted("float", bias, { "c" }) or bias)
+      else
+        c:line("const float v0 = %s;", th.value)
+      end
+      ev:push_scope()
+      ev:remember(0, coords, "v0")
+      local v = ev:eval(r - 1, coords)
+      if lse then
+        c:line("%s = %s;", th.value, v)
+        c:line("if (%s > %s_m) %s_m = %s;", v, p.acc, p.acc, v)
+      else
+        lib.emit(c, lib.fill(red.reduce.step, red, { acc = p.acc, x = v }))
+      end
+      ev:pop_scope()
+      if lse and #valid > 0 then
+        c:close("} else {")
+        c.depth = c.depth + 1
+        c:line("%s = %s; /* no element: adds nothing */", th.value, ninf)
+      end
+      c:close()
+      c:close()
+    end
+    c:close()
+    ev:set_hoist(nil)
+  end
+  c:open("if (pm0 + %d <= %d) { /* every pixel of this thread exists */", 64 * w.wgmt, opix)
+  body(false)
+  c:close("} else {")
+  c.depth = c.depth + 1
+  body(true)
+  c:close()
+  -- over the quad: the lanes 1 and 2 apart hold the pixel's other channels
+  local function quad(combine)
+    for _, p in ipairs(pixels) do
+      for _, d in ipairs({ 1, 2 }) do combine(p, d) end
+    end
+  end
+  if lse then
+    quad(function(p, d)
+      c:line("{ const float o = __shfl_xor_sync(0xffffffffu, %s_m, %d); if (o > %s_m) %s_m = o; }", p.acc, d, p.acc, p.acc)
+    end)
+    c:line("#pragma unroll")
+    c:open("for (int q = 0; q < %d; ++q) {", w.bn // 4)
+    for _, p in ipairs(pixels) do
+      c:open("{")
+      c:line("const int mt = %d, h = %d;", p.mt, p.h)
+      c:line("const float x = %s;", th.value)
+      c:line("if (x > %s) %s_s += x == %s_m ? 1.0f : expf(x - %s_m);", ninf, p.acc, p.acc, p.acc)
+      c:close()
+    end
+    c:close()
+    quad(function(p, d)
+      c:line("%s_s += __shfl_xor_sync(0xffffffffu, %s_s, %d);", p.acc, p.acc, d)
+    end)
+  else
+    quad(function(p, d)
+      c:open("{")
+      c:line("const float o = __shfl_xor_sync(0xffffffffu, %s, %d);", p.acc, d)
+      lib.emit(c, lib.fill(red.reduce.step, red, { acc = p.acc, x = "o" }))
+      c:close()
+    end)
+  end
+  -- the reduced value and the ops after it: pixel i by lane i % 4 of the quad
+  local oc = {}
+  if red.keepdim then oc[1] = "0" end
+  for i = 2, #coords do oc[#oc + 1] = coords[i] end
+  local dshape = layer.ops[pass.last].out_shape
+  for i, p in ipairs(pixels) do
+    c:open("{")
+    pixel_coords(p)
+    c:open("if ((lane & 3) == %d && px < %d) {", (i - 1) % 4, opix)
+    local vr = ev:fresh("v" .. r .. "_")
+    c:line("const float %s = %s;", vr, lib.fill(red.reduce.final, red, { acc = p.acc, count = lib.flit(g.cout_g) }))
+    ev:push_scope()
+    ev:remember(r, oc, vr)
+    local v = ev:eval(pass.last, oc)
+    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.output, dshape.sample, lib.lin(dshape, oc), lib.io_store(layer, v))
+    ev:pop_scope()
+    c:close()
+    c:close()
+  end
+end
+
 -- The conv pass: a persistent block of a producer and two consumer warpgroups; the consumers
 -- run the fused epilogue (conv.lua's) on their accumulators tile by tile.
 function M.render(layer, plan, pass, names, signature)
@@ -647,7 +783,11 @@ function M.render(layer, plan, pass, names, signature)
     flush("fed_n >= 0 && (fed_n != n || fed_g != g || fed_co0 != co0)")
     feed.declare(c, plan, pass.feeds, slots)
   end
-  conv_t.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
+  if pass.chan_reduce >= 0 then
+    reduce_epilogue(c, g, layer, plan, pass, names, ev, w, th)
+  else
+    conv_t.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
+  end
   if across then
     -- this tile's partials: over the 8 lanes holding each channel, then into s_stat (in fp64)
     c:line("const unsigned full = 0xffffffffu;")

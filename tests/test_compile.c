@@ -11,6 +11,7 @@
 #include "nvrtc_compiler.h"
 #include "render.h"
 #include "spec_loader.h"
+#include "channel_reduce_specs.h"
 #include "split_k_specs.h"
 #include "test_util.h"
 
@@ -191,6 +192,33 @@ static void wgmma_split_k(void **state)
         char what[256];
         snprintf(what, sizeof what, "%s (split K in up to %d) for sm_90a", k->name, plan->wgmma.split_k);
         problems += compile_sm90a(ir, plan, what, "split_fixup(acc, ");
+        free(plan);
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
+/* Reductions over the channels in the wgmma conv pass's epilogue (tests/channel_reduce_specs.h,
+ * the GPU test's layers): each plans the fused pass (no map pass, no intermediate), renders
+ * the reduction and compiles for sm_90a without spills or wgmma warnings. */
+static void wgmma_channel_reduction(void **state)
+{
+    (void)state;
+    int problems = 0;
+    for (int i = 0; i < N_CHANNEL_REDUCE_CASES; i++) {
+        const channel_reduce_case *k = &channel_reduce_cases[i];
+        fg_layer_ir *ir = fgt_load_string(k->source);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_pass *last = &plan->passes[plan->n_passes - 1];
+        if (last->kind != FG_PASS_CONV || last->conv.engine != FG_CONV_WGMMA || last->chan_reduce < 0 ||
+            plan->n_passes != 3)
+            fail_msg("%s: the reduction is not fused into the wgmma conv pass", k->name);
+        char what[256], needle[128];
+        snprintf(what, sizeof what, "%s for sm_90a", k->name);
+        snprintf(needle, sizeof needle, "over the %d channels, in the epilogue", (int)ir->ops[0].out_channels);
+        problems += compile_sm90a(ir, plan, what, needle);
         free(plan);
         free(ir);
     }
@@ -402,6 +430,7 @@ int main(void)
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(wgmma_engine),
         cmocka_unit_test(wgmma_split_k),
+        cmocka_unit_test(wgmma_channel_reduction),
         cmocka_unit_test(resident_variants),
         cmocka_unit_test(recompute_variant),
         cmocka_unit_test(half_dtypes),

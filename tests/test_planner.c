@@ -1233,6 +1233,152 @@ static void split_k_forced_and_printed(void **state)
     free(ir);
 }
 
+/* The wgmma conv pass of `plan` (-1: none). */
+static int wgmma_conv_pass(const fg_plan *plan)
+{
+    for (int i = 0; i < plan->n_passes; i++)
+        if (plan->passes[i].kind == FG_PASS_CONV && plan->passes[i].conv.engine == FG_CONV_WGMMA)
+            return i;
+    return -1;
+}
+
+/* A reduction over the channels after a wgmma conv whose tile spans every output channel
+ * (groups 1, nblk 1) runs in the conv pass's epilogue: the conv pass writes the reduced
+ * output, no buffer holds the value before the reduction, no map pass reads it. */
+static void wgmma_channel_reduction_fused(void **state)
+{
+    (void)state;
+    /* issue 11's example: 64 -> 128 3x3 on 128x128, a shift, relu, logsumexp keeping the dim */
+    fg_layer_ir *ir = fgt_load_string("return layer \"lse\" {\n"
+                                      "  input = { \"N\", 64, 128, 128 },\n"
+                                      "  conv2d { out_channels = 128, kernel = { 3, 3 } },\n"
+                                      "  add { param = \"shift\" },\n"
+                                      "  relu {},\n"
+                                      "  logsumexp { dim = 1, keepdim = true },\n"
+                                      "}\n");
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->n_passes, 3); /* the two packing passes and the conv */
+    const fg_pass *conv = &plan->passes[2];
+    assert_int_equal(wgmma_conv_pass(plan), 2);
+    assert_int_equal(plan->wgmma.nblk, 1);
+    assert_int_equal(conv->first, 0);
+    assert_int_equal(conv->last, 3);
+    assert_int_equal(conv->domain, 3);
+    assert_int_equal(conv->chan_reduce, 3);
+    assert_true(conv->store_output);
+    assert_int_equal(conv->store_buffer, -1);
+    assert_int_equal(conv->n_extra_stores, 0);
+    assert_int_equal(conv->n_feeds, 0);
+    assert_int_equal(plan->n_accums, 0);
+    for (int b = 0; b < plan->n_buffers; b++)
+        assert_int_equal(plan->buffers[b].value, -1); /* packed operands only */
+    assert_non_null(find_arg(conv, FG_ARG_OUTPUT, 0));
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    fgt_assert_contains(t->buf, "plan: 3 passes");
+    fgt_assert_contains(t->buf, "computes conv v0..v3 inline, writes the output");
+    fgt_assert_contains(t->buf, "v3 (logsumexp over the channels) in the epilogue: a tile holds all 128 channels");
+    free(t);
+    free(plan);
+    free(ir);
+
+    /* every fusable reduction, with and without keepdim, with elementwise ops after it; 2D
+     * and 3D; split K (a few tiles, a long K); one TF32 product; channels that fill no tile */
+    static const char *const reductions[] = {"max", "min", "sum", "mean", "logsumexp"};
+    for (int r = 0; r < 5; r++) {
+        for (int keep = 0; keep < 2; keep++) {
+            static const struct {
+                const char *precision;
+                int spatial, in, out, size;
+                bool split;
+            } shapes[] = {
+                {"fp32", 2, 64, 128, 128, false}, {"fp32", 2, 256, 128, 14, true}, {"fp32", 3, 32, 100, 10, true},
+                {"tf32", 2, 128, 64, 20, true},
+            };
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+                char tail[256];
+                snprintf(tail, sizeof tail, "gelu {},\n  %s { dim = 1, keepdim = %s },\n  mul { scalar = 2 },\n  tanh {}",
+                         reductions[r], keep ? "true" : "false");
+                plan = conv_plan(shapes[s].precision, shapes[s].spatial, shapes[s].in, shapes[s].out, shapes[s].size, 1,
+                                 1, tail, 0, &ir);
+                int c = wgmma_conv_pass(plan);
+                if (c < 0 || plan->passes[c].chan_reduce != 2 || plan->passes[c].last != 4 ||
+                    !plan->passes[c].store_output || c != plan->n_passes - 1 ||
+                    plan->n_buffers != 1 + plan->wgmma.parts + 2 * shapes[s].split)
+                    fail_msg("%s keepdim %d on shape %zu: not fused (%d passes, %d buffers)", reductions[r], keep, s,
+                             plan->n_passes, plan->n_buffers);
+                assert_int_equal(plan->wgmma.split_k > 1, shapes[s].split);
+                assert_non_null(find_arg(&plan->passes[c], FG_ARG_OUTPUT, 0));
+                free(plan);
+                free(ir);
+            }
+        }
+    }
+}
+
+/* Where the condition does not hold the plan is what it was: the conv pass stores the value
+ * before the reduction and a map pass reduces it. */
+static void wgmma_channel_reduction_not_fused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *why;
+        int in, out, groups;
+        const char *tail;
+        int buffered; /* the value the conv pass stores (-1: none, it feeds the reduction's accumulator) */
+    } cases[] = {
+        {"groups > 1", 128, 128, 2, "relu {},\n  logsumexp { dim = 1 }", 1},
+        {"320 channels: three channel tiles (nblk 3)", 64, 320, 1, "relu {},\n  max { dim = 1, keepdim = true }", 1},
+        {"a norm before the reduction", 64, 128, 1, "instance_norm {},\n  sum { dim = 1 }", 0},
+        {"a reduction over dims 2, 3", 64, 128, 1, "relu {},\n  logsumexp { dims = { 2, 3 } }", 1},
+        /* 2048 elements each: the conv pass feeds an accumulator instead of storing */
+        {"over dims 1 and 2", 64, 128, 1, "relu {},\n  mean { dims = { 1, 2 }, keepdim = true }", -1},
+        {"a pool after the reduction", 64, 128, 1, "relu {},\n  max { dim = 1, keepdim = true },\n  max_pool { kernel = 2 }",
+         1},
+        {"a second reduction", 64, 128, 1, "sum { dim = 1 },\n  max { dim = 1 }", 0},
+        {"softmax over the channels", 64, 128, 1, "softmax { dim = 1 }", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fg_layer_ir *ir;
+        fg_plan *plan = conv_plan("fp32", 2, cases[i].in, cases[i].out, 16, 1, cases[i].groups, cases[i].tail, 0, &ir);
+        int c = wgmma_conv_pass(plan);
+        if (c < 0)
+            fail_msg("%s: no wgmma conv", cases[i].why);
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].chan_reduce != -1)
+                fail_msg("%s: pass %d reduces over the channels", cases[i].why, p);
+        const fg_pass *conv = &plan->passes[c];
+        bool as_today = cases[i].buffered < 0 ? conv->store_buffer < 0 && conv->n_feeds == 1
+                                              : conv->store_buffer >= 0 &&
+                                                    plan->buffers[conv->store_buffer].value == cases[i].buffered;
+        if (conv->store_output || !as_today)
+            fail_msg("%s: the conv pass stores b%d (v%d), writes the output %d", cases[i].why, conv->store_buffer,
+                     conv->store_buffer >= 0 ? plan->buffers[conv->store_buffer].value : -1, conv->store_output);
+        free(plan);
+        free(ir);
+    }
+    /* the same layer off the wgmma engine (sm_90, or mma.sync preferred on sm_90a): a map pass */
+    fg_layer_ir *ir = fgt_load_string("return layer \"lse\" {\n  input = { \"N\", 64, 32, 32 },\n"
+                                      "  conv2d { out_channels = 128, kernel = 3 },\n  relu {},\n"
+                                      "  logsumexp { dim = 1, keepdim = true },\n}\n");
+    for (int k = 0; k < 2; k++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, k ? "sm_90a" : "sm_90");
+        if (k)
+            opts.engine = FG_ENGINE_PREFER_MMA;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->n_passes, 2);
+        assert_int_equal(plan->passes[0].chan_reduce, -1);
+        assert_int_equal(plan->passes[0].last, 1);
+        assert_int_equal(plan->passes[1].kind, FG_PASS_MAP);
+        free(plan);
+    }
+    free(ir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1260,6 +1406,8 @@ int main(void)
         cmocka_unit_test(split_k_fills_small_grids),
         cmocka_unit_test(split_k_leaves_large_grids),
         cmocka_unit_test(split_k_forced_and_printed),
+        cmocka_unit_test(wgmma_channel_reduction_fused),
+        cmocka_unit_test(wgmma_channel_reduction_not_fused),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);

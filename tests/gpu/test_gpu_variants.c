@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../../gen/spec_loader.h"
+#include "../channel_reduce_specs.h"
 #include "gpu_harness.h"
 
 typedef struct variant {
@@ -519,6 +520,15 @@ static int dump_specs(const char *dir, int n_random)
             return 1;
         }
     }
+    /* the channel reductions fused into the wgmma epilogue (tests/channel_reduce_specs.h) */
+    for (int i = 0; i < N_CHANNEL_REDUCE_CASES; i++) {
+        snprintf(path, sizeof path, "%s/%s.lua", dir, channel_reduce_cases[i].name);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(channel_reduce_cases[i].source, f) < 0 || fclose(f) != 0) {
+            perror(path);
+            return 1;
+        }
+    }
     snprintf(path, sizeof path, "%s/many_args.lua", dir);
     FILE *mf = fopen(path, "w");
     if (!mf || fputs(many_args(), mf) < 0 || fclose(mf) != 0) {
@@ -579,6 +589,14 @@ int main(int argc, char **argv)
                    "%.0e + 1 ulp%s\n",
                    r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto",
                    v->out_offset, r.max_abs, r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
+    }
+    /* reductions over the channels in the wgmma conv pass's epilogue (on sm_90a; elsewhere the
+     * same layers run as a conv pass and a map pass) */
+    for (int i = 0; i < N_CHANNEL_REDUCE_CASES; i++) {
+        const channel_reduce_case *v = &channel_reduce_cases[i];
+        gpu_result r = gpu_check_spec(ctx, v->name, v->source, v->batch, 600 + (uint64_t)i, v->tol);
+        cases++;
+        failed += gpu_report(v->name, v->batch, v->tol, &r);
     }
     {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
