@@ -493,7 +493,7 @@ int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float 
     int64_t ci, pi, co, po;
     channels_positions(&ir->input, &ci, &pi);
     channels_positions(os, &co, &po);
-    float *x = malloc(sizeof(float) * (size_t)(batch * ci * pi));
+    float *x = calloc((size_t)(batch * ci * pi), sizeof(float)); /* (calloc: GCC cannot see the loop below fill it) */
     double *y = malloc(sizeof(double) * (size_t)(batch * co * po));
     int rc;
     if (!x || !y) {
