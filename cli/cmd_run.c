@@ -28,10 +28,11 @@ static const char usage[] =
     "  --batch N             samples of random input (default 1)\n"
     "  --input X             input from a safetensors file (tensor 'input', or its only tensor;\n"
     "                        F32 for an fp32 layer (F16, BF16 widened), BF16 or F16 for a layer\n"
-    "                        with that dtype)\n"
+    "                        with that dtype; a channels_last layer's as [N, (D,) H, W, C],\n"
+    "                        its memory order)\n"
     "  --weights W           parameters from a safetensors file (state_dict names)\n"
     "  --out Y               write the output to a safetensors file (tensor 'output', in the\n"
-    "                        layer's dtype)\n"
+    "                        layer's dtype; a channels_last layer's as [N, (D,) H, W, C])\n"
     "  --check               also run the CPU reference (float64) on the same data and compare:\n"
     "                        max abs error, relative L2 error, PASS/FAIL at atol = rtol = 1e-4\n"
     "                        (plus 1 ulp of the dtype for a bf16/fp16 layer)\n"
@@ -140,6 +141,27 @@ static int layer_dtype(fg_layer *layer, const char **name)
     return strcmp(n, "bf16") == 0 ? 1 : strcmp(n, "fp16") == 0 ? 2 : 0;
 }
 
+/* Whether the layer's input and output are channels last (the spec's `layout`). */
+static bool layer_channels_last(fg_layer *layer)
+{
+    const char *l = "nchw";
+    fg_layer_layout(layer, &l);
+    return strcmp(l, "channels_last") == 0;
+}
+
+/* A logical (N, C, spatial...) shape in the order its elements sit in memory: unchanged, or
+ * for a channels-last layer (N, spatial..., C). The safetensors files of `run` (--input,
+ * --out) hold the tensors with their memory order's shape (safetensors has no strides). */
+static void memory_order(fg_layer *layer, int rank, int64_t dims[FG_MAX_DIMS])
+{
+    if (rank < 3 || !layer_channels_last(layer))
+        return;
+    int64_t c = dims[1];
+    for (int d = 1; d < rank - 1; d++)
+        dims[d] = dims[d + 1];
+    dims[rank - 1] = c;
+}
+
 /* The input: from --input (checked against the layer), or random (rounded to the layer's
  * dtype: the values the GPU and the reference then read are the same). */
 static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int64_t *count)
@@ -189,12 +211,15 @@ static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int
                   t->rank < 1 ? "no dims" : "a batch of 0");
     } else {
         fg_layer_input_shape(layer, t->dim[0], &rank, dims);
+        memory_order(layer, rank, dims);
         bool ok = t->rank == rank;
         for (int d = 1; ok && d < rank; d++)
             ok = t->dim[d] == dims[d];
         if (!ok) {
-            cli_error("%s: tensor '%s' does not have the layer's input shape [N, ...] (%d dims expected)", o->input,
-                      shown, rank);
+            cli_error("%s: tensor '%s' does not have the layer's input shape [N, ...] (%d dims expected%s)", o->input,
+                      shown, rank,
+                      layer_channels_last(layer) ? "; layout \"channels_last\": the file holds it as [N, (D,) H, W, C]"
+                                                 : "");
         } else {
             *batch = t->dim[0];
             *count = (int64_t)t->count;
@@ -377,12 +402,14 @@ int cmd_run(int argc, char **argv)
     fg_tools_device device = {.name = "the CPU (reference)"};
     if (o.gpu)
         fg_tools_device_info(ctx, &device);
-    printf("%s: output %s on %s\n", fg_tools_layer_ir(layer)->name, shape, device.name);
+    printf("%s: output %s%s on %s\n", fg_tools_layer_ir(layer)->name, shape,
+           layer_channels_last(layer) ? " (channels last)" : "", device.name);
     if (o.out) {
         static const char *const st_names[] = {"F32", "BF16", "F16"};
         fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
         snprintf(t.dtype, sizeof t.dtype, "%s", st_names[layer_dtype(layer, NULL)]); /* the layer's dtype */
         memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
+        memory_order(layer, rank, t.dim); /* channels last: [N, (D,) H, W, C] */
         fg_error err;
         if (fg_safetensors_write(o.out, &t, 1, &err) != 0) {
             cli_error("%s", err.msg);

@@ -176,13 +176,19 @@ int fg_dtype_size(fg_dtype dtype)
     return dtype == FG_DTYPE_FP32 ? 4 : 2;
 }
 
+const char *fg_layout_name(fg_layout layout)
+{
+    return layout == FG_LAYOUT_CHANNELS_LAST ? "channels_last" : "nchw";
+}
+
 void fg_ir_print(const fg_layer_ir *ir, void (*emit)(void *ctx, const char *line), void *ctx)
 {
     char line[1024], shape[128], desc[512];
     /* the dtype only when it is not the default: fp32 plans print as they always have */
-    snprintf(line, sizeof line, "layer %s (%s, precision %s%s%s)", ir->name, ir->file,
+    snprintf(line, sizeof line, "layer %s (%s, precision %s%s%s%s)", ir->name, ir->file,
              ir->precision == FG_PRECISION_TF32 ? "tf32" : "fp32", ir->dtype != FG_DTYPE_FP32 ? ", dtype " : "",
-             ir->dtype != FG_DTYPE_FP32 ? fg_dtype_name(ir->dtype) : "");
+             ir->dtype != FG_DTYPE_FP32 ? fg_dtype_name(ir->dtype) : "",
+             ir->layout == FG_LAYOUT_CHANNELS_LAST ? ", layout channels_last" : "");
     emit(ctx, line);
     snprintf(line, sizeof line, "  input      %s", fg_shape_str(&ir->input, shape, sizeof shape));
     emit(ctx, line);

@@ -112,6 +112,13 @@ typedef enum fg_dtype { FG_DTYPE_FP32, FG_DTYPE_BF16, FG_DTYPE_FP16 } fg_dtype;
 const char *fg_dtype_name(fg_dtype dtype);
 int fg_dtype_size(fg_dtype dtype);
 
+/* The memory layout of the layer's input and output (the spec's `layout`): NC(D)HW, or
+ * channels last, N(D)HWC. Parameters and every intermediate buffer stay NC(D)HW. */
+typedef enum fg_layout { FG_LAYOUT_NCHW, FG_LAYOUT_CHANNELS_LAST } fg_layout;
+
+/* "nchw", "channels_last". */
+const char *fg_layout_name(fg_layout layout);
+
 /* A parameter tensor bound by its state_dict name. Its shape carries no batch dim. */
 typedef struct fg_param {
     char name[FG_NAME_MAX];
@@ -193,6 +200,7 @@ typedef struct fg_layer_ir {
     fg_shape input;
     fg_precision precision;
     fg_dtype dtype;          /* of the input and the output */
+    fg_layout layout;        /* of the input and the output */
     int strategy;            /* the spec's `strategy`: -1 auto, else an fg_strategy */
     int n_ops;
     fg_op ops[FG_MAX_OPS];

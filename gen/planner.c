@@ -1222,7 +1222,8 @@ static int chain_end(planner *p, int lowest, int first, bool conv_pass)
  * fp16 the generated conv, exact, runs instead, and `fusegen plan` says so). */
 static bool cudnn_conv(const fg_layer_ir *ir, bool use_wgmma)
 {
-    return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !narrow_groups(ir) && ir->dtype == FG_DTYPE_FP32;
+    return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !narrow_groups(ir) && ir->dtype == FG_DTYPE_FP32 &&
+           ir->layout == FG_LAYOUT_NCHW;
 }
 
 /* A reduction over the channels fused into the wgmma conv pass's epilogue. A wgmma tile is
@@ -1577,6 +1578,22 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      "  precision tf32 with dtype %s: cuDNN's conv (fp32 only) is not used; %s computes the conv "
                      "(as exact as fp32)",
                      d, fg_plan_conv_engine_name(plan));
+            emit(ctx, line);
+        }
+    }
+    if (ir->layout == FG_LAYOUT_CHANNELS_LAST) {
+        snprintf(line, sizeof line,
+                 "  layout channels_last: the input is read as N%sC and the output written as N%sC (channels "
+                 "innermost); every buffer between is NC%s",
+                 ir->input.rank == 5 ? "DHW" : "HW", ir->input.rank == 5 ? "DHW" : "HW",
+                 ir->input.rank == 5 ? "DHW" : "HW");
+        emit(ctx, line);
+        if (ir->precision == FG_PRECISION_TF32 && ir->dtype == FG_DTYPE_FP32 && !plan->wgmma.parts &&
+            !narrow_groups(ir)) {
+            snprintf(line, sizeof line,
+                     "  precision tf32 with layout channels_last: cuDNN's conv (NCHW only here) is not used; %s "
+                     "computes the conv (as exact as fp32)",
+                     fg_plan_conv_engine_name(plan));
             emit(ctx, line);
         }
     }

@@ -305,6 +305,7 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold)
     /* no "file": the source must not depend on the spec's path (plan aliases leave it out) */
     set_str(L, "precision", ir->precision == FG_PRECISION_TF32 ? "tf32" : "fp32");
     set_str(L, "dtype", fg_dtype_name(ir->dtype));
+    set_str(L, "layout", fg_layout_name(ir->layout));
     push_shape(L, &ir->input);
     lua_setfield(L, -2, "input");
     set_int(L, "n_ops", ir->n_ops);

@@ -596,5 +596,21 @@ int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
                     return op_fail(&c, "as", "'%s' already names the value of line %d", op->as, ir->ops[j].line);
         }
     }
+    /* layout "channels_last" puts the output's dim 1 last: the output must still be (N, C,
+     * spatial...) as the input is -- the input's rank, no shape op (flatten, view, squeeze,
+     * unsqueeze) on the way. A reduction with keepdim keeps that form (a dim of 1). */
+    if (ir->layout == FG_LAYOUT_CHANNELS_LAST) {
+        const fg_op *last = &ir->ops[ir->n_ops - 1];
+        char shape[128];
+        if (first_shape >= 0)
+            return fg_fail(err, "%s:%d: layout \"channels_last\": the layer output has no channel dim to put last after "
+                                "%s (a shape op); use layout \"nchw\" or end the layer before it",
+                           ir->file, ir->ops[first_shape].line, fg_op_written_name(&ir->ops[first_shape]));
+        if (last->out.rank != ir->input.rank)
+            return fg_fail(err, "%s:%d: layout \"channels_last\": the layer output %s has no channel dim to put last "
+                                "(rank %d, the input's is %d: reduce with keepdim = true, or use layout \"nchw\")",
+                           ir->file, last->line, fg_shape_str(&last->out, shape, sizeof shape), last->out.rank,
+                           ir->input.rank);
+    }
     return 0;
 }

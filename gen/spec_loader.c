@@ -24,9 +24,10 @@
 static const char *const base_funcs[] = {"ipairs", "pairs", "next", "type", "tonumber", "select", "error", "assert"};
 static const char *const math_funcs[] = {"abs", "ceil", "floor", "max", "min", "sqrt",
                                          "fmod", "tointeger", "huge", "pi", "maxinteger"};
-static const char *const layer_fields[] = {"input", "precision", "strategy", "dtype"};
+static const char *const layer_fields[] = {"input", "precision", "strategy", "dtype", "layout"};
 static const char *const precisions[] = {"fp32", "tf32"};
 static const char *const dtypes[] = {"fp32", "bf16", "fp16"}; /* in fg_dtype's order */
+static const char *const layouts[] = {"nchw", "channels_last"}; /* in fg_layout's order */
 static const char *const strategies[] = {"auto", "materialize", "recompute", "resident"};
 #define COUNT(a) (int)(sizeof(a) / sizeof *(a))
 
@@ -815,7 +816,7 @@ static int walk(lua_State *L)
                 continue;
             const char *near = fg_nearest_name(k, layer_fields, COUNT(layer_fields));
             raise(L, w, line, "layer: unknown field '%s'%s%s%s", k,
-                  near ? " (did you mean '" : " (known: input, precision, strategy, dtype)",
+                  near ? " (did you mean '" : " (known: input, precision, strategy, dtype, layout)",
                   near ? near : "", near ? "'?)" : "");
         }
         lua_Integer i = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
@@ -826,6 +827,8 @@ static int walk(lua_State *L)
     ir->precision = opt_choice(L, w, body, "precision", precisions, COUNT(precisions), 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
     /* the dtype of the layer's input and output in memory; everything inside stays fp32 */
     ir->dtype = (fg_dtype)opt_choice(L, w, body, "dtype", dtypes, COUNT(dtypes), 0);
+    /* the memory layout of the layer's input and output; every buffer inside stays NC(D)HW */
+    ir->layout = (fg_layout)opt_choice(L, w, body, "layout", layouts, COUNT(layouts), 0);
     /* the planner chooses by cost; a spec may insist (benchmarks, tests) */
     ir->strategy = opt_choice(L, w, body, "strategy", strategies, COUNT(strategies), 0) - 1;
 
@@ -977,10 +980,10 @@ void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx)
     word(ctx, "as");
     word(ctx, "N");
     word(ctx, "tostring");
-    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies, dtypes};
+    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies, dtypes, layouts};
     const int counts[] = {COUNT(base_funcs), COUNT(math_funcs), COUNT(layer_fields), COUNT(precisions),
-                          COUNT(strategies), COUNT(dtypes)};
-    for (int l = 0; l < 6; l++)
+                          COUNT(strategies), COUNT(dtypes), COUNT(layouts)};
+    for (int l = 0; l < 7; l++)
         for (int i = 0; i < counts[l]; i++)
             word(ctx, lists[l][i]);
     word(ctx, "math");

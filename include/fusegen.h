@@ -119,6 +119,14 @@ FG_API fg_status fg_layer_output_shape(const fg_layer *layer, int64_t batch, int
  * Parameters are float32 whatever it is. */
 FG_API fg_status fg_layer_dtype(const fg_layer *layer, const char **dtype, int *element_bytes);
 
+/* The memory layout of the layer's input and output (the spec's `layout`): "nchw" (contiguous
+ * NC(D)HW) or "channels_last" (contiguous N(D)HWC: the channel innermost; PyTorch's
+ * torch.channels_last / channels_last_3d memory). fg_layer_input_shape/output_shape report
+ * the logical (N, C, spatial...) shape either way; every pointer of fg_layer_run*,
+ * fg_layer_run_cpu included, holds the elements in this layout. Parameters are never
+ * affected. */
+FG_API fg_status fg_layer_layout(const fg_layer *layer, const char **layout);
+
 /* Parameters in the spec's order: name (a state_dict key) and shape. */
 FG_API fg_status fg_layer_param_count(const fg_layer *layer, int *count);
 FG_API fg_status fg_layer_param_info(const fg_layer *layer, int index, const char **name, int *rank,
@@ -150,7 +158,7 @@ FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, in
 FG_API fg_status fg_layer_prepare(fg_layer *layer);
 
 /* Runs the layer on `batch` samples: `input` and `output` are device pointers (contiguous
- * NC(D)HW, of the layer's dtype: float32, or bf16/fp16 for a spec with that `dtype`, see
+ * NC(D)HW, or N(D)HWC for a layer with layout "channels_last" (fg_layer_layout), of the layer's dtype: float32, or bf16/fp16 for a spec with that `dtype`, see
  * fg_layer_dtype; the pointers carry no type, so a caller must check it); `stream` is a CUstream/cudaStream_t (NULL: the default stream).
  * Asynchronous like any launch: the output is ready when the stream is. */
 FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream);
@@ -172,7 +180,7 @@ FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void
 
 /* The CPU reference (double accumulation) on host memory; needs host-bound parameters
  * (fg_layer_bind_host or fg_layer_bind_safetensors). `input` and `output` are floats for
- * every dtype; for a bf16/fp16 layer each input value is rounded to the dtype first (what the
+ * every dtype, in the layer's layout (N(D)HWC for "channels_last"); for a bf16/fp16 layer each input value is rounded to the dtype first (what the
  * GPU reads) and the float64 result is rounded to the dtype (to nearest even) once. */
 FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch);
 

@@ -470,8 +470,53 @@ int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, c
     return fg_reference_run_progress(ir, batch, input, params, output, NULL, NULL, err);
 }
 
+static int run_nchw(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
+                    double *output, fg_reference_progress progress, void *ctx, fg_error *err);
+
+/* Channels and positions per sample of an (N, C, spatial...) shape. */
+static void channels_positions(const fg_shape *s, int64_t *c, int64_t *p)
+{
+    *c = s->dim[1];
+    *p = 1;
+    for (int d = 2; d < s->rank; d++)
+        *p *= s->dim[d];
+}
+
+/* Layout "channels_last": the input is N(D)HWC and so is the output; the values are computed
+ * NC(D)HW as always and the two are transposed on the way in and out. */
 int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                               double *output, fg_reference_progress progress, void *ctx, fg_error *err)
+{
+    if (ir->layout != FG_LAYOUT_CHANNELS_LAST)
+        return run_nchw(ir, batch, input, params, output, progress, ctx, err);
+    const fg_shape *os = &ir->ops[ir->n_ops - 1].out;
+    int64_t ci, pi, co, po;
+    channels_positions(&ir->input, &ci, &pi);
+    channels_positions(os, &co, &po);
+    float *x = calloc((size_t)(batch * ci * pi), sizeof(float)); /* (calloc: GCC cannot see the loop below fill it) */
+    double *y = malloc(sizeof(double) * (size_t)(batch * co * po));
+    int rc;
+    if (!x || !y) {
+        rc = fg_fail(err, "CPU reference: out of memory for the channels-last input and output");
+    } else {
+        for (int64_t n = 0; n < batch; n++)
+            for (int64_t p = 0; p < pi; p++)
+                for (int64_t c = 0; c < ci; c++)
+                    x[(n * ci + c) * pi + p] = input[(n * pi + p) * ci + c];
+        rc = run_nchw(ir, batch, x, params, y, progress, ctx, err);
+        if (rc == 0)
+            for (int64_t n = 0; n < batch; n++)
+                for (int64_t p = 0; p < po; p++)
+                    for (int64_t c = 0; c < co; c++)
+                        output[(n * po + p) * co + c] = y[(n * co + c) * po + p];
+    }
+    free(x);
+    free(y);
+    return rc;
+}
+
+static int run_nchw(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
+                    double *output, fg_reference_progress progress, void *ctx, fg_error *err)
 {
     const progress_hook hook = {progress, ctx};
     value vals[FG_MAX_OPS];

@@ -13,7 +13,8 @@
 
 /* Evaluates the layer on `batch` samples. `input` holds batch * sample_count(ir->input)
  * floats; `params[i]` holds ir->params[i].count floats; `output` receives
- * batch * sample_count(last op's out) doubles. Returns 0, or -1 with err set (out of
+ * batch * sample_count(last op's out) doubles. Both are NC(D)HW, or N(D)HWC for a layer
+ * with layout "channels_last" (ir->layout). Returns 0, or -1 with err set (out of
  * memory). */
 int fg_reference_run(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                      double *output, fg_error *err);

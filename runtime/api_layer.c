@@ -360,6 +360,18 @@ FG_API fg_status fg_layer_dtype(const fg_layer *layer, const char **dtype, int *
     return s;
 }
 
+FG_API fg_status fg_layer_layout(const fg_layer *layer, const char **layout)
+{
+    ENTER_LAYER(layer, "fg_layer_layout");
+    fg_status s = FG_OK;
+    if (!layout)
+        s = fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_layer_layout: layout is NULL");
+    else
+        *layout = fg_layout_name(layer->ir.layout);
+    fg_handle_release(layer);
+    return s;
+}
+
 static fg_status param_count_held(const fg_layer *layer, int *count)
 {
     if (!count)

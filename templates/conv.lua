@@ -40,9 +40,13 @@ function M.geometry(layer)
     conv = conv,
     half = lib.io_half(layer), -- the input and output are bf16/fp16 (lib.io_prelude)
     io = lib.io_ctype(layer),
+    cl = lib.io_cl(layer), -- the input and output are channels last (N(D)HWC)
+    cin = ins.dim[1],
   }
   g.taps = g.K[1] * g.K[2] * g.K[3]
   g.in_plane = g.I[1] * g.I[2] * g.I[3]
+  -- from one group's first input channel to the next's
+  g.group_in_stride = g.cl and g.cin_g or g.cin_g * g.in_plane
   return g
 end
 
@@ -70,7 +74,12 @@ end
 -- the input and past the last channel), channel planes T.CP floats apart.
 function M.stage_input(c, g, T)
   c:open("for (int e = t; e < %d; e += %d) {", T.CIC * T.ITILE, T.BLOCK)
-  c:line("const int ci = e / %d, r = e %% %d;", T.ITILE, T.ITILE)
+  if g.cl then
+    -- a channels-last input: consecutive threads read consecutive channels of one pixel
+    c:line("const int r = e / %d, ci = e %% %d;", T.CIC, T.CIC)
+  else
+    c:line("const int ci = e / %d, r = e %% %d;", T.ITILE, T.ITILE)
+  end
   c:line("const int a = r / %d, b = (r / %d) %% %d, cw = r %% %d;", T.IT[2] * T.IT[3], T.IT[3], T.IT[2], T.IT[3])
   c:line("const int id = id0 + a, ih = ih0 + b, iw = iw0 + cw;")
   local checks = {}
@@ -85,15 +94,18 @@ function M.stage_input(c, g, T)
   -- cp.async: every copy of the tile is in flight at once (a plain load-then-store loop
   -- waits for each load's latency in turn); outside the input it zero-fills
   c:line("const bool in = %s;", table.concat(checks, " && "))
-  local dst = T.CP == T.ITILE and "e" or string.format("ci * %d + r", T.CP)
+  local dst = (T.CP == T.ITILE and not g.cl) and "e" or string.format("ci * %d + r", T.CP)
+  local src = string.format("xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw", g.in_plane, g.I[2], g.I[3])
+  if g.cl then
+    src = string.format("xg + (fg_u64)((id * %d + ih) * %d + iw) * %d + (ci0 + ci)", g.I[2], g.I[3], g.cin)
+  end
   if g.half then
     -- a bf16/fp16 input: a converting load (cp.async copies bytes, it cannot widen); the
     -- barrier that ends the staging orders these stores as it orders the copies
-    c:line("s_in[%s] = in ? fg_io_load(xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw) : 0.0f;", dst,
-      g.in_plane, g.I[2], g.I[3])
+    c:line("s_in[%s] = in ? fg_io_load(%s) : 0.0f;", dst, src)
   else
-    c:line("fg_cp_async4(s_in + %s, in ? xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw : xg, in);",
-      dst, g.in_plane, g.I[2], g.I[3])
+    -- (each element its own 4-byte copy: any float's address will do, in either layout)
+    c:line("fg_cp_async4(s_in + %s, in ? %s : xg, in);", dst, src)
   end
   c:close()
 end
@@ -212,11 +224,12 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local conv, O = g.conv, g.O
   if not th.feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
   -- with W even a pair's outputs are 8-byte aligned: one float2 store per target
-  local pair = th.pair and O[3] % 2 == 0
+  -- (a channels-last output: neighbours along W are not adjacent in memory; no pairs)
+  local pair = th.pair and O[3] % 2 == 0 and not (g.cl and pass.store_output)
   local loops = th.loops
   local dshape = layer.ops[pass.last].out_shape
   local targets = {} -- { array, value index (nil: the pass's domain value) }
-  if pass.store_output then targets[#targets + 1] = { names.output, nil, g.half } end
+  if pass.store_output then targets[#targets + 1] = { names.output, nil, g.half, g.cl } end
   if pass.store_buffer >= 0 then targets[#targets + 1] = { names.buffer[pass.store_buffer] } end
   for i = 0, pass.extra_stores.n - 1 do
     local b = pass.extra_stores[i]
@@ -250,7 +263,11 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     ev:remember(0, coords, "v0")
     local v = ev:eval(pass.last, coords)
     local idx = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin(dshape, coords))
-    for k, tg in ipairs(targets) do store(k, idx, tg[2] and ev:eval(tg[2], coords) or v) end
+    for k, tg in ipairs(targets) do
+      local at = idx
+      if tg[4] then at = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin_cl(dshape, coords)) end
+      store(k, at, tg[2] and ev:eval(tg[2], coords) or v)
+    end
     feed.element(c, ev, plan, pass.feeds, v, coords, slots > 0 and th.slot or nil)
     ev:pop_scope()
     c:close()
@@ -349,7 +366,7 @@ function M.render(layer, plan, pass, names, signature)
   c:line("const int od0 = (tile / %d) * %d, oh0 = ((tile / %d) %% %d) * %d, ow0 = (tile %% %d) * %d;", NTH * NTW, T.TD,
     NTW, NTH, T.TH, NTW, T.TW)
   c:line("const int g = (int)blockIdx.y / %d, co0 = ((int)blockIdx.y %% %d) * %d;", NCOB, NCOB, T.COT)
-  c:line("const %s *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", g.io, names.input, g.in_sample, g.cin_g * g.in_plane)
+  c:line("const %s *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", g.io, names.input, g.in_sample, g.group_in_stride)
   c:line("const float *wg = %s + (fg_u64)(g * %d + co0) * %d;", names.param[conv.weight_param], g.cout_g, g.cin_g * g.taps)
   c:line("const int id0 = od0 * %d - %d, ih0 = oh0 * %d - %d, iw0 = ow0 * %d - %d;", g.S[1], g.P[1], g.S[2], g.P[2],
     g.S[3], g.P[3])

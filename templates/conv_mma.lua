@@ -81,7 +81,7 @@ function M.render(layer, plan, pass, names, signature)
   c:line("const int gid = lane >> 2, tig = lane & 3; /* the MMA fragments' row group and column pair */")
   c:line("const int wx = warp %% %d, wy = (warp / %d) %% %d, wz = warp / %d;", WX, WX, WY, WX * WY)
   c:line("const int g = (int)blockIdx.y / %d, co0 = ((int)blockIdx.y %% %d) * %d;", NCOB, NCOB, T.COT)
-  c:line("const %s *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", g.io, names.input, g.in_sample, g.cin_g * g.in_plane)
+  c:line("const %s *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", g.io, names.input, g.in_sample, g.group_in_stride)
   c:line("const float *wg = %s + (fg_u64)(g * %d + co0) * %d;", names.param[conv_op.weight_param], g.cout_g,
     g.cin_g * g.taps)
   c:line("(void)wz; (void)gid; (void)tig;")

@@ -447,11 +447,19 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   c:line("(void)batch;")
   c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
   c:open("for (int i = t; i < GROUPS * CIN_G * 32; i += 256) {")
-  c:line("const int ch = i / 32, pp = i % 32, gr = ch / CIN_G, cg = ch % CIN_G;")
+  local at = "(unsigned long long)ch * IPIX + pix0 + pp"
+  if g.cl then
+    -- a channels-last input is channels-innermost already: consecutive threads read
+    -- consecutive channels of a pixel (nearly a copy; the groups' padding is added here)
+    c:line("const int pp = i / (GROUPS * CIN_G), ch = i % (GROUPS * CIN_G), gr = ch / CIN_G, cg = ch % CIN_G;")
+    at = "(unsigned long long)(pix0 + pp) * (GROUPS * CIN_G) + ch"
+  else
+    c:line("const int ch = i / 32, pp = i % 32, gr = ch / CIN_G, cg = ch % CIN_G;")
+  end
   -- a bf16/fp16 input is widened here (exactly: a half is a TF32, so its lo below is zero;
   -- skipping lo for such inputs is left for later, docs/design.md)
   c:line("tile[pp * (XC + 1) + gr * CP + cg] = pix0 + pp < IPIX ? %s : 0.0f;",
-    g.half and "fg_io_load(xs + (unsigned long long)ch * IPIX + pix0 + pp)" or "xs[(unsigned long long)ch * IPIX + pix0 + pp]")
+    g.half and "fg_io_load(xs + " .. at .. ")" or "xs[" .. at .. "]")
   c:close()
   if w.cp ~= g.cin_g then
     c:line("/* the padding channels are zeros */")

@@ -111,6 +111,30 @@ function lib.lin(shape, coords)
   return table.concat(terms, " + ")
 end
 
+-- Per-sample linear index of `coords` (dim 1 the channel, then the spatial dims) in `shape`
+-- laid out channels last, N(D)HWC: the channel innermost, then W, H (, D).
+function lib.lin_cl(shape, coords)
+  local st, s = {}, 1
+  st[1] = 1
+  s = shape.dim[1]
+  for d = shape.rank - 1, 2, -1 do
+    st[d] = s
+    s = s * shape.dim[d]
+  end
+  local terms = {}
+  for d = 1, shape.rank - 1 do
+    local c = coords[d]
+    if c ~= "0" and shape.dim[d] ~= 1 then
+      terms[#terms + 1] = st[d] == 1 and c or string.format("(%s) * %d", c, st[d])
+    end
+  end
+  if #terms == 0 then return "0" end
+  return table.concat(terms, " + ")
+end
+
+-- The layer's input and output are channels last (the spec's `layout`); buffers never are.
+function lib.io_cl(layer) return layer.layout == "channels_last" end
+
 -- Declares coordinate variables `<prefix>1..` for the per-sample linear index `idx` and
 -- returns their names.
 function lib.unravel(code, shape, idx, prefix)

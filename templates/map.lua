@@ -41,6 +41,13 @@ function M.render(layer, plan, pass, names, signature)
   local dshape = layer.ops[pass.domain].out_shape
   local block = pass.launch.block
   local per_thread = pass.launch.elems
+  if pass.store_output and lib.io_cl(layer) then
+    -- the output index is taken from the domain's coordinates: they must be the output's
+    local oshape = layer.ops[pass.last].out_shape
+    local same = oshape.rank == dshape.rank
+    for d = 1, dshape.rank - 1 do same = same and oshape.dim[d] == dshape.dim[d] end
+    if not same then error("layout \"channels_last\": a map pass whose domain is not the layer output's shape") end
+  end
   c:line("/* pass %d: v%d..v%d at each of the %d elements of v%d per sample */", pass.index, pass.first, pass.last,
     dshape.sample, pass.domain)
   c:line("extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", block, pass.kernel, signature)
@@ -64,7 +71,9 @@ function M.render(layer, plan, pass, names, signature)
   local v = ev:eval(pass.last, coords)
   for _, st in ipairs(stores(plan, pass, names)) do
     local v = ev:eval(st[2], coords)
-    c:line("%s[(fg_u64)n * %d + i] = %s;", st[1], dshape.sample, st[1] == names.output and lib.io_store(layer, v) or v)
+    local at = "i"
+    if st[1] == names.output and lib.io_cl(layer) then at = lib.lin_cl(dshape, coords) end
+    c:line("%s[(fg_u64)n * %d + %s] = %s;", st[1], dshape.sample, at, st[1] == names.output and lib.io_store(layer, v) or v)
   end
   feed.element(c, ev, plan, pass.feeds, v, coords, nil)
   ev:pop_scope()
@@ -82,6 +91,8 @@ end
 function M.vectorizable(layer, plan, pass)
   local dshape = layer.ops[pass.domain].out_shape
   if dshape.sample % 4 ~= 0 or pass.launch.elems % 4 ~= 0 then return false end
+  -- a channels-last output: four consecutive elements of the domain are not consecutive there
+  if pass.store_output and lib.io_cl(layer) then return false end
   for k = pass.first, pass.last do
     local op = layer.ops[k]
     local cls = op.class

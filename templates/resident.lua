@@ -75,7 +75,7 @@ function M.render(layer, plan, pass, names, signature)
   c:line("const int n = batch_base + (int)blockIdx.z;")
   c:line("const int cbase = (int)blockIdx.y * %d;", B)
   c:line("const int g = cbase / %d, co0 = cbase %% %d;", g.cout_g, g.cout_g)
-  c:line("const %s *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", g.io, names.input, g.in_sample, g.cin_g * g.in_plane)
+  c:line("const %s *xg = %s + (fg_u64)n * %d + (fg_u64)g * %d;", g.io, names.input, g.in_sample, g.group_in_stride)
   c:line("const float *wg = %s + (fg_u64)(g * %d + co0) * %d;", names.param[conv.weight_param], g.cout_g, g.cin_g * g.taps)
   c:line("const int r0 = rank * %d / %d, r1 = (rank + 1) * %d / %d;", ROWS, S, ROWS, S)
   c:line("for (int i = t; i < %d; i += %d) (&s_part[0][0])[i] = 0.0;", NG * 2, T.BLOCK)
@@ -203,7 +203,8 @@ function M.render(layer, plan, pass, names, signature)
   local function write_output(oc)
     ev:push_scope()
     local out = ev:eval(pass.last, oc)
-    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.output, OUT.sample, lib.lin(OUT, oc), lib.io_store(layer, out))
+    c:line("%s[(fg_u64)n * %d + %s] = %s;", names.output, OUT.sample, g.cl and lib.lin_cl(OUT, oc) or lib.lin(OUT, oc),
+      lib.io_store(layer, out))
     ev:pop_scope()
   end
   if R.reduce_op >= 0 then

@@ -77,5 +77,29 @@ sed 's/"bf16"/"fp16"/; s/pooled_bf16/pooled_fp16/' "$work/p16.lua" >"$work/p16b.
 "$fusegen" run "$work/p16.lua" --device cpu --batch 2 --out "$work/in16.safetensors" >/dev/null 2>&1
 out=$("$fusegen" run "$work/p16b.lua" --device cpu --input "$work/in16.safetensors" 2>&1)
 check "fp16 layer refuses a BF16 input" "is BF16, but the layer's input is F16 (its spec's dtype = \"fp16\")" "$out"
+# layout channels_last: run's safetensors files hold the tensors in memory order [N, H, W, C]
+cat >"$work/cl.lua" <<'EOS'
+return layer "cl" {
+  input = { "N", 3, 6, 8 },
+  layout = "channels_last",
+  conv2d { out_channels = 5, kernel = 3 },
+  relu {},
+}
+EOS
+out=$("$fusegen" run "$work/cl.lua" --device cpu --batch 2 --out "$work/cl.safetensors" 2>&1)
+check "channels_last run" "cl: output [2, 5, 4, 6] (channels last) on the CPU" "$out"
+check "channels_last output file" '"dtype":"F32","shape":[2,4,6,5]' "$(head -c 200 "$work/cl.safetensors" | tr -d '\0')"
+cat >"$work/cl2.lua" <<'EOS'
+return layer "cl2" {
+  input = { "N", 5, 4, 6 },
+  layout = "channels_last",
+  conv2d { out_channels = 2, kernel = 1 },
+}
+EOS
+out=$("$fusegen" run "$work/cl2.lua" --device cpu --input "$work/cl.safetensors" 2>&1)
+check "channels_last input file in memory order" "cl2: output [2, 2, 4, 6] (channels last) on the CPU" "$out"
+sed 's/  layout = "channels_last",//; s/"cl2"/"nchw2"/' "$work/cl2.lua" >"$work/nchw2.lua"
+out=$("$fusegen" run "$work/nchw2.lua" --device cpu --input "$work/cl.safetensors" 2>&1)
+check "an NCHW layer refuses the NHWC file" "does not have the layer's input shape" "$out"
 echo "cli shapes: $passed passed, $failed failed"
 [ $failed -eq 0 ]

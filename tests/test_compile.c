@@ -319,6 +319,91 @@ static void half_dtypes(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* Channels-last input and output (the spec's layout = "channels_last"): every engine and
+ * strategy renders its N(D)HWC reads and stores and compiles for sm_80 and sm_90a (sm_90
+ * for resident) without spills (but the tolerance above), with fp32 and a half dtype. The
+ * source must differ from the same layer's NCHW source, and no channels-last layer plans
+ * cuDNN. */
+typedef struct layout_case {
+    const char *spec;   /* a spec name, or NULL: `source` */
+    const char *source;
+    fg_dtype dtype;
+    const char *arch;
+    fg_engine_choice engine;
+    int strategy;  /* -1: the planner's */
+    int engine_is; /* the conv engine the plan must have (an fg_conv_engine), -1: any */
+} layout_case;
+
+#define CL3D_RESIDENT                                                                                            \
+    "return layer \"cl3d\" {\n  input = { \"N\", 3, 10, 18, 18 },\n  conv3d { name = \"conv\", out_channels = 16, " \
+    "kernel = 3 },\n  instance_norm { eps = 1e-5 },\n  clamp { min = -1.0, max = 1.0 },\n"                     \
+    "  max { dim = 1, keepdim = true },\n}\n"
+
+static void channels_last(void **state)
+{
+    (void)state;
+    static const layout_case cases[] = {
+        {"kb85", NULL, FG_DTYPE_FP32, "sm_80", FG_ENGINE_AUTO, -1, -1},
+        {"kb85", NULL, FG_DTYPE_BF16, "sm_90a", FG_ENGINE_AUTO, -1, -1},
+        {"kb92", NULL, FG_DTYPE_FP32, "sm_80", FG_ENGINE_PREFER_FMA, -1, FG_CONV_FMA},
+        {"kb92", NULL, FG_DTYPE_FP32, "sm_80", FG_ENGINE_PREFER_MMA, -1, FG_CONV_MMA},
+        {"kb92", NULL, FG_DTYPE_FP32, "sm_90a", FG_ENGINE_PREFER_WGMMA, -1, FG_CONV_WGMMA},
+        {"kb92", NULL, FG_DTYPE_FP16, "sm_80", FG_ENGINE_PREFER_FMA, -1, FG_CONV_FMA},
+        {"kb92", NULL, FG_DTYPE_BF16, "sm_80", FG_ENGINE_PREFER_MMA, -1, FG_CONV_MMA},
+        {"kb92", NULL, FG_DTYPE_BF16, "sm_90a", FG_ENGINE_PREFER_WGMMA, -1, FG_CONV_WGMMA},
+        {"kb21", NULL, FG_DTYPE_FP32, "sm_80", FG_ENGINE_AUTO, FG_STRATEGY_RECOMPUTE, -1},
+        {"kb21", NULL, FG_DTYPE_FP32, "sm_90a", FG_ENGINE_PREFER_WGMMA, FG_STRATEGY_MATERIALIZE, FG_CONV_WGMMA},
+        {NULL, CL3D_RESIDENT, FG_DTYPE_FP32, "sm_90", FG_ENGINE_AUTO, FG_STRATEGY_RESIDENT, -1},
+        {NULL, CL3D_RESIDENT, FG_DTYPE_BF16, "sm_90", FG_ENGINE_AUTO, FG_STRATEGY_RESIDENT, -1},
+        {NULL, CL3D_RESIDENT, FG_DTYPE_FP32, "sm_90a", FG_ENGINE_PREFER_WGMMA, -1, FG_CONV_WGMMA},
+    };
+    int problems = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const layout_case *h = &cases[i];
+        fg_layer_ir *ir = h->spec ? fgt_load_spec(h->spec) : fgt_load_string(h->source);
+        ir->dtype = h->dtype;
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, h->arch);
+        opts.engine = h->engine;
+        opts.force_strategy = h->strategy;
+        fg_rendered nchw;
+        fg_error err = {{0}};
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        if (fg_render(ir, plan, &nchw, &err) != 0)
+            fail_msg("%s (nchw): %s", ir->name, err.msg);
+        free(plan);
+        ir->layout = FG_LAYOUT_CHANNELS_LAST;
+        plan = fgt_plan_with(ir, &opts);
+        bool engine_seen = h->engine_is < 0;
+        for (int p = 0; p < plan->n_passes; p++)
+            engine_seen |= plan->passes[p].kind == FG_PASS_CONV && (int)plan->passes[p].conv.engine == h->engine_is;
+        char what[256];
+        snprintf(what, sizeof what, "%s (channels_last, dtype %s, engine %d, strategy %d) for %s", ir->name,
+                 fg_dtype_name(h->dtype), (int)h->engine, h->strategy, h->arch);
+        if (!engine_seen)
+            fail_msg("%s: the plan's conv is not on engine %d", what, h->engine_is);
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CUDNN)
+                fail_msg("%s: a channels-last layer planned on cuDNN", what);
+        fg_rendered src;
+        if (fg_render(ir, plan, &src, &err) != 0)
+            fail_msg("%s: %s", what, err.msg);
+        if (!strcmp(src.source, nchw.source))
+            fail_msg("%s: the source is the NCHW layer's", what);
+        fg_compiled c;
+        if (fg_nvrtc_compile(src.source, ir->name, h->arch, NULL, &c, &err) != 0)
+            fail_msg("%s: %s", what, err.msg);
+        check_cubin(what, c.cubin, c.size, atoi(h->arch + 3));
+        problems += check_resources(what, plan, &c);
+        fg_compiled_free(&c);
+        fg_rendered_free(&src);
+        fg_rendered_free(&nchw);
+        free(plan);
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* A layer with every op kind: the templates of each compile. */
 static void every_op_kind(void **state)
 {
@@ -434,6 +519,7 @@ int main(void)
         cmocka_unit_test(resident_variants),
         cmocka_unit_test(recompute_variant),
         cmocka_unit_test(half_dtypes),
+        cmocka_unit_test(channels_last),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),
     };

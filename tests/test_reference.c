@@ -912,6 +912,65 @@ static void kb92_chain_small(void **state)
     free(out);
 }
 
+/* layout = "channels_last": the reference on N(D)HWC memory gives, element for element, the
+ * NC(D)HW layer's results on the same values transposed (bit-identical: the same float64
+ * computation in between). 2D and 3D, groups, a pool, a keepdim channel reduction, bf16. */
+static void channels_last_is_a_transpose(void **state)
+{
+    (void)state;
+    static const char *const sources[] = {
+        "return layer \"a\" {\n  input = { \"N\", 6, 9, 11 },\n  conv2d { name = \"conv\", out_channels = 8, kernel = 3, "
+        "groups = 2, padding = 1 },\n  group_norm { name = \"gn\", groups = 4 },\n  max_pool { kernel = 2 },\n  relu {},\n}\n",
+        "return layer \"b\" {\n  input = { \"N\", 3, 5, 7, 6 },\n  conv3d { name = \"conv\", out_channels = 5, kernel = 3 },\n"
+        "  instance_norm { eps = 1e-5 },\n  logsumexp { dim = 1, keepdim = true },\n}\n",
+        "return layer \"c\" {\n  input = { \"N\", 4, 7, 5 },\n  dtype = \"bf16\",\n  conv2d { name = \"conv\", out_channels = 3, "
+        "kernel = 1 },\n  sigmoid {},\n  mean { dim = { 2, 3 }, keepdim = true },\n}\n",
+    };
+    for (size_t s = 0; s < sizeof sources / sizeof *sources; s++) {
+        fg_layer_ir *ir = fgt_load_string(sources[s]);
+        const int64_t batch = 2;
+        const fg_shape *os = &ir->ops[ir->n_ops - 1].out;
+        int64_t ci = ir->input.dim[1], pi = fg_shape_sample_count(&ir->input) / ci;
+        int64_t co = os->dim[1], po = fg_shape_sample_count(os) / co;
+        float *x = malloc(sizeof(float) * (size_t)(batch * ci * pi)), *xl = malloc(sizeof(float) * (size_t)(batch * ci * pi));
+        double *y = malloc(sizeof(double) * (size_t)(batch * co * po)), *yl = malloc(sizeof(double) * (size_t)(batch * co * po));
+        float *pdata[FG_MAX_PARAMS];
+        const float *params[FG_MAX_PARAMS];
+        uint64_t seed = 12345 + s;
+        for (int64_t i = 0; i < batch * ci * pi; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(seed >> 40) / (double)(1 << 24) - 0.5);
+        }
+        for (int p = 0; p < ir->n_params; p++) {
+            pdata[p] = malloc(sizeof(float) * (size_t)ir->params[p].count);
+            for (int64_t i = 0; i < ir->params[p].count; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                pdata[p][i] = (float)((double)(seed >> 40) / (double)(1 << 24));
+            }
+            params[p] = pdata[p];
+        }
+        for (int64_t n = 0; n < batch; n++)
+            for (int64_t p = 0; p < pi; p++)
+                for (int64_t c = 0; c < ci; c++)
+                    xl[(n * pi + p) * ci + c] = x[(n * ci + c) * pi + p];
+        fg_error err;
+        assert_int_equal(fg_reference_run(ir, batch, x, params, y, &err), 0);
+        ir->layout = FG_LAYOUT_CHANNELS_LAST;
+        assert_int_equal(fg_reference_run(ir, batch, xl, params, yl, &err), 0);
+        for (int64_t n = 0; n < batch; n++)
+            for (int64_t p = 0; p < po; p++)
+                for (int64_t c = 0; c < co; c++)
+                    if (memcmp(&yl[(n * po + p) * co + c], &y[(n * co + c) * po + p], sizeof(double)) != 0)
+                        fail_msg("%s: sample %lld channel %lld position %lld: %.17g (channels last) != %.17g", ir->name,
+                                 (long long)n, (long long)c, (long long)p, yl[(n * po + p) * co + c],
+                                 y[(n * co + c) * po + p]);
+        for (int p = 0; p < ir->n_params; p++)
+            free(pdata[p]);
+        free(x), free(xl), free(y), free(yl);
+        free(ir);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -935,6 +994,7 @@ int main(void)
         cmocka_unit_test(reference_defines_every_op),
         cmocka_unit_test(binary_with_broadcast_and_values),
         cmocka_unit_test(kb92_chain_small),
+        cmocka_unit_test(channels_last_is_a_transpose),
     };
     char *dir = fgt_tmpdir("reference-env");
     fgt_isolate_environment(dir);

@@ -92,6 +92,16 @@ static const bad_case cases[] = {
                          "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "field 'dtype' must be one of"}},
     {.name = "dtype_misspelt_field", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  dtyp = \"bf16\",\n"
                          "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "layer: unknown field 'dtyp'", "did you mean 'dtype'?"}},
+    {.name = "layout_choice", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  layout = \"nhwc\",\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "layer: field 'layout' must be one of \"nchw\", \"channels_last\""}},
+    {.name = "layout_not_a_string", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  layout = true,\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "field 'layout' must be one of"}},
+    {.name = "layout_misspelt_field", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  layuot = \"channels_last\",\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:1:", "layer: unknown field 'layuot'", "did you mean 'layout'?"}},
+    {.name = "layout_channel_reduced", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  layout = \"channels_last\",\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n  max { dim = 1 },\n}\n", .expect = {"bad.lua:5:", "layout \"channels_last\": the layer output [N, 6, 6] has no channel dim to put last", "keepdim = true"}},
+    {.name = "layout_flatten", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  layout = \"channels_last\",\n"
+                         "  conv2d { out_channels = 6, kernel = 3 },\n  flatten {},\n}\n", .expect = {"bad.lua:5:", "layout \"channels_last\": the layer output has no channel dim to put last after flatten"}},
     {.name = "op_called_with_number", .source = HDR "  relu(3),\n}\n", .expect = {"bad.lua:4:", "relu expects a table of fields", "got a number"}},
     {.name = "layer_without_name", .source = "return layer { input = { \"N\", 4, 8, 8 } }\n", .expect = {"bad.lua:1:", "layer expects a name first"}},
     {.name = "layer_body_not_table", .source = "return layer \"t\" (42)\n", .expect = {"bad.lua:1:", "layer \"t\" expects a table"}},

@@ -286,6 +286,9 @@ class Layer(_Handle):
         dtype = ctypes.c_char_p()
         _check(lib().fg_layer_dtype(self._handle, ctypes.byref(dtype), None))
         self._dtype = dtype.value.decode()
+        layout = ctypes.c_char_p()
+        _check(lib().fg_layer_layout(self._handle, ctypes.byref(layout)))
+        self._layout = layout.value.decode()
 
     # -- lifetime
 
@@ -362,6 +365,32 @@ class Layer(_Handle):
         import torch
 
         return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self._dtype]
+
+    @property
+    def layout(self) -> str:
+        """The memory layout of the layer's input and output (the spec's `layout`): "nchw" or
+        "channels_last" (N(D)HWC). Shapes (input_shape, output_shape) are logical
+        (N, C, spatial...) either way; parameters are never channels last."""
+        return self._layout
+
+    @property
+    def torch_memory_format(self) -> Any:
+        """The torch memory format of the layer's input and output: torch.contiguous_format,
+        or torch.channels_last (2D) / torch.channels_last_3d (3D) for layout "channels_last"
+        (imports torch)."""
+        import torch
+
+        if self._layout != "channels_last":
+            return torch.contiguous_format
+        return torch.channels_last_3d if len(self.input_shape(1)) == 5 else torch.channels_last
+
+    def _memory_perm(self, rank):
+        """The axes of a logical (N, C, spatial...) array in memory order: (0, 2, .., 1)."""
+        return (0,) + tuple(range(2, rank)) + (1,)
+
+    def _logical_perm(self, rank):
+        """The inverse: a memory-order (N, spatial..., C) array's axes in logical order."""
+        return (0, rank - 1) + tuple(range(1, rank - 1))
 
     def input_shape(self, batch: int) -> Shape:
         """The input's shape for `batch` samples (a tuple)."""
@@ -569,16 +598,24 @@ class Layer(_Handle):
                 "create the layer with Context(device=N) to run on the GPU",
             )
         self._check_cuda_tensor(x, "the input")
-        x = x.contiguous()
+        # a channels-last layer takes x in that memory format as it is (no copy); any other
+        # x is converted once, as a torch op given another memory format would
+        mf = self.torch_memory_format
+        x = x.contiguous(memory_format=mf)
         batch = self._check_input(tuple(x.shape))
         shape = self.output_shape(batch)
         if out is None:
-            out = torch.empty(shape, device=x.device, dtype=self.torch_dtype)
+            out = torch.empty(shape, device=x.device, dtype=self.torch_dtype, memory_format=mf)
         else:
             if _torch_if_tensor(out) is None or not out.is_cuda:
                 raise TypeError("fusegen: out must be a CUDA tensor when the input is one")
             self._check_cuda_tensor(out, "out")
-            if tuple(out.shape) != shape or not out.is_contiguous():
+            if tuple(out.shape) != shape or not out.is_contiguous(memory_format=mf):
+                if self._layout == "channels_last":
+                    raise ValueError(
+                        f"fusegen: out must be a tensor of shape {list(shape)} in memory format {mf} "
+                        f'(layer {self.source}\'s spec has layout = "channels_last")'
+                    )
                 raise ValueError(f"fusegen: out must be a contiguous tensor of shape {list(shape)}")
         stream = torch.cuda.current_stream(x.device).cuda_stream
         # The launch is asynchronous on `stream`; x (perhaps a contiguous copy) may be freed
@@ -596,6 +633,8 @@ class Layer(_Handle):
         arr = np.asarray(x)
         if arr.dtype.kind != "f":
             raise TypeError(f"fusegen: the input has dtype {arr.dtype}; expected floating point")
+        if self._layout == "channels_last":
+            return self._run_reference_channels_last(h, arr, out)
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         batch = self._check_input(tuple(arr.shape))
         shape = self.output_shape(batch)
@@ -610,6 +649,29 @@ class Layer(_Handle):
         ):
             raise ValueError(f"fusegen: out must be a writable C-contiguous float32 array of shape {list(shape)}")
         _check(lib().fg_layer_run_cpu(h, arr.ctypes.data_as(_P_FLOAT), out.ctypes.data_as(_P_FLOAT), batch))
+        return out
+
+    def _run_reference_channels_last(self, h, arr, out):
+        """run_reference for layout "channels_last": x has the logical shape (N, C, spatial...)
+        and any strides (a channels-last array is used as it is); the result has the logical
+        shape with channels-last strides (a transposed view of N(D)HWC memory), as torch's
+        channels_last tensors have. `out` (logical shape, float32, writable) receives it."""
+        batch = self._check_input(tuple(arr.shape))
+        shape = self.output_shape(batch)
+        mem = np.ascontiguousarray(arr.transpose(self._memory_perm(arr.ndim)), dtype=np.float32)
+        res = np.empty(tuple(shape[d] for d in self._memory_perm(len(shape))), dtype=np.float32)
+        if out is not None and (
+            not isinstance(out, np.ndarray)
+            or out.dtype != np.float32
+            or tuple(out.shape) != shape
+            or not out.flags.writeable
+        ):
+            raise ValueError(f"fusegen: out must be a writable float32 array of shape {list(shape)}")
+        _check(lib().fg_layer_run_cpu(h, mem.ctypes.data_as(_P_FLOAT), res.ctypes.data_as(_P_FLOAT), batch))
+        y = res.transpose(self._logical_perm(len(shape)))
+        if out is None:
+            return y
+        np.copyto(out, y)
         return out
 
 

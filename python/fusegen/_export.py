@@ -1141,7 +1141,7 @@ def _layer_name(name):
     return name
 
 
-def _render(ops, name, input_shape, module, torch_version, dtype=None):
+def _render(ops, name, input_shape, module, torch_version, dtype=None, layout=None):
     from . import __version__
 
     lines = [
@@ -1153,6 +1153,8 @@ def _render(ops, name, input_shape, module, torch_version, dtype=None):
     ]
     if dtype is not None:
         lines.append(f"  dtype = {_lua(dtype)},  -- the input's (and the output's) dtype; parameters stay float32")
+    if layout is not None:
+        lines.append(f"  layout = {_lua(layout)},  -- the input's (and the output's) memory format, N(D)HWC")
     op_lines = {}
     for op in ops:
         fields = list(op.fields)
@@ -1174,7 +1176,10 @@ def export(module: Any, example_input: Any, *, name: Optional[str] = None, check
     example_input: a tensor the module accepts ([N, C, H, W] or [N, C, D, H, W]), used to
     trace the module and give every value its shape; the spec's input is that shape with the
     batch left to run time ("N"). A torch.bfloat16 or torch.float16 example input gives the
-    spec that `dtype` (its input and output; the parameters stay float32). name: the layer's name (default: the module's class name).
+    spec that `dtype` (its input and output; the parameters stay float32). An example input in
+    torch.channels_last / channels_last_3d memory format (and not also contiguous, as a tensor
+    with one channel or one position is) gives the spec layout = "channels_last", unless the
+    module's output has no channel dim to put last (then, with check, the default "nchw"). name: the layer's name (default: the module's class name).
     check: load the spec with libfusegen (a CPU-only context) and compare its output shape
     with the module's; a spec the library refuses raises ExportError naming the node.
 
@@ -1233,9 +1238,22 @@ def export(module: Any, example_input: Any, *, name: Optional[str] = None, check
     # a bf16/fp16 example input makes a layer of that dtype (its input and output); every
     # other floating type gives the default, float32
     dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(example_input.dtype)
-    text, op_lines = _render(ops, layer_name, tuple(example_input.shape), module, torch.__version__, dtype)
+    # a channels-last example input makes a channels-last layer (its input and output)
+    layout = None
+    if example_input.dim() in (4, 5) and not example_input.is_contiguous():
+        mf = torch.channels_last if example_input.dim() == 4 else torch.channels_last_3d
+        if example_input.is_contiguous(memory_format=mf):
+            layout = "channels_last"
+    text, op_lines = _render(ops, layer_name, tuple(example_input.shape), module, torch.__version__, dtype, layout)
     if check:
-        _check_loads(text, op_lines, layer_name, gm, example_input)
+        try:
+            _check_loads(text, op_lines, layer_name, gm, example_input)
+        except ExportError as e:
+            if layout is None or 'layout "channels_last"' not in str(e):
+                raise
+            # the output has no channel dim to put last (flatten, a channel reduction): NCHW
+            text, op_lines = _render(ops, layer_name, tuple(example_input.shape), module, torch.__version__, dtype)
+            _check_loads(text, op_lines, layer_name, gm, example_input)
     return text
 
 

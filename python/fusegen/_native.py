@@ -97,6 +97,7 @@ def _declare(lib):
     fn("fg_layer_destroy", c_int, c_void_p)
     fn("fg_layer_input_shape", c_int, c_void_p, c_int64, p_int, p_dims)
     fn("fg_layer_dtype", c_int, c_void_p, ctypes.POINTER(c_char_p), p_int)
+    fn("fg_layer_layout", c_int, c_void_p, ctypes.POINTER(c_char_p))
     fn("fg_layer_output_shape", c_int, c_void_p, c_int64, p_int, p_dims)
     fn("fg_layer_param_count", c_int, c_void_p, p_int)
     fn("fg_layer_param_info", c_int, c_void_p, c_int, ctypes.POINTER(c_char_p), p_int, p_dims)

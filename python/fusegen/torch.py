@@ -26,6 +26,10 @@ Inference only: the op has no autograd formula (its output does not require grad
 Parameters must be float32; the module's `.double()` or `.half()` make the op refuse to run.
 The input and output have the spec's dtype: float32, or torch.bfloat16 / torch.float16 for a
 spec with dtype = "bf16" / "fp16" (an input of another dtype is refused).
+For a spec with layout = "channels_last" the input is read in torch.channels_last (2D) or
+torch.channels_last_3d (3D) memory format -- a tensor already in it as it is, any other one
+after one conversion (x.contiguous(memory_format=...)), as torch ops do -- and the output is
+returned in that memory format (its shape is the logical (N, C, spatial...) one).
 Layers whose conv runs in cuDNN (precision = "tf32") are refused at the first CUDA run.
 """
 
@@ -75,6 +79,7 @@ class _Runtime:
         self.dtype = probe.torch_dtype  # of the input and the output (the spec's dtype)
         self.dtype_name = probe.dtype
         self.out_tail = tuple(probe.output_shape(1)[1:])
+        self.memory_format = probe.torch_memory_format  # of the input and the output (the spec's layout)
 
     def layer(self, index):
         layer = self.layers.get(index)
@@ -136,14 +141,15 @@ class _Runtime:
             layer = self.layer(index)
             self.bind(index, layer, params)
         x = x.detach()
+        mf = self.memory_format  # a channels-last layer: x as it is when already channels last
         if index < 0:
-            out = layer.run_reference(x.contiguous().float().numpy())
+            out = layer.run_reference(x.contiguous(memory_format=mf).float().numpy())
             return torch.from_numpy(out).to(self.dtype)
-        x = x.contiguous()
+        x = x.contiguous(memory_format=mf)
         if x.data_ptr() % 16:  # the kernels read 16 bytes at a time
-            x = x.clone()
+            x = x.clone(memory_format=mf)
         batch = x.shape[0]
-        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=self.dtype)
+        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=self.dtype, memory_format=mf)
         ws_bytes = layer.workspace_size(batch)
         # from torch's caching allocator, on the current stream: freed when this returns, which
         # is safe, since later users of the block run after these kernels on the same stream
@@ -206,7 +212,7 @@ def _(x, params, spec, instance):
         raise ValueError(
             f"fusegen: input shape {list(x.shape)} does not match layer {rt.name}'s input {['N'] + list(rt.in_tail)}"
         )
-    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=rt.dtype)
+    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=rt.dtype).contiguous(memory_format=rt.memory_format)
 
 
 class FusedLayer(nn.Module):

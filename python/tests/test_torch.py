@@ -447,5 +447,113 @@ class HalfDtype(unittest.TestCase):
         self.assertIn('dtype = "fp32"', str(cm.exception))
 
 
+if torch is not None:
+
+    class CLBlock(nn.Module):
+        """A grouped conv, a group norm, an activation and a max pool: an output with channels."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 8, 3, padding=1, groups=2)
+            self.gn = nn.GroupNorm(4, 8)
+
+        def forward(self, x):
+            return F_max_pool(torch.relu(self.gn(self.conv(x))))
+
+    def F_max_pool(x):
+        return torch.nn.functional.max_pool2d(x, 2)
+
+    class CLBlock3d(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(3, 6, 3)
+
+        def forward(self, x):
+            return torch.sigmoid(self.conv(x)).mean(dim=1, keepdim=True)
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class ChannelsLast(unittest.TestCase):
+    """A spec with layout = "channels_last": Layer and FusedLayer take a channels_last tensor as
+    it is and return the output in that memory format (the logical NCHW shape); an NCHW tensor
+    is converted; the CPU reference equals the NCHW layer's exactly; export sets the field for a
+    channels-last example input (and leaves it out where the output has no channel dim)."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def check(self, block, x, mf):
+        block = block.eval()
+        spec_nchw = fusegen.export(block, x)
+        self.assertNotIn("layout", spec_nchw)
+        spec = fusegen.export(block, x.contiguous(memory_format=mf))
+        self.assertIn('layout = "channels_last"', spec)
+        ref = fusegen.Layer(spec_nchw)
+        layer = fusegen.Layer(spec)
+        self.assertEqual(layer.layout, "channels_last")
+        self.assertEqual(ref.layout, "nchw")
+        self.assertIs(layer.torch_memory_format, mf)
+        for k, v in block.state_dict().items():
+            ref.bind(k, v)
+            layer.bind(k, v)
+        want = ref(x)
+        for given in (x.contiguous(memory_format=mf), x.contiguous()):  # as it is; converted
+            got = layer(given)
+            self.assertEqual(tuple(got.shape), tuple(want.shape))
+            self.assertTrue(got.is_contiguous(memory_format=mf))
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        # NumPy: the logical shape in, a channels-last-strided view out; `out` filled
+        got = layer.run_reference(x.numpy())
+        np.testing.assert_array_equal(got, want.numpy())
+        out = np.full(tuple(want.shape), np.nan, dtype=np.float32)
+        self.assertIs(layer.run_reference(x.numpy(), out=out), out)
+        np.testing.assert_array_equal(out, want.numpy())
+        # FusedLayer: the same, and the PyTorch module within the float32 bar
+        fused = fgt.FusedLayer(spec)
+        fused.load_state_dict(block.state_dict())
+        y = fused(x.contiguous(memory_format=mf))
+        self.assertTrue(y.is_contiguous(memory_format=mf))
+        torch.testing.assert_close(y, want, rtol=0, atol=0)
+        torch.testing.assert_close(y.double(), block.double()(x.double()), rtol=RTOL, atol=ATOL)
+        block.float()
+
+    def test_2d(self):
+        self.check(CLBlock(), torch.rand(2, 4, 10, 12), torch.channels_last)
+
+    def test_3d(self):
+        self.check(CLBlock3d(), torch.rand(2, 3, 6, 7, 8), torch.channels_last_3d)
+
+    def test_bf16(self):
+        block = CLBlock().eval()
+        x = torch.rand(2, 4, 10, 12).bfloat16()
+        spec = fusegen.export(copy.deepcopy(block).bfloat16(), x.contiguous(memory_format=torch.channels_last))
+        self.assertIn('layout = "channels_last"', spec)
+        self.assertIn('dtype = "bf16"', spec)
+        layer = fusegen.Layer(spec)
+        for k, v in block.state_dict().items():
+            layer.bind(k, v)
+        got = layer(x.contiguous(memory_format=torch.channels_last))
+        self.assertEqual(got.dtype, torch.bfloat16)
+        self.assertTrue(got.is_contiguous(memory_format=torch.channels_last))
+        assert_half_close(self, got, block.double()(x.double()), torch.bfloat16, "bf16 channels_last")
+
+    def test_no_channel_dim_exports_nchw(self):
+        class Flat(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 8, 3)
+
+            def forward(self, x):
+                return torch.amax(self.conv(x), dim=1)
+
+        x = torch.rand(1, 4, 8, 8).contiguous(memory_format=torch.channels_last)
+        spec = fusegen.export(Flat(), x)
+        self.assertNotIn("layout", spec)
+        with self.assertRaises(fusegen.Error) as cm:
+            fusegen.Layer(spec.replace("input = ", 'layout = "channels_last",\n  input = '))
+        self.assertIn('layout "channels_last"', str(cm.exception))
+        self.assertIn("no channel dim", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -38,6 +38,7 @@ if CUDA:
     from torch import nn
     from test_export import CASES, KB92, build_case, randomize
     from test_torch import HalfBlock, Net, assert_half_close  # torch ops around a FusedLayer; half dtypes
+    from test_torch import CLBlock, CLBlock3d  # layout = "channels_last"
 
 
 def assert_close(test, got, want, what):
@@ -273,6 +274,68 @@ class HalfDtypeOnGPU(unittest.TestCase):
 
     def test_fp16(self):
         self.run_dtype(torch.float16, "fp16")
+
+
+@unittest.skipUnless(CUDA, SKIP)
+class ChannelsLastOnGPU(unittest.TestCase):
+    """Specs with layout = "channels_last" on the GPU (awaiting the H200): channels_last CUDA
+    tensors in and out through FusedLayer and Layer, each conv engine forced (FUSEGEN_CONV_ENGINE
+    when the context is made), fp32 and bf16, 2D and 3D; an NCHW input is converted; the output
+    is channels_last and equals the NCHW layer's within the float32 bar."""
+
+    def run_case(self, block, x, mf, engine=None, dtype=torch.float32):
+        block = block.eval()
+        xin = x.to(dtype).contiguous(memory_format=mf)
+        spec = fusegen.export(copy.deepcopy(block).to(dtype), xin)
+        self.assertIn('layout = "channels_last"', spec)
+        want = copy.deepcopy(block).cuda().double()(xin.cuda().double())
+        if engine:
+            os.environ["FUSEGEN_CONV_ENGINE"] = engine
+        try:
+            ctx = fusegen.Context(device=0)
+        finally:
+            os.environ.pop("FUSEGEN_CONV_ENGINE", None)
+        layer = fusegen.Layer(spec, context=ctx)
+        for k, v in block.state_dict().items():
+            layer.bind(k, v)
+        for given in (xin.cuda(), xin.cuda().contiguous()):  # as it is; converted once
+            got = layer(given)
+            torch.cuda.synchronize()
+            self.assertTrue(got.is_contiguous(memory_format=mf))
+            if dtype == torch.float32:
+                assert_close(self, got, want, f"channels_last {engine or 'auto'} Layer")
+            else:
+                assert_half_close(self, got, want, dtype, f"channels_last {engine or 'auto'} Layer")
+        out = torch.empty(got.shape, device="cuda", dtype=dtype)  # NCHW-contiguous: refused
+        if not out.is_contiguous(memory_format=mf):
+            with self.assertRaises(ValueError) as cm:
+                layer(xin.cuda(), out=out)
+            self.assertIn('layout = "channels_last"', str(cm.exception))
+        layer.close()
+        ctx.close()
+        fused = fgt.FusedLayer(spec)
+        fused.load_state_dict(block.state_dict())
+        fused = fused.cuda()
+        y = fused(xin.cuda())
+        self.assertTrue(y.is_contiguous(memory_format=mf))
+        if dtype == torch.float32:
+            assert_close(self, y, want, "channels_last FusedLayer")
+        else:
+            assert_half_close(self, y, want, dtype, "channels_last FusedLayer")
+
+    def test_engines_2d(self):
+        torch.manual_seed(0)
+        for engine in (None, "fma", "mma", "wgmma"):
+            self.run_case(CLBlock(), torch.rand(3, 4, 30, 34), torch.channels_last, engine)
+
+    def test_3d(self):
+        torch.manual_seed(0)
+        self.run_case(CLBlock3d(), torch.rand(2, 3, 10, 12, 14), torch.channels_last_3d)
+
+    def test_bf16(self):
+        torch.manual_seed(0)
+        for engine in ("mma", "wgmma"):
+            self.run_case(CLBlock(), torch.rand(2, 4, 26, 22), torch.channels_last, engine, torch.bfloat16)
 
 
 if __name__ == "__main__":

@@ -419,6 +419,110 @@ static const half_variant halves[] = {
     })},
 };
 
+/* Channels-last input and output (layout = "channels_last"): each conv engine forced, a norm
+ * epilogue (materialize and recompute), a pool after the conv, a keepdim channel reduction,
+ * groups and odd shapes, bf16/fp16 with it, resident, an odd output offset. The harness
+ * uploads the input as it is (its memory is N(D)HWC for these layers) and the CPU reference
+ * (fg_layer_run_cpu) reads and writes the same memory in the same layout. */
+static const half_variant layouts[] = {
+    {"cl_fma_group_norm", "fma", 3, 0, 1e-4, SPEC(return layer "cl_fma_group_norm" {
+        input = { "N", 6, 21, 19 },
+        layout = "channels_last",
+        conv2d { out_channels = 12, kernel = 3, padding = 1, groups = 3 },
+        group_norm { groups = 3 },
+        relu {},
+    })},
+    {"cl_mma_max_pool", "mma", 2, 0, 1e-4, SPEC(return layer "cl_mma_max_pool" {
+        input = { "N", 8, 30, 34 },
+        layout = "channels_last",
+        conv2d { out_channels = 32, kernel = 3 },
+        max_pool { kernel = 2 },
+        clamp { min = -0.5, max = 0.5 },
+    })},
+    {"cl_wgmma_logsumexp", "wgmma", 2, 0, 1e-4, SPEC(return layer "cl_wgmma_logsumexp" {
+        input = { "N", 16, 24, 26 },
+        layout = "channels_last",
+        conv2d { out_channels = 64, kernel = 3, padding = 1, as = "c" },
+        group_norm { groups = 16 },
+        tanh {},
+        add { value = "c" },
+        logsumexp { dim = 1, keepdim = true },
+    })},
+    {"cl_wgmma_conv_only_offset", "wgmma", 2, 1, 1e-4, SPEC(return layer "cl_wgmma_conv_only_offset" {
+        input = { "N", 32, 20, 20 },
+        layout = "channels_last",
+        conv2d { out_channels = 64, kernel = 1, groups = 2 },
+    })},
+    {"cl_fma_odd_stride", "fma", 3, 1, 1e-4, SPEC(return layer "cl_fma_odd_stride" {
+        input = { "N", 3, 17, 23 },
+        layout = "channels_last",
+        conv2d { out_channels = 5, kernel = 3, stride = 2, padding = 1 },
+        sigmoid {},
+    })},
+    {"cl_mma_batch_norm_running", "mma", 2, 0, 1e-4, SPEC(return layer "cl_mma_batch_norm_running" {
+        input = { "N", 8, 22, 26 },
+        layout = "channels_last",
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+        batch_norm { name = "bn", stats = "running" },
+        hardswish {},
+    })},
+    {"cl_bf16_mma_group_norm", "mma", 2, 0, 1e-4, SPEC(return layer "cl_bf16_mma_group_norm" {
+        input = { "N", 8, 17, 19 },
+        layout = "channels_last",
+        dtype = "bf16",
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+        group_norm { groups = 4 },
+        avg_pool { kernel = 2 },
+    })},
+    {"cl_bf16_wgmma", "wgmma", 2, 1, 1e-4, SPEC(return layer "cl_bf16_wgmma" {
+        input = { "N", 16, 20, 22 },
+        layout = "channels_last",
+        dtype = "bf16",
+        conv2d { out_channels = 32, kernel = 3 },
+        silu {},
+    })},
+    {"cl_fp16_fma_instance_norm", "fma", 2, 0, 1e-4, SPEC(return layer "cl_fp16_fma_instance_norm" {
+        input = { "N", 5, 15, 13 },
+        layout = "channels_last",
+        dtype = "fp16",
+        conv2d { out_channels = 7, kernel = 3 },
+        instance_norm {},
+    })},
+    {"cl_recompute_mean_keepdim", NULL, 2, 0, 1e-4, SPEC(return layer "cl_recompute_mean_keepdim" {
+        input = { "N", 3, 10, 18, 18 },
+        layout = "channels_last",
+        strategy = "recompute",
+        conv3d { out_channels = 12, kernel = 3 },
+        group_norm { groups = 4 },
+        mean { dims = { 2, 3, 4 }, keepdim = true },
+    })},
+    {"cl_resident_channel_max", NULL, 2, 0, 1e-4, SPEC(return layer "cl_resident_channel_max" {
+        input = { "N", 3, 8, 20, 20 },
+        layout = "channels_last",
+        strategy = "resident",
+        conv3d { out_channels = 16, kernel = 3 },
+        instance_norm {},
+        clamp { min = -1.0, max = 1.0 },
+        max { dim = 1, keepdim = true },
+    })},
+    {"cl_resident_bf16", NULL, 2, 0, 1e-4, SPEC(return layer "cl_resident_bf16" {
+        input = { "N", 4, 12, 14 },
+        layout = "channels_last",
+        dtype = "bf16",
+        strategy = "resident",
+        conv2d { out_channels = 16, kernel = 3 },
+        group_norm { groups = 4 },
+        relu {},
+    })},
+    {"cl_tf32_no_cudnn", NULL, 2, 0, 5e-3, SPEC(return layer "cl_tf32_no_cudnn" {
+        input = { "N", 16, 20, 20 },
+        layout = "channels_last",
+        precision = "tf32",
+        conv2d { out_channels = 24, kernel = 3 },
+        relu {},
+    })},
+};
+
 /* A context whose plans prefer `engine` (NULL: the planner's choice), sharing the test's cache. */
 static fg_context *engine_context(const char *engine)
 {
@@ -529,6 +633,14 @@ static int dump_specs(const char *dir, int n_random)
             return 1;
         }
     }
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+        snprintf(path, sizeof path, "%s/%s.lua", dir, layouts[i].name);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(layouts[i].source, f) < 0 || fclose(f) != 0) {
+            perror(path);
+            return 1;
+        }
+    }
     snprintf(path, sizeof path, "%s/many_args.lua", dir);
     FILE *mf = fopen(path, "w");
     if (!mf || fputs(many_args(), mf) < 0 || fclose(mf) != 0) {
@@ -597,6 +709,26 @@ int main(int argc, char **argv)
         gpu_result r = gpu_check_spec(ctx, v->name, v->source, v->batch, 600 + (uint64_t)i, v->tol);
         cases++;
         failed += gpu_report(v->name, v->batch, v->tol, &r);
+    }
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+        const half_variant *v = &layouts[i];
+        fg_context *lctx = engine_context(v->engine);
+        cases++;
+        if (!lctx) {
+            failed++;
+            continue;
+        }
+        gpu_result r = gpu_check_spec_at(lctx, v->name, v->source, v->batch, 800 + i, v->tol, v->out_offset);
+        fg_context_destroy(lctx);
+        if (!r.ok || !r.pass)
+            failed++;
+        if (!r.ok)
+            printf("FAILED %-32s: %s\n", v->name, r.error);
+        else
+            printf("%s %-32s batch %lld (channels last, engine %s, output offset %d): max abs %.3g, rel L2 %.3g, "
+                   "%lld/%lld outside %.0e (+ 1 ulp of a half dtype)%s\n",
+                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto",
+                   v->out_offset, r.max_abs, r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
     }
     {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
