@@ -178,11 +178,19 @@ function M.render(layer, plan, pass, names, signature)
       end
       c:close()
     else
+      if ACC == 1 then
+        c:line("#pragma unroll 1")
+        c:open("for (int s = 0; s < %d; ++s) {", KS)
+        c:line("const int k0 = s_ko[s * 8 + tig], k1 = s_ko[s * 8 + 4 + tig];")
+        step("wf", string.format("s * %d", MTB * 64), "sb", "k0", "k1", true, true)
+        c:close()
+      else
       for s = 0, KS - 1 do
         c:open("{ /* step %d */", s)
         c:line("const int k0 = s_ko[%d + tig], k1 = s_ko[%d + tig];", s * 8, s * 8 + 4)
         step("wf", tostring(s * MTB * 64), "sb", "k0", "k1", block_edges(s, KS))
         c:close()
+      end
       end
     end
   end
