@@ -452,7 +452,7 @@ class Layer(_Handle):
         torch = _torch_if_tensor(tensor)
         if torch is None or not tensor.is_cuda:
             raise TypeError(f"fusegen: bind_device('{name}') needs a torch CUDA tensor")
-        self._check_cuda_tensor(tensor, f"parameter '{name}'")
+        self._check_cuda_tensor(tensor, f"parameter '{name}'", parameter=True)
         shape = self._param_shape(name)
         if shape is not None and tuple(tensor.shape) != shape:
             raise ValueError(
@@ -551,9 +551,13 @@ class Layer(_Handle):
                 f'(its spec\'s dtype = "{self._dtype}")'
             )
 
-    def _check_cuda_tensor(self, t, what):
+    def _check_cuda_tensor(self, t, what, parameter=False):
         torch = sys.modules["torch"]
-        self._check_dtype(t, what)
+        if parameter:  # parameters are float32 whatever the layer's dtype (the kernels read fp32 weights)
+            if t.dtype != torch.float32:
+                raise TypeError(f"fusegen: {what} is {t.dtype}; parameters are float32 (layer {self.source})")
+        else:
+            self._check_dtype(t, what)
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
         if index != self.context.device:
             raise ValueError(f"fusegen: {what} is on {t.device} but the layer's context uses cuda:{self.context.device}")

@@ -265,6 +265,11 @@ class HalfDtypeOnGPU(unittest.TestCase):
         self.assertIn(f'dtype = "{name}"', str(cm.exception))
         with self.assertRaises(TypeError):
             layer(x.cuda(), out=torch.empty(out.shape, device="cuda", dtype=torch.float32))
+        # parameters stay float32 on a half layer (bind_device of a float32 CUDA tensor was
+        # refused once: the parameter check used the layer's dtype); a half parameter is refused
+        layer.bind_device("conv.weight", block.conv.weight.detach().cuda())
+        with self.assertRaises(TypeError):
+            layer.bind_device("conv.weight", block.conv.weight.detach().cuda().to(dtype))
         layer.close()
         ctx.close()
         print(f"\n[half on the GPU] {name}: output {list(got.shape)} {got.dtype}")
