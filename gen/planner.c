@@ -436,17 +436,25 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     for (int i = 0; i < conv->spatial; i++)
         if (conv->padding[i] >= WGMMA_PACKED_BIAS)
             return false;
+    /* A half layer's operands are its dtype (the input exact, the weights rounded, or split
+     * into hi + lo for fp32 precision: planner.h), 2-byte elements, 64 to a 128-byte row;
+     * an fp32 layer's are TF32, 32 to a row, both operands split for fp32 precision */
+    w->operand = ir->dtype == FG_DTYPE_BF16 ? FG_WGMMA_BF16 : ir->dtype == FG_DTYPE_FP16 ? FG_WGMMA_F16 : FG_WGMMA_TF32;
+    const int el = w->operand == FG_WGMMA_TF32 ? 4 : 2; /* bytes an element */
     w->parts = ir->precision == FG_PRECISION_FP32 ? 2 : 1;
+    w->a_parts = w->operand == FG_WGMMA_TF32 ? w->parts : 1;
+    w->kc_elems = 128 / el;
     w->block_acc = w->parts == 2;
     w->nblk = g->cout_g <= 128 ? 1 : (int)ceil_div(g->cout_g, 128);
     w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
-    w->cp = g->cin_g <= 4 ? 4 : round_up(g->cin_g, 8);
+    /* a 16-byte copy of the producer holds one tap's channels: 4 TF32 or 8 half elements */
+    w->cp = g->cin_g <= 16 / el ? 16 / el : round_up(g->cin_g, 8);
     w->xc = groups * w->cp;
-    if ((int64_t)WGMMA_PACK_PIXELS * (w->xc + 1) * 4 > WGMMA_PACK_SMEM)
-        return false; /* more than 376 input channels (padded): the packing pass's tile does not fit */
+    if ((int64_t)WGMMA_PACK_PIXELS * (w->xc + 1) * el > WGMMA_PACK_SMEM)
+        return false; /* the packing pass's tile does not fit (more than 376 TF32 input channels, padded) */
     if ((int64_t)g->in[0] * g->in[1] * g->in[2] * w->xc > INT32_MAX)
         return false; /* the producer's offsets within a sample are ints */
-    w->kch = (int)ceil_div(g->taps * w->cp, 32);
+    w->kch = (int)ceil_div(g->taps * w->cp, w->kc_elems);
     w->b_bytes = (int64_t)w->bn * 128;
     int64_t opix = g->out[0] * g->out[1] * g->out[2];
     bool partials = layer_has_statistics(ir);
@@ -465,7 +473,7 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         int need = round_up((main_loop > epilogue ? main_loop : epilogue) + 16, 8);
         w->bm = 128 * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
-        w->stage_bytes = w->parts * (w->a_bytes + w->b_bytes);
+        w->stage_bytes = w->a_parts * w->a_bytes + w->parts * w->b_bytes;
         int64_t stages = (MAX_BLOCK_SMEM - 1024 - 256 - w->stat_bytes) / w->stage_bytes;
         if (need > 232 || stages < 3)
             continue;
@@ -607,6 +615,12 @@ static bool choose_wgmma(planner *p)
     return !(want_mma(opts) && conv_tiling_mma(&g, &mma, opts));
 }
 
+const char *fg_wgmma_operand_name(int operand)
+{
+    static const char *const names[] = {"tf32", "bf16", "f16"};
+    return operand >= FG_WGMMA_TF32 && operand <= FG_WGMMA_F16 ? names[operand] : "?";
+}
+
 const char *fg_plan_conv_engine_name(const fg_plan *plan)
 {
     if (plan->wgmma.parts)
@@ -672,11 +686,14 @@ static int add_pack_passes(planner *p)
         b->fixed = w->split_fill * w->split_slot;
         w->split_partials = plan->n_buffers++;
     }
+    /* the packed input: xc elements a pixel, 4 or 2 bytes each (xc is a multiple of 4, of 8
+     * for half operands); the weights' images: rows of 128 bytes, 32 floats */
+    const int64_t el = w->operand == FG_WGMMA_TF32 ? 4 : 2;
     b = &plan->buffers[plan->n_buffers];
     b->value = -1;
-    b->per_sample = ipix * w->xc;
+    b->per_sample = ipix * w->xc * el / 4;
     w->packed_hi = plan->n_buffers++;
-    if (w->parts == 2) {
+    if (w->a_parts == 2) {
         b = &plan->buffers[plan->n_buffers];
         b->value = -1;
         b->per_sample = ipix * w->xc;
@@ -1576,10 +1593,16 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
     emit(ctx, line);
     if (ir->dtype != FG_DTYPE_FP32) {
         const char *d = fg_dtype_name(ir->dtype);
-        snprintf(line, sizeof line,
-                 "  dtype %s: the input is read as %s and widened to fp32 where the conv loads it; the output is "
-                 "rounded to %s (to nearest even) where it is stored; everything between is fp32",
-                 d, d, d);
+        if (plan->wgmma.parts)
+            snprintf(line, sizeof line,
+                     "  dtype %s: the conv's wgmma reads the input as %s (%s operands, fp32 accumulation); the "
+                     "output is rounded to %s (to nearest even) where it is stored; everything between is fp32",
+                     d, d, fg_wgmma_operand_name(plan->wgmma.operand), d);
+        else
+            snprintf(line, sizeof line,
+                     "  dtype %s: the input is read as %s and widened to fp32 where the conv loads it; the output is "
+                     "rounded to %s (to nearest even) where it is stored; everything between is fp32",
+                     d, d, d);
         emit(ctx, line);
         if (ir->precision == FG_PRECISION_TF32 && !plan->wgmma.parts && !narrow_groups(ir)) {
             snprintf(line, sizeof line,
@@ -1618,10 +1641,18 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         int len;
         if (ps->kind == FG_PASS_PACK_INPUT || ps->kind == FG_PASS_PACK_WEIGHTS) {
             const fg_wgmma_tiling *w = &plan->wgmma;
-            if (ps->kind == FG_PASS_PACK_INPUT)
+            if (ps->kind == FG_PASS_PACK_INPUT && w->operand != FG_WGMMA_TF32)
+                snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, as %s, into b%d", i,
+                         ps->kernel, fg_wgmma_operand_name(w->operand), w->packed_hi);
+            else if (ps->kind == FG_PASS_PACK_INPUT)
                 snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, TF32 hi%s, into b%d%s", i,
                          ps->kernel, w && w->packed_lo >= 0 ? " and lo" : "", w ? w->packed_hi : -1,
                          w && w->packed_lo >= 0 ? " and the next" : "");
+            else if (w->operand != FG_WGMMA_TF32)
+                snprintf(line, sizeof line,
+                         "  pass %d pack     %s: the weights as the wgmma B tiles' images, %s %s, into b%d", i,
+                         ps->kernel, fg_wgmma_operand_name(w->operand),
+                         w->parts == 2 ? "hi and lo (w - hi)" : "rounded to nearest", w->packed_w);
             else
                 snprintf(line, sizeof line, "  pass %d pack     %s: the weights as the wgmma B tiles' images, into b%d", i,
                          ps->kernel, w ? w->packed_w : -1);
@@ -1691,11 +1722,18 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         const fg_launch *l = &ps->launch;
         if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA) {
             const fg_wgmma_tiling *w = &plan->wgmma;
+            const char *op = fg_wgmma_operand_name(w->operand);
+            char how[96];
+            if (w->operand == FG_WGMMA_TF32)
+                snprintf(how, sizeof how, "%s", w->parts == 2 ? "3xTF32, chunks accumulated in fp32" : "one TF32 product");
+            else if (w->parts == 2)
+                snprintf(how, sizeof how, "%s operands, x.w_lo + x.w_hi, chunks accumulated in fp32", op);
+            else
+                snprintf(how, sizeof how, "%s operands, one product, weights rounded to %s", op, op);
             snprintf(line, sizeof line,
                      "           wgmma tensor cores (%s): tiles of %d pixels x %d channels, %d m64 tiles per consumer "
-                     "warpgroup, %d K chunks of 32, a ring of %d stages; persistent blocks",
-                     w->parts == 2 ? "3xTF32, chunks accumulated in fp32" : "one TF32 product", w->bm, w->bn, w->wgmt,
-                     w->kch, w->stages);
+                     "warpgroup, %d K chunks of %d, a ring of %d stages; persistent blocks",
+                     how, w->bm, w->bn, w->wgmt, w->kch, w->kc_elems, w->stages);
             emit(ctx, line);
             if (ps->chan_reduce >= 0) {
                 const fg_op *red = &ir->ops[ps->chan_reduce];

@@ -165,14 +165,29 @@ typedef struct fg_conv_tiling {
 
 /* The wgmma engine's tile, ring and registers, as the planner chose them: one per layer (every
  * conv pass of a layer runs the same conv on it), in fg_plan.wgmma. */
+/* The element type of the wgmma engine's operands (fg_wgmma_tiling.operand). */
+typedef enum fg_wgmma_operand {
+    FG_WGMMA_TF32 = 0, /* an fp32 layer: 4-byte elements, wgmma m64nNk8 .tf32 */
+    FG_WGMMA_BF16 = 1, /* a bf16 layer: its input as it is, the weights rounded (and split) to bf16; m64nNk16 */
+    FG_WGMMA_F16 = 2,  /* an fp16 layer, the same in IEEE half */
+} fg_wgmma_operand;
+
+const char *fg_wgmma_operand_name(int operand);
+
 typedef struct fg_wgmma_tiling {
-    int parts;           /* 2: hi and lo operands (3xTF32); 1: one TF32 product */
+    /* the weights' parts (B): 2, hi and lo (fp32 precision), 1: one rounded part (tf32); with
+     * TF32 operands the input (A) has as many (3xTF32: lo.hi + hi.lo + hi.hi), with half ones
+     * it has one (a_parts): a half input is exact, so fp32 precision is x.w_lo + x.w_hi */
+    int parts;
+    int a_parts;         /* the input's parts (A): parts for TF32 operands, 1 for half ones */
+    int operand;         /* an fg_wgmma_operand */
+    int kc_elems;        /* K elements per chunk: one 128-byte row, 32 TF32 or 64 half elements */
     int block_acc;       /* 1: each K chunk into a fresh accumulator, added in fp32 */
     int bn, nblk;        /* output channels per tile, tiles along the channels of a group */
     int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
     int m_tiles;         /* tiles along a sample's output pixels */
     int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
-    int kch;             /* K chunks of 32 */
+    int kch;             /* K chunks of kc_elems */
     int stages;          /* the ring's depth */
     int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */
     int64_t stat_offset, stat_bytes; /* fp64 statistics partials of the 8 consumer warps, after the stages */

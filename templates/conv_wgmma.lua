@@ -33,6 +33,11 @@ function M.tiling_of(plan)
   return plan.wgmma
 end
 
+-- Whether the operands are half (a bf16/fp16 layer: fg_wgmma_operand BF16 or F16) rather than
+-- TF32, and their PTX type.
+function M.half(w) return w.operand ~= 0 end
+function M.operand_ptx(w) return w.operand == 1 and "bf16" or "f16" end
+
 -- PTX helpers the engine uses (printed once per source).
 M.helpers = [[
 typedef unsigned int fgw_u32;
@@ -94,9 +99,10 @@ __device__ __forceinline__ unsigned long long fgw_desc(fgw_u32 saddr)
 }
 ]]
 
--- wgmma.mma_async m64nNk8 f32 += tf32 * tf32 with both operands in shared memory: d is this
+-- wgmma.mma_async m64nNk8 f32 += tf32 * tf32 (half operands: m64nNk16 f32 += bf16 * bf16 or
+-- f16 * f16, both K-major: transpose flags 0) with both operands in shared memory: d is this
 -- thread's N/2 accumulators; sd = 0 overwrites them.
-local function wgmma_wrapper(n)
+local function wgmma_wrapper(n, w)
   local r = n // 2
   local regs, cons = {}, {}
   for i = 0, r - 1 do
@@ -107,8 +113,14 @@ local function wgmma_wrapper(n)
   c:line("__device__ __forceinline__ void fgw_mma(float (&d)[%d], unsigned long long a, unsigned long long b, int sd)", r)
   c:open("{")
   c:line('asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"', r + 2)
-  c:line('    "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {%s}, %%%d, %%%d, p, 1, 1;\\n}\\n"', n,
-    table.concat(regs, ", "), r, r + 1)
+  if M.half(w) then
+    local t = M.operand_ptx(w)
+    c:line('    "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"', n, t, t,
+      table.concat(regs, ", "), r, r + 1)
+  else
+    c:line('    "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {%s}, %%%d, %%%d, p, 1, 1;\\n}\\n"', n,
+      table.concat(regs, ", "), r, r + 1)
+  end
   c:line("    : %s", table.concat(cons, ", "))
   c:line('    : "l"(a), "l"(b), "r"(sd));')
   c:close()
@@ -121,7 +133,7 @@ function M.prelude(layer, plan)
   local w = M.tiling_of(plan)
   local c = lib.code()
   for l in M.helpers:gmatch("([^\n]*)\n") do c:line(l) end
-  c:append(wgmma_wrapper(w.bn))
+  c:append(wgmma_wrapper(w.bn, w))
   c:line("namespace fgw {")
   c:line("/* the conv (D, H, W order; 2D convs have depth 1) */")
   c:line("constexpr int GROUPS = %d, CIN_G = %d, COUT_G = %d, TAPS = %d;", g.groups, g.cin_g, g.cout_g, g.taps)
@@ -133,17 +145,32 @@ function M.prelude(layer, plan)
     g.Dl[3])
   c:line("constexpr int OPIX = OD * OH * OW, IPIX = ID * IH * IW;")
   c:line("/* the planner's tiling (fg_plan wgmma) */")
-  c:line("constexpr int P = %d, BLOCK_ACC = %d; /* operand parts (hi, lo); chunks accumulated apart */", w.parts,
-    w.block_acc)
-  c:line("constexpr int CP = %d, XC = %d, KCH = %d; /* packed channels per group, per pixel; K chunks of 32 */", w.cp,
-    w.xc, w.kch)
+  local half = M.half(w)
+  if half then
+    c:line("/* %s operands: the input one part (exact in its dtype), the weights PB parts (hi, lo: fp32 precision) */",
+      M.operand_ptx(w))
+    c:line("constexpr int PA = %d, PB = %d, BLOCK_ACC = %d; /* parts of A and B; chunks accumulated apart */",
+      w.a_parts, w.parts, w.block_acc)
+    c:line("constexpr int CP = %d, XC = %d, KCH = %d; /* packed channels per group, per pixel; K chunks of %d */", w.cp,
+      w.xc, w.kch, w.kc_elems)
+  else
+    c:line("constexpr int P = %d, BLOCK_ACC = %d; /* operand parts (hi, lo); chunks accumulated apart */", w.parts,
+      w.block_acc)
+    c:line("constexpr int CP = %d, XC = %d, KCH = %d; /* packed channels per group, per pixel; K chunks of 32 */", w.cp,
+      w.xc, w.kch)
+  end
   c:line("constexpr int BN = %d, NBLK = %d, WGMT = %d, BM = %d, M_TILES = %d;", w.bn, w.nblk, w.wgmt, w.bm, w.m_tiles)
   c:line("constexpr int STAGES = %d, A_BYTES = %d, B_BYTES = %d, STAGE_BYTES = %d, BAR_OFFSET = %d;", w.stages,
     w.a_bytes, w.b_bytes, w.stage_bytes, w.bar_offset)
   c:line("constexpr int CONSREG = %d, PRODREG = %d;", w.consumer_regs, w.producer_regs)
   c:line("constexpr int RPT = BM / 16; /* A rows each producer thread copies per chunk */")
   c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (10 bits each) */")
-  c:line("static_assert(STAGE_BYTES == P * (A_BYTES + B_BYTES) && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
+  if half then
+    c:line("static_assert(STAGE_BYTES == PA * A_BYTES + PB * B_BYTES && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
+    c:line("static_assert(CP % 8 == 0, \"a 16-byte copy holds 8 channels of one tap\");")
+  else
+    c:line("static_assert(STAGE_BYTES == P * (A_BYTES + B_BYTES) && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
+  end
   c:line("static_assert(ID + CB < 1024 && IH + CB < 1024 && IW + CB < 1024, \"packed coordinates\");")
   local split = w.split_k > 1
   if split then
@@ -154,7 +181,7 @@ function M.prelude(layer, plan)
     c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
     for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
-  for l in M.fill_engine(M.engine, split):gmatch("([^\n]*)\n") do c:line(l) end
+  for l in M.fill_engine(M.engine, split, half):gmatch("([^\n]*)\n") do c:line(l) end
   c:line("} // namespace fgw")
   return c
 end
@@ -182,8 +209,31 @@ local split_marks = {
   IT0 = "    /* it0 + kc: the ring's chunk counter, as the producer counts (the caller's it0 is the chunks\n" ..
         "     * before this unit's, less kc0) */",
 }
-function M.fill_engine(text, split)
-  local marks = split and split_marks or unsplit_marks
+-- The operand marks: TF32 operands (the text as it always was) or half ones (one input part of
+-- 2-byte elements, 64 to a chunk; the weights' PB parts).
+local tf32_marks = {
+  XPTR = "        const float *xh = xhi + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);\n" ..
+         "        const float *xl = P == 2 ? xlo + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC) : xlo;",
+  XLO = "                if (P == 2) fgw_cp16(dst + A_BYTES, xl + off, ok ? 16u : 0u);",
+  PA = "P",
+  PB = "P",
+  KE = "32",
+  UE = "4",
+}
+local half_marks = {
+  XPTR = "        const fg_io *xh = (const fg_io *)xhi + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);\n" ..
+         "        (void)xlo; /* the input is one part: exact in its dtype */",
+  XLO = "                /* (one part of A) */",
+  PA = "PA",
+  PB = "PB",
+  KE = "64",
+  UE = "8",
+}
+function M.fill_engine(text, split, half)
+  local marks = {}
+  for k, v in pairs(split and split_marks or unsplit_marks) do marks[k] = v end
+  for k, v in pairs(half and half_marks or tf32_marks) do marks[k] = v end
+  marks.ISSUE = (half and M.issue_half or M.issue_tf32):sub(1, -2) -- its last newline is the mark's line's
   return (text:gsub("@([%u%d]+)@", function(name)
     local v = marks[name]
     if not v then error("conv_wgmma.lua: unknown engine mark @" .. name .. "@") end
@@ -260,6 +310,59 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
 }
 ]]
 
+-- One K chunk's wgmmas (the engine's @ISSUE@): TF32 operands (3xTF32 or one product) ...
+M.issue_tf32 = [[
+/* One K chunk's wgmmas into d: per k-step of 8 the small products first (lo.hi, hi.lo) and
+ * hi.hi last; `first` starts d over (scale-d 0). */
+template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R], fgw_u32 sA, fgw_u32 sB, int first)
+{
+    const unsigned long long bh = fgw_desc(sB), bl = fgw_desc(sB + B_BYTES);
+#pragma unroll
+    for (int mt = 0; mt < WGMT; ++mt) {
+        const unsigned long long ah = fgw_desc(sA + mt * 64 * 128), al = fgw_desc(sA + mt * 64 * 128 + A_BYTES);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const int sd = ks == 0 ? !first : 1;
+            if (P == 2) {
+                fgw_mma(d[mt], al + 2 * ks, bh + 2 * ks, sd);
+                fgw_mma(d[mt], ah + 2 * ks, bl + 2 * ks, 1);
+                fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, 1);
+            } else {
+                fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, sd);
+            }
+        }
+    }
+}
+]]
+
+-- ... or half ones: the input one part (exact), the weights hi and lo (fp32 precision) or one
+-- rounded part. A k-step of 16 half elements is 32 bytes, as a TF32 k-step of 8: the
+-- descriptors advance the same. The lo product first, into the same accumulator as hi (for
+-- fp16 lo is often subnormal: render_pack_weights says why that is kept).
+M.issue_half = [[
+/* One K chunk's wgmmas into d: per k-step of 16 the weights' lo product first (x.w_lo), then
+ * x.w_hi; `first` starts d over (scale-d 0). */
+template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R], fgw_u32 sA, fgw_u32 sB, int first)
+{
+    const unsigned long long bh = fgw_desc(sB), bl = fgw_desc(sB + B_BYTES);
+    (void)bl;
+#pragma unroll
+    for (int mt = 0; mt < WGMT; ++mt) {
+        const unsigned long long a = fgw_desc(sA + mt * 64 * 128);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const int sd = ks == 0 ? !first : 1;
+            if (PB == 2) {
+                fgw_mma(d[mt], a + 2 * ks, bl + 2 * ks, sd);
+                fgw_mma(d[mt], a + 2 * ks, bh + 2 * ks, 1);
+            } else {
+                fgw_mma(d[mt], a + 2 * ks, bh + 2 * ks, sd);
+            }
+        }
+    }
+}
+]]
+
 -- The producer and the consumers' main loop (inside namespace fgw), with the split-K marks
 -- fill_engine fills.
 M.engine = [[
@@ -304,8 +407,7 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
         const Tile tl = decode_tile(tile);
         /* the tile's sample, offset in 64 bits (a batch's packed input passes 2^31 floats);
          * within a sample int offsets suffice (the planner checks) */
-        const float *xh = xhi + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);
-        const float *xl = P == 2 ? xlo + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC) : xlo;
+@XPTR@
         /* per row: the element offset of its input origin within the sample, and the packed origin */
         int roff[RPT];
         fgw_u32 rcrd[RPT];
@@ -323,12 +425,12 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
                 rcrd[j] = 0x3FFFFFFFu; /* every field out of range */
             }
         }
-        const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (P * BN * 32);
+        const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (@PB@ * BN * 32);
 #pragma unroll 1
         for (int kc = @KC0@; kc < @KC1@; ++kc, ++it) {
             const int s = it % STAGES;
             fgw_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
-            const int k = kc * 32 + seg * 4;
+            const int k = kc * @KE@ + seg * @UE@;
             const int tap = k / CP, ch = k - tap * CP;
             const int kd = tap / (KH * KW), kh = (tap / KW) % KH, kw = tap % KW;
             const int dz = kd * DD, dy = kh * DH, dx = kw * DW;
@@ -345,39 +447,19 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
                 const int off = ok ? roff[j] + tapoff : 0;
                 const fgw_u32 dst = sA + r * 128 + ((seg ^ (r & 7)) << 4);
                 fgw_cp16(dst, xh + off, ok ? 16u : 0u);
-                if (P == 2) fgw_cp16(dst + A_BYTES, xl + off, ok ? 16u : 0u);
+@XLO@
             }
-            const float *wsrc = wtile + (unsigned long long)kc * (P * BN * 32);
-            const fgw_u32 sB = sA + P * A_BYTES;
+            const float *wsrc = wtile + (unsigned long long)kc * (@PB@ * BN * 32);
+            const fgw_u32 sB = sA + @PA@ * A_BYTES;
 #pragma unroll
-            for (int i = t; i < P * BN * 8; i += 128) fgw_cp16(sB + i * 16, wsrc + i * 4, 16u);
+            for (int i = t; i < @PB@ * BN * 8; i += 128) fgw_cp16(sB + i * 16, wsrc + i * 4, 16u);
             fgw_cp_arrive(bar_full + 8 * s);
         }
     }
     fgw_cp_wait_all();
 }
 
-/* One K chunk's wgmmas into d: per k-step of 8 the small products first (lo.hi, hi.lo) and
- * hi.hi last; `first` starts d over (scale-d 0). */
-template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R], fgw_u32 sA, fgw_u32 sB, int first)
-{
-    const unsigned long long bh = fgw_desc(sB), bl = fgw_desc(sB + B_BYTES);
-#pragma unroll
-    for (int mt = 0; mt < WGMT; ++mt) {
-        const unsigned long long ah = fgw_desc(sA + mt * 64 * 128), al = fgw_desc(sA + mt * 64 * 128 + A_BYTES);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-            const int sd = ks == 0 ? !first : 1;
-            if (P == 2) {
-                fgw_mma(d[mt], al + 2 * ks, bh + 2 * ks, sd);
-                fgw_mma(d[mt], ah + 2 * ks, bl + 2 * ks, 1);
-                fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, 1);
-            } else {
-                fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, sd);
-            }
-        }
-    }
-}
+@ISSUE@
 template <int R> __device__ __forceinline__ void fence_all(float (&d)[WGMT][R])
 {
 #pragma unroll
@@ -396,7 +478,7 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
         const int it = it0 + kc, s = it % STAGES;
         fgw_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
         fgw_fence_proxy_async(); /* cp.async wrote through the generic proxy */
-        const fgw_u32 sA = sbase + s * STAGE_BYTES + row0 * 128, sB = sbase + s * STAGE_BYTES + P * A_BYTES;
+        const fgw_u32 sA = sbase + s * STAGE_BYTES + row0 * 128, sB = sbase + s * STAGE_BYTES + @PA@ * A_BYTES;
         if (BLOCK_ACC) {
             /* a fresh accumulator per chunk, drained and added in fp32 */
             fence_all(tmp);
@@ -435,6 +517,7 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
 function M.render_pack_input(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
+  if M.half(w) then return M.render_pack_input_half(layer, plan, pass, names, signature) end
   local c = lib.code()
   local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
   c:line("/* pass %d: the input channels-innermost [N][%d][%d][%d][%d groups][%d], TF32 hi%s */", pass.index, g.I[1],
@@ -480,11 +563,49 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   return c
 end
 
+-- A half input channels-innermost as it is (its 16 bits: wgmma reads them), [N][D][H][W][groups]
+-- [CP], the channels of a group padded with zeros; 32 pixels a block through shared memory.
+function M.render_pack_input_half(layer, plan, pass, names, signature)
+  local w = M.tiling_of(plan)
+  local g = conv_t.geometry(layer)
+  local c = lib.code()
+  c:line("/* pass %d: the input channels-innermost [N][%d][%d][%d][%d groups][%d], as it is (%s) */", pass.index, g.I[1],
+    g.I[2], g.I[3], g.groups, w.cp, M.operand_ptx(w))
+  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
+  c:open("{")
+  c:line("using namespace fgw;")
+  c:line("__shared__ fg_io tile[32 * (XC + 1)];")
+  c:line("const int n = batch_base + (int)blockIdx.z, pix0 = (int)blockIdx.x * 32, t = (int)threadIdx.x;")
+  c:line("(void)batch;")
+  c:line("const fg_io *xs = %s + (unsigned long long)n * %d;", names.input, g.in_sample)
+  c:line("/* zeros first: the padding channels and the pixels past the input */")
+  c:line("for (int i = t; i < 32 * (XC + 1); i += 256) tile[i] = 0;")
+  c:line("__syncthreads();")
+  c:open("for (int i = t; i < GROUPS * CIN_G * 32; i += 256) {")
+  local at = "(unsigned long long)ch * IPIX + pix0 + pp"
+  if g.cl then
+    c:line("const int pp = i / (GROUPS * CIN_G), ch = i % (GROUPS * CIN_G), gr = ch / CIN_G, cg = ch % CIN_G;")
+    at = "(unsigned long long)(pix0 + pp) * (GROUPS * CIN_G) + ch"
+  else
+    c:line("const int ch = i / 32, pp = i % 32, gr = ch / CIN_G, cg = ch % CIN_G;")
+  end
+  c:line("if (pix0 + pp < IPIX) tile[pp * (XC + 1) + gr * CP + cg] = xs[%s];", at)
+  c:close()
+  c:line("__syncthreads();")
+  c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
+  c:line("const unsigned long long base = ((unsigned long long)n * IPIX + pix0) * XC;")
+  c:line("fg_io *out = (fg_io *)%s;", names.buffer[w.packed_hi])
+  c:line("for (int i = t; i < npix * XC; i += 256) out[base + i] = tile[(i / XC) * (XC + 1) + i % XC];")
+  c:close()
+  return c
+end
+
 -- The weights as the B tiles' shared-memory images [groups][NBLK][KCH][hi, lo][BN][32], the
 -- 128-byte swizzle applied, K = (tap, channel) as the A rows have it.
 function M.render_pack_weights(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
+  if M.half(w) then return M.render_pack_weights_half(layer, plan, pass, names, signature) end
   local c = lib.code()
   local total = g.groups * w.nblk * w.kch * w.parts * w.bn * 32
   c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d floats) */", pass.index, total)
@@ -507,6 +628,52 @@ function M.render_pack_weights(layer, plan, pass, names, signature)
     names.param[g.conv.weight_param])
   c:line("const float h = fgw_tf32(v);")
   c:line("%s[idx] = part == 0 ? h : fgw_tf32(v - h);", names.buffer[w.packed_w])
+  c:close()
+  return c
+end
+
+-- The weights of a half layer as the B tiles' images [groups][NBLK][KCH][hi, lo][BN][64 halves],
+-- the 128-byte swizzle applied (16-byte unit u of row r at u ^ (r % 8), 8 elements a unit).
+-- fp32 precision splits each fp32 weight w into hi = dtype(w) and lo = dtype(w - hi), both
+-- rounded to nearest; the conv's products x.w_lo + x.w_hi then carry w to within
+-- |w - hi - lo| <= half an ulp of lo: for bf16 2^-17 |w| at most, for fp16 2^-22 |w| while lo
+-- is normal (|w| >= ~2^-3) and 2^-25 absolute below (lo subnormal), measured against float64 on
+-- the CPU (docs/design.md). An fp16 lo scaled by 2^11 into its own accumulator would keep 2^-22
+-- |w| down to |w| ~ 2^-13, at the price of a third accumulator array (64 more registers at 128
+-- channels: the tiling would halve its channels); an absolute 2^-25 (3e-8) per weight is
+-- already below what the fp32 bar (1e-4) and the output's rounding (2^-11) can see, so the
+-- lo products share hi's accumulator. tf32 precision: one part, w rounded to the dtype.
+function M.render_pack_weights_half(layer, plan, pass, names, signature)
+  local w = M.tiling_of(plan)
+  local g = conv_t.geometry(layer)
+  local c = lib.code()
+  local total = g.groups * w.nblk * w.kch * w.parts * w.bn * 64
+  c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d %s elements%s) */", pass.index, total,
+    M.operand_ptx(w), w.parts == 2 and ": hi and lo" or "")
+  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
+  c:open("{")
+  c:line("using namespace fgw;")
+  c:line("(void)batch; (void)batch_base;")
+  c:line("const int idx = (int)(blockIdx.x * blockDim.x + threadIdx.x);")
+  c:line("if (idx >= %d) return;", total)
+  c:line("const int e = idx & 7, pu = (idx >> 3) & 7; /* the element, the physical 16-byte unit */")
+  c:line("int r = idx >> 6;")
+  c:line("const int row = r % BN; r /= BN;")
+  c:line("const int part = r % PB; r /= PB;")
+  c:line("const int kc = r % KCH; r /= KCH;")
+  c:line("const int nb = r % NBLK, gr = r / NBLK;")
+  c:line("const int k = kc * 64 + (pu ^ (row & 7)) * 8 + e; /* the logical K index */")
+  c:line("const int tap = k / CP, ci = k % CP, co = nb * BN + row;")
+  c:line("float v = 0.0f;")
+  c:line("if (tap < TAPS && ci < CIN_G && co < COUT_G) v = %s[((unsigned long long)(gr * COUT_G + co) * CIN_G + ci) * TAPS + tap];",
+    names.param[g.conv.weight_param])
+  if w.parts == 2 then
+    c:line("const fg_io h = fg_io_round(v); /* w's hi; lo is the rounded remainder */")
+    c:line("((fg_io *)%s)[idx] = part == 0 ? h : fg_io_round(v - fg_io_load(&h));", names.buffer[w.packed_w])
+  else
+    c:line("(void)part;")
+    c:line("((fg_io *)%s)[idx] = fg_io_round(v); /* one part: w rounded to nearest */", names.buffer[w.packed_w])
+  end
   c:close()
   return c
 end
@@ -655,7 +822,9 @@ function M.render(layer, plan, pass, names, signature)
   local c = lib.code()
   local conv = g.conv
   c:line("/* pass %d: conv%dd %d->%d (groups %d) on Hopper tensor cores (%s wgmma), kernel %dx%dx%d, stride %dx%dx%d,",
-    pass.index, g.sp, conv.in_shape.dim[1], conv.out_channels, g.groups, w.parts == 2 and "3xTF32" or "TF32", g.K[1],
+    pass.index, g.sp, conv.in_shape.dim[1], conv.out_channels, g.groups,
+    M.half(w) and (M.operand_ptx(w) .. (w.parts == 2 and " x.w_lo + x.w_hi" or "")) or w.parts == 2 and "3xTF32" or "TF32",
+    g.K[1],
     g.K[2], g.K[3], g.S[1], g.S[2], g.S[3])
   c:line(" * padding %dx%dx%d, dilation %dx%dx%d; tiles of %d pixels x %d channels, a ring of %d stages; ops v0..v%d fused */",
     g.P[1], g.P[2], g.P[3], g.Dl[1], g.Dl[2], g.Dl[3], w.bm, w.bn, w.stages, pass.last)

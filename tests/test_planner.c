@@ -1379,6 +1379,96 @@ static void wgmma_channel_reduction_not_fused(void **state)
     free(ir);
 }
 
+/* A half layer (dtype bf16/fp16) on the wgmma engine: the operands are its dtype (the input
+ * one exact part of 2-byte elements; the weights hi and lo for fp32 precision, one rounded part
+ * for tf32), 64 elements to a K chunk; the buffers and the stage hold 2-byte elements; an
+ * fp32 layer keeps TF32 operands; `fusegen plan` says which. */
+static void wgmma_half_operands(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *dtype, *precision;
+        int spatial, in, out, size;
+        int operand, parts;
+    } cases[] = {
+        {"bf16", "fp32", 2, 64, 128, 32, FG_WGMMA_BF16, 2},  {"fp16", "fp32", 2, 64, 128, 32, FG_WGMMA_F16, 2},
+        {"bf16", "tf32", 2, 64, 128, 32, FG_WGMMA_BF16, 1},  {"fp16", "tf32", 2, 64, 128, 32, FG_WGMMA_F16, 1},
+        {"bf16", "fp32", 3, 3, 32, 12, FG_WGMMA_BF16, 2},    {"fp16", "fp32", 2, 20, 200, 17, FG_WGMMA_F16, 2},
+        {"fp32", "fp32", 2, 64, 128, 32, FG_WGMMA_TF32, 2},  {"fp32", "tf32", 2, 64, 128, 32, FG_WGMMA_TF32, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char src[1024], depth[16] = "";
+        if (cases[i].spatial == 3)
+            snprintf(depth, sizeof depth, "%d, ", cases[i].size);
+        snprintf(src, sizeof src,
+                 "return layer \"half\" {\n  input = { \"N\", %d, %s%d, %d },\n  dtype = \"%s\",\n  precision = \"%s\",\n"
+                 "  conv%dd { out_channels = %d, kernel = 3, padding = 1 },\n  relu {},\n}\n",
+                 cases[i].in, depth, cases[i].size, cases[i].size, cases[i].dtype, cases[i].precision,
+                 cases[i].spatial, cases[i].out);
+        fg_layer_ir *ir = fgt_load_string(src);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.engine = FG_ENGINE_PREFER_WGMMA;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        bool half = cases[i].operand != FG_WGMMA_TF32;
+        int el = half ? 2 : 4, taps = cases[i].spatial == 3 ? 27 : 9;
+        assert_int_equal(w->operand, cases[i].operand);
+        assert_int_equal(w->parts, cases[i].parts);
+        assert_int_equal(w->a_parts, half ? 1 : cases[i].parts);
+        assert_int_equal(w->block_acc, cases[i].parts == 2);
+        assert_int_equal(w->kc_elems, 128 / el);
+        /* a 16-byte copy is one tap's channels: 8 half elements (3 channels pad to 8) */
+        assert_int_equal(w->cp % (16 / el), 0);
+        assert_true(w->cp >= cases[i].in && w->cp < cases[i].in + 8);
+        assert_int_equal(w->kch, (taps * w->cp + w->kc_elems - 1) / w->kc_elems);
+        assert_int_equal(w->stage_bytes, w->a_parts * w->a_bytes + w->parts * w->b_bytes);
+        assert_int_equal(w->a_bytes, w->bm * 128);
+        assert_true(w->stages >= 3);
+        assert_int_equal(w->packed_lo >= 0, w->a_parts == 2);
+        int64_t ipix = fg_shape_sample_count(&ir->input) / ir->input.dim[1];
+        assert_int_equal(plan->buffers[w->packed_hi].per_sample, ipix * w->xc * el / 4);
+        assert_int_equal(plan->buffers[w->packed_w].fixed, (int64_t)w->nblk * w->kch * w->parts * w->bn * 32);
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        char want[128];
+        snprintf(want, sizeof want, "K chunks of %d,", w->kc_elems);
+        fgt_assert_contains(t->buf, want);
+        if (!half) {
+            fgt_assert_contains(t->buf, cases[i].parts == 2 ? "(3xTF32" : "(one TF32 product)");
+        } else {
+            const char *op = cases[i].operand == FG_WGMMA_BF16 ? "bf16" : "f16";
+            snprintf(want, sizeof want, "wgmma tensor cores (%s operands, %s", op,
+                     cases[i].parts == 2 ? "x.w_lo + x.w_hi" : "one product");
+            fgt_assert_contains(t->buf, want);
+            snprintf(want, sizeof want, "the input channels-innermost, as %s, into b%d", op, w->packed_hi);
+            fgt_assert_contains(t->buf, want);
+            snprintf(want, sizeof want, "reads the input as %s (%s operands", cases[i].dtype, op);
+            fgt_assert_contains(t->buf, want);
+            fgt_assert_contains(t->buf, cases[i].parts == 2 ? "hi and lo (w - hi)" : "rounded to nearest");
+        }
+        free(t);
+        free(plan);
+        free(ir);
+    }
+    /* split K on a half layer: 256 -> 256 on 14x14 has 36 K chunks of 64 (72 of 32 at fp32) and a
+     * ring of 4 stages of 48 KB (1 input part + 2 weight parts of 16 KB): 4 splits */
+    fg_layer_ir *ir = fgt_load_string("return layer \"hs\" {\n  input = { \"N\", 256, 14, 14 },\n  dtype = \"bf16\",\n"
+                                      "  conv2d { out_channels = 256, kernel = 3, padding = 1 },\n}\n");
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->wgmma.operand, FG_WGMMA_BF16);
+    assert_int_equal(plan->wgmma.kch, 36);
+    assert_int_equal(plan->wgmma.stage_bytes, 3 * 16384);
+    assert_int_equal(plan->wgmma.stages, 4);
+    assert_int_equal(plan->wgmma.split_k, 4);
+    assert_int_equal(splits_at(plan, 1), 4);
+    free(plan);
+    free(ir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1408,6 +1498,7 @@ int main(void)
         cmocka_unit_test(split_k_forced_and_printed),
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
+        cmocka_unit_test(wgmma_half_operands),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);

@@ -445,6 +445,76 @@ static void every_registry_op(void **state)
     assert_true(rendered >= 3 * FG_OP_KIND_COUNT);
 }
 
+/* A half layer on the wgmma engine renders half operands: the dtype's wgmma (m64nNk16, both
+ * operands K-major: transpose flags 0), the input packed as it is (2-byte elements, no lo),
+ * the weights split into hi and lo in the dtype for fp32 precision and rounded once for tf32;
+ * an fp32 layer keeps its TF32 wgmma. */
+static void wgmma_half_operands(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *dtype, *precision, *instr;
+        bool split;
+    } cases[] = {
+        {"bf16", "fp32", "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {", true},
+        {"fp16", "fp32", "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {", true},
+        {"bf16", "tf32", "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {", false},
+        {"fp16", "tf32", "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char src[512];
+        snprintf(src, sizeof src,
+                 "return layer \"half\" {\n  input = { \"N\", 64, 24, 24 },\n  dtype = \"%s\",\n  precision = \"%s\",\n"
+                 "  conv2d { out_channels = 128, kernel = 3, padding = 1 },\n  relu {},\n}\n",
+                 cases[i].dtype, cases[i].precision);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        rendered_layer *r = render_ir_with(fgt_load_string(src), &opts);
+        common_checks(r);
+        const char *s = r->src.source;
+        fgt_assert_contains(s, cases[i].instr);
+        fgt_assert_contains(s, "p, 1, 1, 0, 0;");
+        fgt_assert_not_contains(s, "k8.f32.tf32.tf32");
+        fgt_assert_not_contains(s, "h = fgw_tf32(v)"); /* no TF32 packing */
+        fgt_assert_contains(s, cases[i].split ? "constexpr int PA = 1, PB = 2, BLOCK_ACC = 1;"
+                                              : "constexpr int PA = 1, PB = 1, BLOCK_ACC = 0;");
+        fgt_assert_contains(s, "KCH = 9; /* packed channels per group, per pixel; K chunks of 64 */");
+        char *pw = kernel_text(s, "fg_pass0_pack_weights");
+        fgt_assert_contains(pw, "const int k = kc * 64 + (pu ^ (row & 7)) * 8 + e;");
+        if (cases[i].split) {
+            fgt_assert_contains(pw, "part == 0 ? h : fg_io_round(v - fg_io_load(&h))");
+        } else {
+            fgt_assert_contains(pw, "= fg_io_round(v);");
+            fgt_assert_not_contains(pw, "fg_io_round(v - ");
+        }
+        free(pw);
+        char *pi = kernel_text(s, "fg_pass1_pack_input");
+        fgt_assert_contains(pi, "__shared__ fg_io tile[");
+        fgt_assert_not_contains(pi, "fg_io_load(");
+        free(pi);
+        char *conv = kernel_text(s, "fg_pass2_conv");
+        fgt_assert_contains(conv, "producer(b0, nullptr, b1,");
+        free(conv);
+        /* the producer copies 8 half elements a 16-byte unit, 64 to a chunk; one A part */
+        fgt_assert_contains(s, "const int k = kc * 64 + seg * 8;");
+        fgt_assert_contains(s, "const fg_io *xh = (const fg_io *)xhi");
+        fgt_assert_not_contains(s, "if (P == 2) fgw_cp16(dst + A_BYTES");
+        fgt_assert_contains(s, "fgw_mma(d[mt], a + 2 * ks, bl + 2 * ks, sd);");
+        free_rendered(r);
+    }
+    /* the same layer in fp32: TF32 operands as before */
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    rendered_layer *r = render_ir_with(fgt_load_string("return layer \"f\" {\n  input = { \"N\", 64, 24, 24 },\n"
+                                                       "  conv2d { out_channels = 128, kernel = 3, padding = 1 },\n}\n"),
+                                       &opts);
+    fgt_assert_contains(r->src.source, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {");
+    fgt_assert_contains(r->src.source, "constexpr int P = 2, BLOCK_ACC = 1;");
+    fgt_assert_contains(r->src.source, "const int k = kc * 32 + seg * 4;");
+    fgt_assert_not_contains(r->src.source, ".bf16.bf16");
+    free_rendered(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +528,7 @@ int main(void)
         cmocka_unit_test(shapes_are_baked),
         cmocka_unit_test(recompute),
         cmocka_unit_test(every_op_kind),
+        cmocka_unit_test(wgmma_half_operands),
     };
     char *dir = fgt_tmpdir("render-env");
     fgt_isolate_environment(dir);
