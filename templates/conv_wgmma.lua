@@ -636,9 +636,10 @@ end
 -- the 128-byte swizzle applied (16-byte unit u of row r at u ^ (r % 8), 8 elements a unit).
 -- fp32 precision splits each fp32 weight w into hi = dtype(w) and lo = dtype(w - hi), both
 -- rounded to nearest; the conv's products x.w_lo + x.w_hi then carry w to within
--- |w - hi - lo| <= half an ulp of lo: for bf16 2^-17 |w| at most, for fp16 2^-22 |w| while lo
--- is normal (|w| >= ~2^-3) and 2^-25 absolute below (lo subnormal), measured against float64 on
--- the CPU (docs/design.md). An fp16 lo scaled by 2^11 into its own accumulator would keep 2^-22
+-- |w - hi - lo| <= half an ulp of lo: for bf16 2^-16 |w| (measured 7.6e-6), for fp16 2^-22 |w|
+-- while lo is normal (|w| >= ~2^-3) and 2^-25 absolute below (lo subnormal), asserted against
+-- float64 on the CPU (tests/test_half_split.c; docs/design.md has the numbers). Why fp16's lo is
+-- not rescaled (the subnormal concern): an fp16 lo scaled by 2^11 into its own accumulator would keep 2^-22
 -- |w| down to |w| ~ 2^-13, at the price of a third accumulator array (64 more registers at 128
 -- channels: the tiling would halve its channels); an absolute 2^-25 (3e-8) per weight is
 -- already below what the fp32 bar (1e-4) and the output's rounding (2^-11) can see, so the

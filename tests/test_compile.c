@@ -225,6 +225,73 @@ static void wgmma_channel_reduction(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* The wgmma engine on half operands (a bf16/fp16 layer: wgmma m64nNk16 on its dtype): every
+ * reference layer in both precisions (the weights split into hi and lo, or rounded once), in
+ * bf16 or fp16 by turns, and a few split-K layers in bf16 and channel-reduction layers in
+ * fp16 (3D, recompute, a statistic fed tile by tile, split K under the reduction, tf32; the
+ * suites' own bf16/fp16 cases run in wgmma_split_k and wgmma_channel_reduction), each compiled
+ * for sm_90a with no spills and no ptxas warning about wgmma; the source carries the dtype's
+ * wgmma. (A subset: NVRTC takes a second or two a source and the suite has a time limit.) */
+static int compile_half_wgmma(fg_layer_ir *ir, fg_dtype dtype, fg_engine_choice engine, const char *what_kind)
+{
+    ir->dtype = dtype;
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = engine;
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    int want = dtype == FG_DTYPE_BF16 ? FG_WGMMA_BF16 : FG_WGMMA_F16;
+    char what[256];
+    snprintf(what, sizeof what, "%s (%s, dtype %s, precision %s) for sm_90a", ir->name, what_kind,
+             fg_dtype_name(dtype), ir->precision == FG_PRECISION_TF32 ? "tf32" : "fp32");
+    if (!plan->wgmma.parts || plan->wgmma.operand != want || plan->wgmma.a_parts != 1)
+        fail_msg("%s: the conv is not on wgmma with %s operands", what, fg_wgmma_operand_name(want));
+    const char *instr = dtype == FG_DTYPE_BF16 ? "k16.f32.bf16.bf16 {" : "k16.f32.f16.f16 {";
+    int problems = compile_sm90a(ir, plan, what, instr);
+    free(plan);
+    return problems;
+}
+
+static void wgmma_half_operands(void **state)
+{
+    (void)state;
+    int problems = 0;
+    for (int i = 0; i < FGT_N_REFERENCE_SPECS; i++) {
+        for (int precision = 0; precision < 2; precision++) {
+            fg_layer_ir *ir = fgt_load_spec(fgt_reference_specs[i]);
+            ir->precision = precision ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
+            problems += compile_half_wgmma(ir, i % 2 ? FG_DTYPE_FP16 : FG_DTYPE_BF16, FG_ENGINE_PREFER_WGMMA, "reference");
+            free(ir);
+        }
+    }
+    static const char *const split_names[] = {"split_3d_mul_silu", "split_2d_group_norm_recompute",
+                                              "split_odd_channels_softmax"};
+    static const char *const reduce_names[] = {"chanred_mean_3d", "chanred_logsumexp_split_k_batch1",
+                                               "chanred_sum_tf32"};
+    int found = 0;
+    for (int i = 0; i < N_SPLIT_K_CASES; i++) {
+        for (int n = 0; n < 3; n++) {
+            if (strcmp(split_k_cases[i].name, split_names[n]) != 0)
+                continue;
+            fg_layer_ir *ir = fgt_load_string(split_k_cases[i].source);
+            problems += compile_half_wgmma(ir, FG_DTYPE_BF16, FG_ENGINE_AUTO, "split K");
+            free(ir);
+            found++;
+        }
+    }
+    for (int i = 0; i < N_CHANNEL_REDUCE_CASES; i++) {
+        for (int n = 0; n < 3; n++) {
+            if (strcmp(channel_reduce_cases[i].name, reduce_names[n]) != 0)
+                continue;
+            fg_layer_ir *ir = fgt_load_string(channel_reduce_cases[i].source);
+            problems += compile_half_wgmma(ir, FG_DTYPE_FP16, FG_ENGINE_AUTO, "channel reduction");
+            free(ir);
+            found++;
+        }
+    }
+    assert_int_equal(found, 6);
+    assert_int_equal(problems, 0);
+}
+
 /* The recompute variant of a reference layer (two conv kernels). */
 static void recompute_variant(void **state)
 {
@@ -516,6 +583,7 @@ int main(void)
         cmocka_unit_test(wgmma_engine),
         cmocka_unit_test(wgmma_split_k),
         cmocka_unit_test(wgmma_channel_reduction),
+        cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(resident_variants),
         cmocka_unit_test(recompute_variant),
         cmocka_unit_test(half_dtypes),
