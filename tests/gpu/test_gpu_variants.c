@@ -410,11 +410,77 @@ static const half_variant halves[] = {
         clamp { min = -1.0, max = 1.0 },
         max { dim = 1 },
     })},
-    {"half_bf16_tf32_no_cudnn", NULL, 2, 0, 5e-3, SPEC(return layer "half_bf16_tf32_no_cudnn" {
+    /* on sm_90a this runs on wgmma with bf16 operands, the weights rounded once to bf16: the
+     * tf32 bar scaled by bf16's rounding (the wgmma cases below say why) */
+    {"half_bf16_tf32_no_cudnn", NULL, 2, 0, 4e-2, SPEC(return layer "half_bf16_tf32_no_cudnn" {
         input = { "N", 16, 20, 20 },
         dtype = "bf16",
         precision = "tf32",
         conv2d { out_channels = 24, kernel = 3 },
+        relu {},
+    })},
+    /* The wgmma engine on half operands (wgmma m64nNk16 on the layer's dtype; docs/design.md):
+     * the input packed as it is, the weights split into hi + lo in the dtype for precision fp32
+     * (bar: 1e-4 + 1 ulp of the dtype, as every half case; the split carries each weight to
+     * 2^-16 of itself in bf16, to 2^-22 or 2^-25 absolute in fp16: tests/test_half_split.c)
+     * or rounded once for tf32. The tf32 bar is the TF32 cases' 5e-3 scaled by the weight
+     * rounding: TF32 rounds x and w to 11 significant bits; fp16 rounds only w, to 11 bits
+     * (5e-3 holds); bf16 rounds w to 8 bits, 2^3 times coarser (4e-2). Each shape below also
+     * checks a packing detail: channels padded to 8 a tap (3 -> 8, 12 -> 16), 2 channel
+     * blocks (200 channels), stride 2, split K at batch 1, channels-last input. */
+    {"half_bf16_wgmma_exact_group_norm", "wgmma", 2, 0, 1e-4, SPEC(return layer "half_bf16_wgmma_exact_group_norm" {
+        input = { "N", 64, 28, 28 },
+        dtype = "bf16",
+        conv2d { out_channels = 128, kernel = 3, padding = 1 },
+        group_norm { groups = 8 },
+        silu {},
+    })},
+    {"half_fp16_wgmma_exact_stride2", "wgmma", 3, 1, 1e-4, SPEC(return layer "half_fp16_wgmma_exact_stride2" {
+        input = { "N", 48, 33, 31 },
+        dtype = "fp16",
+        conv2d { out_channels = 200, kernel = 3, stride = 2, padding = 1 },
+        gelu {},
+    })},
+    {"half_bf16_wgmma_tf32", "wgmma", 2, 0, 4e-2, SPEC(return layer "half_bf16_wgmma_tf32" {
+        input = { "N", 64, 20, 22 },
+        dtype = "bf16",
+        precision = "tf32",
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+        relu {},
+    })},
+    {"half_fp16_wgmma_tf32", "wgmma", 2, 1, 5e-3, SPEC(return layer "half_fp16_wgmma_tf32" {
+        input = { "N", 32, 19, 21 },
+        dtype = "fp16",
+        precision = "tf32",
+        conv2d { out_channels = 80, kernel = 3 },
+        tanh {},
+    })},
+    {"half_bf16_wgmma_3d_exact", "wgmma", 2, 0, 1e-4, SPEC(return layer "half_bf16_wgmma_3d_exact" {
+        input = { "N", 3, 10, 18, 18 },
+        dtype = "bf16",
+        conv3d { out_channels = 32, kernel = 3, padding = 1 },
+        instance_norm {},
+        relu {},
+    })},
+    {"half_fp16_wgmma_3d_exact", "wgmma", 2, 0, 1e-4, SPEC(return layer "half_fp16_wgmma_3d_exact" {
+        input = { "N", 12, 8, 12, 12 },
+        dtype = "fp16",
+        conv3d { out_channels = 48, kernel = 3 },
+        mul { param = "m", shape = { 48, 1, 1, 1 } },
+    })},
+    /* batch 1, 256 channels on 14x14: 4 tiles, 36 K chunks of 64: split K in 4 */
+    {"half_bf16_wgmma_split_k", NULL, 1, 0, 1e-4, SPEC(return layer "half_bf16_wgmma_split_k" {
+        input = { "N", 256, 14, 14 },
+        dtype = "bf16",
+        conv2d { out_channels = 256, kernel = 3, padding = 1 },
+        relu {},
+    })},
+    /* one tile (100 pixels x 128 channels) at batch 1: split K in 4 of 9 chunks */
+    {"half_fp16_wgmma_split_k_tf32", NULL, 1, 0, 5e-3, SPEC(return layer "half_fp16_wgmma_split_k_tf32" {
+        input = { "N", 256, 10, 10 },
+        dtype = "fp16",
+        precision = "tf32",
+        conv2d { out_channels = 128, kernel = 3, padding = 1 },
         relu {},
     })},
 };
@@ -480,6 +546,24 @@ static const half_variant layouts[] = {
         dtype = "bf16",
         conv2d { out_channels = 32, kernel = 3 },
         silu {},
+    })},
+    /* half operands on wgmma with a channels-last input (its packing pass is a near copy of
+     * 16-bit elements): fp16 exact with groups (12 channels a group, padded to 16), bf16 tf32
+     * (the bar of the halves' tf32 cases) */
+    {"cl_fp16_wgmma_exact_groups", "wgmma", 2, 1, 1e-4, SPEC(return layer "cl_fp16_wgmma_exact_groups" {
+        input = { "N", 24, 18, 20 },
+        layout = "channels_last",
+        dtype = "fp16",
+        conv2d { out_channels = 64, kernel = 3, padding = 1, groups = 2 },
+        group_norm { groups = 4 },
+    })},
+    {"cl_bf16_wgmma_tf32", "wgmma", 2, 0, 4e-2, SPEC(return layer "cl_bf16_wgmma_tf32" {
+        input = { "N", 32, 16, 18 },
+        layout = "channels_last",
+        dtype = "bf16",
+        precision = "tf32",
+        conv2d { out_channels = 48, kernel = 3 },
+        hardswish {},
     })},
     {"cl_fp16_fma_instance_norm", "fma", 2, 0, 1e-4, SPEC(return layer "cl_fp16_fma_instance_norm" {
         input = { "N", 5, 15, 13 },
