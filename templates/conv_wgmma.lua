@@ -512,8 +512,22 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
 }
 ]]
 
--- The input, channels-innermost: [N][D][H][W][groups][CP] hi (and lo), the channels of a
--- group padded with zeros; 32 pixels a block through shared memory.
+-- In a packing pass's loop over the input elements of 32 pixels (i), the element's pixel pp,
+-- channel ch (group gr, channel cg within it); returns its index in the sample. A
+-- channels-last input is channels-innermost already: consecutive threads read consecutive
+-- channels of a pixel (nearly a copy; the groups' padding is added by the pass).
+local function pack_read_index(c, g)
+  if g.cl then
+    c:line("const int pp = i / (GROUPS * CIN_G), ch = i % (GROUPS * CIN_G), gr = ch / CIN_G, cg = ch % CIN_G;")
+    return "(unsigned long long)(pix0 + pp) * (GROUPS * CIN_G) + ch"
+  end
+  c:line("const int ch = i / 32, pp = i % 32, gr = ch / CIN_G, cg = ch % CIN_G;")
+  return "(unsigned long long)ch * IPIX + pix0 + pp"
+end
+
+-- The input of an fp32 layer, channels-innermost: [N][D][H][W][groups][CP] hi (and lo), the
+-- channels of a group padded with zeros; 32 pixels a block through shared memory. (A half
+-- layer's operands are its dtype: render_pack_input_half.)
 function M.render_pack_input(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
@@ -530,19 +544,8 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   c:line("(void)batch;")
   c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
   c:open("for (int i = t; i < GROUPS * CIN_G * 32; i += 256) {")
-  local at = "(unsigned long long)ch * IPIX + pix0 + pp"
-  if g.cl then
-    -- a channels-last input is channels-innermost already: consecutive threads read
-    -- consecutive channels of a pixel (nearly a copy; the groups' padding is added here)
-    c:line("const int pp = i / (GROUPS * CIN_G), ch = i % (GROUPS * CIN_G), gr = ch / CIN_G, cg = ch % CIN_G;")
-    at = "(unsigned long long)(pix0 + pp) * (GROUPS * CIN_G) + ch"
-  else
-    c:line("const int ch = i / 32, pp = i % 32, gr = ch / CIN_G, cg = ch % CIN_G;")
-  end
-  -- a bf16/fp16 input is widened here (exactly: a half is a TF32, so its lo below is zero;
-  -- skipping lo for such inputs is left for later, docs/design.md)
-  c:line("tile[pp * (XC + 1) + gr * CP + cg] = pix0 + pp < IPIX ? %s : 0.0f;",
-    g.half and "fg_io_load(xs + " .. at .. ")" or "xs[" .. at .. "]")
+  local at = pack_read_index(c, g)
+  c:line("tile[pp * (XC + 1) + gr * CP + cg] = pix0 + pp < IPIX ? %s : 0.0f;", "xs[" .. at .. "]")
   c:close()
   if w.cp ~= g.cin_g then
     c:line("/* the padding channels are zeros */")
@@ -582,14 +585,7 @@ function M.render_pack_input_half(layer, plan, pass, names, signature)
   c:line("for (int i = t; i < 32 * (XC + 1); i += 256) tile[i] = 0;")
   c:line("__syncthreads();")
   c:open("for (int i = t; i < GROUPS * CIN_G * 32; i += 256) {")
-  local at = "(unsigned long long)ch * IPIX + pix0 + pp"
-  if g.cl then
-    c:line("const int pp = i / (GROUPS * CIN_G), ch = i % (GROUPS * CIN_G), gr = ch / CIN_G, cg = ch % CIN_G;")
-    at = "(unsigned long long)(pix0 + pp) * (GROUPS * CIN_G) + ch"
-  else
-    c:line("const int ch = i / 32, pp = i % 32, gr = ch / CIN_G, cg = ch % CIN_G;")
-  end
-  c:line("if (pix0 + pp < IPIX) tile[pp * (XC + 1) + gr * CP + cg] = xs[%s];", at)
+  c:line("if (pix0 + pp < IPIX) tile[pp * (XC + 1) + gr * CP + cg] = xs[%s];", pack_read_index(c, g))
   c:close()
   c:line("__syncthreads();")
   c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
@@ -600,75 +596,56 @@ function M.render_pack_input_half(layer, plan, pass, names, signature)
   return c
 end
 
--- The weights as the B tiles' shared-memory images [groups][NBLK][KCH][hi, lo][BN][32], the
--- 128-byte swizzle applied, K = (tap, channel) as the A rows have it.
+-- The weights as the B tiles' shared-memory images [groups][NBLK][KCH][hi, lo][BN][128 bytes],
+-- the 128-byte swizzle applied (16-byte unit u of row r at u ^ (r % 8)), K = (tap, channel) as
+-- the A rows have it. TF32 operands: 32 floats a row, w split into tf32 hi and lo (3xTF32) or
+-- rounded once. Half operands (a bf16/fp16 layer): 64 elements of the dtype a row; fp32
+-- precision splits each fp32 weight w into hi = dtype(w) and lo = dtype(w - hi), both rounded
+-- to nearest (w - hi is exact in fp32), and the conv's products x.w_lo + x.w_hi carry w to
+-- within |w - hi - lo| <= half an ulp of lo: for bf16 2^-16 |w| (measured 7.6e-6), for fp16
+-- 2^-22 |w| while lo is normal (|w| >= ~2^-3) and 2^-25 absolute below (lo subnormal),
+-- asserted against float64 on the CPU (tests/test_half_split.c; docs/design.md has the
+-- numbers). Why fp16's lo is not rescaled (the subnormal concern): an fp16 lo scaled by 2^11
+-- into its own accumulator would keep 2^-22 |w| down to |w| ~ 2^-13, at the price of a third
+-- accumulator array (64 more registers at 128 channels: the tiling would halve its channels);
+-- an absolute 2^-25 (3e-8) per weight is already below what the fp32 bar (1e-4) and the
+-- output's rounding (2^-11) can see, so the lo products share hi's accumulator. tf32
+-- precision: one part, w rounded to the dtype.
 function M.render_pack_weights(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
-  if M.half(w) then return M.render_pack_weights_half(layer, plan, pass, names, signature) end
+  local half = M.half(w)
   local c = lib.code()
-  local total = g.groups * w.nblk * w.kch * w.parts * w.bn * 32
-  c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d floats) */", pass.index, total)
+  local ue = half and 8 or 4 -- elements a 16-byte unit
+  local total = g.groups * w.nblk * w.kch * w.parts * w.bn * 8 * ue
+  if half then
+    c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d %s elements%s) */", pass.index, total,
+      M.operand_ptx(w), w.parts == 2 and ": hi and lo" or "")
+  else
+    c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d floats) */", pass.index, total)
+  end
   c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
   c:line("(void)batch; (void)batch_base;")
   c:line("const int idx = (int)(blockIdx.x * blockDim.x + threadIdx.x);")
   c:line("if (idx >= %d) return;", total)
-  c:line("const int e = idx & 3, pu = (idx >> 2) & 7; /* the element, the physical 16-byte unit */")
-  c:line("int r = idx >> 5;")
+  c:line("const int e = idx & %d, pu = (idx >> %d) & 7; /* the element, the physical 16-byte unit */", ue - 1,
+    half and 3 or 2)
+  c:line("int r = idx >> %d;", half and 6 or 5)
   c:line("const int row = r % BN; r /= BN;")
-  c:line("const int part = r % P; r /= P;")
+  c:line("const int part = r %% %s; r /= %s;", half and "PB" or "P", half and "PB" or "P")
   c:line("const int kc = r % KCH; r /= KCH;")
   c:line("const int nb = r % NBLK, gr = r / NBLK;")
-  c:line("const int k = kc * 32 + (pu ^ (row & 7)) * 4 + e; /* the logical K index */")
+  c:line("const int k = kc * %d + (pu ^ (row & 7)) * %d + e; /* the logical K index */", 8 * ue, ue)
   c:line("const int tap = k / CP, ci = k % CP, co = nb * BN + row;")
   c:line("float v = 0.0f;")
   c:line("if (tap < TAPS && ci < CIN_G && co < COUT_G) v = %s[((unsigned long long)(gr * COUT_G + co) * CIN_G + ci) * TAPS + tap];",
     names.param[g.conv.weight_param])
-  c:line("const float h = fgw_tf32(v);")
-  c:line("%s[idx] = part == 0 ? h : fgw_tf32(v - h);", names.buffer[w.packed_w])
-  c:close()
-  return c
-end
-
--- The weights of a half layer as the B tiles' images [groups][NBLK][KCH][hi, lo][BN][64 halves],
--- the 128-byte swizzle applied (16-byte unit u of row r at u ^ (r % 8), 8 elements a unit).
--- fp32 precision splits each fp32 weight w into hi = dtype(w) and lo = dtype(w - hi), both
--- rounded to nearest; the conv's products x.w_lo + x.w_hi then carry w to within
--- |w - hi - lo| <= half an ulp of lo: for bf16 2^-16 |w| (measured 7.6e-6), for fp16 2^-22 |w|
--- while lo is normal (|w| >= ~2^-3) and 2^-25 absolute below (lo subnormal), asserted against
--- float64 on the CPU (tests/test_half_split.c; docs/design.md has the numbers). Why fp16's lo is
--- not rescaled (the subnormal concern): an fp16 lo scaled by 2^11 into its own accumulator would keep 2^-22
--- |w| down to |w| ~ 2^-13, at the price of a third accumulator array (64 more registers at 128
--- channels: the tiling would halve its channels); an absolute 2^-25 (3e-8) per weight is
--- already below what the fp32 bar (1e-4) and the output's rounding (2^-11) can see, so the
--- lo products share hi's accumulator. tf32 precision: one part, w rounded to the dtype.
-function M.render_pack_weights_half(layer, plan, pass, names, signature)
-  local w = M.tiling_of(plan)
-  local g = conv_t.geometry(layer)
-  local c = lib.code()
-  local total = g.groups * w.nblk * w.kch * w.parts * w.bn * 64
-  c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d %s elements%s) */", pass.index, total,
-    M.operand_ptx(w), w.parts == 2 and ": hi and lo" or "")
-  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
-  c:open("{")
-  c:line("using namespace fgw;")
-  c:line("(void)batch; (void)batch_base;")
-  c:line("const int idx = (int)(blockIdx.x * blockDim.x + threadIdx.x);")
-  c:line("if (idx >= %d) return;", total)
-  c:line("const int e = idx & 7, pu = (idx >> 3) & 7; /* the element, the physical 16-byte unit */")
-  c:line("int r = idx >> 6;")
-  c:line("const int row = r % BN; r /= BN;")
-  c:line("const int part = r % PB; r /= PB;")
-  c:line("const int kc = r % KCH; r /= KCH;")
-  c:line("const int nb = r % NBLK, gr = r / NBLK;")
-  c:line("const int k = kc * 64 + (pu ^ (row & 7)) * 8 + e; /* the logical K index */")
-  c:line("const int tap = k / CP, ci = k % CP, co = nb * BN + row;")
-  c:line("float v = 0.0f;")
-  c:line("if (tap < TAPS && ci < CIN_G && co < COUT_G) v = %s[((unsigned long long)(gr * COUT_G + co) * CIN_G + ci) * TAPS + tap];",
-    names.param[g.conv.weight_param])
-  if w.parts == 2 then
+  if not half then
+    c:line("const float h = fgw_tf32(v);")
+    c:line("%s[idx] = part == 0 ? h : fgw_tf32(v - h);", names.buffer[w.packed_w])
+  elseif w.parts == 2 then
     c:line("const fg_io h = fg_io_round(v); /* w's hi; lo is the rounded remainder */")
     c:line("((fg_io *)%s)[idx] = part == 0 ? h : fg_io_round(v - fg_io_load(&h));", names.buffer[w.packed_w])
   else
