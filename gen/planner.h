@@ -39,8 +39,9 @@ typedef enum fg_pass_kind {
     FG_PASS_FINALIZE, /* one thread per statistic */
     FG_PASS_CUDNN,    /* value 0 by cuDNN's convolution (precision = "tf32"); no generated kernel */
     FG_PASS_RESIDENT, /* the whole layer in one kernel: a cluster keeps a norm's groups in shared memory */
-    /* the wgmma engine's operands: the input channels-innermost, split into TF32 hi (and lo),
-     * and the weights as the shared-memory images of its B tiles */
+    /* the wgmma engine's operands: the input channels-innermost, split into TF32 hi (and lo)
+     * (a half layer's input as it is), and the weights as the shared-memory images of its B
+     * tiles */
     FG_PASS_PACK_INPUT,
     FG_PASS_PACK_WEIGHTS,
 } fg_pass_kind;
@@ -110,7 +111,7 @@ typedef enum fg_conv_engine {
      * channel); a producer warpgroup fills a ring of shared-memory stages with cp.async, two
      * consumer warpgroups run the wgmmas and the fused epilogue; persistent blocks. fp32
      * precision: 3xTF32 with each 32-wide K chunk accumulated apart and added in fp32;
-     * tf32: one product. */
+     * tf32: one product. A bf16/fp16 layer multiplies in its dtype (fg_wgmma_operand). */
     FG_CONV_WGMMA = 2,
 } fg_conv_engine;
 
@@ -163,8 +164,6 @@ typedef struct fg_conv_tiling {
     fg_smem_layout smem;
 } fg_conv_tiling;
 
-/* The wgmma engine's tile, ring and registers, as the planner chose them: one per layer (every
- * conv pass of a layer runs the same conv on it), in fg_plan.wgmma. */
 /* The element type of the wgmma engine's operands (fg_wgmma_tiling.operand). */
 typedef enum fg_wgmma_operand {
     FG_WGMMA_TF32 = 0, /* an fp32 layer: 4-byte elements, wgmma m64nNk8 .tf32 */
@@ -174,6 +173,8 @@ typedef enum fg_wgmma_operand {
 
 const char *fg_wgmma_operand_name(int operand);
 
+/* The wgmma engine's tile, ring and registers, as the planner chose them: one per layer (every
+ * conv pass of a layer runs the same conv on it), in fg_plan.wgmma. */
 typedef struct fg_wgmma_tiling {
     /* the weights' parts (B): 2, hi and lo (fp32 precision), 1: one rounded part (tf32); with
      * TF32 operands the input (A) has as many (3xTF32: lo.hi + hi.lo + hi.hi), with half ones
