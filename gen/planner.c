@@ -494,8 +494,8 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     return true;
 }
 
-/* Split K (fg_wgmma_tiling.split_k). A tile computes K = taps x channels in chunks of 32
- * through a ring of `stages` shared-memory stages; a layer with few tiles (a small batch, a
+/* Split K (fg_wgmma_tiling.split_k). A tile computes K = taps x channels in chunks of kc_elems
+ * (32 TF32 or 64 half elements) through a ring of `stages` shared-memory stages; a layer with few tiles (a small batch, a
  * small image, many channels) leaves most SMs idle while each tile walks a long K. Splitting
  * the K chunks of a tile over S CTAs fills them, at a price: each split writes its fp32
  * partial tile (wgmt x 128 pixels x bn channels) and the last CTA reads all S back before the
@@ -701,7 +701,13 @@ static int add_pack_passes(planner *p)
     }
     b = &plan->buffers[plan->n_buffers];
     b->value = -1;
-    b->fixed = groups * w->nblk * w->kch * w->parts * w->bn * 32;
+    w->w_elems = (int64_t)groups * w->nblk * w->kch * w->parts * w->bn * w->kc_elems;
+    if (w->w_elems > INT32_MAX) /* the pack kernel indexes with int */
+        return fg_fail(p->err,
+                       "%s:%d: this conv's weights as wgmma tiles are %lld elements, more than the packing kernel "
+                       "indexes (2^31 - 1): this conv cannot be generated on the wgmma engine",
+                       p->ir->file, p->ir->ops[0].line, (long long)w->w_elems);
+    b->fixed = w->w_elems * el / 4; /* floats */
     w->packed_w = plan->n_buffers++;
     fg_pass *pw = new_pass(p, FG_PASS_PACK_WEIGHTS);
     fg_pass *pi = pw ? new_pass(p, FG_PASS_PACK_INPUT) : NULL;
@@ -1459,7 +1465,7 @@ static int assign_geometry(planner *p)
         }
         case FG_PASS_PACK_WEIGHTS:
             q->launch.block = 256;
-            q->launch.grid_x = ceil_div(plan->buffers[p->plan->wgmma.packed_w].fixed, 256);
+            q->launch.grid_x = ceil_div(p->plan->wgmma.w_elems, 256); /* a thread an element */
             q->launch.grid_y = 1;
             q->launch.per_sample = false;
             break;

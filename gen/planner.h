@@ -189,6 +189,7 @@ typedef struct fg_wgmma_tiling {
     int m_tiles;         /* tiles along a sample's output pixels */
     int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
     int kch;             /* K chunks of kc_elems */
+    int64_t w_elems;     /* elements of the packed weights (of the operand's type): the pack pass's threads */
     int stages;          /* the ring's depth */
     int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */
     int64_t stat_offset, stat_bytes; /* fp64 statistics partials of the 8 consumer warps, after the stages */

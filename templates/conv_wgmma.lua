@@ -19,6 +19,11 @@
 -- chunked accumulation keeps it at cuDNN's level (bench/NOTES.md, v6). tf32 precision is
 -- one product with one accumulator.
 --
+-- A bf16/fp16 layer multiplies in its dtype (wgmma m64nNk16, fg_wgmma_tiling.operand): a chunk
+-- is 64 two-byte elements (the same 128-byte rows, swizzle and +32 bytes a k-step), the input
+-- packed as it is (exact), the weights split into hi + lo in the dtype (fp32 precision: x.w_lo
+-- + x.w_hi) or rounded once (tf32). An fp16 weight of magnitude 65520 or more rounds to inf.
+--
 -- Every number of the layout (tile, stages, bytes, registers) is the planner's (fg_plan's
 -- wgmma); this file prints them.
 local lib = import("lib")
@@ -617,7 +622,7 @@ function M.render_pack_weights(layer, plan, pass, names, signature)
   local half = M.half(w)
   local c = lib.code()
   local ue = half and 8 or 4 -- elements a 16-byte unit
-  local total = g.groups * w.nblk * w.kch * w.parts * w.bn * 8 * ue
+  local total = w.w_elems -- the planner's, which sizes the launch: a thread an element
   if half then
     c:line("/* pass %d: the weights as the wgmma B tiles' shared-memory images (%d %s elements%s) */", pass.index, total,
       M.operand_ptx(w), w.parts == 2 and ": hi and lo" or "")

@@ -1429,6 +1429,13 @@ static void wgmma_half_operands(void **state)
         int64_t ipix = fg_shape_sample_count(&ir->input) / ir->input.dim[1];
         assert_int_equal(plan->buffers[w->packed_hi].per_sample, ipix * w->xc * el / 4);
         assert_int_equal(plan->buffers[w->packed_w].fixed, (int64_t)w->nblk * w->kch * w->parts * w->bn * 32);
+        /* the weights' pack pass runs a thread per element of the operand's type: a launch
+         * sized by the buffer's floats left half of a half layer's weights unwritten */
+        assert_int_equal(w->w_elems, (int64_t)w->nblk * w->kch * w->parts * w->bn * w->kc_elems);
+        for (int k = 0; k < plan->n_passes; k++)
+            if (plan->passes[k].kind == FG_PASS_PACK_WEIGHTS)
+                assert_true(plan->passes[k].launch.grid_x * plan->passes[k].launch.block >= w->w_elems &&
+                            (plan->passes[k].launch.grid_x - 1) * plan->passes[k].launch.block < w->w_elems);
         text_sink *t = calloc(1, sizeof *t);
         assert_non_null(t);
         fg_plan_print(ir, plan, collect_line, t);

@@ -97,12 +97,14 @@ char *gpu_read_file(const char *path)
  * result, so near the middle between two values of the dtype they may land on neighbours. */
 static void compare(const float *out, const float *ref, size_t n, double tol, int dtype, gpu_result *r)
 {
-    /* The fp32 bar (1e-4) holds at any input scale: that is what the scaled runs check. A
-     * looser bar is a tf32 case's: TF32 rounds every input to 10 bits, so its error is
-     * relative to the inputs' magnitude, not the output's (after a norm or a cancellation the
-     * output can be small), and its absolute part grows with the inputs' largest value. */
+    /* The fp32 bar (1e-4) holds at any input scale for an fp32 layer: that is what the scaled
+     * runs check. A looser bar is a tf32 case's: TF32 rounds every input to 10 bits, so its
+     * error is relative to the inputs' magnitude, not the output's (after a norm or a
+     * cancellation the output can be small), and its absolute part grows with the inputs'
+     * largest value. So does a half layer's: on wgmma its weights are split into two parts of
+     * the dtype (bf16: 2^-16 |w|), not kept in fp32. */
     const double magnitude = fabs((double)input_scale) + fabs((double)input_offset);
-    const double atol = tol > 1e-4 && magnitude > 1.0 ? tol * magnitude : tol;
+    const double atol = (tol > 1e-4 || dtype) && magnitude > 1.0 ? tol * magnitude : tol;
     double num = 0, den = 0;
     r->count = (long long)n;
     for (size_t i = 0; i < n; i++) {
@@ -120,6 +122,13 @@ static void compare(const float *out, const float *ref, size_t n, double tol, in
     }
     r->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
     r->pass = r->bad == 0;
+    /* A half layer at fp32 precision computes to ~2^-16 and rounds once, as the reference
+     * does: they differ by an ulp only where the exact value is that close to a midpoint
+     * (~0.5 % of bf16 outputs: relative L2 ~2.5e-4). The per-element bar allows an ulp
+     * everywhere, so it cannot see weights kept to one bf16 part (~2^-9: half the outputs an
+     * ulp off, ~3e-3); this bound can. */
+    if (dtype && tol <= 1e-4 && r->rel_l2 > 1e-3)
+        r->pass = false;
 }
 
 bool gpu_report(const char *name, int64_t batch, double tol, const gpu_result *r)
