@@ -906,8 +906,9 @@ static int walk(lua_State *L)
         lua_settop(L, ctors);
     }
     if (ir->n_ops == 0)
-        raise(L, w, ir->pro[0].line, "layer: has no convolution: after the ops before it (%s ...) must come "
-                                     "conv2d or conv3d",
+        raise(L, w, ir->pro[0].line,
+              "layer: has no convolution: the first op must be conv2d or conv3d, after the normalizations and "
+              "elementwise ops a layer may put before it (%s here)",
               fg_op_written_name(&ir->pro[0]));
     return 0;
 }
