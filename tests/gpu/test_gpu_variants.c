@@ -9,6 +9,7 @@
 
 #include "../../gen/spec_loader.h"
 #include "../channel_reduce_specs.h"
+#include "../prologue_specs.h"
 #include "gpu_harness.h"
 
 typedef struct variant {
@@ -641,6 +642,15 @@ static int dump_specs(const char *dir, int n_random)
             return 1;
         }
     }
+    /* prologues: ops before the conv (tests/prologue_specs.h) */
+    for (int i = 0; i < N_PROLOGUE_CASES; i++) {
+        snprintf(path, sizeof path, "%s/%s.lua", dir, prologue_cases[i].name);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(prologue_cases[i].source, f) < 0 || fclose(f) != 0) {
+            perror(path);
+            return 1;
+        }
+    }
     snprintf(path, sizeof path, "%s/many_args.lua", dir);
     FILE *mf = fopen(path, "w");
     if (!mf || fputs(many_args(), mf) < 0 || fclose(mf) != 0) {
@@ -729,6 +739,27 @@ int main(int argc, char **argv)
                    "%lld/%lld outside %.0e (+ 1 ulp of a half dtype)%s\n",
                    r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto",
                    v->out_offset, r.max_abs, r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
+    }
+    /* prologues (ops before the conv, applied where the input is staged), each in a context
+     * preferring its engine; fp32 layers within tol of float64, half ones plus 1 ulp */
+    for (int i = 0; i < N_PROLOGUE_CASES; i++) {
+        const prologue_case *v = &prologue_cases[i];
+        fg_context *pctx = engine_context(v->engine);
+        cases++;
+        if (!pctx) {
+            failed++;
+            continue;
+        }
+        gpu_result r = gpu_check_spec_at(pctx, v->name, v->source, v->batch, 1100 + (uint64_t)i, v->tol, 0);
+        fg_context_destroy(pctx);
+        if (!r.ok || !r.pass)
+            failed++;
+        if (!r.ok)
+            printf("FAILED %-32s: %s\n", v->name, r.error);
+        else
+            printf("%s %-32s batch %lld (prologue, engine %s): max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n",
+                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto", r.max_abs,
+                   r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
     }
     {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
