@@ -48,6 +48,18 @@ end
 -- stores the transformed value; without one the staging stays as it was).
 function M.active(layer) return layer.n_pro > 0 end
 
+-- Declares <prefix><d> for the dims `dims` (in order, the last fastest) of `shape` from the
+-- linear index `idx` over them, and records them in coords[d].
+local function unravel_dims(c, shape, dims, idx, prefix, coords)
+  local rest = idx
+  for i = #dims, 1, -1 do
+    local d = dims[i]
+    coords[d] = prefix .. d
+    c:line("const int %s%d = %s %% %d;", prefix, d, rest, shape.dim[d])
+    rest = string.format("(%s / %d)", rest, shape.dim[d])
+  end
+end
+
 -- The statistics pass (FG_PASS_PRO_STATS): a block sums a span of one statistic's elements
 -- of one sample through the prologue's ops before the norm, in fp64, and adds its partial
 -- into the norm's accumulator with the registry's flush.
@@ -86,26 +98,14 @@ function M.render(layer, plan, pass, names, signature)
   end
   c:line("const int cg0 = (q / %d) * %d;", kept_n, st.channel_group)
   local coords = {}
-  local rest = string.format("(q %% %d)", kept_n)
-  for i = #kept, 1, -1 do
-    local d = kept[i]
-    coords[d] = "k" .. d
-    c:line("const int k%d = %s %% %d;", d, rest, shape.dim[d])
-    rest = string.format("(%s / %d)", rest, shape.dim[d])
-  end
+  unravel_dims(c, shape, kept, string.format("(q %% %d)", kept_n), "k", coords)
   c:line("double s = %s, s2 = %s;", def.identity, def.identity)
   c:open("for (int e = 0; e < %d; ++e) {", per)
   c:line("const int j = span * %d + e * %d + (int)threadIdx.x;", span, block)
   c:open("if (j < %d) {", count)
   c:line("const int ch = cg0 + j / %d;", red_n)
   coords[1] = "ch"
-  rest = string.format("(j %% %d)", red_n)
-  for i = #reduced, 1, -1 do
-    local d = reduced[i]
-    coords[d] = "r" .. d
-    c:line("const int r%d = %s %% %d;", d, rest, shape.dim[d])
-    rest = string.format("(%s / %d)", rest, shape.dim[d])
-  end
+  unravel_dims(c, shape, reduced, string.format("(j %% %d)", red_n), "r", coords)
   local at = lib.io_cl(layer) and lib.lin_cl(shape, coords) or lib.lin(shape, coords)
   local load = string.format("%s + (fg_u64)n * %d + %s", names.input, shape.sample, at)
   c:line("const float x0 = %s;", lib.io_half(layer) and "fg_io_load(" .. load .. ")" or "*(" .. load .. ")")

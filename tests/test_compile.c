@@ -116,10 +116,11 @@ static void reference_specs(void **state)
     assert_int_equal(problems, 0);
 }
 
-/* Renders (ir, plan) and compiles it for sm_90a: the cubin, the resources (returns the
+/* Renders (ir, plan) and compiles it for `arch`: the cubin, the resources (returns the
  * problems) and no ptxas warning about wgmma (a serialized wgmma is a generator bug). When
  * `needle` is given, the source must contain it. */
-static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle)
+static int compile_arch(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle,
+                        const char *arch)
 {
     fg_rendered src;
     fg_error err = {{0}};
@@ -128,15 +129,20 @@ static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char 
     if (needle && !strstr(src.source, needle))
         fail_msg("%s: the source has no '%s'", what, needle);
     fg_compiled c;
-    if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
+    if (fg_nvrtc_compile(src.source, ir->name, arch, NULL, &c, &err) != 0)
         fail_msg("%s: %s", what, err.msg);
-    check_cubin(what, c.cubin, c.size, 90);
+    check_cubin(what, c.cubin, c.size, atoi(arch + 3));
     int problems = check_resources(what, plan, &c);
     if (c.wgmma_warnings)
         fail_msg("%s: ptxas warned about wgmma (serialized?)", what);
     fg_compiled_free(&c);
     fg_rendered_free(&src);
     return problems;
+}
+
+static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle)
+{
+    return compile_arch(ir, plan, what, needle, "sm_90a");
 }
 
 /* The wgmma engine (sm_90a) on every reference layer, in both precisions: compiles, no
@@ -362,17 +368,7 @@ static void prologues(void **state)
                 fail_msg("%s: the plan's conv is not on engine %d", what, runs[r].engine_is);
             if (!stats_read)
                 fail_msg("%s: no pass that stages the input reads the prologue's statistics", what);
-            fg_rendered src;
-            fg_error err = {{0}};
-            if (fg_render(ir, plan, &src, &err) != 0)
-                fail_msg("%s: %s", what, err.msg);
-            fg_compiled c;
-            if (fg_nvrtc_compile(src.source, ir->name, runs[r].arch, NULL, &c, &err) != 0)
-                fail_msg("%s: %s", what, err.msg);
-            check_cubin(what, c.cubin, c.size, atoi(runs[r].arch + 3));
-            problems += check_resources(what, plan, &c);
-            fg_compiled_free(&c);
-            fg_rendered_free(&src);
+            problems += compile_arch(ir, plan, what, NULL, runs[r].arch);
             free(plan);
         }
         free(ir);
