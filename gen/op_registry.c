@@ -280,7 +280,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
              .doc = "must divide the input channels and out_channels"},
             {.name = "bias", .type = FG_FIELD_BOOL, .member = M(bias), .def = 1, .doc = "add <name>.bias"},
         },
-        .doc = "2D convolution (PyTorch Conv2d); the layer's first op",
+        .doc = "2D convolution (PyTorch Conv2d); the layer's anchor, after its prologue if any",
         .examples = {"conv2d { out_channels = 8, kernel = 3, padding = 1 }", "conv2d { out_channels = 6, kernel = { 3, 5 }, stride = 2, dilation = { 1, 2 }, groups = 2, bias = false }"},
     },
     [FG_OP_CONV3D] = {
@@ -299,7 +299,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
              .doc = "must divide the input channels and out_channels"},
             {.name = "bias", .type = FG_FIELD_BOOL, .member = M(bias), .def = 1, .doc = "add <name>.bias"},
         },
-        .doc = "3D convolution (PyTorch Conv3d); the layer's first op",
+        .doc = "3D convolution (PyTorch Conv3d); the layer's anchor, after its prologue if any",
         .examples = {"conv3d { out_channels = 8, kernel = 3, padding = 1 }", "conv3d { out_channels = 6, kernel = { 1, 3, 3 }, stride = { 1, 2, 2 }, groups = 2 }"},
     },
 
