@@ -564,7 +564,11 @@ static int infer_prologue(infer_ctx *c)
                 stats = j;
             }
             break;
-        default: /* the spec loader refuses the rest (fg_op_def.prologue) */
+        case FG_CLASS_CONV:
+        case FG_CLASS_REDUCE:
+        case FG_CLASS_SOFTMAX:
+        case FG_CLASS_POOL:
+        case FG_CLASS_SHAPE: /* the spec loader refuses these first (fg_op_def.prologue) */
             return op_fail(c, NULL, "cannot come before the convolution");
         }
         if (rc)

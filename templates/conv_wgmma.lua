@@ -466,6 +466,7 @@ function M.render_pack_input(layer, plan, pass, names, signature)
     c:line("float v = 0.0f;")
     c:open("if (pix0 + pp < IPIX) {")
     c:line("const int p = pix0 + pp;")
+    c:line("(void)p; /* the ops' spatial coordinates, when one reads them */")
     local coords = { [1] = "ch" }
     if g.sp == 3 then
       coords[2], coords[3], coords[4] = "p / " .. g.I[2] * g.I[3], "(p / " .. g.I[3] .. ") % " .. g.I[2], "p % " .. g.I[3]

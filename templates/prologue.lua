@@ -55,7 +55,8 @@ local function unravel_dims(c, shape, dims, idx, prefix, coords)
   for i = #dims, 1, -1 do
     local d = dims[i]
     coords[d] = prefix .. d
-    c:line("const int %s%d = %s %% %d;", prefix, d, rest, shape.dim[d])
+    -- (void): an index skips a dim of extent 1, and an op may read no coordinate
+    c:line("const int %s%d = %s %% %d; (void)%s%d;", prefix, d, rest, shape.dim[d], prefix, d)
     rest = string.format("(%s / %d)", rest, shape.dim[d])
   end
 end
