@@ -20,9 +20,14 @@ exact fp32):
 Speed: median of CUDA-event timings with the L2 flushed before each (bench/compare_torch.py's
 method). Accuracy: max abs and relative L2 error against the same block in float64 (the bar
 issue 14 sets for fusegen's half precision is "at least as good as PyTorch's in that dtype",
-these numbers). fusegen cannot express these blocks yet (one conv per spec, fp32 only): this
-is the table its block work is to beat (issue 14: >= 1.3x the fastest PyTorch configuration in
-bf16/fp16, >= 2x torch.compile fp32 with TF32 off).
+these numbers). This is the table fusegen's block work is to beat (issue 14: >= 1.3x the
+fastest PyTorch configuration in bf16/fp16, >= 2x torch.compile fp32 with TF32 off).
+
+fusegen (with --fusegen, the default when the Python package is importable): the block as
+fusegen can run it today, one conv and the ops after it per spec (`fusegen.export` of each
+part, a FusedLayer per part, fp32 weights, the run's dtype and layout), and the rest in
+PyTorch eager in that dtype: what is left in PyTorch is what block specs and prologue fusion
+are to absorb (fusegen_parts says which ops, per family).
 """
 
 import argparse
@@ -106,6 +111,84 @@ def make_block(family, cfg, nn, F, torch):
 
         return Block()
     raise ValueError(family)
+
+
+def fusegen_parts(family, block, nn, F):
+    """The block as fusegen layers (nn.Sequential parts: a conv and the ops after it, which
+    fusegen.export turns into specs) and PyTorch glue: returns (parts, forward) where
+    forward(layers, block, *xs) runs the block with layers[i] standing for parts[i] and the
+    block's own modules (in the run's dtype) for the glue."""
+    if family == "resnet":  # the residual add and its ReLU stay in PyTorch: a spec has one input
+        parts = [nn.Sequential(block.conv1, block.bn1, nn.ReLU()), nn.Sequential(block.conv2, block.bn2, nn.ReLU()),
+                 nn.Sequential(block.conv3, block.bn3)]
+
+        def forward(L, b, x):
+            return F.relu(L[2](L[1](L[0](x))) + x)
+
+        return parts, forward
+    if family == "nnunet":  # the whole stage: two fusegen layers
+        parts = [nn.Sequential(block.conv1, block.norm1, nn.LeakyReLU(0.01)),
+                 nn.Sequential(block.conv2, block.norm2, nn.LeakyReLU(0.01))]
+
+        def forward(L, b, x):
+            return L[1](L[0](x))
+
+        return parts, forward
+    if family == "sd":  # norm + SiLU before each conv (prologue), the time embedding, the residual
+        parts = [nn.Sequential(block.conv1), nn.Sequential(block.conv2)]
+
+        def forward(L, b, x, temb):
+            h = L[0](F.silu(b.norm1(x)))
+            h = h + b.time_emb_proj(F.silu(temb))[:, :, None, None]
+            return x + L[1](F.silu(b.norm2(h)))
+
+        return parts, forward
+    if family == "convnext":  # the Linears as 1x1 convs; LayerNorm (between convs), scale, residual
+        c = block.dwconv.in_channels
+        pw1, pw2 = nn.Conv2d(c, 4 * c, 1), nn.Conv2d(4 * c, c, 1)
+        with __import__("torch").no_grad():
+            pw1.weight.copy_(block.pwconv1.weight[:, :, None, None])
+            pw1.bias.copy_(block.pwconv1.bias)
+            pw2.weight.copy_(block.pwconv2.weight[:, :, None, None])
+            pw2.bias.copy_(block.pwconv2.bias)
+        parts = [nn.Sequential(block.dwconv), nn.Sequential(pw1, nn.GELU()), nn.Sequential(pw2)]
+
+        def forward(L, b, x):
+            y = L[0](x)
+            y = b.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return x + b.gamma[:, None, None] * L[2](L[1](y))
+
+        return parts, forward
+    raise ValueError(family)
+
+
+def fusegen_block(family, base, module, xs, nn, F, torch):
+    """A callable running the block through fusegen layers (fusegen_parts) on xs's device,
+    dtype and memory format; base: the block in fp32 (the layers' weights), module: the same
+    block in the run's dtype and layout (the glue)."""
+    import fusegen
+    import fusegen.torch as fgt
+
+    parts, forward = fusegen_parts(family, copy.deepcopy(base), nn, F)
+    glue_parts, _ = fusegen_parts(family, module, nn, F)
+    x, dev, dt = xs[0], xs[0].device, xs[0].dtype
+    layers = []
+    example = x
+    with torch.no_grad():
+        for i, (part, glue) in enumerate(zip(parts, glue_parts)):
+            glue = glue.to(device=dev, dtype=dt)  # convnext's 1x1 convs are new modules
+            spec = fusegen.export(copy.deepcopy(part).to(device=dev, dtype=dt), example, name=f"{family}_part{i}")
+            layer = fgt.FusedLayer(spec)
+            layer.load_state_dict(part.state_dict())
+            layers.append(layer.to(dev))
+            # the next part's example input: this part's output, and the glue between them, in
+            # the run's dtype (traced once, here)
+            example = glue(example)
+            if family == "convnext" and i == 0:
+                example = module.norm(example.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            elif family == "sd" and i == 0:
+                example = F.silu(module.norm2(example))
+    return lambda *a: forward(layers, module, *a)
 
 
 def randomize(module, torch, seed):
@@ -253,13 +336,18 @@ def run(args):
                         modes.append(("compile", True, "default"))
                         if dname == "fp32":
                             modes.append(("compile tf32 off", True, "fp32"))
+                    if args.fusegen:
+                        modes.append(("fusegen", False, "default"))
                     for mode, compiled, flags in modes:
                         key = f"{dname} {layout} {mode}"
                         try:
                             if prec:
                                 prec.set(flags)
                             torch._dynamo.reset()
-                            fn_mod = torch.compile(module) if compiled else module
+                            if mode == "fusegen":
+                                fn_mod = fusegen_block(family, base, module, xs, nn, F, torch)
+                            else:
+                                fn_mod = torch.compile(module) if compiled else module
                             with torch.no_grad():
                                 out = fn_mod(*xs)
                                 r = accuracy(torch, out.float().to(ref.dtype), ref) if out.dtype != ref.dtype else accuracy(torch, out, ref)
@@ -278,25 +366,41 @@ def run(args):
     return results
 
 
+def best(impls, keep):
+    """(key, result) of the fastest timed run whose key passes keep, or None."""
+    timed = {k: v for k, v in impls.items() if keep(k) and "median_ms" in v}
+    if not timed:
+        return None
+    k = min(timed, key=lambda k: timed[k]["median_ms"])
+    return k, timed[k]
+
+
 def table(results, dtypes):
-    head = "| block | GFLOP | " + " | ".join(f"fastest {d} (config)" for d in dtypes) + \
-        " | compile fp32 tf32 off | " + " | ".join(f"{d} rel L2" for d in dtypes) + " |"
-    lines = [head, "|" + "---|" * (2 + 2 * len(dtypes) + 1)]
+    """One row per block: per dtype the fastest PyTorch configuration (eager or compile, NCHW
+    or channels_last; fp32's TF32-off runs apart), fusegen's layers in their faster layout and
+    the ratio (above 1: fusegen faster), and the range of PyTorch's errors against float64."""
+    head = "| block | GFLOP | " + " | ".join(f"fastest {d} PyTorch (config) | fusegen {d} (layout, rel L2) | vs PyTorch"
+                                             for d in dtypes) + \
+        " | compile fp32 tf32 off | " + " | ".join(f"{d} PyTorch rel L2" for d in dtypes) + " |"
+    lines = [head, "|" + "---|" * (2 + 4 * len(dtypes) + 1)]
     for e in results:
         cells = []
         for d in dtypes:
-            timed = {k: v for k, v in e["impls"].items() if k.startswith(d + " ") and "median_ms" in v
-                     and "tf32 off" not in k}
-            if timed:
-                k = min(timed, key=lambda k: timed[k]["median_ms"])
-                cells.append(f"{timed[k]['median_ms']:.3f} ({k[len(d) + 1:]})")
+            torch_best = best(e["impls"], lambda k: k.startswith(d + " ") and "tf32 off" not in k and "fusegen" not in k)
+            fg = best(e["impls"], lambda k: k.startswith(d + " ") and k.endswith(" fusegen"))
+            cells.append(f"{torch_best[1]['median_ms']:.3f} ({torch_best[0][len(d) + 1:]})" if torch_best else "—")
+            if fg:
+                layout = fg[0].split()[1]
+                cells.append(f"{fg[1]['median_ms']:.3f} ({layout}, {fg[1]['rel_l2_err']:.1e})")
             else:
-                cells.append("—")
+                errs = [v["error"] for k, v in e["impls"].items() if k.startswith(d + " ") and k.endswith(" fusegen") and "error" in v]
+                cells.append(("error: " + errs[0][:60].replace("|", "/")) if errs else "—")
+            cells.append(f"{torch_best[1]['median_ms'] / fg[1]['median_ms']:.2f}×" if torch_best and fg else "—")
         off = [v["median_ms"] for k, v in e["impls"].items() if k.endswith("compile tf32 off") and "median_ms" in v]
         cells.append(f"{min(off):.3f}" if off else "—")
         for d in dtypes:
             errs = [v["rel_l2_err"] for k, v in e["impls"].items() if k.startswith(d + " ") and "rel_l2_err" in v
-                    and "tf32 off" not in k]
+                    and "tf32 off" not in k and "fusegen" not in k]
             cells.append(f"{min(errs):.1e}-{max(errs):.1e}" if errs else "—")
         lines.append(f"| {e['block']} | {e['gflop']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -312,6 +416,9 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--deadline-s", type=float, default=0, help="start no block after this many seconds")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, eager only: the harness itself")
+    ap.add_argument("--fusegen", choices=("auto", "yes", "no"), default="auto",
+                    help="also run the block as fusegen layers (auto: when the Python package imports)")
+    ap.add_argument("--build", default=None, help="build folder holding libfusegen.so (default: $FUSEGEN_LIBRARY, else build)")
     args = ap.parse_args()
     args.families = [f for f in args.families.split(",") if f]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
@@ -324,6 +431,18 @@ def main():
             ap.error(f"unknown dtype '{d}' (fp32, bf16, fp16)")
     if args.smoke:
         args.compile = "none"
+    if args.fusegen != "no":
+        from compare_torch import setup_fusegen_path
+
+        setup_fusegen_path(args.build)
+        try:
+            import fusegen.torch  # noqa: F401
+        except Exception as e:  # the package or its library missing: PyTorch's table alone
+            if args.fusegen == "yes":
+                raise
+            print(f"blocks: fusegen not run ({type(e).__name__}: {e})")
+            args.fusegen = "no"
+    args.fusegen = args.fusegen != "no"
     results = run(args)
     os.makedirs(args.out, exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -333,7 +452,9 @@ def main():
     with open(os.path.join(args.out, "blocks.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
     print(md)
-    bad = [e["block"] for e in results if any("error" in v for v in e["impls"].values())]
+    # an error anywhere, or fusegen's fp32 layers outside allclose(1e-4) against float64
+    bad = [e["block"] for e in results if any("error" in v or (k.startswith("fp32 ") and k.endswith(" fusegen")
+                                                              and not v.get("passes")) for k, v in e["impls"].items())]
     print(f"blocks: {len(results)} blocks, {sum(len(e['impls']) for e in results)} runs; errors in {len(bad)}: {' '.join(bad)}")
     return 0
 

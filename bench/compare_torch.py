@@ -14,7 +14,11 @@ says, and runs on the same inputs:
   eager_tf32  fp32 eager with PyTorch's default flags (cuDNN convs may use TF32)
   compile     torch.compile (default mode), by default under PyTorch's default flags, as a
               user gets it (--compile-precision fp32 turns TF32 off for it too)
+  compile_fp32  torch.compile with TF32 off: the accuracy-matched peer of fusegen's fp32 mode
+              (left out when --compile-precision fp32 already made `compile` that)
   fusegen     the spec through the Python binding: Layer(spec).load_state_dict(sd); layer(x)
+  fusegen_tf32  the same spec with precision = "tf32" (one TF32 product): the peer of compile
+              under the default flags (its bar is compile's error, not 1e-4)
 Accuracy: allclose(out, ref64, atol=rtol=1e-4) (PROBLEMS.md's bar), max abs error, relative
 L2 error. Speed: median of --iters CUDA-event timings, a 256 MB buffer written before each
 run so the L2 starts cold, warm-up runs excluded. Cold start: fresh processes timed from
@@ -50,8 +54,11 @@ FMA_TFLOPS = 65.1  # fp32 FMA rate
 COPY_TBS = 4.22  # device-to-device copy, bytes read + written
 ATOL = RTOL = 1e-4  # the accuracy bar against float64
 FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
-IMPLS = ("eager", "eager_tf32", "compile", "fusegen")
-IMPL_TITLES = {"eager": "eager", "eager_tf32": "eager tf32", "compile": "compile", "fusegen": "fusegen"}
+IMPLS = ("eager", "eager_tf32", "compile", "compile_fp32", "fusegen", "fusegen_tf32")
+IMPL_TITLES = {
+    "eager": "eager", "eager_tf32": "eager tf32", "compile": "compile", "compile_fp32": "compile fp32",
+    "fusegen": "fusegen", "fusegen_tf32": "fusegen tf32",
+}  # fmt: skip
 COLD_IMPLS = ("eager", "compile", "fusegen_jit", "fusegen_warm")
 COLD_TITLES = {"eager": "eager", "compile": "torch.compile", "fusegen_jit": "fusegen JIT", "fusegen_warm": "fusegen warm cache"}
 RESULT_TAG = "COLD_START_RESULT "  # the line a cold-start child prints its numbers on
@@ -296,9 +303,9 @@ def md_table(header, rows):
 
 
 MAIN_HEADER = [
-    "layer", "eager ms", "eager tf32 ms", "compile ms", "fusegen ms", "vs eager", "vs compile",
-    "% of floor", "fusegen passes", "compile passes", "eager passes", "eager tf32 passes",
-    "fusegen max err", "floor ms",
+    "layer", "eager ms", "eager tf32 ms", "compile ms", "compile fp32 ms", "fusegen ms", "fusegen tf32 ms",
+    "vs eager", "vs compile", "vs compile fp32", "tf32 vs compile", "% of floor", "fusegen passes",
+    "compile passes", "eager passes", "eager tf32 passes", "fusegen max err", "fusegen tf32 max err", "floor ms",
 ]  # fmt: skip
 
 
@@ -308,27 +315,34 @@ def median_or_none(r):
 
 def main_table(results):
     """Speed and the pass/fail of accuracy, one row per layer. 'vs X' is X's time over
-    fusegen's (above 1: fusegen is faster); '% of floor' is floor time over fusegen's."""
+    fusegen's fp32 mode (above 1: fusegen is faster); 'tf32 vs compile' is compile's (default
+    flags) over fusegen's tf32 mode; '% of floor' is floor time over fusegen's."""
     rows = []
     for lr in results["layers"]:
         im = lr["impls"]
         fg = im.get("fusegen") or {}
         fg_ms = median_or_none(fg)
+        tf32_ms = median_or_none(im.get("fusegen_tf32"))
         floor_ms = lr["floor"]["floor_ms"]
         rows.append([
             lr["title"] + (f" (error: {lr['error']})" if lr.get("error") else ""),
             impl_cell(im.get("eager"), "median_ms", fmt_ms),
             impl_cell(im.get("eager_tf32"), "median_ms", fmt_ms),
             impl_cell(im.get("compile"), "median_ms", fmt_ms),
+            impl_cell(im.get("compile_fp32"), "median_ms", fmt_ms),
             impl_cell(im.get("fusegen"), "median_ms", fmt_ms),
+            impl_cell(im.get("fusegen_tf32"), "median_ms", fmt_ms),
             fmt_ratio(median_or_none(im.get("eager")), fg_ms),
             fmt_ratio(median_or_none(im.get("compile")), fg_ms),
+            fmt_ratio(median_or_none(im.get("compile_fp32")), fg_ms),
+            fmt_ratio(median_or_none(im.get("compile")), tf32_ms),
             fmt_pct(100.0 * floor_ms / fg_ms) if is_num(fg_ms) and fg_ms > 0 else "—",
             passes_cell(im.get("fusegen")),
             passes_cell(im.get("compile")),
             passes_cell(im.get("eager")),
             passes_cell(im.get("eager_tf32")),
             impl_cell(im.get("fusegen"), "max_abs_err", fmt_err),
+            impl_cell(im.get("fusegen_tf32"), "max_abs_err", fmt_err),
             fmt_ms(floor_ms),
         ])  # fmt: skip
     return md_table(MAIN_HEADER, rows)
@@ -400,7 +414,8 @@ def results_markdown(results):
         "module in float64 on the GPU",
         "- eager: TF32 off (cuDNN and matmul); eager tf32: PyTorch's default flags "
         f"(cudnn.allow_tf32={env.get('default_cudnn_tf32', '?')}, matmul.allow_tf32={env.get('default_matmul_tf32', '?')}); "
-        f"compile: torch.compile default mode, {s['compile_precision']} precision flags",
+        f"compile: torch.compile default mode, {s['compile_precision']} precision flags; compile fp32: "
+        "torch.compile with TF32 off; fusegen tf32: the same spec with precision = \"tf32\" (not held to 1e-4)",
         f"- floor: max(conv FLOPs / {FMA_TFLOPS} TFLOP/s, (input + output bytes) / {COPY_TBS} TB/s), "
         "PROBLEMS.md's measured ceilings; 'vs X' = X's time / fusegen's; '% of floor' = floor / fusegen's time",
         "",
@@ -527,6 +542,21 @@ def setup_fusegen_path(build):
     sys.path.insert(0, os.path.join(REPO, "python"))
 
 
+def spec_text(path, precision):
+    """The spec's text, with precision = "tf32" set for fusegen's tf32 mode (the reference
+    specs do not name a precision: fp32, the default, is theirs)."""
+    with open(path) as f:
+        text = f.read()
+    if precision == "fp32":
+        return text
+    if re.search(r"^\s*precision\s*=", text, re.M):
+        return re.sub(r'^(\s*precision\s*=\s*)"[a-z0-9]+"', rf'\g<1>"{precision}"', text, count=1, flags=re.M)
+    text, n = re.subn(r"^(\s*input\s*=\s*\{[^}]*\},)$", rf'\1\n  precision = "{precision}",', text, count=1, flags=re.M)
+    if n != 1:
+        raise ValueError(f"{path}: no 'input = {{...}},' line to put precision after")
+    return text
+
+
 class Precision:
     """TF32 switches. Only the legacy allow_tf32 flags are touched: mixing them with the newer
     fp32_precision settings makes some PyTorch versions raise when either is read."""
@@ -637,13 +667,13 @@ def measure_layer(ld, args, torch, prec, fg_ctx, flush):
         c = torch.compile(module)
         return (lambda: c(x)), c(x)
 
-    def fusegen_impl():
+    def fusegen_impl(precision="fp32"):
         import fusegen
 
         if isinstance(fg_ctx, Exception):
             raise fg_ctx
-        layer = fusegen.Layer(ld.spec, fg_ctx)
-        res["_fusegen_layer"] = layer  # closed by the caller, after the timing
+        layer = fusegen.Layer(spec_text(ld.spec, precision), fg_ctx, name=f"{ld.spec} ({precision})")
+        res["_fusegen_layers"].append(layer)  # closed by the caller, after the timing
         if layer.output_shape(args.batch) != tuple(ref.shape):
             raise RuntimeError(f"fusegen output shape {list(layer.output_shape(args.batch))} != PyTorch's {list(ref.shape)}")
         layer.load_state_dict(module.state_dict())
@@ -657,9 +687,13 @@ def measure_layer(ld, args, torch, prec, fg_ctx, flush):
         run_impl("eager", "fp32", eager)
         run_impl("eager_tf32", "default", eager)
         run_impl("compile", args.compile_precision, compiled)
+        if args.compile_precision != "fp32":
+            run_impl("compile_fp32", "fp32", compiled)
+    res["_fusegen_layers"] = []
     run_impl("fusegen", "fp32", fusegen_impl)
-    layer = res.pop("_fusegen_layer", None)
-    if layer is not None:
+    if args.tf32:
+        run_impl("fusegen_tf32", "fp32", lambda: fusegen_impl("tf32"))
+    for layer in res.pop("_fusegen_layers"):
         layer.close()
     prec.set("default")
     del module, x, ref
@@ -849,7 +883,7 @@ def self_test():
         "layers": [
             {"key": "kb79", "title": "KB79", "floor": LAYERS["kb79"].floor(128), "impls": {
                 "eager": impl(0.988, 3e-6), "eager_tf32": impl(0.95, 2e-4, False), "compile": impl(0.588, 4e-6),
-                "fusegen": impl(0.2, 1e-6)},
+                "compile_fp32": impl(0.7, 3e-6), "fusegen": impl(0.2, 1e-6), "fusegen_tf32": impl(0.147, 2e-4, False)},
              "cold_start": {"eager": {"total_s": 4.0, "first_call_s": 0.5}, "compile": {"error": "timed out | after 300 s"},
                             "fusegen_jit": {"total_s": 5.0, "first_call_s": 1.2, "kernels": "compiled"},
                             "fusegen_warm": {"total_s": 4.1, "first_call_s": 0.05, "kernels": "from cache",
@@ -865,6 +899,11 @@ def self_test():
     check(all(l.count("|") == lines[0].count("|") for l in lines), "every row has the header's column count")
     check("4.94×" in lines[2], f"vs eager ratio in {lines[2]}")  # 0.988 / 0.2
     check("32%" in lines[2], f"% of floor in {lines[2]}")  # 64.2 us / 200 us
+    check("3.50×" in lines[2] and "4.00×" in lines[2], f"vs compile fp32 and tf32 vs compile in {lines[2]}")
+    for key in LAYERS:
+        t = spec_text(LAYERS[key].spec, "tf32")
+        check(t.count('precision = "tf32"') == 1 and t.replace('  precision = "tf32",\n', "") == spec_text(LAYERS[key].spec, "fp32"),
+              f"{key}: spec_text sets tf32 once and changes nothing else")
     check("error: RuntimeError: CUDA out of memory. more" in table, "error cell, one line")
     check("**no**" in table and "yes" in table, "pass cells")
     cold = cold_table(fake)
@@ -922,6 +961,7 @@ def parse_args(argv):
                    help="TF32 flags for torch.compile: PyTorch's defaults (as users get it) or fp32")  # fmt: skip
     p.add_argument("--commit", default=None, help="commit to report (default: $FUSEGEN_COMMIT, else git rev-parse)")
     p.add_argument("--only-fusegen", action="store_true", help="skip eager and torch.compile (quick checks)")
+    p.add_argument("--no-tf32", dest="tf32", action="store_false", help="skip fusegen's tf32 mode")
     p.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip the cold-start processes")
     p.add_argument("--cold-start-timeout", type=int, default=600, help="seconds per cold-start process")
     p.add_argument("--self-test", action="store_true", help="check the tables and floors without torch or a GPU")

@@ -97,9 +97,8 @@ function lib.strides(shape)
   return st
 end
 
--- Per-sample linear index of `coords` in `shape`: c1*S1 + c2*S2 + ...
-function lib.lin(shape, coords)
-  local st = lib.strides(shape)
+-- sum of coords[d] * strides[d] over the sample's dims, leaving out zeros and extent-1 dims
+local function lin_with(shape, coords, st)
   local terms = {}
   for d = 1, shape.rank - 1 do
     local c = coords[d]
@@ -111,25 +110,18 @@ function lib.lin(shape, coords)
   return table.concat(terms, " + ")
 end
 
+-- Per-sample linear index of `coords` in `shape`: c1*S1 + c2*S2 + ...
+function lib.lin(shape, coords) return lin_with(shape, coords, lib.strides(shape)) end
+
 -- Per-sample linear index of `coords` (dim 1 the channel, then the spatial dims) in `shape`
 -- laid out channels last, N(D)HWC: the channel innermost, then W, H (, D).
 function lib.lin_cl(shape, coords)
-  local st, s = {}, 1
-  st[1] = 1
-  s = shape.dim[1]
+  local st, s = { [1] = 1 }, shape.dim[1]
   for d = shape.rank - 1, 2, -1 do
     st[d] = s
     s = s * shape.dim[d]
   end
-  local terms = {}
-  for d = 1, shape.rank - 1 do
-    local c = coords[d]
-    if c ~= "0" and shape.dim[d] ~= 1 then
-      terms[#terms + 1] = st[d] == 1 and c or string.format("(%s) * %d", c, st[d])
-    end
-  end
-  if #terms == 0 then return "0" end
-  return table.concat(terms, " + ")
+  return lin_with(shape, coords, st)
 end
 
 -- The layer's input and output are channels last (the spec's `layout`); buffers never are.
