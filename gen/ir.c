@@ -192,6 +192,13 @@ void fg_ir_print(const fg_layer_ir *ir, void (*emit)(void *ctx, const char *line
     emit(ctx, line);
     snprintf(line, sizeof line, "  input      %s", fg_shape_str(&ir->input, shape, sizeof shape));
     emit(ctx, line);
+    /* the prologue: applied to the input where the conv stages it (no value of its own) */
+    for (int j = 0; j < ir->n_pro; j++) {
+        describe_op(ir, &ir->pro[j], desc, sizeof desc);
+        snprintf(line, sizeof line, "  pro%-2d %-36s -> %s   (line %d)", j, desc,
+                 fg_shape_str(&ir->pro[j].out, shape, sizeof shape), ir->pro[j].line);
+        emit(ctx, line);
+    }
     for (int k = 0; k < ir->n_ops; k++) {
         describe_op(ir, &ir->ops[k], desc, sizeof desc);
         snprintf(line, sizeof line, "  v%-2d = %-36s -> %s   (line %d)", k, desc,
@@ -229,8 +236,8 @@ static void add_ignored(const fg_layer_ir *ir, fg_ignored_state *out, int *n, co
 int fg_ir_ignored_state(const fg_layer_ir *ir, fg_ignored_state out[FG_MAX_IGNORED_STATE])
 {
     int n = 0;
-    for (int k = 0; k < ir->n_ops; k++) {
-        const fg_op *op = &ir->ops[k];
+    for (int k = 0; k < ir->n_pro + ir->n_ops; k++) {
+        const fg_op *op = k < ir->n_pro ? &ir->pro[k] : &ir->ops[k - ir->n_pro];
         if (op->kind != FG_OP_BATCH_NORM)
             continue;
         if (!op->running_stats) {

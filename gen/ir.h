@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The layer IR: what a spec means, after loading and shape inference.
  *
- * A layer is one anchor convolution (ops[0]) followed by a chain of ops. Op k reads the
+ * A layer is one anchor convolution (ops[0]) followed by a chain of ops, optionally preceded
+ * by a prologue (pro[], applied to the input as the conv reads it). Op k reads the
  * value produced by op k-1 (and, for binary ops, an operand) and produces value k. The
  * batch dimension is symbolic (bound at run time); every other extent is a constant.
  * Nothing here knows about CUDA: the planner and the templates turn this into kernels,
@@ -14,6 +15,7 @@
 
 #define FG_MAX_RANK 5          /* N, C and up to three spatial dims */
 #define FG_MAX_OPS 48
+#define FG_MAX_PROLOGUE 8      /* ops before the convolution (docs/spec.md, "Prologue") */
 #define FG_MAX_PARAMS 64
 #define FG_NAME_MAX 96
 
@@ -204,6 +206,12 @@ typedef struct fg_layer_ir {
     int strategy;            /* the spec's `strategy`: -1 auto, else an fg_strategy */
     int n_ops;
     fg_op ops[FG_MAX_OPS];
+    /* The prologue: ops the spec puts before the convolution (the registry's `prologue`
+     * ones: norms and elementwise ops), applied in order to the layer input where the conv
+     * stages it. Each has in = out = the input's shape; they have no value numbers (value 0
+     * stays the conv) and no `as`. */
+    int n_pro;
+    fg_op pro[FG_MAX_PROLOGUE];
     int n_params;
     fg_param params[FG_MAX_PARAMS];
 } fg_layer_ir;

@@ -164,6 +164,10 @@ typedef struct fg_op_def {
     const char *name;              /* the constructor a spec calls */
     fg_op_alias aliases[2];        /* further constructors of the same kind */
     fg_op_class cls;
+    /* May come before the convolution (docs/spec.md, "Prologue"): applied to the conv's input
+     * as it is staged (elementwise ops; norms from a statistics pass over the input, or from
+     * running statistics). Every other op before the conv is refused by the spec loader. */
+    bool prologue;
     int spatial;                   /* convs: the spatial dims (2, 3) */
     fg_field fields[FG_MAX_FIELDS];
     /* Kinds sharing a constructor (max: the reduction and the elementwise maximum): the

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "planner.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +110,9 @@ static fg_pass *new_pass(planner *p, fg_pass_kind kind)
     ps->kind = kind;
     ps->source_buffer = ps->store_buffer = ps->finalize_accum = -1;
     ps->chan_reduce = -1;
-    static const char *const kinds[] = {"conv", "map", "finalize", "cudnn", "resident", "pack_input", "pack_weights"};
+    static const char *const kinds[] = {"conv",       "map",          "finalize", "cudnn",
+                                        "resident",   "pack_input",   "pack_weights", "pro_stats"};
+    static_assert(sizeof kinds / sizeof *kinds == FG_PASS_PRO_STATS + 1, "a pass kind without a kernel name");
     snprintf(ps->kernel, sizeof ps->kernel, "fg_pass%d_%s", plan->n_passes, kinds[kind]);
     plan->n_passes++;
     return ps;
@@ -153,7 +156,7 @@ static int add_finalize(planner *p, int accum)
     f->finalize_accum = accum;
     f->first = 1;
     f->last = 0;
-    f->domain = p->plan->accums[accum].value;
+    f->domain = p->plan->accums[accum].prologue ? 0 : p->plan->accums[accum].value;
     p->plan->accums[accum].finalized = p->plan->n_passes - 1;
     return 0;
 }
@@ -211,6 +214,7 @@ typedef struct conv_geometry {
     int64_t in[3], out[3];
     int k[3], s[3], d[3];
     int64_t cin_g, cout_g, taps;
+    bool prologue; /* the layer has ops before the conv, applied where the input is staged */
 } conv_geometry;
 
 static void geometry(const fg_op *conv, conv_geometry *g)
@@ -230,6 +234,7 @@ static void geometry(const fg_op *conv, conv_geometry *g)
     g->cin_g = conv->in.dim[1] / conv->groups;
     g->cout_g = conv->out_channels / conv->groups;
     g->taps = (int64_t)g->k[0] * g->k[1] * g->k[2];
+    g->prologue = false;
 }
 
 /* The FMA engine's shared memory for ci staged channels, after `kept` floats of kept conv
@@ -329,6 +334,11 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_o
      * keeps every reference layer spill-free. */
     int64_t row_tiles = ceil_div(g->out[2], 8);
     t->warp_mt = g->cout_g > 16 && (k >= 128 || row_tiles < 8) ? 2 : 1;
+    /* a prologue's ops run in the staging, between reduction chunks, while the accumulators
+     * are live: one m-tile keeps them spill-free (two spilled SD's GroupNorm -> SiLU -> conv
+     * 64 -> 64 3x3, 8 bytes) */
+    if (g->prologue)
+        t->warp_mt = 1;
     int ntiles = 8 / t->warp_mt;
     t->warp_ntw = (int)(row_tiles < ntiles ? row_tiles : ntiles);
     /* a narrow row (W < 64) is one warp's work: stacking two rows spilled KB79's conv (8
@@ -438,8 +448,13 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
             return false;
     /* A half layer's operands are its dtype (the input exact, the weights rounded, or split
      * into hi + lo for fp32 precision: planner.h), 2-byte elements, 64 to a 128-byte row;
-     * an fp32 layer's are TF32, 32 to a row, both operands split for fp32 precision */
-    w->operand = ir->dtype == FG_DTYPE_BF16 ? FG_WGMMA_BF16 : ir->dtype == FG_DTYPE_FP16 ? FG_WGMMA_F16 : FG_WGMMA_TF32;
+     * an fp32 layer's are TF32, 32 to a row, both operands split for fp32 precision. A half
+     * layer with a prologue keeps TF32 operands: its normalized input is no longer a value of
+     * the dtype, and rounding it to one would cost 2^-9 of every input */
+    w->operand = ir->n_pro > 0                  ? FG_WGMMA_TF32
+                 : ir->dtype == FG_DTYPE_BF16 ? FG_WGMMA_BF16
+                 : ir->dtype == FG_DTYPE_FP16 ? FG_WGMMA_F16
+                                              : FG_WGMMA_TF32;
     const int el = w->operand == FG_WGMMA_TF32 ? 4 : 2; /* bytes an element */
     w->parts = ir->precision == FG_PRECISION_FP32 ? 2 : 1;
     w->a_parts = w->operand == FG_WGMMA_TF32 ? w->parts : 1;
@@ -733,6 +748,7 @@ static int conv_tiling(const planner *p, fg_pass *ps)
     const fg_op *conv = &p->ir->ops[0];
     conv_geometry g;
     geometry(conv, &g);
+    g.prologue = p->ir->n_pro > 0;
     const char *what = fg_op_kind_name(conv->kind);
     if (g.taps > MAX_UNROLLED_TAPS)
         return fg_fail(p->err, "%s:%d: %s: field 'kernel' has %lld taps; fusegen unrolls the taps of a kernel and "
@@ -880,6 +896,27 @@ static void finalize_launch(const fg_plan *plan, fg_pass *ps)
     ps->launch.grid_y = 1;
 }
 
+/* The prologue's statistics pass: a block sums a span of at most FG_PRO_STATS_SPAN elements of
+ * one statistic (a key) of one sample, so grid.x = keys x spans; a key of fewer elements
+ * (a layer norm over the channels of one pixel) takes a smaller block. */
+#define FG_PRO_STATS_SPAN 4096
+static void pro_stats_launch(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *ps)
+{
+    const fg_accum *a = &plan->accums[plan->pro_accum];
+    (void)ir;
+    int64_t spans = ceil_div(a->count_per_sample, FG_PRO_STATS_SPAN);
+    int block = 32;
+    while (block < 256 && block < a->count_per_sample)
+        block *= 2;
+    ps->launch.block = block;
+    ps->launch.elems_per_thread = (int)ceil_div(a->count_per_sample < FG_PRO_STATS_SPAN ? a->count_per_sample
+                                                                                       : FG_PRO_STATS_SPAN,
+                                                block);
+    ps->launch.grid_x = a->keys_per_sample * spans;
+    ps->launch.grid_y = 1;
+    ps->launch.per_sample = true;
+}
+
 /* ---- kernel arguments ---------------------------------------------------------------- */
 
 /* Adds a kernel parameter once. A full table (FG_MAX_ARGS covers the worst case, so that
@@ -911,6 +948,8 @@ int fg_plan_conv_params(const fg_layer_ir *ir, const fg_plan *plan, int *bias)
     return conv->weight_param;
 }
 
+static void prologue_args(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *ps, int upto);
+
 /* Everything op j reads when evaluated inline. */
 static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p, fg_pass *ps, int j)
 {
@@ -937,6 +976,7 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
         add_arg(ps, FG_ARG_PARAM, fg_plan_conv_params(ir, plan, &bias));
         if (bias >= 0)
             add_arg(ps, FG_ARG_PARAM, bias);
+        prologue_args(ir, plan, ps, ir->n_pro); /* applied where the input is staged */
     }
     if (op->operand == FG_OPERAND_PARAM)
         add_arg(ps, FG_ARG_PARAM, op->operand_param);
@@ -967,8 +1007,17 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
 static void pass_args(const fg_layer_ir *ir, fg_plan *plan, const planner *p, fg_pass *ps)
 {
     ps->n_args = 0;
+    if (ps->kind == FG_PASS_PRO_STATS) {
+        add_arg(ps, FG_ARG_INPUT, 0);
+        prologue_args(ir, plan, ps, plan->pro_norm); /* the ops before the norm */
+        add_arg(ps, FG_ARG_ACCUM, plan->pro_accum);
+        add_arg(ps, FG_ARG_BATCH, 0);
+        add_arg(ps, FG_ARG_BATCH_BASE, 0);
+        return;
+    }
     if (ps->kind == FG_PASS_PACK_INPUT) {
         add_arg(ps, FG_ARG_INPUT, 0);
+        prologue_args(ir, plan, ps, ir->n_pro); /* the packed input is the normalized one */
         add_arg(ps, FG_ARG_BUFFER, p->plan->wgmma.packed_hi);
         if (p->plan->wgmma.packed_lo >= 0)
             add_arg(ps, FG_ARG_BUFFER, p->plan->wgmma.packed_lo);
@@ -1235,7 +1284,71 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
     }
     for (int k = 0; k < ir->n_ops; k++)
         plan->inline_loop[k] = is_window(&ir->ops[k]);
+    plan->pro_norm = plan->pro_accum = -1;
     fg_bn_fold_find(ir, &plan->fold);
+}
+
+/* The prologue's statistics: when one of its norms needs statistics of the input (shape
+ * inference allows one), a pass over the input gathers them (the registry's accumulators,
+ * the norms' fp64 moments) and a finalize pass turns them into mean and 1/sqrt(var + eps)
+ * per key, before any pass that stages the input. */
+static int prologue_passes(planner *p)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    for (int j = 0; j < ir->n_pro; j++)
+        if (needs_stats(&ir->pro[j]))
+            plan->pro_norm = j;
+    if (plan->pro_norm < 0)
+        return 0;
+    const fg_op *op = &ir->pro[plan->pro_norm];
+    const fg_reduce_def *r = fg_op_stats(op);
+    if (plan->n_accums == FG_MAX_ACCUMS || r->n_accums != 1)
+        return fg_fail(p->err, "%s:%d: %s: the prologue's statistics need one accumulator", ir->file, op->line,
+                       fg_op_written_name(op));
+    fg_accum *a = &plan->accums[plan->n_accums];
+    memset(a, 0, sizeof *a);
+    a->kind = r->accums[0];
+    a->op = plan->pro_norm;
+    a->value = -1;
+    a->prologue = true;
+    a->max_accum = -1;
+    a->finalized = -1;
+    fg_stat_layout L;
+    fg_norm_stat_layout(op, &L);
+    a->keys_per_sample = L.keys_per_sample;
+    a->count_per_sample = L.count_per_sample;
+    a->over_batch = L.over_batch;
+    plan->pro_accum = plan->n_accums++;
+    fg_pass *ps = new_pass(p, FG_PASS_PRO_STATS);
+    if (!ps || feed(p, ps, plan->pro_accum))
+        return -1;
+    ps->first = 1;
+    ps->last = 0; /* no op of the chain */
+    return add_finalize(p, plan->pro_accum);
+}
+
+/* What a pass that stages the input reads for the prologue: each op's operand and
+ * parameters, the finalized statistics of its norm. */
+static void prologue_args(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *ps, int upto)
+{
+    for (int j = 0; j < upto; j++) {
+        const fg_op *op = &ir->pro[j];
+        if (op->operand == FG_OPERAND_PARAM)
+            add_arg(ps, FG_ARG_PARAM, op->operand_param);
+        if (fg_op_kind_class(op->kind) != FG_CLASS_NORM)
+            continue;
+        if (op->affine) {
+            add_arg(ps, FG_ARG_PARAM, op->weight_param);
+            add_arg(ps, FG_ARG_PARAM, op->bias_param);
+        }
+        if (op->mean_param >= 0) {
+            add_arg(ps, FG_ARG_PARAM, op->mean_param);
+            add_arg(ps, FG_ARG_PARAM, op->var_param);
+        }
+        if (j == plan->pro_norm)
+            add_arg(ps, FG_ARG_STATS, plan->pro_accum);
+    }
 }
 
 /* The last op of a chain that starts at op `first` in a pass that can compute every value
@@ -1250,11 +1363,12 @@ static int chain_end(planner *p, int lowest, int first, bool conv_pass)
 
 /* Whether precision "tf32" sends the conv to cuDNN: off the wgmma engine and for groups not
  * narrow, with a float32 input (cuDNN would read a half input as floats: with dtype bf16 or
- * fp16 the generated conv, exact, runs instead, and `fusegen plan` says so). */
+ * fp16 the generated conv, exact, runs instead, and `fusegen plan` says so), and no prologue
+ * (cuDNN reads the input as it is; the generated conv applies the prologue as it stages). */
 static bool cudnn_conv(const fg_layer_ir *ir, bool use_wgmma)
 {
     return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !narrow_groups(ir) && ir->dtype == FG_DTYPE_FP32 &&
-           ir->layout == FG_LAYOUT_NCHW;
+           ir->layout == FG_LAYOUT_NCHW && ir->n_pro == 0;
 }
 
 /* A reduction over the channels fused into the wgmma conv pass's epilogue. A wgmma tile is
@@ -1315,6 +1429,8 @@ static fg_pass *first_passes(planner *p, int wanted)
     fg_plan *plan = p->plan;
     int last_op = ir->n_ops - 1;
     plan->strategy = FG_STRATEGY_MATERIALIZE;
+    if (prologue_passes(p))
+        return NULL;
     p->use_wgmma = choose_wgmma(p);
     if (!p->use_wgmma) /* choose_wgmma may have tiled it before choosing another engine */
         memset(&plan->wgmma, 0, sizeof plan->wgmma);
@@ -1463,6 +1579,9 @@ static int assign_geometry(planner *p)
             q->launch.per_sample = true;
             break;
         }
+        case FG_PASS_PRO_STATS:
+            pro_stats_launch(p->ir, plan, q);
+            break;
         case FG_PASS_PACK_WEIGHTS:
             q->launch.block = 256;
             q->launch.grid_x = ceil_div(p->plan->wgmma.w_elems, 256); /* a thread an element */
@@ -1527,6 +1646,10 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *
     /* "auto" does not pick resident: measured on the H200 it is still slower than materialize
      * (bench/NOTES.md, v3); a spec (or FUSEGEN_STRATEGY) can ask for it */
     if (wanted == FG_STRATEGY_RESIDENT) {
+        if (ir->n_pro)
+            return fg_fail(err, "%s:%d: strategy \"resident\" is not possible for a layer with ops before the conv "
+                                "(%s): use \"auto\", \"materialize\" or \"recompute\"",
+                           ir->file, ir->pro[0].line, fg_op_written_name(&ir->pro[0]));
         if (!plan_resident(&p, opts.sm))
             return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
                                 "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "
@@ -1634,6 +1757,25 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             emit(ctx, line);
         }
     }
+    if (ir->n_pro) {
+        bool wg = plan->wgmma.parts != 0;
+        int len = snprintf(line, sizeof line, "  prologue: pro0..pro%d applied to each input element %s (padding stays "
+                                              "zero); no tensor holds the normalized input",
+                           ir->n_pro - 1,
+                           wg ? "as the wgmma input pack writes it (the packed hi/lo hold the normalized input)"
+                              : "as the conv stages it in shared memory");
+        if (plan->pro_norm >= 0)
+            snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d by a pass over the input",
+                     plan->pro_norm);
+        emit(ctx, line);
+        if (ir->precision == FG_PRECISION_TF32 && !wg && !narrow_groups(ir)) {
+            snprintf(line, sizeof line,
+                     "  precision tf32 with a prologue: cuDNN's conv (it reads the raw input) is not used; %s computes "
+                     "the conv (as exact as fp32)",
+                     fg_plan_conv_engine_name(plan));
+            emit(ctx, line);
+        }
+    }
     if (plan->fold.op >= 0) {
         const fg_op *bn = &ir->ops[plan->fold.op];
         snprintf(line, sizeof line,
@@ -1668,10 +1810,30 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             emit(ctx, line);
             continue;
         }
+        if (ps->kind == FG_PASS_PRO_STATS) {
+            const fg_accum *a = &plan->accums[plan->pro_accum];
+            const fg_op *norm = &ir->pro[plan->pro_norm];
+            snprintf(line, sizeof line,
+                     "  pass %d pro_stat %s: reads the input%s, feeds s%d (%s of the input for pro%d %s, %lld keys of "
+                     "%lld elements per sample%s)",
+                     i, ps->kernel, plan->pro_norm ? " through the prologue ops before its norm" : "",
+                     plan->pro_accum, accum_kind_name(a->kind), plan->pro_norm, fg_op_kind_name(norm->kind),
+                     (long long)a->keys_per_sample, (long long)a->count_per_sample, a->over_batch ? ", over the batch" : "");
+            emit(ctx, line);
+            snprintf(line, sizeof line, "           launch: %d threads, grid %lld x 1 x N", ps->launch.block,
+                     (long long)ps->launch.grid_x);
+            emit(ctx, line);
+            continue;
+        }
         if (ps->kind == FG_PASS_FINALIZE) {
             const fg_accum *a = &plan->accums[ps->finalize_accum];
-            len = snprintf(line, sizeof line, "  pass %d %-8s %s: statistics s%d of v%d for op %d (%s)", i, "finalize",
-                           ps->kernel, ps->finalize_accum, a->value, a->op, fg_op_kind_name(ir->ops[a->op].kind));
+            if (a->prologue)
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: statistics s%d of the input for pro%d (%s)", i,
+                               "finalize", ps->kernel, ps->finalize_accum, a->op, fg_op_kind_name(ir->pro[a->op].kind));
+            else
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: statistics s%d of v%d for op %d (%s)", i,
+                               "finalize", ps->kernel, ps->finalize_accum, a->value, a->op,
+                               fg_op_kind_name(ir->ops[a->op].kind));
         } else {
             const char *from = ps->kind == FG_PASS_CONV ? "conv" : "";
             if (ps->kind == FG_PASS_RESIDENT) {
@@ -1791,8 +1953,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
     }
     for (int i = 0; i < plan->n_accums; i++) {
         const fg_accum *a = &plan->accums[i];
-        snprintf(line, sizeof line, "  statistics s%d: %s of v%d, %" PRId64 " per %s over %" PRId64 " elements each", i,
-                 accum_kind_name(a->kind), a->value, a->keys_per_sample, a->over_batch ? "layer (whole batch)" : "sample",
+        char of[48];
+        if (a->prologue)
+            snprintf(of, sizeof of, "the input (for pro%d)", a->op);
+        else
+            snprintf(of, sizeof of, "v%d", a->value);
+        snprintf(line, sizeof line, "  statistics s%d: %s of %s, %" PRId64 " per %s over %" PRId64 " elements each", i,
+                 accum_kind_name(a->kind), of, a->keys_per_sample, a->over_batch ? "layer (whole batch)" : "sample",
                  a->count_per_sample);
         emit(ctx, line);
     }

@@ -44,6 +44,10 @@ typedef enum fg_pass_kind {
      * tiles */
     FG_PASS_PACK_INPUT,
     FG_PASS_PACK_WEIGHTS,
+    /* the statistics of the prologue's norm (fg_plan.pro_norm) over the layer input: reads the
+     * input, applies the prologue ops before the norm, feeds the norm's fp64 moments; the
+     * conv's staging (or the wgmma input pack) then applies the whole prologue */
+    FG_PASS_PRO_STATS,
 } fg_pass_kind;
 
 typedef struct fg_accum {
@@ -55,6 +59,7 @@ typedef struct fg_accum {
     bool over_batch;
     int64_t count_per_sample; /* elements per statistic and per sample */
     int finalized;          /* norms and softmax: the finalize pass that reads it, else -1 */
+    bool prologue;          /* op indexes the prologue (ir->pro) and value is -1: the layer input */
 } fg_accum;
 
 /* A workspace buffer holding one value for the whole batch (float). */
@@ -276,6 +281,11 @@ typedef struct fg_plan {
     /* the wgmma engine's tiling when the conv runs on it (a conv pass with engine
      * FG_CONV_WGMMA, after the packing passes); all zero otherwise */
     fg_wgmma_tiling wgmma;
+    /* the prologue (ops before the conv, ir->pro): the norm whose statistics a
+     * FG_PASS_PRO_STATS pass gathers over the input (-1: none needs any) and its
+     * accumulator (-1: none); the conv pass (or, on wgmma, the input pack) applies every
+     * prologue op to each input element it stages: no tensor holds the normalized input */
+    int pro_norm, pro_accum;
 } fg_plan;
 
 /* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the

@@ -203,13 +203,22 @@ static void push_semantics(lua_State *L, const fg_op *op, const fg_op_def *d)
         set_str(L, "norm_channels", norm_channel_names[d->norm.channels]);
 }
 
+static void push_op_at(lua_State *L, const fg_op *op, const fg_shape *in, const fg_shape *out, const fg_bn_fold *fold,
+                       int k);
+
 /* Op k as the templates see it. Its shapes are the layouts the kernels index values by
  * (fg_value_layout): a shape op is the identity there, in the layout before it. With a
  * batch_norm folded into the conv (gen/fold.h), the conv reads the folded weight and bias and
  * the batch_norm is marked `folded` (the identity). */
 static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold, int k)
 {
-    const fg_op *op = &ir->ops[k];
+    push_op_at(L, &ir->ops[k], k == 0 ? &ir->ops[k].in : fg_value_layout(ir, k - 1), fg_value_layout(ir, k), fold, k);
+}
+
+/* An op with the shapes kernels index its input and output by; k its value (-1: a prologue op). */
+static void push_op_at(lua_State *L, const fg_op *op, const fg_shape *in, const fg_shape *out, const fg_bn_fold *fold,
+                       int k)
+{
     const fg_op_def *d = fg_op_def_of(op->kind);
     lua_createtable(L, 0, 40);
     set_str(L, "kind", kind_enum_names[op->kind]);
@@ -218,9 +227,9 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold,
     set_int(L, "line", op->line);
     set_str(L, "name", op->name);
     set_str(L, "as", op->as);
-    push_shape(L, k == 0 ? &op->in : fg_value_layout(ir, k - 1));
+    push_shape(L, in);
     lua_setfield(L, -2, "in_shape");
-    push_shape(L, fg_value_layout(ir, k));
+    push_shape(L, out);
     lua_setfield(L, -2, "out_shape");
     push_shape(L, &op->out); /* the value's shape as the spec means it: for people */
     lua_setfield(L, -2, "shape");
@@ -239,7 +248,7 @@ static void push_op(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold,
     set_bool(L, "bias", into_conv || op->bias);
     set_int(L, "weight_param", into_conv ? fold->folded_weight : op->weight_param);
     set_int(L, "bias_param", into_conv ? fold->folded_bias : op->bias_param);
-    if (k == fold->op)
+    if (k >= 0 && k == fold->op)
         set_bool(L, "folded", true);
     static const char *const operand_names[] = {"none", "scalar", "param", "value"};
     set_str(L, "operand", operand_names[op->operand]);
@@ -315,6 +324,14 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold)
         lua_rawseti(L, -2, k);
     }
     lua_setfield(L, -2, "ops");
+    /* the prologue (ops before the conv, each on the input's shape): pro[0..n_pro-1] */
+    set_int(L, "n_pro", ir->n_pro);
+    lua_createtable(L, ir->n_pro, 1);
+    for (int j = 0; j < ir->n_pro; j++) {
+        push_op_at(L, &ir->pro[j], &ir->input, &ir->input, fold, -1);
+        lua_rawseti(L, -2, j);
+    }
+    lua_setfield(L, -2, "pro");
     int n_params = fg_bn_fold_param_count(ir, fold);
     set_int(L, "n_params", n_params);
     lua_createtable(L, n_params, 1);
@@ -335,7 +352,8 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold)
 }
 
 static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn", "resident", "pack_input",
-                                              "pack_weights"};
+                                              "pack_weights", "pro_stats"};
+static_assert(sizeof pass_kind_names / sizeof *pass_kind_names == FG_PASS_PRO_STATS + 1, "one name per pass kind");
 static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
 
 /* The layer's wgmma tiling (fg_plan.wgmma), for templates/conv_wgmma.lua. */
@@ -491,9 +509,12 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_bool(L, "over_batch", a->over_batch);
         set_int(L, "count_per_sample", a->count_per_sample);
         set_int(L, "finalized", a->finalized);
+        set_bool(L, "prologue", a->prologue);
         lua_rawseti(L, -2, i);
     }
     lua_setfield(L, -2, "accums");
+    set_int(L, "pro_norm", plan->pro_norm);
+    set_int(L, "pro_accum", plan->pro_accum);
     lua_createtable(L, FG_MAX_OPS, 0);
     for (int k = 0; k < FG_MAX_OPS; k++) {
         lua_createtable(L, 0, 3);

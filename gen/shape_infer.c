@@ -170,7 +170,7 @@ static bool same_shape(const fg_shape *a, const fg_shape *b)
 
 static int find_value(infer_ctx *c, int upto, const char *name)
 {
-    const char *names[FG_MAX_OPS];
+    const char *names[FG_MAX_OPS] = {0};
     int n = 0;
     for (int k = upto - 1; k >= 0; k--) {
         if (!c->ir->ops[k].as[0])
@@ -534,6 +534,49 @@ static int check_value_layout(infer_ctx *c, const fg_op *op, int k, int first_sh
                    fg_shape_str(mine, b, sizeof b), fg_op_written_name(s));
 }
 
+/* The prologue (ops before the conv, the spec loader kept only the registry's `prologue`
+ * ones): each reads and produces the input's shape. The planner gathers at most one
+ * statistic over the input before the conv pass. */
+static int infer_prologue(infer_ctx *c)
+{
+    fg_layer_ir *ir = c->ir;
+    int stats = -1;
+    for (int j = 0; j < ir->n_pro; j++) {
+        fg_op *op = &ir->pro[j];
+        const fg_shape *in = &ir->input;
+        c->op = op;
+        op->in = *in;
+        int rc = 0;
+        switch (fg_op_kind_class(op->kind)) {
+        case FG_CLASS_UNARY:
+            op->out = *in;
+            break;
+        case FG_CLASS_BINARY:
+            rc = infer_binary(c, op, in, 0);
+            break;
+        case FG_CLASS_NORM:
+            rc = infer_norm(c, op, in);
+            if (!rc && fg_op_stats(op)) {
+                if (stats >= 0)
+                    return op_fail(c, NULL, "a second normalization with statistics before the convolution (the "
+                                            "first is line %d): a prologue gathers one statistic over the input",
+                                   ir->pro[stats].line);
+                stats = j;
+            }
+            break;
+        case FG_CLASS_CONV:
+        case FG_CLASS_REDUCE:
+        case FG_CLASS_SOFTMAX:
+        case FG_CLASS_POOL:
+        case FG_CLASS_SHAPE: /* the spec loader refuses these first (fg_op_def.prologue) */
+            return op_fail(c, NULL, "cannot come before the convolution");
+        }
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
 int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
 {
     infer_ctx c = {.ir = ir, .err = err};
@@ -547,6 +590,8 @@ int fg_infer_shapes(fg_layer_ir *ir, fg_error *err)
         if (check_size(&c, &ir->input, "the layer input"))
             return -1;
     }
+    if (infer_prologue(&c))
+        return -1;
     int first_shape = -1; /* the first shape op */
     for (int k = 0; k < ir->n_ops; k++) {
         fg_op *op = &ir->ops[k];

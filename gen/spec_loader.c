@@ -741,6 +741,32 @@ static void read_op(lua_State *L, walk_ctx *w, const char *ctor, int line, int a
     }
 }
 
+/* An op before the convolution: the registry says which may come there (docs/spec.md,
+ * "Prologue"); it reads the layer input and nothing else, and names no value. */
+static void add_prologue_op(lua_State *L, walk_ctx *w, const fg_op *op)
+{
+    fg_layer_ir *ir = w->ir;
+    const char *name = fg_op_written_name(op);
+    if (!fg_op_defs[op->kind].prologue)
+        raise(L, w, op->line,
+              "%s: cannot come before the convolution: only normalizations and elementwise ops may "
+              "(a prologue, applied to the conv's input as it is staged); the first op after them must be "
+              "conv2d or conv3d",
+              name);
+    if (op->operand == FG_OPERAND_VALUE)
+        raise(L, w, op->line,
+              "%s: field 'value' cannot be used before the convolution: a prologue op reads the layer input "
+              "and a scalar or parameter operand only",
+              name);
+    if (op->as[0])
+        raise(L, w, op->line, "%s: field 'as' cannot be used before the convolution: prologue values are not "
+                              "stored, so later ops cannot read them",
+              name);
+    if (ir->n_pro == FG_MAX_PROLOGUE)
+        raise(L, w, op->line, "%s: more than %d ops before the convolution", name, FG_MAX_PROLOGUE);
+    ir->pro[ir->n_pro++] = *op;
+}
+
 static void read_input(lua_State *L, walk_ctx *w, int body, int line)
 {
     w->op_name = "layer";
@@ -871,10 +897,19 @@ static int walk(lua_State *L)
             lua_getfield(L, r, "args");
             args = lua_gettop(L);
         }
-        read_op(L, w, kind, op_line, args, &ir->ops[ir->n_ops]);
-        ir->n_ops++;
+        fg_op op;
+        read_op(L, w, kind, op_line, args, &op);
+        if (ir->n_ops == 0 && fg_op_kind_class(op.kind) != FG_CLASS_CONV)
+            add_prologue_op(L, w, &op);
+        else
+            ir->ops[ir->n_ops++] = op;
         lua_settop(L, ctors);
     }
+    if (ir->n_ops == 0)
+        raise(L, w, ir->pro[0].line,
+              "layer: has no convolution: the first op must be conv2d or conv3d, after the normalizations and "
+              "elementwise ops a layer may put before it (%s here)",
+              fg_op_written_name(&ir->pro[0]));
     return 0;
 }
 

@@ -195,7 +195,7 @@ typedef struct progress_hook {
     void *ctx;
 } progress_hook;
 
-static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, const float *w, const float *bias,
+static void conv(const fg_op *op, const fg_shape *in_shape, const double *x, const float *w, const float *bias,
                  value *out, int64_t batch, const progress_hook *progress)
 {
     /* 2D runs as 3D with depth 1 */
@@ -223,7 +223,7 @@ static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, cons
                     for (int64_t ow = 0; ow < out_d[2]; ow++) {
                         double acc = bias ? bias[co] : 0.0;
                         for (int64_t cl = 0; cl < cin_g; cl++) {
-                            const float *xc = x + (n * cin + g * cin_g + cl) * in_plane;
+                            const double *xc = x + (n * cin + g * cin_g + cl) * in_plane;
                             const float *wc = w + (co * cin_g + cl) * taps;
                             for (int a = 0; a < k[0]; a++) {
                                 int64_t id = od * st[0] - pd[0] + (int64_t)a * dl[0];
@@ -237,7 +237,7 @@ static void conv(const fg_op *op, const fg_shape *in_shape, const float *x, cons
                                         int64_t iw = ow * st[2] - pd[2] + (int64_t)c * dl[2];
                                         if (iw < 0 || iw >= in_d[2])
                                             continue;
-                                        acc += (double)xc[(id * in_d[1] + ih) * in_d[2] + iw] *
+                                        acc += xc[(id * in_d[1] + ih) * in_d[2] + iw] *
                                                (double)wc[(a * k[1] + b) * k[2] + c];
                                     }
                                 }
@@ -259,6 +259,7 @@ double fg_reference_work(const fg_layer_ir *ir, int64_t batch)
     double work = (double)fg_shape_sample_count(&c->out) * (double)(c->in.dim[1] / c->groups) * taps;
     for (int k = 1; k < ir->n_ops; k++) /* norms and reductions read a value two or three times */
         work += 4.0 * (double)fg_shape_sample_count(&ir->ops[k].in);
+    work += 4.0 * (double)ir->n_pro * (double)fg_shape_sample_count(&ir->input);
     return work * (double)batch;
 }
 
@@ -515,14 +516,97 @@ int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float 
     return rc;
 }
 
+/* Value `out` of op `op` (not a conv) from `in`: the chain's ops and the prologue's.
+ * `vals` holds the chain's earlier values (a binary op's named operand). */
+static int apply_op(const fg_layer_ir *ir, const fg_op *op, const value *in, value *out, const value *vals,
+                    int64_t batch, const float *const *params, fg_error *err)
+{
+    int64_t coords[FG_MAX_RANK];
+    switch (fg_op_kind_class(op->kind)) {
+    case FG_CLASS_CONV:
+        return fg_fail(err, "CPU reference: a convolution at line %d is not the layer's anchor", op->line);
+    case FG_CLASS_UNARY:
+        for (int64_t i = 0; i < in->sample * batch; i++)
+            out->data[i] = ref_unary[op->kind](op, in->data[i]);
+        break;
+    case FG_CLASS_BINARY:
+        for (int64_t n = 0; n < batch; n++)
+            for (int64_t i = 0; i < in->sample; i++) {
+                double b;
+                if (op->operand == FG_OPERAND_SCALAR) {
+                    b = op->scalar;
+                } else if (op->operand == FG_OPERAND_PARAM) {
+                    unravel(&in->shape, i, coords);
+                    b = params[op->operand_param][param_index(&ir->params[op->operand_param], &in->shape, coords)];
+                } else {
+                    b = vals[op->operand_value].data[n * in->sample + i];
+                }
+                out->data[n * in->sample + i] = ref_binary[op->kind](in->data[n * in->sample + i], b);
+            }
+        break;
+    case FG_CLASS_NORM:
+        return norm(ir, op, in, out, batch, params, err);
+    case FG_CLASS_REDUCE:
+    case FG_CLASS_SOFTMAX:
+        return reduce(op, in, out, batch, err);
+    case FG_CLASS_POOL:
+        pool(op, in, out, batch);
+        break;
+    case FG_CLASS_SHAPE:
+        /* a dense value in a new shape: the elements in the same order */
+        memcpy(out->data, in->data, sizeof(double) * (size_t)(in->sample * batch));
+        break;
+    }
+    return 0;
+}
+
+/* The conv's input in double: the layer input after the prologue's ops, in order, each on
+ * the whole tensor (a prologue norm's statistics over the input as it is then). */
+static int conv_input(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
+                      value *x, fg_error *err)
+{
+    x->shape = ir->input;
+    x->sample = fg_shape_sample_count(&ir->input);
+    size_t count = (size_t)(x->sample * batch);
+    x->data = malloc(sizeof(double) * count);
+    value t = *x;
+    t.data = ir->n_pro ? malloc(sizeof(double) * count) : NULL;
+    if (!x->data || (ir->n_pro && !t.data)) {
+        free(x->data);
+        free(t.data);
+        x->data = NULL;
+        return fg_fail(err, "CPU reference: out of memory for the conv's input (%zu doubles)", count);
+    }
+    for (size_t i = 0; i < count; i++)
+        x->data[i] = input[i];
+    int rc = 0;
+    for (int j = 0; j < ir->n_pro && rc == 0; j++) {
+        if (!fg_ref_defines(ir->pro[j].kind)) {
+            rc = fg_fail(err, "CPU reference: op %s (line %d) has no definition here", fg_op_kind_name(ir->pro[j].kind),
+                         ir->pro[j].line);
+            break;
+        }
+        rc = apply_op(ir, &ir->pro[j], x, &t, NULL, batch, params, err);
+        double *swap = x->data;
+        x->data = t.data;
+        t.data = swap;
+    }
+    free(t.data);
+    if (rc) {
+        free(x->data);
+        x->data = NULL;
+    }
+    return rc;
+}
+
 static int run_nchw(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                     double *output, fg_reference_progress progress, void *ctx, fg_error *err)
 {
     const progress_hook hook = {progress, ctx};
     value vals[FG_MAX_OPS];
     memset(vals, 0, sizeof vals);
-    int rc = 0;
-    int64_t coords[FG_MAX_RANK];
+    value x;
+    int rc = conv_input(ir, batch, input, params, &x, err);
     for (int k = 0; k < ir->n_ops && rc == 0; k++) {
         const fg_op *op = &ir->ops[k];
         value *out = &vals[k];
@@ -540,51 +624,18 @@ static int run_nchw(const fg_layer_ir *ir, int64_t batch, const float *input, co
                          op->line);
             break;
         }
-        switch (fg_op_kind_class(op->kind)) {
-        case FG_CLASS_CONV:
-            conv(op, &ir->input, input, params[op->weight_param], op->bias ? params[op->bias_param] : NULL, out,
+        if (k == 0)
+            conv(op, &ir->input, x.data, params[op->weight_param], op->bias ? params[op->bias_param] : NULL, out,
                  batch, &hook);
-            break;
-        case FG_CLASS_UNARY:
-            for (int64_t i = 0; i < in->sample * batch; i++)
-                out->data[i] = ref_unary[op->kind](op, in->data[i]);
-            break;
-        case FG_CLASS_BINARY:
-            for (int64_t n = 0; n < batch; n++)
-                for (int64_t i = 0; i < in->sample; i++) {
-                    double b;
-                    if (op->operand == FG_OPERAND_SCALAR) {
-                        b = op->scalar;
-                    } else if (op->operand == FG_OPERAND_PARAM) {
-                        unravel(&in->shape, i, coords);
-                        b = params[op->operand_param][param_index(&ir->params[op->operand_param], &in->shape, coords)];
-                    } else {
-                        b = vals[op->operand_value].data[n * in->sample + i];
-                    }
-                    out->data[n * in->sample + i] = ref_binary[op->kind](in->data[n * in->sample + i], b);
-                }
-            break;
-        case FG_CLASS_NORM:
-            rc = norm(ir, op, in, out, batch, params, err);
-            break;
-        case FG_CLASS_REDUCE:
-        case FG_CLASS_SOFTMAX:
-            rc = reduce(op, in, out, batch, err);
-            break;
-        case FG_CLASS_POOL:
-            pool(op, in, out, batch);
-            break;
-        case FG_CLASS_SHAPE:
-            /* a dense value in a new shape: the elements in the same order */
-            memcpy(out->data, in->data, sizeof(double) * (size_t)(in->sample * batch));
-            break;
-        }
+        else
+            rc = apply_op(ir, op, in, out, vals, batch, params, err);
         /* values nobody reads again are freed as soon as the next one exists */
         if (k >= 1 && !used_later(ir, k - 1) && vals[k - 1].data != output) {
             free(vals[k - 1].data);
             vals[k - 1].data = NULL;
         }
     }
+    free(x.data);
     for (int k = 0; k < ir->n_ops; k++)
         if (vals[k].data != output)
             free(vals[k].data);

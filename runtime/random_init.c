@@ -61,6 +61,8 @@ void fg_random_params(const fg_layer_ir *ir, uint64_t seed, float *const *params
         bool is_var = false;
         for (int k = 0; k < ir->n_ops; k++)
             is_var |= ir->ops[k].var_param == p;
+        for (int j = 0; j < ir->n_pro; j++) /* a batch_norm before the conv */
+            is_var |= ir->pro[j].var_param == p;
         if (is_conv)
             fg_random_uniform(params[p], n, seed, stream, -bound, bound);
         else if (is_var)

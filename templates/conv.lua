@@ -16,6 +16,7 @@
 local lib = import("lib")
 local expr = import("expr")
 local feed = import("feed")
+local prologue = import("prologue")
 
 local M = {}
 
@@ -48,6 +49,15 @@ function M.geometry(layer)
   -- from one group's first input channel to the next's
   g.group_in_stride = g.cl and g.cin_g or g.cin_g * g.in_plane
   return g
+end
+
+-- A conv pass applies the layer's prologue where it stages the input: g.prologue(c, x,
+-- coords) prints it and returns the value (nil without a prologue).
+function M.set_prologue(g, layer, plan, pass, names)
+  if not prologue.active(layer) then return end
+  g.prologue = function(c, x, coords)
+    return prologue.apply(c, layer, plan, pass, names, x, coords, layer.n_pro)
+  end
 end
 
 -- The thread tile and shared-memory layout of a pass, from the planner's tiling.
@@ -99,7 +109,20 @@ function M.stage_input(c, g, T)
   if g.cl then
     src = string.format("xg + (fg_u64)((id * %d + ih) * %d + iw) * %d + (ci0 + ci)", g.I[2], g.I[3], g.cin)
   end
-  if g.half then
+  if g.prologue then
+    -- a prologue (prologue.lua): each element inside the input is loaded (widened), goes
+    -- through the ops before the conv and is stored; the padding stays 0 (the conv pads the
+    -- normalized tensor). A plain load-then-store, as for a half input.
+    local sp = g.sp == 3 and { "id", "ih", "iw" } or { "ih", "iw" }
+    local coords = { [1] = string.format("g * %d + ci0 + ci", g.cin_g) }
+    for i, v in ipairs(sp) do coords[i + 1] = v end
+    c:line("float xs = 0.0f;")
+    c:open("if (in) {")
+    c:line("const float xv = %s;", g.half and "fg_io_load(" .. src .. ")" or "*(" .. src .. ")")
+    c:line("xs = %s;", g.prologue(c, "xv", coords))
+    c:close()
+    c:line("s_in[%s] = xs;", dst)
+  elseif g.half then
     -- a bf16/fp16 input: a converting load (cp.async copies bytes, it cannot widen); the
     -- barrier that ends the staging orders these stores as it orders the copies
     c:line("s_in[%s] = in ? fg_io_load(%s) : 0.0f;", dst, src)
@@ -338,6 +361,7 @@ end
 
 function M.render(layer, plan, pass, names, signature)
   local g = M.geometry(layer)
+  M.set_prologue(g, layer, plan, pass, names)
   local T = M.tiling(g, pass.conv)
   local conv = g.conv
   local O = g.O

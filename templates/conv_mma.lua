@@ -33,6 +33,7 @@ local M = {}
 
 function M.render(layer, plan, pass, names, signature)
   local g = conv.geometry(layer)
+  conv.set_prologue(g, layer, plan, pass, names)
   local t = pass.conv
   local T = conv.tiling(g, t)
   local MT, RH, NTW = t.warp_mt, t.warp_rows, t.warp_ntw

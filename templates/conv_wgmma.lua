@@ -30,6 +30,7 @@ local lib = import("lib")
 local conv_t = import("conv")
 local expr = import("expr")
 local feed = import("feed")
+local prologue = import("prologue")
 
 local M = {}
 
@@ -550,7 +551,29 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
   c:open("for (int i = t; i < GROUPS * CIN_G * 32; i += 256) {")
   local at = pack_read_index(c, g)
-  c:line("tile[pp * (XC + 1) + gr * CP + cg] = pix0 + pp < IPIX ? %s : 0.0f;", "xs[" .. at .. "]")
+  -- a bf16/fp16 input comes here only with a prologue (the planner keeps TF32 operands for
+  -- it), widened exactly where loaded
+  local load = g.half and "fg_io_load(xs + " .. at .. ")" or "xs[" .. at .. "]"
+  if prologue.active(layer) then
+    -- the prologue (prologue.lua) applied to every input element: the packed hi/lo hold the
+    -- normalized input; the conv's padding is the producer's zero fill, after it
+    c:line("float v = 0.0f;")
+    c:open("if (pix0 + pp < IPIX) {")
+    c:line("const int p = pix0 + pp;")
+    c:line("(void)p; /* the ops' spatial coordinates, when one reads them */")
+    local coords = { [1] = "ch" }
+    if g.sp == 3 then
+      coords[2], coords[3], coords[4] = "p / " .. g.I[2] * g.I[3], "(p / " .. g.I[3] .. ") % " .. g.I[2], "p % " .. g.I[3]
+    else
+      coords[2], coords[3] = "p / " .. g.I[3], "p % " .. g.I[3]
+    end
+    c:line("const float xv = %s;", load)
+    c:line("v = %s;", prologue.apply(c, layer, plan, pass, names, "xv", coords, layer.n_pro))
+    c:close()
+    c:line("tile[pp * (XC + 1) + gr * CP + cg] = v;")
+  else
+    c:line("tile[pp * (XC + 1) + gr * CP + cg] = pix0 + pp < IPIX ? %s : 0.0f;", load)
+  end
   c:close()
   if w.cp ~= g.cin_g then
     c:line("/* the padding channels are zeros */")

@@ -252,6 +252,45 @@ function Eval:compute_from_accum(k, op, coords)
   return self:declare("v" .. k .. "_", lib.fill(read, op, vars))
 end
 
+-- A norm's output at `coords` of its input (x its value there): from its statistic `src`
+-- (an fg_stat expression; nil: the running statistics, parameters), then the affine
+-- parameters. `in_memory`: src reads device memory, so a statistic over whole channels is
+-- loaded once per channel (hoisted). Also the prologue's norms (prologue.lua).
+function Eval:normalize(op, x, coords, src, in_memory)
+  local e
+  if not src then -- running statistics: parameters
+    e = string.format("(%s - %s[%s]) / sqrtf(%s[%s] + %s)", x, self.names.param[op.mean_param], coords[1],
+      self.names.param[op.var_param], coords[1], flit(op.eps))
+  else
+    local st
+    if in_memory then
+      -- statistics over whole channels depend on the channel alone
+      local whole = true
+      for d = 2, op.in_shape.rank - 1 do whole = whole and (op.stat.mask >> d) & 1 == 1 end
+      if whole then st = self:hoisted("fg_stat", src, coords) end
+    end
+    if not st then
+      st = self:fresh("st")
+      self.code:line("const fg_stat %s = %s;", st, src)
+    end
+    e = string.format("(%s - %s.a) * %s.b", x, st, st)
+  end
+  if op.affine then
+    local w, b
+    if op.norm_channels == "trailing" then
+      w = self:param_at(op.weight_param, op.in_shape, coords)
+      b = self:param_at(op.bias_param, op.in_shape, coords)
+    else
+      w = string.format("%s[%s]", self.names.param[op.weight_param], coords[1])
+      b = string.format("%s[%s]", self.names.param[op.bias_param], coords[1])
+      w = self:hoisted("float", w, coords) or w
+      b = self:hoisted("float", b, coords) or b
+    end
+    e = string.format("fmaf(%s, %s, %s)", e, w, b)
+  end
+  return e
+end
+
 function Eval:compute(k, coords)
   local op = self.layer.ops[k]
   local cls = op.class
@@ -281,44 +320,15 @@ function Eval:compute(k, coords)
   end
   if cls == "norm" then
     local x = self:eval(k - 1, coords)
-    local e
-    if not op.has_stats then -- running statistics: parameters
-      e = string.format("(%s - %s[%s]) / sqrtf(%s[%s] + %s)", x, self.names.param[op.mean_param], coords[1],
-        self.names.param[op.var_param], coords[1], flit(op.eps))
-    else
-      local st
-      -- where the statistics live: finalized in device memory, or (resident passes) an
-      -- expression the pass provides
-      local src
-      if self.norm_stats then
-        src = self.norm_stats(k, op, coords)
-      else
-        src = string.format("%s[%s]", self.names.stats[self.plan.op[k].accum], self:norm_key(op, coords))
-        -- statistics over whole channels depend on the channel alone
-        local whole = true
-        for d = 2, op.in_shape.rank - 1 do whole = whole and (op.stat.mask >> d) & 1 == 1 end
-        if whole then st = self:hoisted("fg_stat", src, coords) end
-      end
-      if not st then
-        st = self:fresh("st")
-        self.code:line("const fg_stat %s = %s;", st, src)
-      end
-      e = string.format("(%s - %s.a) * %s.b", x, st, st)
+    local src
+    -- where the statistics live: finalized in device memory, or (resident passes) an
+    -- expression the pass provides
+    if op.has_stats and self.norm_stats then
+      src = self.norm_stats(k, op, coords)
+    elseif op.has_stats then
+      src = string.format("%s[%s]", self.names.stats[self.plan.op[k].accum], self:norm_key(op, coords))
     end
-    if op.affine then
-      local w, b
-      if op.norm_channels == "trailing" then
-        w = self:param_at(op.weight_param, op.in_shape, coords)
-        b = self:param_at(op.bias_param, op.in_shape, coords)
-      else
-        w = string.format("%s[%s]", self.names.param[op.weight_param], coords[1])
-        b = string.format("%s[%s]", self.names.param[op.bias_param], coords[1])
-        w = self:hoisted("float", w, coords) or w
-        b = self:hoisted("float", b, coords) or b
-      end
-      e = string.format("fmaf(%s, %s, %s)", e, w, b)
-    end
-    return self:declare("v" .. k .. "_", e)
+    return self:declare("v" .. k .. "_", self:normalize(op, x, coords, src, not self.norm_stats))
   end
   if cls == "softmax" then
     local x = self:eval(k - 1, coords)

@@ -10,9 +10,14 @@ function M.render(layer, plan, pass, names, signature)
   local c = lib.code()
   local a = pass.finalize_accum
   local acc = plan.accums[a]
-  local op = layer.ops[acc.op]
+  local op = acc.prologue and layer.pro[acc.op] or layer.ops[acc.op]
   local keys = acc.keys_per_sample
-  c:line("/* pass %d: finalize statistics s%d of v%d for op %d (%s) */", pass.index, a, acc.value, acc.op, op.spec_name)
+  if acc.prologue then
+    c:line("/* pass %d: finalize statistics s%d of the input for the prologue's %s (pro%d) */", pass.index, a,
+      op.spec_name, acc.op)
+  else
+    c:line("/* pass %d: finalize statistics s%d of v%d for op %d (%s) */", pass.index, a, acc.value, acc.op, op.spec_name)
+  end
   c:line("extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", pass.launch.block, pass.kernel, signature)
   c:open("{")
   c:line("const int q = (int)blockIdx.x * %d + (int)threadIdx.x;", pass.launch.block)

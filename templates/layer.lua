@@ -13,6 +13,7 @@ local renderers = {
   finalize = import("finalize"),
   resident = import("resident"),
   conv_wgmma = import("conv_wgmma"),
+  pro_stats = import("prologue"),
 }
 
 -- Kernel parameters, in the plan's order (the runtime passes them in the same order).
@@ -78,6 +79,11 @@ function M.render(layer, plan)
     local dims = ""
     for d = 1, op.shape.rank - 1 do dims = dims .. ", " .. op.shape.dim[d] end
     c:line(" * v%-2d = %-28s -> [N%s]  (line %d)", k, describe_op(op), dims, op.line)
+  end
+  -- the prologue (ops before the conv), when there is one: the lines above stay as they were
+  for j = 0, layer.n_pro - 1 do
+    local op = layer.pro[j]
+    c:line(" * pro%d = %-28s (before the conv: applied where the input is staged; line %d)", j, op.spec_name, op.line)
   end
   c:line(" *")
   c:line(" * plan: %d passes, strategy %s", plan.n_passes, plan.strategy)

@@ -12,6 +12,7 @@
 #include "render.h"
 #include "spec_loader.h"
 #include "channel_reduce_specs.h"
+#include "prologue_specs.h"
 #include "split_k_specs.h"
 #include "test_util.h"
 
@@ -115,10 +116,11 @@ static void reference_specs(void **state)
     assert_int_equal(problems, 0);
 }
 
-/* Renders (ir, plan) and compiles it for sm_90a: the cubin, the resources (returns the
+/* Renders (ir, plan) and compiles it for `arch`: the cubin, the resources (returns the
  * problems) and no ptxas warning about wgmma (a serialized wgmma is a generator bug). When
  * `needle` is given, the source must contain it. */
-static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle)
+static int compile_arch(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle,
+                        const char *arch)
 {
     fg_rendered src;
     fg_error err = {{0}};
@@ -127,15 +129,20 @@ static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char 
     if (needle && !strstr(src.source, needle))
         fail_msg("%s: the source has no '%s'", what, needle);
     fg_compiled c;
-    if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
+    if (fg_nvrtc_compile(src.source, ir->name, arch, NULL, &c, &err) != 0)
         fail_msg("%s: %s", what, err.msg);
-    check_cubin(what, c.cubin, c.size, 90);
+    check_cubin(what, c.cubin, c.size, atoi(arch + 3));
     int problems = check_resources(what, plan, &c);
     if (c.wgmma_warnings)
         fail_msg("%s: ptxas warned about wgmma (serialized?)", what);
     fg_compiled_free(&c);
     fg_rendered_free(&src);
     return problems;
+}
+
+static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle)
+{
+    return compile_arch(ir, plan, what, needle, "sm_90a");
 }
 
 /* The wgmma engine (sm_90a) on every reference layer, in both precisions: compiles, no
@@ -386,6 +393,56 @@ static void half_dtypes(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* Prologues (tests/prologue_specs.h, the GPU test's layers): each layer for sm_80, sm_90 and
+ * sm_90a with the FMA and mma.sync engines forced, and for sm_90a on wgmma; the plan's conv
+ * is on the forced engine (wgmma where the shape allows it), no pass is cuDNN's, the conv
+ * (or the wgmma input pack) reads the prologue's statistics when it has some, and every
+ * kernel compiles with NVRTC without spills. */
+static void prologues(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *arch;
+        fg_engine_choice engine;
+        int engine_is;
+    } runs[] = {
+        {"sm_80", FG_ENGINE_PREFER_FMA, FG_CONV_FMA},  {"sm_80", FG_ENGINE_PREFER_MMA, FG_CONV_MMA},
+        {"sm_90", FG_ENGINE_PREFER_FMA, FG_CONV_FMA},  {"sm_90", FG_ENGINE_PREFER_MMA, FG_CONV_MMA},
+        {"sm_90a", FG_ENGINE_PREFER_MMA, FG_CONV_MMA}, {"sm_90a", FG_ENGINE_PREFER_WGMMA, FG_CONV_WGMMA},
+    };
+    int problems = 0;
+    for (int i = 0; i < N_PROLOGUE_CASES; i++) {
+        fg_layer_ir *ir = fgt_load_string(prologue_cases[i].source);
+        for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, runs[r].arch);
+            opts.engine = runs[r].engine;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            char what[256];
+            snprintf(what, sizeof what, "%s (engine %d) for %s", ir->name, (int)runs[r].engine, runs[r].arch);
+            bool engine_seen = false, stats_read = plan->pro_accum < 0;
+            for (int p = 0; p < plan->n_passes; p++) {
+                const fg_pass *ps = &plan->passes[p];
+                if (ps->kind == FG_PASS_CUDNN)
+                    fail_msg("%s: a prologue layer planned on cuDNN", what);
+                engine_seen |= ps->kind == FG_PASS_CONV && (int)ps->conv.engine == runs[r].engine_is;
+                if ((ps->kind == FG_PASS_CONV && ps->conv.engine != FG_CONV_WGMMA) || ps->kind == FG_PASS_PACK_INPUT)
+                    for (int a = 0; a < ps->n_args; a++)
+                        stats_read |= ps->args[a].kind == FG_ARG_STATS && ps->args[a].index == plan->pro_accum;
+            }
+            /* wgmma only where the shape allows it (the planner falls back to mma.sync) */
+            if (!engine_seen && runs[r].engine_is != FG_CONV_WGMMA)
+                fail_msg("%s: the plan's conv is not on engine %d", what, runs[r].engine_is);
+            if (!stats_read)
+                fail_msg("%s: no pass that stages the input reads the prologue's statistics", what);
+            problems += compile_arch(ir, plan, what, NULL, runs[r].arch);
+            free(plan);
+        }
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* Channels-last input and output (the spec's layout = "channels_last"): every engine and
  * strategy renders its N(D)HWC reads and stores and compiles for sm_80 and sm_90a (sm_90
  * for resident) without spills (but the tolerance above), with fp32 and a half dtype. The
@@ -588,6 +645,7 @@ int main(void)
         cmocka_unit_test(recompute_variant),
         cmocka_unit_test(half_dtypes),
         cmocka_unit_test(channels_last),
+        cmocka_unit_test(prologues),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),
     };

@@ -1472,6 +1472,96 @@ static void wgmma_half_operands(void **state)
     assert_int_equal(plan->wgmma.stages, 4);
     assert_int_equal(plan->wgmma.split_k, 4);
     assert_int_equal(splits_at(plan, 1), 4);
+/* A prologue norm that needs statistics of the input: a statistics pass over the input and
+ * its finalize come first; no buffer holds the normalized input (on FMA and mma.sync none at
+ * all; on wgmma only the packed operands, which are it); the conv pass (or the input pack)
+ * reads the finalized statistics and the prologue's parameters. BatchNorm on running
+ * statistics needs no pass. cuDNN (tf32 on sm_80) and resident are refused. */
+static void prologue_statistics_pass(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string("return layer \"sd_half\" {\n  input = { \"N\", 64, 16, 16 },\n"
+                                      "  group_norm { name = \"norm1\", groups = 32 },\n  silu {},\n"
+                                      "  conv2d { name = \"conv1\", out_channels = 64, kernel = 3, padding = 1 },\n}\n");
+    assert_int_equal(ir->n_pro, 2);
+    assert_int_equal(ir->n_ops, 1);
+    static const fg_engine_choice engines[] = {FG_ENGINE_PREFER_FMA, FG_ENGINE_PREFER_MMA, FG_ENGINE_PREFER_WGMMA};
+    for (int e = 0; e < 3; e++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, e == 2 ? "sm_90a" : "sm_90");
+        opts.engine = engines[e];
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->pro_norm, 0);
+        assert_int_equal(plan->passes[0].kind, FG_PASS_PRO_STATS);
+        assert_int_equal(plan->passes[1].kind, FG_PASS_FINALIZE);
+        const fg_accum *a = &plan->accums[plan->pro_accum];
+        assert_true(a->prologue);
+        assert_int_equal(a->kind, FG_ACCUM_MOMENTS);
+        assert_int_equal(a->keys_per_sample, 32);
+        assert_int_equal(a->count_per_sample, 2 * 16 * 16);
+        assert_int_equal(plan->passes[0].n_zero, 1);
+        assert_int_equal(plan->passes[1].finalize_accum, plan->pro_accum);
+        for (int b = 0; b < plan->n_buffers; b++)
+            assert_int_equal(plan->buffers[b].value, -1); /* packed operands only */
+        if (e < 2)
+            assert_int_equal(plan->n_buffers, 0);
+        const fg_pass *stager = NULL;
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == (e == 2 ? FG_PASS_PACK_INPUT : FG_PASS_CONV))
+                stager = &plan->passes[p];
+        assert_non_null(stager);
+        bool stats = false, gamma = false;
+        for (int q = 0; q < stager->n_args; q++) {
+            stats |= stager->args[q].kind == FG_ARG_STATS && stager->args[q].index == plan->pro_accum;
+            gamma |= stager->args[q].kind == FG_ARG_PARAM && stager->args[q].index == ir->pro[0].weight_param;
+        }
+        assert_true(stats && gamma);
+        free(plan);
+    }
+    free(ir);
+
+    /* eval-mode BatchNorm: a per-channel affine from the running statistics, no pass */
+    ir = fgt_load_string("return layer \"preact\" {\n  input = { \"N\", 16, 8, 8 },\n"
+                         "  batch_norm { name = \"bn\", stats = \"running\" },\n  relu {},\n"
+                         "  conv2d { out_channels = 16, kernel = 1 },\n}\n");
+    fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->pro_norm, -1);
+    assert_int_equal(plan->pro_accum, -1);
+    assert_int_equal(plan->passes[0].kind == FG_PASS_PRO_STATS, 0);
+    free(plan);
+    free(ir);
+
+    /* precision tf32 off wgmma: the generated conv (it applies the prologue), not cuDNN */
+    ir = fgt_load_string("return layer \"tf\" {\n  input = { \"N\", 32, 16, 16 },\n  precision = \"tf32\",\n"
+                         "  group_norm { groups = 8 },\n  silu {},\n"
+                         "  conv2d { out_channels = 32, kernel = 3, padding = 1 },\n}\n");
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_80");
+    plan = fgt_plan_with(ir, &opts);
+    for (int p = 0; p < plan->n_passes; p++)
+        assert_int_not_equal(plan->passes[p].kind, FG_PASS_CUDNN);
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    fgt_assert_contains(t->buf, "prologue: pro0..pro1 applied to each input element as the conv stages it");
+    fgt_assert_contains(t->buf, "statistics of pro0 by a pass over the input");
+    fgt_assert_contains(t->buf, "cuDNN's conv (it reads the raw input) is not used");
+    fgt_assert_contains(t->buf, "pro_stat fg_pass0_pro_stats: reads the input, feeds s0");
+    t->len = 0;
+    fg_ir_print(ir, collect_line, t);
+    fgt_assert_contains(t->buf, "pro0  group_norm");
+    fgt_assert_contains(t->buf, "pro1  silu");
+    free(t);
+    free(plan);
+
+    /* resident: refused, naming the prologue */
+    fg_error err = {{0}};
+    fg_plan_options_for_arch(&opts, "sm_90");
+    opts.force_strategy = FG_STRATEGY_RESIDENT;
+    plan = malloc(sizeof *plan);
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
+    fgt_assert_contains(err.msg, "test.lua:4:"); /* the first op before the conv */
+    fgt_assert_contains(err.msg, "strategy \"resident\" is not possible for a layer with ops before the conv");
     free(plan);
     free(ir);
 }
@@ -1506,6 +1596,7 @@ int main(void)
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_half_operands),
+        cmocka_unit_test(prologue_statistics_pass),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);

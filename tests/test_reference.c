@@ -971,6 +971,105 @@ static void channels_last_is_a_transpose(void **state)
     }
 }
 
+/* A prologue (ops before the conv) transforms the conv's input; the conv pads the
+ * transformed tensor, so a padded tap adds 0, not f(0). Input [1, 1, 1, 2] = {1, 3}:
+ * instance_norm -> {-1, 1} / sqrt(1 + eps); add 5 -> {5 - r, 5 + r}; a 1x3 kernel of ones with
+ * padding 1 along W: out[0] = 0 + (5 - r) + (5 + r) = 10 = out[1]. (Padding with f(0) =
+ * (0 - 2) * r + 5 would give 13 - 2r.) */
+static void prologue_pads_the_transformed_input(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"p\" {\n  input = { \"N\", 1, 1, 2 },\n  instance_norm {},\n"
+                      "  add { scalar = 5 },\n  conv2d { name = \"conv\", out_channels = 1, kernel = { 1, 3 }, "
+                      "padding = { 0, 1 }, bias = false },\n}\n";
+    static const float x[2] = {1, 3}, w[3] = {1, 1, 1};
+    named_param p[] = {{"conv.weight", w, 3}};
+    int64_t n;
+    double *out = run(src, 1, x, 2, p, 1, &n, NULL);
+    assert_int_equal(n, 2);
+    static const double want1[2] = {10.0, 10.0};
+    expect_values("instance_norm, add, conv", out, want1, 2, 1e-12);
+    free(out);
+    /* batch_norm on running statistics (mean -2, var 4, weight 1, bias 1), relu, mul 2:
+     * f(x) = 2 relu((x + 2) r + 1), r = 1 / sqrt(4 + eps): f(1) + f(3) = 16 r + 4 at both
+     * outputs; padding with f(0) = 4 r + 2 would add it */
+    src = "return layer \"p\" {\n  input = { \"N\", 1, 1, 2 },\n  batch_norm { name = \"bn\", stats = \"running\" },\n"
+          "  relu {},\n  mul { scalar = 2 },\n  conv2d { name = \"conv\", out_channels = 1, kernel = { 1, 3 }, "
+          "padding = { 0, 1 }, bias = false },\n}\n";
+    static const float x2[2] = {1, 3}, rm[1] = {-2}, rv[1] = {4}, bw[1] = {1}, bb[1] = {1};
+    named_param p2[] = {{"conv.weight", w, 3}, {"bn.running_mean", rm, 1}, {"bn.running_var", rv, 1},
+                        {"bn.weight", bw, 1}, {"bn.bias", bb, 1}};
+    out = run(src, 1, x2, 2, p2, 5, &n, NULL);
+    double r = 1 / sqrt(4 + 1e-5), want2[2] = {16 * r + 4, 16 * r + 4};
+    assert_int_equal(n, 2);
+    expect_values("batch_norm(running), relu, mul, conv", out, want2, 2, 1e-12);
+    free(out);
+}
+
+/* GroupNorm -> SiLU -> conv3x3 (Stable Diffusion's ResnetBlock2D, small) against a
+ * computation written here, loop by loop: statistics of the raw input per (sample, group),
+ * the normalized and activated tensor materialized, then a zero-padded direct conv. */
+static void prologue_group_norm_silu_conv(void **state)
+{
+    (void)state;
+    enum { N = 2, C = 4, H = 3, W = 4, CO = 3, G = 2 };
+    const char *src = "return layer \"sd\" {\n  input = { \"N\", 4, 3, 4 },\n"
+                      "  group_norm { name = \"norm1\", groups = 2, eps = 1e-6 },\n  silu {},\n"
+                      "  conv2d { name = \"conv1\", out_channels = 3, kernel = 3, padding = 1 },\n}\n";
+    float x[N * C * H * W], w[CO * C * 9], b[CO], gw[C], gb[C];
+    for (int i = 0; i < N * C * H * W; i++)
+        x[i] = (float)((i * 37 % 23) - 9) * 0.25f + (float)(i / (H * W * 2)); /* group means differ */
+    for (int i = 0; i < CO * C * 9; i++)
+        w[i] = (float)((i * 13 % 17) - 8) * 0.125f;
+    for (int i = 0; i < CO; i++)
+        b[i] = 0.5f * (float)i - 0.25f;
+    for (int i = 0; i < C; i++)
+        gw[i] = 1.0f + 0.25f * (float)i, gb[i] = 0.5f - 0.375f * (float)i;
+    named_param p[] = {{"norm1.weight", gw, C}, {"norm1.bias", gb, C}, {"conv1.weight", w, CO * C * 9},
+                       {"conv1.bias", b, CO}};
+    int64_t n;
+    double *out = run(src, N, x, N * C * H * W, p, 4, &n, NULL);
+    assert_int_equal(n, N * CO * H * W);
+    double y[N][C][H][W];
+    for (int s = 0; s < N; s++)
+        for (int g = 0; g < G; g++) {
+            double sum = 0, sq = 0;
+            int cnt = (C / G) * H * W;
+            for (int c = g * (C / G); c < (g + 1) * (C / G); c++)
+                for (int i = 0; i < H * W; i++)
+                    sum += x[((s * C + c) * H * W) + i];
+            double mean = sum / cnt;
+            for (int c = g * (C / G); c < (g + 1) * (C / G); c++)
+                for (int i = 0; i < H * W; i++) {
+                    double d = x[((s * C + c) * H * W) + i] - mean;
+                    sq += d * d;
+                }
+            double rstd = 1 / sqrt(sq / cnt + 1e-6);
+            for (int c = g * (C / G); c < (g + 1) * (C / G); c++)
+                for (int i = 0; i < H * W; i++) {
+                    double v = (x[((s * C + c) * H * W) + i] - mean) * rstd * gw[c] + gb[c];
+                    y[s][c][i / W][i % W] = v / (1 + exp(-v));
+                }
+        }
+    double want[N * CO * H * W];
+    for (int s = 0; s < N; s++)
+        for (int o = 0; o < CO; o++)
+            for (int h = 0; h < H; h++)
+                for (int x0 = 0; x0 < W; x0++) {
+                    double acc = b[o];
+                    for (int c = 0; c < C; c++)
+                        for (int a = 0; a < 3; a++)
+                            for (int e = 0; e < 3; e++) {
+                                int ih = h + a - 1, iw = x0 + e - 1;
+                                if (ih >= 0 && ih < H && iw >= 0 && iw < W) /* padding: 0 */
+                                    acc += y[s][c][ih][iw] * w[((o * C + c) * 3 + a) * 3 + e];
+                            }
+                    want[((s * CO + o) * H + h) * W + x0] = acc;
+                }
+    expect_values("group_norm, silu, conv3x3", out, want, n, 1e-12);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -995,6 +1094,8 @@ int main(void)
         cmocka_unit_test(binary_with_broadcast_and_values),
         cmocka_unit_test(kb92_chain_small),
         cmocka_unit_test(channels_last_is_a_transpose),
+        cmocka_unit_test(prologue_pads_the_transformed_input),
+        cmocka_unit_test(prologue_group_norm_silu_conv),
     };
     char *dir = fgt_tmpdir("reference-env");
     fgt_isolate_environment(dir);

@@ -513,6 +513,57 @@ static void wgmma_half_operands(void **state)
     fgt_assert_contains(r->src.source, "const int k = kc * 32 + seg * 4;");
     fgt_assert_not_contains(r->src.source, ".bf16.bf16");
     free_rendered(r);
+/* A prologue (GroupNorm -> SiLU before the conv, Stable Diffusion's ResnetBlock2D): the
+ * statistics pass reads the raw input and feeds fp64 moments, the finalize pass turns them
+ * into mean and 1/sqrt(var + eps), and the pass that stages the input -- the conv on the FMA
+ * and mma.sync engines, the input pack on wgmma -- normalizes, scales, shifts and applies
+ * SiLU to each element inside the input, leaving the padding at 0. No kernel writes the
+ * normalized input to a buffer (the wgmma pack's packed operands excepted: they are it). */
+static void prologue_applied_where_staged(void **state)
+{
+    (void)state;
+    static const char *const src = "return layer \"sd_half\" {\n  input = { \"N\", 64, 16, 16 },\n"
+                                   "  group_norm { name = \"norm1\", groups = 32, eps = 1e-6 },\n  silu {},\n"
+                                   "  conv2d { name = \"conv1\", out_channels = 64, kernel = 3, padding = 1 },\n}\n";
+    static const struct {
+        const char *arch;
+        fg_engine_choice engine;
+        const char *stager; /* the kernel that applies the prologue */
+    } runs[] = {{"sm_90", FG_ENGINE_PREFER_FMA, "fg_pass2_conv"},
+                {"sm_90", FG_ENGINE_PREFER_MMA, "fg_pass2_conv"},
+                {"sm_90a", FG_ENGINE_PREFER_WGMMA, "fg_pass3_pack_input"}};
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, runs[k].arch);
+        opts.engine = runs[k].engine;
+        rendered_layer *r = render_ir_with(fgt_load_string(src), &opts);
+        common_checks(r);
+        char *stats = kernel_text(r->src.source, "fg_pass0_pro_stats");
+        fgt_assert_contains(stats, "atomicAdd(a0 + 2 * ((long long)n * 32 + q), (double)s)");
+        fgt_assert_contains(stats, "s2 += (double)x0 * (double)x0;");
+        char *fin = kernel_text(r->src.source, "fg_pass1_finalize");
+        fgt_assert_contains(fin, "s0[key].b = (float)(1.0 / sqrt(var + ");
+        char *st = kernel_text(r->src.source, runs[k].stager);
+        /* the statistic of the element's group, the affine parameters, SiLU */
+        fgt_assert_contains(st, "const fg_stat *__restrict__ s0");
+        fgt_assert_contains(st, "/ 2];"); /* 2 channels a group */
+        fgt_assert_contains(st, "fmaf((xv - st");
+        fgt_assert_contains(st, "* fg_sigmoid(pro0_xv)");
+        if (runs[k].engine == FG_ENGINE_PREFER_WGMMA) {
+            fgt_assert_contains(st, "if (pix0 + pp < IPIX) {");
+            char *conv = kernel_text(r->src.source, "fg_pass4_conv");
+            assert_null(strstr(conv, "fg_sigmoid")); /* the packed input is already normalized */
+            free(conv);
+        } else {
+            fgt_assert_contains(st, "float xs = 0.0f;"); /* outside the input (padding): 0 */
+            fgt_assert_contains(st, "if (in) {");
+            assert_null(strstr(st, "fg_cp_async4(s_in")); /* loaded, transformed, stored */
+        }
+        free(stats);
+        free(fin);
+        free(st);
+        free_rendered(r);
+    }
 }
 
 int main(void)
@@ -529,6 +580,7 @@ int main(void)
         cmocka_unit_test(recompute),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(wgmma_half_operands),
+        cmocka_unit_test(prologue_applied_where_staged),
     };
     char *dir = fgt_tmpdir("render-env");
     fgt_isolate_environment(dir);

@@ -163,6 +163,23 @@ static const bad_case cases[] = {
     {.name = "param_rank_too_high", .source = HDR "  mul { param = \"m\", shape = { 1, 1, 6, 1, 1 } },\n}\n", .expect = {"bad.lua:4:", "param 'm' has rank 5, more than the value"}},
     {.name = "shape_without_param", .source = HDR "  add { scalar = 1, shape = { 6 } },\n}\n", .expect = {"bad.lua:4:", "field 'shape' applies only to a param operand"}},
     {.name = "first_op_not_conv", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  relu {},\n}\n", .expect = {"bad.lua:3:", "the first op must be conv2d or conv3d"}},
+    /* ---- the prologue: what may come before the conv (docs/spec.md, "Prologue") ---- */
+#define PRO(ops) "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n" ops "  conv2d { out_channels = 6, kernel = 3 },\n}\n"
+    {.name = "prologue_pool_refused", .source = PRO("  relu {},\n  max_pool { kernel = 2 },\n"), .expect = {"bad.lua:4:", "max_pool: cannot come before the convolution", "only normalizations and elementwise ops"}},
+    {.name = "prologue_avg_pool2d_refused", .source = PRO("  avg_pool2d { kernel = 2 },\n"), .expect = {"bad.lua:3:", "avg_pool2d: cannot come before the convolution"}},
+    {.name = "prologue_reduction_refused", .source = PRO("  sum { dim = 1, keepdim = true },\n"), .expect = {"bad.lua:3:", "sum: cannot come before the convolution"}},
+    {.name = "prologue_softmax_refused", .source = PRO("  softmax { dim = 1 },\n"), .expect = {"bad.lua:3:", "softmax: cannot come before the convolution"}},
+    {.name = "prologue_reshape_refused", .source = PRO("  view { shape = { \"N\", 4, 8, 8 } },\n"), .expect = {"bad.lua:3:", "view: cannot come before the convolution"}},
+    {.name = "prologue_flatten_refused", .source = PRO("  silu {},\n  flatten {},\n"), .expect = {"bad.lua:4:", "flatten: cannot come before the convolution"}},
+    {.name = "prologue_value_operand_refused", .source = PRO("  add { value = \"x\" },\n"), .expect = {"bad.lua:3:", "add: field 'value' cannot be used before the convolution"}},
+    {.name = "prologue_as_refused", .source = PRO("  relu { as = \"r\" },\n"), .expect = {"bad.lua:3:", "relu: field 'as' cannot be used before the convolution"}},
+    {.name = "prologue_two_statistics_refused", .source = PRO("  group_norm { groups = 2 },\n  silu {},\n  instance_norm {},\n"), .expect = {"bad.lua:5:", "instance_norm: a second normalization with statistics before the convolution", "line 3"}},
+    {.name = "prologue_group_norm_groups", .source = PRO("  group_norm { groups = 3 },\n"), .expect = {"bad.lua:3:", "group_norm: field 'groups' (3) must divide the channels (4)"}},
+    {.name = "prologue_layer_norm_shape", .source = PRO("  layer_norm { normalized_shape = { 7, 8 } },\n"), .expect = {"bad.lua:3:", "layer_norm: field 'normalized_shape' must match the value's trailing dims"}},
+    {.name = "prologue_param_broadcast", .source = PRO("  mul { param = \"m\", shape = { 3, 1, 1 } },\n"), .expect = {"bad.lua:3:", "mul: ", "param 'm'"}},
+    {.name = "prologue_without_conv", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  group_norm { groups = 2 },\n  silu {},\n}\n", .expect = {"bad.lua:3:", "has no convolution", "the first op must be conv2d or conv3d", "group_norm here"}},
+    {.name = "prologue_too_long", .source = PRO("  relu {},\n  relu {},\n  relu {},\n  relu {},\n  relu {},\n  relu {},\n  relu {},\n  relu {},\n  silu {},\n"), .expect = {"bad.lua:11:", "silu: more than 8 ops before the convolution"}},
+#undef PRO
     {.name = "two_convs", .source = HDR "  conv2d { out_channels = 6, kernel = 1 },\n}\n", .expect = {"bad.lua:4:", "conv2d: only the first op may be a convolution"}},
     {.name = "conv2d_on_5d_input", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8, 8 },\n  conv2d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:3:", "conv2d: expects a 4D input [N, C, H, W] but the layer input is [N, 4, 8, 8, 8]"}},
     {.name = "conv3d_on_4d_input", .source = "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n  conv3d { out_channels = 6, kernel = 3 },\n}\n", .expect = {"bad.lua:3:", "conv3d: expects a 5D input"}},

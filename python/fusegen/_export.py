@@ -11,7 +11,9 @@ what the language cannot express. The spec's parameters are the module's state_d
 `fusegen.Layer(spec).load_state_dict(module.state_dict())` binds them as they are.
 
 What maps (module, function or method):
-  conv       nn.Conv2d/3d, F.conv2d/3d (weights `P.weight`/`P.bias`): first op, one per layer
+  conv       nn.Conv2d/3d, F.conv2d/3d (weights `P.weight`/`P.bias`): one per layer; the ops
+             before it (norms and elementwise ops: GroupNorm -> SiLU -> conv) form its
+             prologue, anything else there is refused by the spec loader (docs/spec.md)
   unary      ReLU ReLU6 LeakyReLU GELU Sigmoid Tanh Softplus Mish SiLU Hardswish Hardsigmoid
              Hardtanh Softsign, clamp/clip/clamp_min/clamp_max, exp log abs neg (and their
              functional and method forms)
@@ -185,8 +187,9 @@ class _Translator:
         self.ops = []
         self.alias = {}  # node -> the node whose value it is
         self.value_op = {}  # node -> index in self.ops of the op producing its value
-        self.current = None  # the node holding the chain's current value
+        self.current = None  # the node holding the chain's current value (the input at first)
         self.input = None  # the placeholder
+        self.conv_seen = False  # ops before it form the spec's prologue (docs/spec.md)
         self.shape_queries = set()  # x.size(), x.shape, x.dim() and their items: numbers, not values
         self._build_tables()
 
@@ -247,12 +250,12 @@ class _Translator:
             raise _Refusal(f"its input is {arg!r}, not a tensor of the chain")
         src = self.resolve(arg)
         if self.current is None:
-            raise _Refusal("comes before the convolution: the first op of a spec is conv2d or conv3d, on the layer's input")
+            raise _Refusal("comes before the layer's input")  # the placeholder starts the chain
         if src is not self.current:
             if src is self.input:
                 raise _Refusal(
-                    "reads the layer's input, but only the first op (the convolution) may: "
-                    "a spec is one chain of ops after one conv"
+                    "reads the layer's input, but only the first op (the conv, or its prologue) may: "
+                    "a spec is one chain of ops through one conv"
                 )
             if src in self.value_op:
                 raise _Refusal(
@@ -313,8 +316,8 @@ class _Translator:
                     node=node.name,
                     where=where,
                 ) from None
-        if not self.ops:
-            raise ExportError("fusegen.export: the module computes no convolution: a spec starts with conv2d or conv3d")
+        if not self.conv_seen:
+            raise ExportError("fusegen.export: the module computes no convolution: a spec has one conv2d or conv3d")
         return self.ops
 
     def visit(self, node):
@@ -324,6 +327,9 @@ class _Translator:
                     raise _Refusal("is a second input: a spec has one input tensor")
                 return
             self.input = node
+            # the chain starts at the input: ops before the conv are its prologue (the spec
+            # loader says which may come there; _check_loads reports its refusal)
+            self.current = node
             return
         if node.op == "get_attr":
             return  # read where used
@@ -584,7 +590,7 @@ class _Translator:
         lhs_cur = isinstance(lhs, self.Node) and self.resolve(lhs) is cur
         rhs_cur = isinstance(rhs, self.Node) and self.resolve(rhs) is cur
         if cur is None:
-            raise _Refusal("comes before the convolution: the first op of a spec is conv2d or conv3d")
+            raise _Refusal("comes before the layer's input")  # the placeholder starts the chain
         if lhs_cur and rhs_cur:
             # x op x: the operand is the value itself
             operand, negate_first = rhs, False
@@ -747,10 +753,14 @@ class _Translator:
     # the convolution
 
     def conv(self, node, arg, name, rank, weight_shape, has_bias, stride, padding, dilation, groups):
-        if self.current is not None:
-            raise _Refusal("is a second convolution: a spec has exactly one, its first op")
-        if not isinstance(arg, self.Node) or self.resolve(arg) is not self.input:
-            raise _Refusal("convolves something other than the layer's input: the conv is the spec's first op, on its input")
+        if self.conv_seen:
+            raise _Refusal("is a second convolution: a spec has exactly one")
+        if not isinstance(arg, self.Node) or self.resolve(arg) is not self.current:
+            raise _Refusal(
+                "convolves something other than the chain's value: the conv reads the layer's input, or "
+                "the value of the normalizations and elementwise ops before it"
+            )
+        self.conv_seen = True
         in_shape = self.shape(self.input)
         if len(in_shape) != rank + 2:
             raise _Refusal(f"is a {rank}D convolution of a {len(in_shape)}-dim input")

@@ -381,8 +381,30 @@ if torch is not None:
         def forward(self, x):
             return torch.relu(self.bn(self.conv(x)))
 
+    # Prologues: norms and elementwise ops before the conv (docs/spec.md, "Prologue").
+    class SDResnetFirstHalf(nn.Module):  # Stable Diffusion's ResnetBlock2D: norm1, SiLU, conv1
+        def __init__(self):
+            super().__init__()
+            self.norm1 = nn.GroupNorm(2, 8, eps=1e-6)
+            self.nonlinearity = nn.SiLU()
+            self.conv1 = nn.Conv2d(8, 6, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv1(self.nonlinearity(self.norm1(x)))
+
+    class PreActBatchNorm(nn.Module):  # pre-activation ResNet: BatchNorm (eval) -> ReLU -> conv
+        def __init__(self):
+            super().__init__()
+            self.bn1 = nn.BatchNorm2d(4)
+            self.conv1 = nn.Conv2d(4, 5, 1, bias=False)
+
+        def forward(self, x):
+            return self.conv1(F.relu(self.bn1(x)))
+
     # (class, example input shape, eval mode?, reference spec in specs/ or None)
     CASES = [
+        (SDResnetFirstHalf, (2, 8, 7, 9), True, None),
+        (PreActBatchNorm, (3, 4, 6, 6), True, None),
         (KB79, (2, 3, 16, 32, 32), False, "kb79"),
         (KB21, (1, 8, 256, 256), False, "kb21"),
         (KB23, (2, 3, 24, 32, 32), False, "kb23"),
@@ -605,8 +627,16 @@ class Refusals(unittest.TestCase):
         self.refused(m, (1, 3, 8, 8), "_2", "second convolution")
 
     def test_op_before_the_conv(self):
-        m = nn.Sequential(nn.ReLU(), nn.Conv2d(3, 4, 3))
-        self.refused(m, (1, 3, 8, 8), "_0", "comes before the convolution")
+        # norms and elementwise ops may (a prologue); a pool may not: the spec loader says so
+        m = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(3, 4, 3))
+        self.refused(m, (1, 3, 8, 8), "_0", "does not load", "max_pool2d: cannot come before the convolution")
+
+    def test_prologue_spec_text(self):
+        spec = fusegen.export(SDResnetFirstHalf().eval(), torch.rand(2, 8, 7, 9))
+        lines = [line.strip() for line in spec.splitlines()]
+        g = next(i for i, t in enumerate(lines) if t.startswith("group_norm {"))
+        self.assertTrue(lines[g + 1].startswith("silu {"), spec)
+        self.assertTrue(lines[g + 2].startswith('conv2d { name = "conv1"'), spec)
 
     def test_branch_is_not_a_chain(self):
         def branch(m, c):

@@ -9,6 +9,7 @@
 
 #include "../../gen/spec_loader.h"
 #include "../channel_reduce_specs.h"
+#include "../prologue_specs.h"
 #include "gpu_harness.h"
 
 typedef struct variant {
@@ -686,51 +687,48 @@ static void random_layer(int index, char *buf, size_t cap)
     snprintf(buf + len, cap - len, "}\n");
 }
 
+/* Writes one spec to DIR/NAME.lua; false (after perror) when it cannot. */
+static bool dump_one(const char *dir, const char *name, const char *source)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.lua", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(source, f) < 0 || fclose(f) != 0) {
+        perror(path);
+        return false;
+    }
+    return true;
+}
+
 /* `test_gpu_variants --dump DIR [N]` writes every variant's spec to DIR (no GPU needed):
  * scripts/golden-sources generates their kernels to show that a refactor leaves the
  * generated source unchanged. The random draws are the same as in a GPU run. */
 static int dump_specs(const char *dir, int n_random)
 {
-    char path[4096];
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
-        snprintf(path, sizeof path, "%s/%s.lua", dir, fixed[i].name);
-        FILE *f = fopen(path, "w");
-        if (!f || fputs(fixed[i].source, f) < 0 || fclose(f) != 0) {
-            perror(path);
+        if (!dump_one(dir, fixed[i].name, fixed[i].source))
             return 1;
-        }
     }
     for (size_t i = 0; i < sizeof halves / sizeof *halves; i++) {
-        snprintf(path, sizeof path, "%s/%s.lua", dir, halves[i].name);
-        FILE *f = fopen(path, "w");
-        if (!f || fputs(halves[i].source, f) < 0 || fclose(f) != 0) {
-            perror(path);
+        if (!dump_one(dir, halves[i].name, halves[i].source))
             return 1;
-        }
     }
     /* the channel reductions fused into the wgmma epilogue (tests/channel_reduce_specs.h) */
     for (int i = 0; i < N_CHANNEL_REDUCE_CASES; i++) {
-        snprintf(path, sizeof path, "%s/%s.lua", dir, channel_reduce_cases[i].name);
-        FILE *f = fopen(path, "w");
-        if (!f || fputs(channel_reduce_cases[i].source, f) < 0 || fclose(f) != 0) {
-            perror(path);
+        if (!dump_one(dir, channel_reduce_cases[i].name, channel_reduce_cases[i].source))
             return 1;
-        }
     }
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
-        snprintf(path, sizeof path, "%s/%s.lua", dir, layouts[i].name);
-        FILE *f = fopen(path, "w");
-        if (!f || fputs(layouts[i].source, f) < 0 || fclose(f) != 0) {
-            perror(path);
+        if (!dump_one(dir, layouts[i].name, layouts[i].source))
             return 1;
-        }
     }
-    snprintf(path, sizeof path, "%s/many_args.lua", dir);
-    FILE *mf = fopen(path, "w");
-    if (!mf || fputs(many_args(), mf) < 0 || fclose(mf) != 0) {
-        perror(path);
+    /* prologues: ops before the conv (tests/prologue_specs.h) */
+    for (int i = 0; i < N_PROLOGUE_CASES; i++) {
+        if (!dump_one(dir, prologue_cases[i].name, prologue_cases[i].source))
+            return 1;
+    }
+    if (!dump_one(dir, "many_args", many_args()))
         return 1;
-    }
     int drawn = 0, tries = 0;
     while (drawn < n_random && tries < 50 * n_random) {
         char src[2048], name[32];
@@ -742,12 +740,8 @@ static int dump_specs(const char *dir, int n_random)
         if (fg_spec_load_string(name, src, strlen(src), &ir, &err) != 0)
             continue;
         (void)rnd(4); /* the batch a GPU run draws */
-        snprintf(path, sizeof path, "%s/%s.lua", dir, name);
-        FILE *f = fopen(path, "w");
-        if (!f || fputs(src, f) < 0 || fclose(f) != 0) {
-            perror(path);
+        if (!dump_one(dir, name, src))
             return 1;
-        }
         drawn++;
     }
     return 0;
@@ -813,6 +807,27 @@ int main(int argc, char **argv)
                    "%lld/%lld outside %.0e (+ 1 ulp of a half dtype)%s\n",
                    r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto",
                    v->out_offset, r.max_abs, r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
+    }
+    /* prologues (ops before the conv, applied where the input is staged), each in a context
+     * preferring its engine; fp32 layers within tol of float64, half ones plus 1 ulp */
+    for (int i = 0; i < N_PROLOGUE_CASES; i++) {
+        const prologue_case *v = &prologue_cases[i];
+        fg_context *pctx = engine_context(v->engine);
+        cases++;
+        if (!pctx) {
+            failed++;
+            continue;
+        }
+        gpu_result r = gpu_check_spec_at(pctx, v->name, v->source, v->batch, 1100 + (uint64_t)i, v->tol, 0);
+        fg_context_destroy(pctx);
+        if (!r.ok || !r.pass)
+            failed++;
+        if (!r.ok)
+            printf("FAILED %-32s: %s\n", v->name, r.error);
+        else
+            printf("%s %-32s batch %lld (prologue, engine %s): max abs %.3g, rel L2 %.3g, %lld/%lld outside %.0e%s\n",
+                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto", r.max_abs,
+                   r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
     }
     {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);

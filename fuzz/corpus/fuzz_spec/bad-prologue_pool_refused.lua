@@ -1,0 +1,6 @@
+return layer "t" {
+  input = { "N", 4, 8, 8 },
+  relu {},
+  max_pool { kernel = 2 },
+  conv2d { out_channels = 6, kernel = 3 },
+}

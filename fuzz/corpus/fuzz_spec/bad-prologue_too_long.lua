@@ -1,0 +1,13 @@
+return layer "t" {
+  input = { "N", 4, 8, 8 },
+  relu {},
+  relu {},
+  relu {},
+  relu {},
+  relu {},
+  relu {},
+  relu {},
+  relu {},
+  silu {},
+  conv2d { out_channels = 6, kernel = 3 },
+}

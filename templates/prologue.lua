@@ -1,0 +1,145 @@
+-- SPDX-License-Identifier: Apache-2.0
+-- The prologue: ops a spec puts before the convolution (layer.pro, docs/spec.md "Prologue"),
+-- applied to each input element where a pass stages it -- the conv's shared-memory staging
+-- (FMA and mma.sync engines, conv.lua's stage_input) or the wgmma engine's input pack --
+-- so that no tensor holds the normalized input. A norm that needs statistics of the input
+-- reads them finalized (the pass below gathers them, finalize.lua finishes them); the
+-- conv's zero padding stays zero because only elements inside the input go through here.
+local lib = import("lib")
+local ops = import("ops")
+local expr = import("expr")
+local flit = lib.flit
+
+local M = {}
+
+-- Prints the prologue's ops 0..upto-1 applied to `x` (a float variable) at `coords` of the
+-- input (coords[1] the channel, coords[2..] the spatial coordinates, as C expressions; `n`
+-- the sample in scope) and returns the result's variable. Every op's snippet is the
+-- registry's (ops.lua), the norm's arithmetic expr.lua's.
+function M.apply(c, layer, plan, pass, names, x, coords, upto)
+  local ev = expr.new(layer, plan, pass, c, names)
+  local v = x
+  for j = 0, upto - 1 do
+    local op = layer.pro[j]
+    local e
+    if op.class == "unary" then
+      e = ops.unary(op, v)
+    elseif op.class == "binary" then
+      local b = op.operand == "scalar" and flit(op.scalar) or ev:param_at(op.operand_param, op.in_shape, coords)
+      e = ops.binary(op, v, b)
+    elseif op.class == "norm" then
+      local src
+      if op.has_stats then
+        if j ~= plan.pro_norm then error("prologue: a norm with statistics the plan does not gather") end
+        src = string.format("%s[%s]", names.stats[plan.pro_accum], ev:norm_key(op, coords))
+      end
+      e = ev:normalize(op, v, coords, src, false)
+    else
+      error("prologue: op " .. op.spec_name .. " cannot come before the conv")
+    end
+    local var = string.format("pro%d_%s", j, x)
+    c:line("const float %s = %s;", var, e)
+    v = var
+  end
+  return v
+end
+
+-- Whether a pass applies a prologue (then it reads each input element with a plain load and
+-- stores the transformed value; without one the staging stays as it was).
+function M.active(layer) return layer.n_pro > 0 end
+
+-- Declares <prefix><d> for the dims `dims` (in order, the last fastest) of `shape` from the
+-- linear index `idx` over them, and records them in coords[d].
+local function unravel_dims(c, shape, dims, idx, prefix, coords)
+  local rest = idx
+  for i = #dims, 1, -1 do
+    local d = dims[i]
+    coords[d] = prefix .. d
+    -- (void): an index skips a dim of extent 1, and an op may read no coordinate
+    c:line("const int %s%d = %s %% %d; (void)%s%d;", prefix, d, rest, shape.dim[d], prefix, d)
+    rest = string.format("(%s / %d)", rest, shape.dim[d])
+  end
+end
+
+-- The statistics pass (FG_PASS_PRO_STATS): a block sums a span of one statistic's elements
+-- of one sample through the prologue's ops before the norm, in fp64, and adds its partial
+-- into the norm's accumulator with the registry's flush.
+function M.render(layer, plan, pass, names, signature)
+  local c = lib.code()
+  local a = plan.pro_accum
+  local acc = plan.accums[a]
+  local op = layer.pro[plan.pro_norm]
+  local shape = layer.input
+  local st = op.stat
+  local count, keys = acc.count_per_sample, acc.keys_per_sample
+  local block, per = pass.launch.block, pass.launch.elems
+  local span = block * per
+  local spans = (count + span - 1) // span
+  local def = plan.accum_defs[acc.kind]
+  c:line("/* pass %d: statistics s%d of the input for the prologue's %s (pro%d): %d keys of %d elements per sample */",
+    pass.index, a, op.spec_name, plan.pro_norm, keys, count)
+  c:line("extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", block, pass.kernel, signature)
+  c:open("{")
+  c:line("(void)batch;")
+  c:line("const int n = batch_base + (int)blockIdx.z;")
+  c:line("const int q = (int)blockIdx.x / %d, span = (int)blockIdx.x %% %d;", spans, spans)
+  c:line("(void)span;")
+  -- the key's channel group and kept spatial coordinates; an element's channel within the
+  -- group and reduced coordinates (the channel outermost: consecutive elements of a group
+  -- or instance norm are consecutive in NC(D)HW)
+  local kept, reduced, kept_n, red_n = {}, {}, 1, 1
+  for d = 2, shape.rank - 1 do
+    if (st.mask >> d) & 1 == 1 then
+      reduced[#reduced + 1] = d
+      red_n = red_n * shape.dim[d]
+    else
+      kept[#kept + 1] = d
+      kept_n = kept_n * shape.dim[d]
+    end
+  end
+  c:line("const int cg0 = (q / %d) * %d;", kept_n, st.channel_group)
+  local coords = {}
+  unravel_dims(c, shape, kept, string.format("(q %% %d)", kept_n), "k", coords)
+  c:line("double s = %s, s2 = %s;", def.identity, def.identity)
+  c:open("for (int e = 0; e < %d; ++e) {", per)
+  c:line("const int j = span * %d + e * %d + (int)threadIdx.x;", span, block)
+  c:open("if (j < %d) {", count)
+  c:line("const int ch = cg0 + j / %d;", red_n)
+  coords[1] = "ch"
+  unravel_dims(c, shape, reduced, string.format("(j %% %d)", red_n), "r", coords)
+  local at = lib.io_cl(layer) and lib.lin_cl(shape, coords) or lib.lin(shape, coords)
+  local load = string.format("%s + (fg_u64)n * %d + %s", names.input, shape.sample, at)
+  c:line("const float x0 = %s;", lib.io_half(layer) and "fg_io_load(" .. load .. ")" or "*(" .. load .. ")")
+  local v = M.apply(c, layer, plan, pass, names, "x0", coords, plan.pro_norm)
+  lib.emit(c, lib.fill(def.combine, nil, { s = "s", q = "s2", x = "(double)" .. v }))
+  c:close()
+  c:close()
+  -- the block's sums: a warp's lanes, then the warps through shared memory
+  c:open("for (int o = 16; o > 0; o >>= 1) {")
+  c:line("s += __shfl_xor_sync(0xffffffffu, s, o);")
+  c:line("s2 += __shfl_xor_sync(0xffffffffu, s2, o);")
+  c:close()
+  if block > 32 then
+    c:line("__shared__ double sh[%d][2];", block // 32)
+    c:line("const int w = (int)threadIdx.x >> 5;")
+    c:open("if (((int)threadIdx.x & 31) == 0) {")
+    c:line("sh[w][0] = s;")
+    c:line("sh[w][1] = s2;")
+    c:close()
+    c:line("__syncthreads();")
+    c:open("if (threadIdx.x == 0) {")
+    c:open("for (int i = 1; i < %d; ++i) {", block // 32)
+    c:line("s += sh[i][0];")
+    c:line("s2 += sh[i][1];")
+    c:close()
+    c:close()
+  end
+  c:open("if (threadIdx.x == 0) {")
+  local key = acc.over_batch and "q" or string.format("(long long)n * %d + q", keys)
+  lib.emit(c, lib.fill(def.flush, nil, { acc = names.accum[a], k = "(" .. key .. ")", s = "s", q = "s2" }))
+  c:close()
+  c:close()
+  return c
+end
+
+return M
