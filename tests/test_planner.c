@@ -1472,6 +1472,10 @@ static void wgmma_half_operands(void **state)
     assert_int_equal(plan->wgmma.stages, 4);
     assert_int_equal(plan->wgmma.split_k, 4);
     assert_int_equal(splits_at(plan, 1), 4);
+    free(plan);
+    free(ir);
+}
+
 /* A prologue norm that needs statistics of the input: a statistics pass over the input and
  * its finalize come first; no buffer holds the normalized input (on FMA and mma.sync none at
  * all; on wgmma only the packed operands, which are it); the conv pass (or the input pack)

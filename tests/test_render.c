@@ -513,6 +513,8 @@ static void wgmma_half_operands(void **state)
     fgt_assert_contains(r->src.source, "const int k = kc * 32 + seg * 4;");
     fgt_assert_not_contains(r->src.source, ".bf16.bf16");
     free_rendered(r);
+}
+
 /* A prologue (GroupNorm -> SiLU before the conv, Stable Diffusion's ResnetBlock2D): the
  * statistics pass reads the raw input and feeds fp64 moments, the finalize pass turns them
  * into mean and 1/sqrt(var + eps), and the pass that stages the input -- the conv on the FMA
