@@ -129,6 +129,52 @@ static const prologue_case prologue_cases[] = {
         silu {},
         conv2d { out_channels = 256, kernel = 3, padding = 1 },
     })},
+    /* review of the merge: paths the cases above leave to one engine. The wgmma pack with
+     * padded channels (CIN_G 6 -> CP 8), groups and dilation; 3D with a stride on wgmma; a
+     * layer norm's per-element affine in the mma.sync staging; an fp16 input; 64 -> 64 on
+     * mma.sync (one m-tile a warp with a prologue); tf32 precision (the generated conv, not
+     * cuDNN, with the tf32 bar) */
+    {"pro_relu_gn_mul_conv_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_relu_gn_mul_conv_wgmma" {
+        input = { "N", 12, 13, 11 },
+        add { scalar = -0.25 },
+        relu {},
+        group_norm { groups = 4 },
+        mul { param = "scale" },
+        gelu {},
+        conv2d { out_channels = 16, kernel = 3, padding = { 2, 1 }, dilation = { 2, 1 }, groups = 2 },
+    })},
+    {"pro_instance_norm_conv3d_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_instance_norm_conv3d_wgmma" {
+        input = { "N", 8, 6, 10, 12 },
+        instance_norm { affine = true },
+        leaky_relu { negative_slope = 0.1 },
+        conv3d { out_channels = 12, kernel = 3, padding = 1, stride = { 1, 2, 2 } },
+    })},
+    {"pro_layer_norm_mma", "mma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_layer_norm_mma" {
+        input = { "N", 16, 8, 9 },
+        layer_norm { normalized_shape = { 16, 8, 9 } },
+        relu {},
+        conv2d { out_channels = 32, kernel = 3, padding = 1 },
+    })},
+    {"pro_fp16_gn_silu_fma", "fma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_fp16_gn_silu_fma" {
+        input = { "N", 16, 11, 12 },
+        dtype = "fp16",
+        group_norm { groups = 4 },
+        silu {},
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+    })},
+    {"pro_gn_silu_64_mma", "mma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_gn_silu_64_mma" {
+        input = { "N", 64, 16, 16 },
+        group_norm { groups = 32, eps = 1e-6 },
+        silu {},
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+    })},
+    {"pro_tf32_gn_silu", NULL, 2, 5e-3, PROLOGUE_SPEC(return layer "pro_tf32_gn_silu" {
+        input = { "N", 32, 16, 16 },
+        precision = "tf32",
+        group_norm { groups = 8 },
+        silu {},
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+    })},
 };
 
 #define N_PROLOGUE_CASES ((int)(sizeof prologue_cases / sizeof *prologue_cases))

@@ -975,7 +975,7 @@ static void channels_last_is_a_transpose(void **state)
  * transformed tensor, so a padded tap adds 0, not f(0). Input [1, 1, 1, 2] = {1, 3}:
  * instance_norm -> {-1, 1} / sqrt(1 + eps); add 5 -> {5 - r, 5 + r}; a 1x3 kernel of ones with
  * padding 1 along W: out[0] = 0 + (5 - r) + (5 + r) = 10 = out[1]. (Padding with f(0) =
- * (0 - 2) * r + 5 would give 13 - 2r.) */
+ * (0 - 2) * r + 5 would give 15 - 2r.) */
 static void prologue_pads_the_transformed_input(void **state)
 {
     (void)state;
