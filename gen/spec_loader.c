@@ -203,7 +203,7 @@ static void push_environment(lua_State *L)
     lua_getfield(L, LUA_REGISTRYINDEX, REG_CTORS);
     int n_names;
     const char *const *names = fg_constructor_names(&n_names);
-    for (int i = 1; i < n_names; i++) { /* names[0] is "layer" */
+    for (int i = 2; i < n_names; i++) { /* names[0] and [1] are "layer" and "block" */
         lua_pushstring(L, names[i]);
         lua_pushcclosure(L, op_constructor, 1);
         lua_pushvalue(L, -1);
@@ -1518,10 +1518,11 @@ void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx)
     word(ctx, "as");
     word(ctx, "N");
     word(ctx, "tostring");
-    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies, dtypes, layouts};
+    static const char *const block_words[] = {"from", "inputs", "output", "input"};
+    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies, dtypes, layouts, block_words};
     const int counts[] = {COUNT(base_funcs), COUNT(math_funcs), COUNT(layer_fields), COUNT(precisions),
-                          COUNT(strategies), COUNT(dtypes), COUNT(layouts)};
-    for (int l = 0; l < 7; l++)
+                          COUNT(strategies), COUNT(dtypes), COUNT(layouts), COUNT(block_words)};
+    for (int l = 0; l < COUNT(lists); l++)
         for (int i = 0; i < counts[l]; i++)
             word(ctx, lists[l][i]);
     word(ctx, "math");
