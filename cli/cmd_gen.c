@@ -47,7 +47,7 @@ int cmd_gen(int argc, char **argv)
         return cli_usage_error("gen", "expects exactly one SPEC");
     static fg_block_ir block;
     fg_error berr;
-    if (fg_block_load_file(argv[optind], &block, &berr) != 0) {
+    if (fg_block_spec_load_file(argv[optind], &block, &berr) != 0) {
         fprintf(stderr, "%s\n", berr.msg);
         fg_block_ir_free(&block);
         return EXIT_FAIL;
@@ -64,7 +64,7 @@ int cmd_gen(int argc, char **argv)
                 rc = EXIT_FAIL;
             } else {
                 if (!outdir)
-                    printf("// ---- block %s, layer %s ----\n", block.name, fg_block_layer_name(&block, i));
+                    printf("// ---- block %s, layer %s ----\n", block.name, fg_block_ir_layer_name(&block, i));
                 rc = gen_one(&block.layers[i], &lplan, outdir);
             }
         }

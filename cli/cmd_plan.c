@@ -46,7 +46,7 @@ static int plan_block(const fg_block_ir *b, const char *arch)
     int k = 0;
     for (int i = 0; i < b->n_layers; i++)
         for (int p = 0; p < plans[i].n_passes; p++)
-            printf("  %2d  %-12s %s\n", k++, fg_block_layer_name(b, i), plans[i].passes[p].kernel);
+            printf("  %2d  %-12s %s\n", k++, fg_block_ir_layer_name(b, i), plans[i].passes[p].kernel);
     printf("block workspace: the layers' outputs but the block's, float32 each:\n");
     int64_t floats = 0;
     for (int i = 0; i < b->n_layers; i++) {
@@ -89,7 +89,7 @@ int cmd_plan(int argc, char **argv)
         return cli_usage_error("plan", "expects exactly one SPEC");
     static fg_block_ir block;
     fg_error err;
-    if (fg_block_load_file(argv[optind], &block, &err) != 0) {
+    if (fg_block_spec_load_file(argv[optind], &block, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         fg_block_ir_free(&block);
         return EXIT_FAIL;
