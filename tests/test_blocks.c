@@ -17,7 +17,7 @@ static fg_block_ir *load_block(const char *src)
 {
     fg_block_ir *b = calloc(1, sizeof *b);
     fg_error err;
-    if (fg_block_load_string("blk.lua", src, strlen(src), b, &err) != 0)
+    if (fg_block_spec_load_string("blk.lua", src, strlen(src), b, &err) != 0)
         fail_msg("block refused: %s", err.msg);
     return b;
 }
@@ -32,7 +32,7 @@ static void expect_error(const char *src, const char *fragment)
 {
     fg_block_ir b;
     fg_error err;
-    int rc = fg_block_load_string("blk.lua", src, strlen(src), &b, &err);
+    int rc = fg_block_spec_load_string("blk.lua", src, strlen(src), &b, &err);
     fg_block_ir_free(&b);
     if (rc == 0)
         fail_msg("accepted, expected an error with: %s\n%s", fragment, src);
@@ -107,9 +107,9 @@ static void wiring(void **state)
         "  layer \"a\" { from = \"input\", conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
         "  layer \"b\" { from = \"a\", conv2d { name = \"c2\", out_channels = 4, kernel = 3, padding = 1 } },\n}\n");
     assert_int_equal(b->n_layers, 3);
-    assert_string_equal(fg_block_layer_name(b, 0), "a");
-    assert_string_equal(fg_block_layer_name(b, 1), "b");
-    assert_string_equal(fg_block_layer_name(b, 2), "c");
+    assert_string_equal(fg_block_ir_layer_name(b, 0), "a");
+    assert_string_equal(fg_block_ir_layer_name(b, 1), "b");
+    assert_string_equal(fg_block_ir_layer_name(b, 2), "c");
     assert_string_equal(b->layers[2].name, "w.c");
     assert_string_equal(b->tensors[b->output].name, "c");
     assert_int_equal(b->tensors[b->layer[2].out].layer, 2);
@@ -293,7 +293,7 @@ static void shipped_block_specs(void **state)
         fgt_spec_path(rel, path, sizeof path);
         fg_block_ir b;
         fg_error err;
-        if (fg_block_load_file(path, &b, &err) != 0)
+        if (fg_block_spec_load_file(path, &b, &err) != 0)
             fail_msg("%s", err.msg);
         assert_false(b.single);
         for (int l = 0; l < b.n_layers; l++) {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "block.h"
 #include "nvrtc_compiler.h"
 #include "render.h"
 #include "spec_loader.h"
@@ -628,6 +629,52 @@ static void ptxas_report_parser(void **state)
     assert_int_equal(fg_parse_ptxas_report("", k, 4), 0);
 }
 
+/* The block specs (specs/blocks/): every layer compiles for sm_80 (the planner's engine) and
+ * for sm_90a on the wgmma engine, with its tensor operands (batched parameters, read at the
+ * sample in scope: the residual in an epilogue, SD's time embedding) in the source. */
+static void blocks(void **state)
+{
+    (void)state;
+    const char *names[] = {"resnet50_bottleneck", "sd_resnet_block", "nnunet_stage"};
+    static const char *const sm80[] = {"sm_80"};
+    int problems = 0, tensor_reads = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[1024], rel[128];
+        snprintf(rel, sizeof rel, "blocks/%s", names[i]);
+        fgt_spec_path(rel, path, sizeof path);
+        fg_block_ir b;
+        fg_error err;
+        if (fg_block_spec_load_file(path, &b, &err) != 0)
+            fail_msg("%s", err.msg);
+        for (int l = 0; l < b.n_layers; l++) {
+            fg_layer_ir *ir = &b.layers[l];
+            problems += compile_ir(ir, -1, sm80, 1);
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.engine = FG_ENGINE_PREFER_WGMMA;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            char what[256];
+            snprintf(what, sizeof what, "%s for sm_90a (wgmma)", ir->name);
+            problems += compile_sm90a(ir, plan, what, NULL);
+            fg_rendered src;
+            assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+            for (int p = 0; p < ir->n_params; p++)
+                if (ir->params[p].batched) {
+                    /* the kernel reads the tensor at the sample in scope */
+                    char needle[64];
+                    snprintf(needle, sizeof needle, "[(fg_u64)n * %lld + ", (long long)ir->params[p].count);
+                    fgt_assert_contains_at(src.source, needle, __FILE__, __LINE__);
+                    tensor_reads++;
+                }
+            fg_rendered_free(&src);
+            free(plan);
+        }
+        fg_block_ir_free(&b);
+    }
+    assert_int_equal(tensor_reads, 3); /* the bottleneck's residual, SD's temb and residual */
+    assert_int_equal(problems, 0);
+}
+
 int main(void)
 {
     /* NVRTC's own cache (CUDA 12.9+, where a driver is present) answers without the ptxas
@@ -637,6 +684,7 @@ int main(void)
         cmocka_unit_test(version_and_options),
         cmocka_unit_test(ptxas_report_parser),
         cmocka_unit_test(reference_specs),
+        cmocka_unit_test(blocks),
         cmocka_unit_test(wgmma_engine),
         cmocka_unit_test(wgmma_split_k),
         cmocka_unit_test(wgmma_channel_reduction),
