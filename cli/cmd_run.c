@@ -17,8 +17,9 @@
 static const char usage[] =
     "usage: fusegen run SPEC [options]\n"
     "\n"
-    "Runs the layer (or block) of SPEC on random or given tensors, on the GPU (JIT-compiling what the\n"
-    "kernel caches lack) or with the CPU reference.\n"
+    "Runs the layer of SPEC on random or given tensors, on the GPU (JIT-compiling what the\n"
+    "kernel caches lack) or with the CPU reference. A block spec (docs/spec.md, Blocks) runs\n"
+    "on random inputs (--random), with random or given (--weights) parameters.\n"
     "\n"
     "options:\n"
     "  --device gpu|cpu      where to run (default gpu)\n"

@@ -13,7 +13,7 @@ void fg_block_ir_free(fg_block_ir *b)
     b->n_layers = 0;
 }
 
-const char *fg_block_layer_name(const fg_block_ir *b, int i)
+const char *fg_block_ir_layer_name(const fg_block_ir *b, int i)
 {
     if (b->single)
         return b->layers[0].name;
@@ -37,7 +37,7 @@ void fg_block_print(const fg_block_ir *b, void (*emit)(void *ctx, const char *li
             if (ir->params[p].batched)
                 snprintf(reads + strlen(reads), sizeof reads - strlen(reads), "%s%s", reads[0] ? ", " : " + tensor ",
                          ir->params[p].name);
-        snprintf(line, sizeof line, "  layer  %-12s %s <- %s%s   (line %d)", fg_block_layer_name(b, i),
+        snprintf(line, sizeof line, "  layer  %-12s %s <- %s%s   (line %d)", fg_block_ir_layer_name(b, i),
                  fg_shape_str(&b->tensors[b->layer[i].out].shape, shape, sizeof shape),
                  b->tensors[b->layer[i].from].name, reads, b->layer[i].line);
         emit(ctx, line);

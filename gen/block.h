@@ -56,12 +56,12 @@ typedef struct fg_block_ir {
 /* Loads a spec that returns a block or a layer (then single, n_layers 1). Returns 0 or -1
  * with err set (every message names the file, the line and the field). fg_block_ir_free
  * frees what a load allocated, after success or failure. */
-int fg_block_load_file(const char *path, fg_block_ir *b, fg_error *err);
-int fg_block_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err);
+int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err);
+int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err);
 void fg_block_ir_free(fg_block_ir *b);
 
 /* The layer's name inside the block ("a" of "bottleneck.a"). */
-const char *fg_block_layer_name(const fg_block_ir *b, int i);
+const char *fg_block_ir_layer_name(const fg_block_ir *b, int i);
 
 /* A human-readable description: the tensors, the layers, their wiring (fusegen plan). */
 void fg_block_print(const fg_block_ir *b, void (*emit)(void *ctx, const char *line), void *ctx);

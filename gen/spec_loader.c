@@ -1123,7 +1123,7 @@ static int walk(lua_State *L)
     bool is_layer = strcmp(kind, "layer") == 0, is_block = strcmp(kind, "block") == 0;
     if (is_block && !w->block)
         return luaL_error(L, "%s: the spec returns a block, which this entry point does not load: load it as a block "
-                             "(fg_block_load_file, or any fusegen command)",
+                             "(fg_block_spec_load_file, or any fusegen command)",
                           w->file);
     if (!is_layer && !is_block) {
         const char *what = lua_istable(L, -1) ? "an op" : luaL_typename(L, result);
@@ -1470,7 +1470,7 @@ int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
     return rc;
 }
 
-int fg_block_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err)
+int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err)
 {
     memset(b, 0, sizeof *b);
     const char *display = display_name ? display_name : "<string>";
@@ -1488,14 +1488,14 @@ int fg_block_load_string(const char *display_name, const char *source, size_t le
     return rc;
 }
 
-int fg_block_load_file(const char *path, fg_block_ir *b, fg_error *err)
+int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err)
 {
     size_t len;
     memset(b, 0, sizeof *b);
     char *buf = read_spec(path, &len, err);
     if (!buf)
         return -1;
-    int rc = fg_block_load_string(path, buf, len, b, err);
+    int rc = fg_block_spec_load_string(path, buf, len, b, err);
     free(buf);
     return rc;
 }
