@@ -132,6 +132,24 @@ static int parse(int argc, char **argv, run_opts *o)
     return 0;
 }
 
+/* "[2, 16, 8, 8]" */
+static void shape_string(int rank, const int64_t *dims, char *shape, size_t cap)
+{
+    int len = snprintf(shape, cap, "[");
+    for (int d = 0; d < rank && (size_t)len < cap; d++)
+        len += snprintf(shape + len, cap - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    if ((size_t)len < cap)
+        snprintf(shape + len, cap - (size_t)len, "]");
+}
+
+static int64_t element_count(int rank, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= dims[d];
+    return n;
+}
+
 /* The layer's dtype: fg_dtype's code (common/half.h) and name. */
 static int layer_dtype(fg_layer *layer, const char **name)
 {
@@ -369,9 +387,7 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
         int rank;
         int64_t dims[FG_MAX_DIMS];
         fg_block_input_info(block, t, batch, NULL, &rank, dims);
-        counts[t] = 1;
-        for (int d = 0; d < rank; d++)
-            counts[t] *= dims[d];
+        counts[t] = element_count(rank, dims);
         if (!(x[t] = malloc(sizeof(float) * (size_t)counts[t]))) {
             cli_error("out of memory for the inputs");
             goto out;
@@ -399,9 +415,7 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
     int rank;
     int64_t dims[FG_MAX_DIMS];
     fg_block_output_shape(block, batch, &rank, dims);
-    int64_t n_out = 1;
-    for (int d = 0; d < rank; d++)
-        n_out *= dims[d];
+    int64_t n_out = element_count(rank, dims);
     if (!(y = malloc(sizeof(float) * (size_t)n_out))) {
         cli_error("out of memory for the output");
         goto out;
@@ -437,10 +451,7 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
         fprintf(stderr, "CPU reference: %.1f ms\n", (fg_seconds_now() - t0) * 1e3);
     }
     char shape[128];
-    int len = snprintf(shape, sizeof shape, "[");
-    for (int d = 0; d < rank; d++)
-        len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
-    snprintf(shape + len, sizeof shape - (size_t)len, "]");
+    shape_string(rank, dims, shape, sizeof shape);
     fg_tools_device device = {.name = "the CPU (reference)"};
     if (o->gpu)
         fg_tools_device_info(ctx, &device);
@@ -535,9 +546,7 @@ int cmd_run(int argc, char **argv)
     int rank;
     int64_t dims[FG_MAX_DIMS];
     fg_layer_output_shape(layer, batch, &rank, dims);
-    int64_t n_out = 1;
-    for (int d = 0; d < rank; d++)
-        n_out *= dims[d];
+    int64_t n_out = element_count(rank, dims);
     if (!(y = malloc(sizeof(float) * (size_t)n_out))) {
         cli_error("out of memory for the output");
         goto out;
@@ -552,10 +561,7 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "CPU reference: %.1f ms\n", (fg_seconds_now() - t0) * 1e3);
     }
     char shape[128];
-    int len = snprintf(shape, sizeof shape, "[");
-    for (int d = 0; d < rank; d++)
-        len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
-    snprintf(shape + len, sizeof shape - (size_t)len, "]");
+    shape_string(rank, dims, shape, sizeof shape);
     fg_tools_device device = {.name = "the CPU (reference)"};
     if (o.gpu)
         fg_tools_device_info(ctx, &device);

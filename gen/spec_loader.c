@@ -79,24 +79,30 @@ static int op_constructor(lua_State *L)
     return record(L, name, 1, line);
 }
 
-static int layer_body(lua_State *L)
+/* `layer "NAME" { ... }` and `block "NAME" { ... }`: the constructor takes the name
+ * (upvalue 1: the kind) and returns the body's constructor (upvalues: the name, the kind),
+ * which records the table. */
+static int named_body(lua_State *L)
 {
     int line = current_line(L);
+    const char *name = lua_tostring(L, lua_upvalueindex(1)), *kind = lua_tostring(L, lua_upvalueindex(2));
     if (!lua_istable(L, 1))
-        return luaL_error(L, "layer \"%s\" expects a table: layer \"%s\" { input = {...}, ... }",
-                          lua_tostring(L, lua_upvalueindex(1)), lua_tostring(L, lua_upvalueindex(1)));
+        return luaL_error(L, "%s \"%s\" expects a table: %s \"%s\" { input = {...}, %s }", kind, name, kind, name,
+                          strcmp(kind, "block") == 0 ? "layer \"a\" { ... }, ..." : "...");
     lua_settop(L, 1);
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_setfield(L, 1, "\1name"); /* a key no spec field can spell */
-    return record(L, "layer", 1, line);
+    return record(L, kind, 1, line);
 }
 
-static int layer_constructor(lua_State *L)
+static int named_constructor(lua_State *L)
 {
+    const char *kind = lua_tostring(L, lua_upvalueindex(1));
     if (lua_type(L, 1) != LUA_TSTRING)
-        return luaL_error(L, "layer expects a name first: return layer \"my_layer\" { ... }");
+        return luaL_error(L, "%s expects a name first: return %s \"my_%s\" { ... }", kind, kind, kind);
     lua_settop(L, 1);
-    lua_pushcclosure(L, layer_body, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushcclosure(L, named_body, 2);
     return 1;
 }
 
@@ -104,27 +110,6 @@ static int layer_constructor(lua_State *L)
  * constructors and helpers (its upvalue), so that every assignment to a global, even one
  * to an existing name such as `relu = 5`, reaches __newindex and is refused. Reading a
  * global the spec never defined is almost always a misspelt constructor. */
-static int block_body(lua_State *L)
-{
-    int line = current_line(L);
-    if (!lua_istable(L, 1))
-        return luaL_error(L, "block \"%s\" expects a table: block \"%s\" { input = {...}, layer \"a\" { ... }, ... }",
-                          lua_tostring(L, lua_upvalueindex(1)), lua_tostring(L, lua_upvalueindex(1)));
-    lua_settop(L, 1);
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_setfield(L, 1, "\1name");
-    return record(L, "block", 1, line);
-}
-
-static int block_constructor(lua_State *L)
-{
-    if (lua_type(L, 1) != LUA_TSTRING)
-        return luaL_error(L, "block expects a name first: return block \"my_block\" { ... }");
-    lua_settop(L, 1);
-    lua_pushcclosure(L, block_body, 1);
-    return 1;
-}
-
 static int env_index(lua_State *L)
 {
     lua_pushvalue(L, 2);
@@ -212,10 +197,11 @@ static void push_environment(lua_State *L)
         lua_rawset(L, -3); /* ctors[function] = name, to accept a bare `relu` */
     }
     lua_pop(L, 1);
-    lua_pushcfunction(L, layer_constructor);
-    lua_setfield(L, -2, "layer");
-    lua_pushcfunction(L, block_constructor);
-    lua_setfield(L, -2, "block");
+    for (int i = 0; i < 2; i++) { /* names[0] and [1] */
+        lua_pushstring(L, names[i]);
+        lua_pushcclosure(L, named_constructor, 1);
+        lua_setfield(L, -2, names[i]);
+    }
 
     /* Drop the global table's contents: nothing reachable from a function the spec holds
      * (pairs' upvalues and so on) leads back to io/os/load. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "block_specs.h"
 #include "cpu_reference.h"
 #include "spec_loader.h"
 #include "test_util.h"
@@ -286,15 +287,9 @@ static void sd_reference(void **state)
 static void shipped_block_specs(void **state)
 {
     (void)state;
-    const char *names[] = {"resnet50_bottleneck", "sd_resnet_block", "nnunet_stage"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        char path[1024], rel[128];
-        snprintf(rel, sizeof rel, "blocks/%s", names[i]);
-        fgt_spec_path(rel, path, sizeof path);
+    for (int i = 0; i < FGT_N_BLOCK_SPECS; i++) {
         fg_block_ir b;
-        fg_error err;
-        if (fg_block_spec_load_file(path, &b, &err) != 0)
-            fail_msg("%s", err.msg);
+        fgt_load_block_spec(i, &b);
         assert_false(b.single);
         for (int l = 0; l < b.n_layers; l++) {
             fg_plan *plan = fgt_plan(&b.layers[l], -1);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "block.h"
+#include "block_specs.h"
 #include "nvrtc_compiler.h"
 #include "render.h"
 #include "spec_loader.h"
@@ -635,17 +636,11 @@ static void ptxas_report_parser(void **state)
 static void blocks(void **state)
 {
     (void)state;
-    const char *names[] = {"resnet50_bottleneck", "sd_resnet_block", "nnunet_stage"};
     static const char *const sm80[] = {"sm_80"};
     int problems = 0, tensor_reads = 0;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        char path[1024], rel[128];
-        snprintf(rel, sizeof rel, "blocks/%s", names[i]);
-        fgt_spec_path(rel, path, sizeof path);
+    for (int i = 0; i < FGT_N_BLOCK_SPECS; i++) {
         fg_block_ir b;
-        fg_error err;
-        if (fg_block_spec_load_file(path, &b, &err) != 0)
-            fail_msg("%s", err.msg);
+        fgt_load_block_spec(i, &b);
         for (int l = 0; l < b.n_layers; l++) {
             fg_layer_ir *ir = &b.layers[l];
             problems += compile_ir(ir, -1, sm80, 1);
@@ -657,6 +652,7 @@ static void blocks(void **state)
             snprintf(what, sizeof what, "%s for sm_90a (wgmma)", ir->name);
             problems += compile_sm90a(ir, plan, what, NULL);
             fg_rendered src;
+            fg_error err;
             assert_int_equal(fg_render(ir, plan, &src, &err), 0);
             for (int p = 0; p < ir->n_params; p++)
                 if (ir->params[p].batched) {
