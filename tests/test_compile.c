@@ -668,6 +668,24 @@ static void blocks(void **state)
         fg_block_ir_free(&b);
     }
     assert_int_equal(tensor_reads, 3); /* the bottleneck's residual, SD's temb and residual */
+    /* tensor operands before a norm (read where its statistics are gathered), after it (in
+     * the pass that applies it), in a prologue, with each strategy */
+    static const char src[] =
+        "return block \"t\" {\n  input = { \"N\", 8, 10, 10 },\n  inputs = { v = { \"N\", 16 } },\n"
+        "  layer \"a\" { mul { tensor = \"input\" }, conv2d { out_channels = 16, kernel = 3, padding = 1 },\n"
+        "    add { tensor = \"v\" }, group_norm { groups = 4 }, mul { tensor = \"v\" }, relu {} },\n"
+        "  layer \"b\" { conv2d { name = \"c2\", out_channels = 8, kernel = 1 }, instance_norm {},\n"
+        "    add { tensor = \"input\" }, sub { tensor = \"input\" }, mean { dims = { 2, 3 } } },\n}\n";
+    fg_block_ir b;
+    fg_error err;
+    if (fg_block_spec_load_string("t.lua", src, sizeof src - 1, &b, &err) != 0)
+        fail_msg("%s", err.msg);
+    static const char *const both[] = {"sm_80", "sm_90"};
+    for (int l = 0; l < b.n_layers; l++) {
+        problems += compile_ir(&b.layers[l], FG_STRATEGY_MATERIALIZE, both, 2);
+        problems += compile_ir(&b.layers[l], FG_STRATEGY_RECOMPUTE, both, 1);
+    }
+    fg_block_ir_free(&b);
     assert_int_equal(problems, 0);
 }
 
