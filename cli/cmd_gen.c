@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../gen/block.h"
 #include "cli.h"
 #include "../gen/render.h"
 
@@ -17,6 +18,8 @@ static const char usage[] =
     "options:\n"
     "  -o, --output DIR   directory to write <layer>.cu into (created if missing)\n"
     "  --arch ARCH        generate for this architecture (default " CLI_DEFAULT_ARCH ")\n";
+
+static int gen_one(const fg_layer_ir *irp, const fg_plan *planp, const char *outdir);
 
 int cmd_gen(int argc, char **argv)
 {
@@ -42,13 +45,46 @@ int cmd_gen(int argc, char **argv)
     }
     if (argc - optind != 1)
         return cli_usage_error("gen", "expects exactly one SPEC");
+    static fg_block_ir block;
+    fg_error berr;
+    if (fg_block_spec_load_file(argv[optind], &block, &berr) != 0) {
+        fprintf(stderr, "%s\n", berr.msg);
+        fg_block_ir_free(&block);
+        return EXIT_FAIL;
+    }
+    if (!block.single) {
+        /* a block: each layer's source, in run order (stdout, or BLOCK.LAYER.cu files) */
+        fg_plan_options opts;
+        cli_plan_options(&opts, arch);
+        int rc = EXIT_OK;
+        for (int i = 0; i < block.n_layers && rc == EXIT_OK; i++) {
+            static fg_plan lplan;
+            if (fg_plan_layer(&block.layers[i], &opts, &lplan, &berr) != 0) {
+                fprintf(stderr, "%s\n", berr.msg);
+                rc = EXIT_FAIL;
+            } else {
+                if (!outdir)
+                    printf("// ---- block %s, layer %s ----\n", block.name, fg_block_ir_layer_name(&block, i));
+                rc = gen_one(&block.layers[i], &lplan, outdir);
+            }
+        }
+        fg_block_ir_free(&block);
+        return rc;
+    }
+    fg_block_ir_free(&block);
     static fg_layer_ir ir;
     static fg_plan plan;
     if (cli_load_and_plan(argv[optind], arch, &ir, &plan) != 0)
         return EXIT_FAIL;
+    return gen_one(&ir, &plan, outdir);
+}
+
+/* Renders one layer: to stdout, or OUTDIR/NAME.cu. */
+static int gen_one(const fg_layer_ir *irp, const fg_plan *planp, const char *outdir)
+{
     fg_rendered src;
     fg_error err;
-    if (fg_render(&ir, &plan, &src, &err) != 0) {
+    if (fg_render(irp, planp, &src, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return EXIT_FAIL;
     }
@@ -62,7 +98,7 @@ int cmd_gen(int argc, char **argv)
             return EXIT_FAIL;
         }
         char path[2048], tmp[2100];
-        snprintf(path, sizeof path, "%s/%s.cu", outdir, ir.name);
+        snprintf(path, sizeof path, "%s/%s.cu", outdir, irp->name);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
         struct stat st; /* renaming would replace a device node or FIFO with a regular file */
         if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {

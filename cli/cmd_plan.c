@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../gen/block.h"
 #include "cli.h"
 
 static const char usage[] =
@@ -20,6 +21,48 @@ static void print_line(void *ctx, const char *line)
 {
     (void)ctx;
     puts(line);
+}
+
+/* A block: its wiring, each layer as `fusegen plan` prints a layer, then the block's
+ * kernels in run order and its workspace. */
+static int plan_block(const fg_block_ir *b, const char *arch)
+{
+    static fg_plan plans[FG_MAX_BLOCK_LAYERS];
+    fg_plan_options opts;
+    cli_plan_options(&opts, arch);
+    fg_error err;
+    for (int i = 0; i < b->n_layers; i++)
+        if (fg_plan_layer(&b->layers[i], &opts, &plans[i], &err) != 0) {
+            fprintf(stderr, "%s\n", err.msg);
+            return EXIT_FAIL;
+        }
+    fg_block_print(b, print_line, NULL);
+    for (int i = 0; i < b->n_layers; i++) {
+        printf("\n");
+        fg_ir_print(&b->layers[i], print_line, NULL);
+        fg_plan_print(&b->layers[i], &plans[i], print_line, NULL);
+    }
+    printf("\nblock kernels, in order on one stream:\n");
+    int k = 0;
+    for (int i = 0; i < b->n_layers; i++)
+        for (int p = 0; p < plans[i].n_passes; p++)
+            printf("  %2d  %-12s %s\n", k++, fg_block_ir_layer_name(b, i), plans[i].passes[p].kernel);
+    printf("block workspace: the layers' outputs but the block's, float32 each:\n");
+    int64_t floats = 0;
+    for (int i = 0; i < b->n_layers; i++) {
+        int t = b->layer[i].out;
+        if (t == b->output)
+            continue;
+        char shape[128];
+        int64_t n = fg_shape_sample_count(&b->tensors[t].shape);
+        printf("  %-12s %s   %lld floats a sample\n", b->tensors[t].name,
+               fg_shape_str(&b->tensors[t].shape, shape, sizeof shape), (long long)n);
+        floats += n;
+    }
+    printf("  then one scratch area for the layers' own workspace (the largest; the layers run one after "
+           "the other)\n  in all N x %lld floats + the scratch\n",
+           (long long)floats);
+    return EXIT_OK;
 }
 
 int cmd_plan(int argc, char **argv)
@@ -44,6 +87,19 @@ int cmd_plan(int argc, char **argv)
     }
     if (argc - optind != 1)
         return cli_usage_error("plan", "expects exactly one SPEC");
+    static fg_block_ir block;
+    fg_error err;
+    if (fg_block_spec_load_file(argv[optind], &block, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        fg_block_ir_free(&block);
+        return EXIT_FAIL;
+    }
+    if (!block.single) {
+        int rc = plan_block(&block, arch);
+        fg_block_ir_free(&block);
+        return rc;
+    }
+    fg_block_ir_free(&block);
     static fg_layer_ir ir;
     static fg_plan plan;
     if (cli_load_and_plan(argv[optind], arch, &ir, &plan) != 0)

@@ -18,7 +18,8 @@ static const char usage[] =
     "usage: fusegen run SPEC [options]\n"
     "\n"
     "Runs the layer of SPEC on random or given tensors, on the GPU (JIT-compiling what the\n"
-    "kernel caches lack) or with the CPU reference.\n"
+    "kernel caches lack) or with the CPU reference. A block spec (docs/spec.md, Blocks) runs\n"
+    "on random inputs (--random), with random or given (--weights) parameters.\n"
     "\n"
     "options:\n"
     "  --device gpu|cpu      where to run (default gpu)\n"
@@ -129,6 +130,24 @@ static int parse(int argc, char **argv, run_opts *o)
     if (o->batch < 0)
         o->batch = 1;
     return 0;
+}
+
+/* "[2, 16, 8, 8]" */
+static void shape_string(int rank, const int64_t *dims, char *shape, size_t cap)
+{
+    int len = snprintf(shape, cap, "[");
+    for (int d = 0; d < rank && (size_t)len < cap; d++)
+        len += snprintf(shape + len, cap - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    if ((size_t)len < cap)
+        snprintf(shape + len, cap - (size_t)len, "]");
+}
+
+static int64_t element_count(int rank, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= dims[d];
+    return n;
 }
 
 /* The layer's dtype: fg_dtype's code (common/half.h) and name. */
@@ -345,6 +364,148 @@ static fg_status run_reference(fg_layer *layer, const float *x, float *y, int64_
     return s;
 }
 
+/* `run` on a block spec (docs/spec.md, "Blocks"): random inputs (each input its own stream of
+ * the seed), random or given parameters, the block on the GPU or the CPU reference, and
+ * --check against the reference. */
+static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
+{
+    int rc = EXIT_FAIL, n_inputs = 0;
+    float *x[1 + FG_MAX_DIMS] = {0}, *y = NULL, *ref = NULL;
+    CUdeviceptr dx[1 + FG_MAX_DIMS] = {0}, dy = 0;
+    int64_t counts[1 + FG_MAX_DIMS] = {0};
+    const int64_t batch = o->batch;
+    if (o->input) {
+        cli_error("--input is not supported for a block yet: its inputs are random (--random SEED)");
+        return EXIT_USAGE;
+    }
+    fg_block_input_count(block, &n_inputs);
+    if (n_inputs > 1 + FG_MAX_DIMS) {
+        cli_error("the block has too many inputs for run");
+        return EXIT_FAIL;
+    }
+    for (int t = 0; t < n_inputs; t++) {
+        int rank;
+        int64_t dims[FG_MAX_DIMS];
+        fg_block_input_info(block, t, batch, NULL, &rank, dims);
+        counts[t] = element_count(rank, dims);
+        if (!(x[t] = malloc(sizeof(float) * (size_t)counts[t]))) {
+            cli_error("out of memory for the inputs");
+            goto out;
+        }
+        fg_random_uniform(x[t], (size_t)counts[t], (uint64_t)o->seed, 1 + (uint64_t)t, 0.0f, 1.0f);
+    }
+    int64_t samples = o->gpu && o->check_samples && o->check_samples < batch ? o->check_samples : batch;
+    if (samples < batch && fg_tools_block_stats_over_batch(block)) {
+        fprintf(stderr, "note: statistics span the batch; checking all %lld samples\n", (long long)batch);
+        samples = batch;
+    }
+    double work = fg_tools_block_reference_work(block, samples);
+    if ((!o->gpu || o->check) && work > REFERENCE_BUDGET && !o->force) {
+        cli_error("the CPU reference would need about %.2g multiply-adds for %lld samples (the budget is %.0e): pass "
+                  "--force to run it anyway%s",
+                  work, (long long)samples, REFERENCE_BUDGET, o->gpu ? ", or check fewer samples with --check-samples" : "");
+        goto out;
+    }
+    fg_status bs = o->weights ? fg_block_bind_safetensors(block, o->weights, 0)
+                              : fg_tools_block_bind_random(block, (uint64_t)o->seed);
+    if (bs != FG_OK) {
+        cli_error("%s", fg_last_error());
+        goto out;
+    }
+    int rank;
+    int64_t dims[FG_MAX_DIMS];
+    fg_block_output_shape(block, batch, &rank, dims);
+    int64_t n_out = element_count(rank, dims);
+    if (!(y = malloc(sizeof(float) * (size_t)n_out))) {
+        cli_error("out of memory for the output");
+        goto out;
+    }
+    if (o->gpu) {
+        const void *inputs[1 + FG_MAX_DIMS];
+        for (int t = 0; t < n_inputs; t++) {
+            if (fg_tools_alloc(ctx, sizeof(float) * (size_t)counts[t], &dx[t]) != FG_OK ||
+                fg_tools_upload(ctx, dx[t], x[t], sizeof(float) * (size_t)counts[t]) != FG_OK) {
+                cli_error("preparing device buffers: %s", fg_last_error());
+                goto out;
+            }
+            inputs[t] = (const void *)dx[t];
+        }
+        if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
+            fg_tools_fill_nan(ctx, dy, (size_t)n_out) != FG_OK) {
+            cli_error("preparing device buffers: %s", fg_last_error());
+            goto out;
+        }
+        double t0 = fg_seconds_now();
+        if (fg_block_run(block, inputs, (void *)dy, batch, NULL) != FG_OK || fg_tools_synchronize(ctx) != FG_OK ||
+            fg_tools_download(ctx, y, dy, sizeof(float) * (size_t)n_out) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            goto out;
+        }
+        fprintf(stderr, "first run %.1f ms (JIT of every layer included)\n", (fg_seconds_now() - t0) * 1e3);
+    } else {
+        double t0 = fg_seconds_now();
+        if (fg_block_run_cpu(block, (const float *const *)x, y, batch) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            goto out;
+        }
+        fprintf(stderr, "CPU reference: %.1f ms\n", (fg_seconds_now() - t0) * 1e3);
+    }
+    char shape[128];
+    shape_string(rank, dims, shape, sizeof shape);
+    fg_tools_device device = {.name = "the CPU (reference)"};
+    if (o->gpu)
+        fg_tools_device_info(ctx, &device);
+    int n_layers = 0;
+    fg_block_layer_count(block, &n_layers);
+    printf("block of %d layers: output %s on %s\n", n_layers, shape, device.name);
+    if (o->out) {
+        fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
+        snprintf(t.dtype, sizeof t.dtype, "F32");
+        memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
+        fg_error err;
+        if (fg_safetensors_write(o->out, &t, 1, &err) != 0) {
+            cli_error("%s", err.msg);
+            goto out;
+        }
+        fprintf(stderr, "wrote %s\n", o->out);
+    }
+    rc = EXIT_OK;
+    if (o->check) {
+        int64_t per_out = n_out / batch;
+        if (!(ref = malloc(sizeof(float) * (size_t)(per_out * batch)))) {
+            cli_error("out of memory for the reference");
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        /* the reference on the first `samples` samples: the inputs are sample-major */
+        double t0 = fg_seconds_now();
+        if (fg_block_run_cpu(block, (const float *const *)x, ref, samples) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        fg_comparison cmp;
+        fg_compare(y, ref, (size_t)(per_out * samples), 1e-4, 1e-4, &cmp);
+        printf("check against the CPU reference (float64 per layer, %lld of %lld samples, %.1f s): max abs error %.3g, "
+               "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s: %s\n",
+               (long long)samples, (long long)batch, fg_seconds_now() - t0, cmp.max_abs, cmp.rel_l2, (long long)cmp.bad,
+               (long long)cmp.count, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
+        if (!cmp.pass)
+            rc = EXIT_FAIL;
+    }
+out:
+    for (int t = 0; t < n_inputs && t < 1 + FG_MAX_DIMS; t++) {
+        free(x[t]);
+        if (dx[t])
+            fg_tools_free(ctx, dx[t]);
+    }
+    if (dy)
+        fg_tools_free(ctx, dy);
+    free(y);
+    free(ref);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
@@ -366,6 +527,13 @@ int cmd_run(int argc, char **argv)
         return EXIT_FAIL;
     }
     if (fg_layer_load_file(ctx, o.spec, &layer) != FG_OK) {
+        /* a block spec: the block path (the layer loader says so, having loaded nothing) */
+        fg_block *block = NULL;
+        if (strstr(fg_last_error(), "the spec returns a block") && fg_block_load_file(ctx, o.spec, &block) == FG_OK) {
+            rc = run_block(&o, ctx, block);
+            fg_block_destroy(block);
+            goto out;
+        }
         fprintf(stderr, "%s\n", fg_last_error());
         goto out;
     }
@@ -378,9 +546,7 @@ int cmd_run(int argc, char **argv)
     int rank;
     int64_t dims[FG_MAX_DIMS];
     fg_layer_output_shape(layer, batch, &rank, dims);
-    int64_t n_out = 1;
-    for (int d = 0; d < rank; d++)
-        n_out *= dims[d];
+    int64_t n_out = element_count(rank, dims);
     if (!(y = malloc(sizeof(float) * (size_t)n_out))) {
         cli_error("out of memory for the output");
         goto out;
@@ -395,10 +561,7 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "CPU reference: %.1f ms\n", (fg_seconds_now() - t0) * 1e3);
     }
     char shape[128];
-    int len = snprintf(shape, sizeof shape, "[");
-    for (int d = 0; d < rank; d++)
-        len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%lld", d ? ", " : "", (long long)dims[d]);
-    snprintf(shape + len, sizeof shape - (size_t)len, "]");
+    shape_string(rank, dims, shape, sizeof shape);
     fg_tools_device device = {.name = "the CPU (reference)"};
     if (o.gpu)
         fg_tools_device_info(ctx, &device);

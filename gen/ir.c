@@ -146,6 +146,8 @@ static void describe_field(const fg_layer_ir *ir, const fg_op *op, const fg_fiel
     case FG_FIELD_OPERAND:
         if (op->operand == FG_OPERAND_SCALAR)
             APPEND(" scalar %.9g", op->scalar);
+        else if (op->operand == FG_OPERAND_PARAM && op->tensor_operand)
+            APPEND(" tensor %s", ir->params[op->operand_param].name);
         else if (op->operand == FG_OPERAND_PARAM)
             APPEND(" param %s", ir->params[op->operand_param].name);
         else

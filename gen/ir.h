@@ -128,6 +128,12 @@ typedef struct fg_param {
     int64_t dim[FG_MAX_RANK];
     int64_t count;
     int first_line; /* where the spec first used it, for messages */
+    /* A tensor of a block (docs/spec.md, "Blocks"), read per sample: element (n, i) is at
+     * n * count + i. Bound at each run to the block's input, an extra input or an earlier
+     * layer's output, never by name; `tensor` is its index in the block (gen/block.h). A
+     * single-layer spec has none. */
+    bool batched;
+    int tensor;
 } fg_param;
 
 typedef struct fg_op {
@@ -186,6 +192,12 @@ typedef struct fg_op {
     int param_rank;               /* its `shape`, 0 when not given */
     int64_t param_dim[FG_MAX_RANK];
     char value_name[FG_NAME_MAX]; /* binary operand `value` */
+    /* binary operand `tensor` (layers of a block only): param_name names the block tensor;
+     * the block loader puts its shape, the batch dim included, in tensor_rank/tensor_dim
+     * before shape inference, which makes it a batched parameter (fg_param.batched) */
+    bool tensor_operand;
+    int tensor_rank;
+    int64_t tensor_dim[FG_MAX_RANK];
     int n_dims;                   /* reduce/softmax `dim`/`dims` (may be negative) */
     int dims[FG_MAX_RANK];
     int n_list;                   /* layer_norm `normalized_shape`, view `shape` */

@@ -614,8 +614,8 @@ const fg_field *fg_op_field(fg_op_kind kind, const char *name)
     return NULL;
 }
 
-/* "layer", then every constructor once (kinds sharing one are listed once) with its aliases. */
-enum { MAX_CONSTRUCTORS = 1 + FG_OP_KIND_COUNT * 3 };
+/* "layer", "block", then every constructor once (kinds sharing one are listed once) with its aliases. */
+enum { MAX_CONSTRUCTORS = 2 + FG_OP_KIND_COUNT * 3 };
 static const char *constructors[MAX_CONSTRUCTORS];
 static int n_constructors;
 
@@ -630,6 +630,7 @@ static void add_constructor(const char *name)
 static void list_constructors(void)
 {
     add_constructor("layer");
+    add_constructor("block");
     for (int k = 0; k < FG_OP_KIND_COUNT; k++) {
         add_constructor(fg_op_defs[k].name);
         for (int a = 0; a < 2 && fg_op_defs[k].aliases[a].name; a++)

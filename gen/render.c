@@ -338,6 +338,8 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold)
     for (int i = 0; i < ir->n_params; i++) {
         const fg_param *p = &ir->params[i];
         push_param(L, p->name, p->rank, p->dim, p->count);
+        if (p->batched) /* a block tensor: indexed per sample (expr.lua, param_at) */
+            set_bool(L, "batched", true);
         lua_rawseti(L, -2, i);
     }
     if (fold->op >= 0) {

@@ -189,9 +189,42 @@ static int find_value(infer_ctx *c, int upto, const char *name)
     return -1;
 }
 
+/* A block tensor as a binary operand (docs/spec.md, "Blocks"): the value's own shape, or a
+ * per-sample vector [N, C] broadcast over the spatial dims; a batched parameter of the layer,
+ * [C, spatial...] or [C, 1, ...]. */
+static int infer_tensor_operand(infer_ctx *c, fg_op *op, const fg_shape *in)
+{
+    fg_shape t = {.rank = op->tensor_rank};
+    memcpy(t.dim, op->tensor_dim, sizeof t.dim);
+    bool same = t.rank == in->rank, vector = t.rank == 2 && in->rank >= 2 && t.dim[1] == in->dim[1];
+    for (int d = 1; same && d < in->rank; d++)
+        same = t.dim[d] == in->dim[d];
+    if (!same && !vector) {
+        char a[128], b[128];
+        return op_fail(c, "tensor", "'%s' is %s but the value here is %s: a tensor operand has the value's shape, or "
+                                    "is [N, C] (one value per sample and channel, broadcast over the spatial dims)",
+                       op->param_name, fg_shape_str(&t, a, sizeof a), fg_shape_str(in, b, sizeof b));
+    }
+    int64_t dim[FG_MAX_RANK];
+    int rank = in->rank - 1;
+    for (int d = 0; d < rank; d++)
+        dim[d] = same || d == 0 ? in->dim[d + 1] : 1;
+    for (int i = 0; i < c->ir->n_params; i++)
+        if (!strcmp(c->ir->params[i].name, op->param_name) && !c->ir->params[i].batched)
+            return op_fail(c, "tensor", "'%s' is also the name of a parameter of this layer (line %d): rename the "
+                                        "layer or the parameter",
+                           op->param_name, c->ir->params[i].first_line);
+    if (add_param(c, op->param_name, rank, dim, &op->operand_param))
+        return -1;
+    c->ir->params[op->operand_param].batched = true;
+    return 0;
+}
+
 static int infer_binary(infer_ctx *c, fg_op *op, const fg_shape *in, int k)
 {
     op->out = *in;
+    if (op->operand == FG_OPERAND_PARAM && op->tensor_operand)
+        return infer_tensor_operand(c, op, in);
     if (op->operand == FG_OPERAND_PARAM) {
         int64_t dim[FG_MAX_RANK];
         int rank = op->param_rank;
@@ -212,6 +245,10 @@ static int infer_binary(infer_ctx *c, fg_op *op, const fg_shape *in, int k)
                     memcpy(dim, c->ir->params[i].dim, sizeof dim);
                 }
         }
+        for (int i = 0; i < c->ir->n_params; i++)
+            if (!strcmp(c->ir->params[i].name, op->param_name) && c->ir->params[i].batched)
+                return op_fail(c, "param", "'%s' names a tensor of the block (line %d), not a parameter",
+                               op->param_name, c->ir->params[i].first_line);
         char what[FG_NAME_MAX + 16];
         snprintf(what, sizeof what, "param '%s'", op->param_name);
         if (check_broadcast(c, what, rank, dim, in))

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "op_registry.h"
+#include "block.h"
 #include "shape_infer.h"
 
 /* ---- The constructors a spec can call: the op registry's (op_registry.h) ------------------ */
@@ -78,24 +79,30 @@ static int op_constructor(lua_State *L)
     return record(L, name, 1, line);
 }
 
-static int layer_body(lua_State *L)
+/* `layer "NAME" { ... }` and `block "NAME" { ... }`: the constructor takes the name
+ * (upvalue 1: the kind) and returns the body's constructor (upvalues: the name, the kind),
+ * which records the table. */
+static int named_body(lua_State *L)
 {
     int line = current_line(L);
+    const char *name = lua_tostring(L, lua_upvalueindex(1)), *kind = lua_tostring(L, lua_upvalueindex(2));
     if (!lua_istable(L, 1))
-        return luaL_error(L, "layer \"%s\" expects a table: layer \"%s\" { input = {...}, ... }",
-                          lua_tostring(L, lua_upvalueindex(1)), lua_tostring(L, lua_upvalueindex(1)));
+        return luaL_error(L, "%s \"%s\" expects a table: %s \"%s\" { input = {...}, %s }", kind, name, kind, name,
+                          strcmp(kind, "block") == 0 ? "layer \"a\" { ... }, ..." : "...");
     lua_settop(L, 1);
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_setfield(L, 1, "\1name"); /* a key no spec field can spell */
-    return record(L, "layer", 1, line);
+    return record(L, kind, 1, line);
 }
 
-static int layer_constructor(lua_State *L)
+static int named_constructor(lua_State *L)
 {
+    const char *kind = lua_tostring(L, lua_upvalueindex(1));
     if (lua_type(L, 1) != LUA_TSTRING)
-        return luaL_error(L, "layer expects a name first: return layer \"my_layer\" { ... }");
+        return luaL_error(L, "%s expects a name first: return %s \"my_%s\" { ... }", kind, kind, kind);
     lua_settop(L, 1);
-    lua_pushcclosure(L, layer_body, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushcclosure(L, named_body, 2);
     return 1;
 }
 
@@ -181,7 +188,7 @@ static void push_environment(lua_State *L)
     lua_getfield(L, LUA_REGISTRYINDEX, REG_CTORS);
     int n_names;
     const char *const *names = fg_constructor_names(&n_names);
-    for (int i = 1; i < n_names; i++) { /* names[0] is "layer" */
+    for (int i = 2; i < n_names; i++) { /* names[0] and [1] are "layer" and "block" */
         lua_pushstring(L, names[i]);
         lua_pushcclosure(L, op_constructor, 1);
         lua_pushvalue(L, -1);
@@ -190,8 +197,11 @@ static void push_environment(lua_State *L)
         lua_rawset(L, -3); /* ctors[function] = name, to accept a bare `relu` */
     }
     lua_pop(L, 1);
-    lua_pushcfunction(L, layer_constructor);
-    lua_setfield(L, -2, "layer");
+    for (int i = 0; i < 2; i++) { /* names[0] and [1] */
+        lua_pushstring(L, names[i]);
+        lua_pushcclosure(L, named_constructor, 1);
+        lua_setfield(L, -2, names[i]);
+    }
 
     /* Drop the global table's contents: nothing reachable from a function the spec holds
      * (pairs' upvalues and so on) leads back to io/os/load. */
@@ -222,6 +232,10 @@ static void push_environment(lua_State *L)
 
 typedef struct walk_ctx {
     fg_layer_ir *ir;
+    fg_block_ir *block;     /* the block being read, NULL for a layer spec */
+    /* per layer of the block, in the spec's order: `from` as written, "" when absent */
+    char from[FG_MAX_BLOCK_LAYERS][FG_NAME_MAX];
+    char output[FG_NAME_MAX];
     const char *file;
     int result_ref;
     /* the op being read, for messages */
@@ -453,8 +467,8 @@ static ctor_kinds kinds_of(const char *ctor)
 static int spec_fields_of(const fg_field *f, const char **out)
 {
     if (f->type == FG_FIELD_OPERAND) {
-        out[0] = "scalar", out[1] = "param", out[2] = "shape", out[3] = "value";
-        return 4;
+        out[0] = "scalar", out[1] = "param", out[2] = "shape", out[3] = "value", out[4] = "tensor";
+        return 5;
     }
     if (f->type == FG_FIELD_DIMS && strcmp(f->name, "dims") == 0) {
         out[0] = "dim", out[1] = "dims";
@@ -470,7 +484,7 @@ static int known_fields(fg_op_kind kind, const char **out, int cap)
     int n = 0;
     const fg_op_def *d = &fg_op_defs[kind];
     for (int i = 0; i < FG_MAX_FIELDS && d->fields[i].name; i++) {
-        const char *names[4];
+        const char *names[5];
         int m = spec_fields_of(&d->fields[i], names);
         for (int j = 0; j < m && n < cap; j++)
             out[n++] = names[j];
@@ -575,13 +589,25 @@ static void read_operand(lua_State *L, walk_ctx *w, int args, fg_op *op)
         op->operand = FG_OPERAND_VALUE;
         given++;
     }
+    char tensor[FG_NAME_MAX];
+    if (opt_name(L, w, args, "tensor", tensor)) {
+        if (!w->block)
+            FIELD_FAIL(L, w, "tensor", "names a tensor of a block ('%s'): only the layers of a block { ... } read "
+                                       "other tensors; in a layer, use value = \"<name given with as>\"",
+                       tensor);
+        /* a batched parameter of the layer, resolved by the block loader (gen/block.h) */
+        op->operand = FG_OPERAND_PARAM;
+        op->tensor_operand = true;
+        snprintf(op->param_name, sizeof op->param_name, "%s", tensor);
+        given++;
+    }
     if (given != 1)
         raise(L, w, w->op_line, "%s: give exactly one operand: scalar = <number>, param = \"<state_dict key>\" "
-                                "or value = \"<name given with as>\" (%d given)",
-              w->op_name, given);
+                                "or value = \"<name given with as>\"%s (%d given)",
+              w->op_name, w->block ? " or tensor = \"<block tensor>\"" : "", given);
     int64_t shape[FG_MAX_RANK];
     int n = opt_int_list(L, w, args, "shape", FG_MAX_RANK, 1, INT32_MAX, shape);
-    if (n && op->operand != FG_OPERAND_PARAM)
+    if (n && (op->operand != FG_OPERAND_PARAM || op->tensor_operand))
         FIELD_FAIL(L, w, "shape", "applies only to a param operand");
     op->param_rank = n;
     for (int i = 0; i < n; i++)
@@ -794,30 +820,14 @@ static void read_input(lua_State *L, walk_ctx *w, int body, int line)
     lua_pop(L, 1);
 }
 
-static int walk(lua_State *L)
+/* The layer record at stack index `rec` into `ir`: its name, fields and ops. In a block
+ * (w->block), a layer has `from` instead of `input`, `dtype` and `layout` (the block's). */
+static void walk_layer(lua_State *L, walk_ctx *w, int ops, int rec, fg_layer_ir *ir, int index)
 {
-    walk_ctx *w = lua_touserdata(L, 1);
-    fg_layer_ir *ir = w->ir;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, w->result_ref);
-    int result = lua_gettop(L);
-    lua_getfield(L, LUA_REGISTRYINDEX, REG_OPS);
-    int ops = lua_gettop(L);
-
-    lua_pushvalue(L, result);
-    lua_rawget(L, ops);
-    bool is_layer = false;
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "kind");
-        is_layer = strcmp(lua_tostring(L, -1), "layer") == 0;
-        lua_pop(L, 1);
-    }
-    if (!is_layer) {
-        const char *what = lua_istable(L, -1) ? "an op" : luaL_typename(L, result);
-        return luaL_error(L, "%s: the spec must return a layer: return layer \"name\" { input = {...}, ... } "
-                             "(it returned %s)",
-                          w->file, what);
-    }
-    int rec = lua_gettop(L);
+    static const char *const block_layer_fields[] = {"from", "precision", "strategy"};
+    const char *const *fields = w->block ? block_layer_fields : layer_fields;
+    int n_fields = w->block ? COUNT(block_layer_fields) : COUNT(layer_fields);
+    w->ir = ir;
     lua_getfield(L, rec, "line");
     int line = (int)lua_tointeger(L, -1);
     lua_getfield(L, rec, "args");
@@ -828,33 +838,56 @@ static int walk(lua_State *L)
     w->op_name = "layer";
     w->op_line = line;
     check_name(L, w, "name", lname, nlen);
-    snprintf(ir->name, sizeof ir->name, "%s", lname);
+    if (w->block) {
+        snprintf(ir->name, sizeof ir->name, "%s.%s", w->block->name, lname);
+        if (strlen(w->block->name) + 1 + nlen >= sizeof ir->name)
+            raise(L, w, line, "layer: the name '%s.%s' is longer than %d characters", w->block->name, lname,
+                  FG_NAME_MAX - 1);
+        fg_block_tensor *t = &w->block->tensors[w->block->n_tensors];
+        snprintf(t->name, sizeof t->name, "%s", lname);
+        t->layer = index;
+        t->line = line;
+    } else {
+        snprintf(ir->name, sizeof ir->name, "%s", lname);
+    }
     lua_pop(L, 1);
 
-    /* Keys: input, precision, and the ops as a list 1..n. */
+    /* Keys: the fields, and the ops as a list 1..n. */
     lua_Unsigned n = lua_rawlen(L, body);
     lua_pushnil(L);
     while (lua_next(L, body)) {
         lua_pop(L, 1);
         if (lua_type(L, -1) == LUA_TSTRING) {
             const char *k = lua_tostring(L, -1);
-            if (k[0] == '\1' || listed(k, layer_fields, COUNT(layer_fields)))
+            if (k[0] == '\1' || listed(k, fields, n_fields))
                 continue;
-            const char *near = fg_nearest_name(k, layer_fields, COUNT(layer_fields));
+            const char *near = fg_nearest_name(k, fields, n_fields);
+            if (w->block && listed(k, layer_fields, COUNT(layer_fields)))
+                raise(L, w, line, "layer: field '%s' is the block's in a block: a layer reads the tensor named by "
+                                  "'from' (default: the layer before it, or the block input)",
+                      k);
             raise(L, w, line, "layer: unknown field '%s'%s%s%s", k,
-                  near ? " (did you mean '" : " (known: input, precision, strategy, dtype, layout)",
+                  near ? " (did you mean '" : w->block ? " (known: from, precision, strategy)"
+                                                       : " (known: input, precision, strategy, dtype, layout)",
                   near ? near : "", near ? "'?)" : "");
         }
         lua_Integer i = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
         if (i < 1 || (lua_Unsigned)i > n)
             raise(L, w, line, "layer: the ops must form a plain list (found key %s)", luaL_tolstring(L, -1, NULL));
     }
-    read_input(L, w, body, line);
+    if (w->block) {
+        opt_name(L, w, body, "from", w->from[index]);
+        ir->input.rank = 0; /* the block loader sets it from `from` */
+    } else {
+        read_input(L, w, body, line);
+    }
     ir->precision = opt_choice(L, w, body, "precision", precisions, COUNT(precisions), 0) == 1 ? FG_PRECISION_TF32 : FG_PRECISION_FP32;
-    /* the dtype of the layer's input and output in memory; everything inside stays fp32 */
-    ir->dtype = (fg_dtype)opt_choice(L, w, body, "dtype", dtypes, COUNT(dtypes), 0);
-    /* the memory layout of the layer's input and output; every buffer inside stays NC(D)HW */
-    ir->layout = (fg_layout)opt_choice(L, w, body, "layout", layouts, COUNT(layouts), 0);
+    if (!w->block) {
+        /* the dtype of the layer's input and output in memory; everything inside stays fp32 */
+        ir->dtype = (fg_dtype)opt_choice(L, w, body, "dtype", dtypes, COUNT(dtypes), 0);
+        /* the memory layout of the layer's input and output; every buffer inside stays NC(D)HW */
+        ir->layout = (fg_layout)opt_choice(L, w, body, "layout", layouts, COUNT(layouts), 0);
+    }
     /* the planner chooses by cost; a spec may insist (benchmarks, tests) */
     ir->strategy = opt_choice(L, w, body, "strategy", strategies, COUNT(strategies), 0) - 1;
 
@@ -893,7 +926,11 @@ static int walk(lua_State *L)
             op_line = (int)lua_tointeger(L, -1);
             lua_pop(L, 1);
             if (!strcmp(kind, "layer"))
-                raise(L, w, op_line, "layer: entry %llu is a layer; layers do not nest", (unsigned long long)i);
+                raise(L, w, op_line, "layer: entry %llu is a layer; layers do not nest (put several layers in a "
+                                     "block { ... })",
+                      (unsigned long long)i);
+            if (!strcmp(kind, "block"))
+                raise(L, w, op_line, "layer: entry %llu is a block; blocks do not nest", (unsigned long long)i);
             lua_getfield(L, r, "args");
             args = lua_gettop(L);
         }
@@ -910,11 +947,404 @@ static int walk(lua_State *L)
               "layer: has no convolution: the first op must be conv2d or conv3d, after the normalizations and "
               "elementwise ops a layer may put before it (%s here)",
               fg_op_written_name(&ir->pro[0]));
+    lua_settop(L, rec);
+}
+
+/* A block's shape field ({ "N", C, ... }): 2 to FG_MAX_RANK entries for an extra input. */
+static void read_block_shape(lua_State *L, walk_ctx *w, const char *field, int min_rank, fg_shape *out)
+{
+    if (!lua_istable(L, -1))
+        FIELD_FAIL(L, w, field, "must be a list like { \"N\", 3, 32, 32 } (got a %s)", luaL_typename(L, -1));
+    lua_Unsigned len = lua_rawlen(L, -1);
+    if (len < (lua_Unsigned)min_rank || len > FG_MAX_RANK)
+        FIELD_FAIL(L, w, field, "must have %d to %d entries, \"N\" first; got %llu", min_rank, FG_MAX_RANK,
+                   (unsigned long long)len);
+    lua_rawgeti(L, -1, 1);
+    if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "N") != 0)
+        FIELD_FAIL(L, w, field, "must start with \"N\": the batch size is a run-time argument");
+    lua_pop(L, 1);
+    out->rank = (int)len;
+    out->dim[0] = 1;
+    for (int d = 1; d < out->rank; d++) {
+        lua_rawgeti(L, -1, d + 1);
+        out->dim[d] = to_integer(L, w, -1, field, 1, INT32_MAX);
+        lua_pop(L, 1);
+    }
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(((const fg_block_tensor *)a)->name, ((const fg_block_tensor *)b)->name);
+}
+
+static void walk_block(lua_State *L, walk_ctx *w, int ops, int rec)
+{
+    static const char *const block_fields[] = {"input", "inputs", "output"};
+    fg_block_ir *b = w->block;
+    lua_getfield(L, rec, "line");
+    int line = (int)lua_tointeger(L, -1);
+    b->line = line;
+    lua_getfield(L, rec, "args");
+    int body = lua_gettop(L);
+    lua_getfield(L, body, "\1name");
+    size_t nlen;
+    const char *bname = lua_tolstring(L, -1, &nlen);
+    w->op_name = "block";
+    w->op_line = line;
+    check_name(L, w, "name", bname, nlen);
+    snprintf(b->name, sizeof b->name, "%s", bname);
+    lua_pop(L, 1);
+    lua_Unsigned n = lua_rawlen(L, body);
+    lua_pushnil(L);
+    while (lua_next(L, body)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TSTRING) {
+            const char *k = lua_tostring(L, -1);
+            if (k[0] == '\1' || listed(k, block_fields, COUNT(block_fields)))
+                continue;
+            const char *near = fg_nearest_name(k, block_fields, COUNT(block_fields));
+            raise(L, w, line, "block: unknown field '%s'%s%s%s", k,
+                  near ? " (did you mean '" : " (known: input, inputs, output)", near ? near : "",
+                  near ? "'?)" : "");
+        }
+        lua_Integer i = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+        if (i < 1 || (lua_Unsigned)i > n)
+            raise(L, w, line, "block: the layers must form a plain list (found key %s)", luaL_tolstring(L, -1, NULL));
+    }
+    /* the tensors: "input", the extra inputs sorted by name, then the layers' outputs */
+    if (!get_field(L, body, "input"))
+        raise(L, w, line, "block: field 'input' is required, e.g. input = { \"N\", 64, 56, 56 }");
+    read_block_shape(L, w, "input", 4, &b->tensors[0].shape);
+    lua_pop(L, 1);
+    snprintf(b->tensors[0].name, sizeof b->tensors[0].name, "input");
+    b->tensors[0].layer = -1;
+    b->tensors[0].line = line;
+    b->n_tensors = 1;
+    if (get_field(L, body, "inputs")) {
+        if (!lua_istable(L, -1))
+            FIELD_FAIL(L, w, "inputs", "must be a table of named shapes, e.g. inputs = { temb = { \"N\", 320 } } "
+                                       "(got a %s)",
+                       luaL_typename(L, -1));
+        int t = lua_gettop(L);
+        lua_pushnil(L);
+        while (lua_next(L, t)) {
+            if (lua_type(L, -2) != LUA_TSTRING)
+                FIELD_FAIL(L, w, "inputs", "must name each input: inputs = { temb = { \"N\", 320 } }");
+            size_t klen;
+            const char *k = lua_tolstring(L, -2, &klen);
+            check_name(L, w, "inputs", k, klen);
+            if (b->n_tensors == 1 + FG_MAX_BLOCK_INPUTS)
+                FIELD_FAIL(L, w, "inputs", "has more than %d inputs", FG_MAX_BLOCK_INPUTS);
+            if (!strcmp(k, "input"))
+                FIELD_FAIL(L, w, "inputs", "names 'input', the block's own input: choose another name");
+            fg_block_tensor *bt = &b->tensors[b->n_tensors++];
+            snprintf(bt->name, sizeof bt->name, "%s", k);
+            bt->layer = -1;
+            bt->line = line;
+            read_block_shape(L, w, "inputs", 2, &bt->shape);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        qsort(b->tensors + 1, (size_t)(b->n_tensors - 1), sizeof b->tensors[0], compare_names);
+    }
+    b->n_inputs = b->n_tensors;
+    opt_name(L, w, body, "output", w->output);
+    if (n == 0)
+        raise(L, w, line, "block: has no layers: list them as layer \"a\" { conv2d { ... }, ... }");
+    if (n > FG_MAX_BLOCK_LAYERS)
+        raise(L, w, line, "block: has %llu layers; at most %d are supported", (unsigned long long)n,
+              FG_MAX_BLOCK_LAYERS);
+    for (lua_Unsigned i = 1; i <= n; i++) {
+        lua_rawgeti(L, body, (lua_Integer)i);
+        int item = lua_gettop(L);
+        lua_pushvalue(L, item);
+        lua_rawget(L, ops);
+        const char *kind = NULL;
+        if (lua_istable(L, -1)) {
+            lua_getfield(L, -1, "kind");
+            kind = lua_tostring(L, -1);
+            lua_pop(L, 1);
+        }
+        if (!kind || strcmp(kind, "layer") != 0)
+            raise(L, w, line, "block: entry %llu is %s, not a layer: a block lists layers, layer \"a\" { conv2d "
+                              "{ ... }, ... }",
+                  (unsigned long long)i, kind ? kind : luaL_typename(L, item));
+        int r = lua_gettop(L);
+        int index = (int)i - 1;
+        b->layers[index].file[0] = 0;
+        snprintf(b->layers[index].file, sizeof b->layers[index].file, "%s", b->file);
+        walk_layer(L, w, ops, r, &b->layers[index], index);
+        b->layer[index].line = b->tensors[b->n_tensors].line;
+        b->layer[index].spec_index = index;
+        b->layer[index].out = b->n_tensors;
+        w->op_name = "layer";
+        w->op_line = b->layer[index].line;
+        for (int t = 0; t < b->n_tensors; t++)
+            if (!strcmp(b->tensors[t].name, b->tensors[b->n_tensors].name))
+                raise(L, w, b->layer[index].line, "layer: the name '%s' is already %s (line %d): layers and inputs "
+                                                  "of a block need distinct names",
+                      b->tensors[t].name, b->tensors[t].layer >= 0 ? "a layer's" : "an input's", b->tensors[t].line);
+        b->n_tensors++;
+        b->n_layers++;
+        lua_settop(L, body);
+    }
+}
+
+static int walk(lua_State *L)
+{
+    walk_ctx *w = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->result_ref);
+    int result = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_OPS);
+    int ops = lua_gettop(L);
+
+    lua_pushvalue(L, result);
+    lua_rawget(L, ops);
+    const char *kind = "";
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "kind");
+        kind = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    bool is_layer = strcmp(kind, "layer") == 0, is_block = strcmp(kind, "block") == 0;
+    if (is_block && !w->block)
+        return luaL_error(L, "%s: the spec returns a block, which this entry point does not load: load it as a block "
+                             "(fg_block_spec_load_file, or any fusegen command)",
+                          w->file);
+    if (!is_layer && !is_block) {
+        const char *what = lua_istable(L, -1) ? "an op" : luaL_typename(L, result);
+        return luaL_error(L, "%s: the spec must return a layer: return layer \"name\" { input = {...}, ... } "
+                             "(it returned %s)",
+                          w->file, what);
+    }
+    if (is_layer) {
+        fg_block_ir *b = w->block;
+        w->block = NULL; /* a plain layer spec: its own semantics */
+        if (b)
+            b->single = true, b->n_layers = 1;
+        walk_layer(L, w, ops, lua_gettop(L), w->ir, 0);
+        w->block = b;
+        return 0;
+    }
+    walk_block(L, w, ops, lua_gettop(L));
     return 0;
 }
 
-static int load(const char *display, const char *src, size_t len, const fg_sandbox_limits *limits,
-                fg_layer_ir *ir, fg_error *err)
+static const char *tensor_of_layer_name(const fg_block_ir *b, int layer)
+{
+    return b->tensors[b->layer[layer].out].name;
+}
+
+/* The tensor named `name`, or -1 with a message naming the field and the nearest name. */
+static int find_tensor(const fg_block_ir *b, const char *name, const char *file, int line, const char *what,
+                       const char *field, fg_error *err)
+{
+    const char *names[FG_MAX_BLOCK_TENSORS];
+    for (int t = 0; t < b->n_tensors; t++) {
+        if (!strcmp(b->tensors[t].name, name))
+            return t;
+        names[t] = b->tensors[t].name;
+    }
+    const char *near = fg_nearest_name(name, names, b->n_tensors);
+    char known[1024] = "";
+    for (int t = 0; t < b->n_tensors; t++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", t ? ", " : "", names[t]);
+    if (near)
+        fg_fail(err, "%s:%d: %s: field '%s' names no tensor of the block: '%s' (did you mean '%s'?)", file, line, what,
+                field, name, near);
+    else
+        fg_fail(err, "%s:%d: %s: field '%s' names no tensor of the block: '%s' (the tensors: %s)", file, line, what,
+                field, name, known);
+    return -1;
+}
+
+/* Wires the block's layers (from, tensor operands, output), orders them so that each comes
+ * after what it reads, infers every layer's shapes in that order and checks the parameters
+ * shared by name. */
+static int resolve_block(fg_block_ir *b, walk_ctx *w, fg_error *err)
+{
+    int deps[FG_MAX_BLOCK_LAYERS][FG_MAX_BLOCK_TENSORS]; /* tensors each layer reads */
+    int n_deps[FG_MAX_BLOCK_LAYERS] = {0};
+    for (int i = 0; i < b->n_layers; i++) {
+        fg_layer_ir *ir = &b->layers[i];
+        int from = i == 0 ? 0 : b->layer[i - 1].out;
+        if (w->from[i][0] && (from = find_tensor(b, w->from[i], b->file, b->layer[i].line, "layer", "from", err)) < 0)
+            return -1;
+        if (from == b->layer[i].out)
+            return fg_fail(err, "%s:%d: layer: field 'from' names the layer itself ('%s')", b->file, b->layer[i].line,
+                           w->from[i]);
+        b->layer[i].from = from;
+        deps[i][n_deps[i]++] = from;
+        for (int pass = 0; pass < 2; pass++) {
+            int n = pass ? ir->n_ops : ir->n_pro;
+            for (int k = 0; k < n; k++) {
+                fg_op *op = pass ? &ir->ops[k] : &ir->pro[k];
+                if (!op->tensor_operand)
+                    continue;
+                int t = find_tensor(b, op->param_name, b->file, op->line, fg_op_written_name(op), "tensor", err);
+                if (t < 0)
+                    return -1;
+                if (t == b->layer[i].out)
+                    return fg_fail(err, "%s:%d: %s: field 'tensor' names the output of its own layer ('%s'): use "
+                                        "value = with as = for the layer's own values",
+                                   b->file, op->line, fg_op_written_name(op), op->param_name);
+                deps[i][n_deps[i]++] = t;
+            }
+        }
+    }
+    /* run order: Kahn's algorithm in spec order; what is left forms a cycle */
+    int order[FG_MAX_BLOCK_LAYERS], placed = 0;
+    bool done[FG_MAX_BLOCK_LAYERS] = {false};
+    while (placed < b->n_layers) {
+        int next = -1;
+        for (int i = 0; i < b->n_layers && next < 0; i++) {
+            if (done[i])
+                continue;
+            bool ready = true;
+            for (int d = 0; d < n_deps[i] && ready; d++) {
+                int writer = b->tensors[deps[i][d]].layer;
+                ready = writer < 0 || done[writer];
+            }
+            if (ready)
+                next = i;
+        }
+        if (next < 0) {
+            /* follow a cycle from the first layer left, to name it */
+            int cur = 0;
+            while (done[cur])
+                cur++;
+            int seen[FG_MAX_BLOCK_LAYERS], n_seen = 0, start = -1;
+            while (start < 0) {
+                for (int s = 0; s < n_seen; s++)
+                    if (seen[s] == cur)
+                        start = s;
+                if (start >= 0)
+                    break;
+                seen[n_seen++] = cur;
+                for (int d = 0; d < n_deps[cur]; d++) {
+                    int writer = b->tensors[deps[cur][d]].layer;
+                    if (writer >= 0 && !done[writer]) {
+                        cur = writer;
+                        break;
+                    }
+                }
+            }
+            char path[1024] = "";
+            for (int s = n_seen - 1; s >= start; s--)
+                snprintf(path + strlen(path), sizeof path - strlen(path), "%s -> ", tensor_of_layer_name(b, seen[s]));
+            snprintf(path + strlen(path), sizeof path - strlen(path), "%s", tensor_of_layer_name(b, seen[n_seen - 1]));
+            return fg_fail(err, "%s:%d: layer: the layers form a cycle (%s, each reading the next through 'from' or "
+                                "'tensor'): a block's layers must read only the inputs and earlier layers",
+                           b->file, b->layer[seen[n_seen - 1]].line, path);
+        }
+        done[next] = true;
+        order[placed++] = next;
+    }
+    /* the output: `output`, or the last layer of the spec */
+    b->output = b->layer[b->n_layers - 1].out;
+    if (w->output[0] && (b->output = find_tensor(b, w->output, b->file, b->line, "block", "output", err)) < 0)
+        return -1;
+    if (b->tensors[b->output].layer < 0)
+        return fg_fail(err, "%s:%d: block: field 'output' names an input ('%s'): the output must be a layer's",
+                       b->file, b->line, w->output);
+    /* every layer must lead to the output */
+    bool used[FG_MAX_BLOCK_TENSORS] = {false};
+    used[b->output] = true;
+    for (int j = b->n_layers - 1; j >= 0; j--) {
+        int i = order[j];
+        if (!used[b->layer[i].out])
+            continue;
+        for (int d = 0; d < n_deps[i]; d++)
+            used[deps[i][d]] = true;
+    }
+    for (int i = 0; i < b->n_layers; i++)
+        if (!used[b->layer[i].out])
+            return fg_fail(err, "%s:%d: layer: '%s' is not used: the block's output ('%s') does not depend on it",
+                           b->file, b->layer[i].line, tensor_of_layer_name(b, i), b->tensors[b->output].name);
+    /* shapes, in run order */
+    for (int j = 0; j < b->n_layers; j++) {
+        int i = order[j];
+        fg_layer_ir *ir = &b->layers[i];
+        ir->input = b->tensors[b->layer[i].from].shape;
+        if (ir->input.rank < 4) {
+            char buf[128];
+            return fg_fail(err, "%s:%d: layer: field 'from' names '%s', which is %s: a layer's input needs a channel "
+                                "and spatial dims",
+                           b->file, b->layer[i].line, b->tensors[b->layer[i].from].name,
+                           fg_shape_str(&ir->input, buf, sizeof buf));
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            int n = pass ? ir->n_ops : ir->n_pro;
+            for (int k = 0; k < n; k++) {
+                fg_op *op = pass ? &ir->ops[k] : &ir->pro[k];
+                if (!op->tensor_operand)
+                    continue;
+                for (int t = 0; t < b->n_tensors; t++)
+                    if (!strcmp(b->tensors[t].name, op->param_name)) {
+                        op->tensor_rank = b->tensors[t].shape.rank;
+                        memcpy(op->tensor_dim, b->tensors[t].shape.dim, sizeof op->tensor_dim);
+                    }
+            }
+        }
+        if (fg_infer_shapes(ir, err) != 0)
+            return -1;
+        for (int p = 0; p < ir->n_params; p++)
+            if (ir->params[p].batched)
+                for (int t = 0; t < b->n_tensors; t++)
+                    if (!strcmp(b->tensors[t].name, ir->params[p].name))
+                        ir->params[p].tensor = t;
+        b->tensors[b->layer[i].out].shape = ir->ops[ir->n_ops - 1].out;
+    }
+    /* a parameter name keeps one shape across the block (load_state_dict binds it once) */
+    for (int i = 0; i < b->n_layers; i++)
+        for (int p = 0; p < b->layers[i].n_params; p++) {
+            const fg_param *a = &b->layers[i].params[p];
+            for (int j = i + 1; j < b->n_layers; j++)
+                for (int q = 0; q < b->layers[j].n_params; q++) {
+                    const fg_param *c = &b->layers[j].params[q];
+                    if (strcmp(a->name, c->name) != 0 || a->batched || c->batched)
+                        continue;
+                    bool same = a->rank == c->rank;
+                    for (int d = 0; same && d < a->rank; d++)
+                        same = a->dim[d] == c->dim[d];
+                    if (!same) {
+                        fg_shape sa = {.rank = a->rank + 1}, sc = {.rank = c->rank + 1};
+                        memcpy(sa.dim + 1, a->dim, sizeof(int64_t) * (size_t)a->rank);
+                        memcpy(sc.dim + 1, c->dim, sizeof(int64_t) * (size_t)c->rank);
+                        char x[128], y[128];
+                        /* the shapes without the "N" fg_shape_str prints first */
+                        fg_shape_str(&sa, x, sizeof x);
+                        fg_shape_str(&sc, y, sizeof y);
+                        return fg_fail(err, "%s:%d: parameter '%s' has shape [%s in layer '%s' but [%s in layer '%s' "
+                                            "(line %d): a name is one state_dict entry, with one shape",
+                                       b->file, c->first_line, a->name, y + 4, tensor_of_layer_name(b, j), x + 4,
+                                       tensor_of_layer_name(b, i), a->first_line);
+                    }
+                }
+        }
+    /* the layers in run order */
+    fg_layer_ir *sorted = malloc(sizeof *sorted * (size_t)b->n_layers);
+    if (!sorted)
+        return fg_fail(err, "%s: out of memory", b->file);
+    fg_block_layer layer[FG_MAX_BLOCK_LAYERS];
+    for (int j = 0; j < b->n_layers; j++) {
+        sorted[j] = b->layers[order[j]];
+        layer[j] = b->layer[order[j]];
+    }
+    for (int t = 0; t < b->n_tensors; t++)
+        for (int j = 0; j < b->n_layers; j++)
+            if (b->tensors[t].layer == order[j]) {
+                b->tensors[t].layer = j;
+                break;
+            }
+    memcpy(b->layer, layer, sizeof layer);
+    free(b->layers);
+    b->layers = sorted;
+    return 0;
+}
+
+static int load_spec(const char *display, const char *src, size_t len, const fg_sandbox_limits *limits,
+                     fg_layer_ir *ir, fg_block_ir *block, fg_error *err)
 {
     memset(ir, 0, sizeof *ir);
     snprintf(ir->file, sizeof ir->file, "%s", display ? display : "<string>");
@@ -928,15 +1358,18 @@ static int load(const char *display, const char *src, size_t len, const fg_sandb
     char chunkname[600];
     snprintf(chunkname, sizeof chunkname, "@%s", ir->file);
     int rc = -1;
+    walk_ctx *w = calloc(1, sizeof *w);
     /* Building the environment allocates; it runs protected like everything else. */
-    if (lua_checkstack(L, 8)) {
+    if (w && lua_checkstack(L, 8)) {
         push_environment(L);
         if (fg_sandbox_run(sb, src, len, chunkname, -1, msg, sizeof msg) != 0) {
             fg_fail(err, "%s", msg);
         } else {
-            walk_ctx w = {.ir = ir, .file = ir->file};
-            w.result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-            if (fg_sandbox_pcall(sb, walk, &w, msg, sizeof msg) != 0)
+            w->ir = ir;
+            w->block = block;
+            w->file = ir->file;
+            w->result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            if (fg_sandbox_pcall(sb, walk, w, msg, sizeof msg) != 0)
                 fg_fail(err, "%s", msg);
             else
                 rc = 0;
@@ -945,9 +1378,18 @@ static int load(const char *display, const char *src, size_t len, const fg_sandb
         fg_fail(err, "%s: out of memory in the Lua sandbox", ir->file);
     }
     fg_sandbox_free(sb);
-    if (rc == 0)
+    if (rc == 0 && (!block || block->single))
         rc = fg_infer_shapes(ir, err);
+    else if (rc == 0)
+        rc = resolve_block(block, w, err);
+    free(w);
     return rc;
+}
+
+static int load(const char *display, const char *src, size_t len, const fg_sandbox_limits *limits,
+                fg_layer_ir *ir, fg_error *err)
+{
+    return load_spec(display, src, len, limits, ir, NULL, err);
 }
 
 int fg_spec_load_string_limited(const char *display_name, const char *source, size_t len,
@@ -962,37 +1404,84 @@ int fg_spec_load_string(const char *display_name, const char *source, size_t len
     return load(display_name, source, len, NULL, ir, err);
 }
 
-int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
+/* The spec file's bytes (malloc'ed), or NULL with err set. */
+static char *read_spec(const char *path, size_t *len, fg_error *err)
 {
     /* O_NONBLOCK: a FIFO (or a device) would block open() forever; it is refused below */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
-    if (fd < 0)
-        return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+    if (fd < 0) {
+        fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+        return NULL;
+    }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fg_fail(err, "%s: cannot open spec: not a regular file", path);
+        fg_fail(err, "%s: cannot open spec: not a regular file", path);
+        return NULL;
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         close(fd);
-        return fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+        fg_fail(err, "%s: cannot open spec: %s", path, strerror(errno));
+        return NULL;
     }
     char *buf = malloc(FG_SPEC_MAX_BYTES + 1);
     if (!buf) {
         fclose(f);
-        return fg_fail(err, "%s: out of memory", path);
+        fg_fail(err, "%s: out of memory", path);
+        return NULL;
     }
-    size_t len = fread(buf, 1, FG_SPEC_MAX_BYTES + 1, f);
+    *len = fread(buf, 1, FG_SPEC_MAX_BYTES + 1, f);
     int read_error = ferror(f);
     fclose(f);
-    int rc;
-    if (read_error)
-        rc = fg_fail(err, "%s: read error", path);
-    else if (len > FG_SPEC_MAX_BYTES)
-        rc = fg_fail(err, "%s: spec is larger than %u bytes", path, FG_SPEC_MAX_BYTES);
-    else
-        rc = load(path, buf, len, NULL, ir, err);
+    if (read_error || *len > FG_SPEC_MAX_BYTES) {
+        if (read_error)
+            fg_fail(err, "%s: read error", path);
+        else
+            fg_fail(err, "%s: spec is larger than %u bytes", path, FG_SPEC_MAX_BYTES);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
+{
+    size_t len;
+    char *buf = read_spec(path, &len, err);
+    if (!buf)
+        return -1;
+    int rc = load(path, buf, len, NULL, ir, err);
+    free(buf);
+    return rc;
+}
+
+int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err)
+{
+    memset(b, 0, sizeof *b);
+    const char *display = display_name ? display_name : "<string>";
+    snprintf(b->file, sizeof b->file, "%s", display);
+    b->layers = calloc(FG_MAX_BLOCK_LAYERS, sizeof *b->layers);
+    if (!b->layers)
+        return fg_fail(err, "%s: out of memory", display);
+    fg_layer_ir *first = b->layers;
+    int rc = load_spec(display, source, len, NULL, first, b, err);
+    if (rc == 0 && b->single) {
+        b->n_layers = 1;
+        b->output = -1;
+        snprintf(b->name, sizeof b->name, "%s", b->layers[0].name);
+    }
+    return rc;
+}
+
+int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err)
+{
+    size_t len;
+    memset(b, 0, sizeof *b);
+    char *buf = read_spec(path, &len, err);
+    if (!buf)
+        return -1;
+    int rc = fg_block_spec_load_string(path, buf, len, b, err);
     free(buf);
     return rc;
 }
@@ -1015,10 +1504,11 @@ void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx)
     word(ctx, "as");
     word(ctx, "N");
     word(ctx, "tostring");
-    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies, dtypes, layouts};
+    static const char *const block_words[] = {"from", "inputs", "output", "input"};
+    const char *const *lists[] = {base_funcs, math_funcs, layer_fields, precisions, strategies, dtypes, layouts, block_words};
     const int counts[] = {COUNT(base_funcs), COUNT(math_funcs), COUNT(layer_fields), COUNT(precisions),
-                          COUNT(strategies), COUNT(dtypes), COUNT(layouts)};
-    for (int l = 0; l < 7; l++)
+                          COUNT(strategies), COUNT(dtypes), COUNT(layouts), COUNT(block_words)};
+    for (int l = 0; l < COUNT(lists); l++)
         for (int i = 0; i < counts[l]; i++)
             word(ctx, lists[l][i]);
     word(ctx, "math");

@@ -184,6 +184,58 @@ FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void
  * GPU reads) and the float64 result is rounded to the dtype (to nearest even) once. */
 FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch);
 
+/* ---- Blocks: several layers wired in a DAG, run as one unit (docs/spec.md, "Blocks") ----
+ *
+ * A block has one input ("input"), extra named inputs (the spec's `inputs`, sorted by name)
+ * and one output; inputs[0] of the run functions is the block input, inputs[i] extra input
+ * i (fg_block_input_info). Parameters are bound by state_dict key for the whole block (a key
+ * may be read by several layers). Blocks are float32, NC(D)HW. Each layer runs its own
+ * kernels; a run launches them all, in dependency order, on one stream, the layers'
+ * outputs but the block's in the workspace. Thread safety as for layers: runs of one block
+ * are serialized. */
+typedef struct fg_block fg_block;
+
+/* Loads a block spec (a spec returning a plain layer is refused: use fg_layer_load_*). */
+FG_API fg_status fg_block_load_file(fg_context *ctx, const char *path, fg_block **out);
+FG_API fg_status fg_block_load_string(fg_context *ctx, const char *name, const char *source, fg_block **out);
+FG_API fg_status fg_block_destroy(fg_block *block);
+
+/* The inputs (1 + extra inputs): name ("input" first) and shape for `batch` samples. */
+FG_API fg_status fg_block_input_count(const fg_block *block, int *count);
+FG_API fg_status fg_block_input_info(const fg_block *block, int index, int64_t batch, const char **name, int *rank,
+                                     int64_t dims[FG_MAX_DIMS]);
+FG_API fg_status fg_block_output_shape(const fg_block *block, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS]);
+/* The layers, in run order: count, and each one's name ("a" of layer "a"). */
+FG_API fg_status fg_block_layer_count(const fg_block *block, int *count);
+FG_API fg_status fg_block_layer_name(const fg_block *block, int index, const char **name);
+
+/* Parameters of all layers, each state_dict key once, in the order the layers (in run order)
+ * first use them. */
+FG_API fg_status fg_block_param_count(const fg_block *block, int *count);
+FG_API fg_status fg_block_param_info(const fg_block *block, int index, const char **name, int *rank,
+                                     int64_t dims[FG_MAX_DIMS]);
+/* As fg_layer_bind_host / _device / _safetensors, for every layer that reads `name`. */
+FG_API fg_status fg_block_bind_host(fg_block *block, const char *name, const float *data, size_t bytes);
+FG_API fg_status fg_block_bind_device(fg_block *block, const char *name, const void *device_ptr, size_t bytes);
+FG_API fg_status fg_block_bind_safetensors(fg_block *block, const char *path, int allow_extra);
+
+/* Compiles (or loads from the caches) every layer's kernels now. */
+FG_API fg_status fg_block_prepare(fg_block *block);
+/* Device workspace for a run of `batch` samples: the intermediate tensors and the largest
+ * layer workspace (256-byte aligned pieces). */
+FG_API fg_status fg_block_workspace_size(const fg_block *block, int64_t batch, size_t *bytes);
+/* Runs the block: inputs[] and output are device pointers (float32, contiguous). */
+FG_API fg_status fg_block_run(fg_block *block, const void *const *inputs, void *output, int64_t batch,
+                              void *stream);
+/* The same on caller-owned workspace (fg_block_workspace_size bytes, 256-byte aligned):
+ * nothing allocated, each kernel launched on `stream`, so it may be captured in the caller's
+ * CUDA graph once the block is prepared. Not for layers whose conv runs in cuDNN. */
+FG_API fg_status fg_block_run_workspace(fg_block *block, const void *const *inputs, void *output, int64_t batch,
+                                        void *workspace, size_t workspace_bytes, void *stream);
+/* The CPU reference of the whole block (each layer in float64; the tensors between layers
+ * as floats), on host memory; needs host-bound parameters. */
+FG_API fg_status fg_block_run_cpu(fg_block *block, const float *const *inputs, float *output, int64_t batch);
+
 #ifdef __cplusplus
 }
 #endif

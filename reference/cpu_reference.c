@@ -537,7 +537,10 @@ static int apply_op(const fg_layer_ir *ir, const fg_op *op, const value *in, val
                     b = op->scalar;
                 } else if (op->operand == FG_OPERAND_PARAM) {
                     unravel(&in->shape, i, coords);
-                    b = params[op->operand_param][param_index(&ir->params[op->operand_param], &in->shape, coords)];
+                    const fg_param *p = &ir->params[op->operand_param];
+                    /* a block tensor (batched) holds one value per sample */
+                    int64_t at = param_index(p, &in->shape, coords) + (p->batched ? n * p->count : 0);
+                    b = params[op->operand_param][at];
                 } else {
                     b = vals[op->operand_value].data[n * in->sample + i];
                 }
@@ -639,5 +642,41 @@ static int run_nchw(const fg_layer_ir *ir, int64_t batch, const float *input, co
     for (int k = 0; k < ir->n_ops; k++)
         if (vals[k].data != output)
             free(vals[k].data);
+    return rc;
+}
+
+int fg_reference_run_block(const fg_block_ir *b, int64_t batch, const float *const *inputs,
+                           const float *const *const *params, double *output, fg_error *err)
+{
+    float *tensors[FG_MAX_BLOCK_TENSORS] = {NULL};
+    int rc = 0;
+    for (int i = 0; i < b->n_layers && rc == 0; i++) {
+        const fg_layer_ir *ir = &b->layers[i];
+        const int out = b->layer[i].out;
+        const int64_t n_out = batch * fg_shape_sample_count(&b->tensors[out].shape);
+        double *y = out == b->output ? output : malloc(sizeof(double) * (size_t)n_out);
+        const float *p[FG_MAX_PARAMS];
+        for (int q = 0; q < ir->n_params; q++) {
+            int t = ir->params[q].tensor;
+            p[q] = !ir->params[q].batched ? params[i][q] : t < b->n_inputs ? inputs[t] : tensors[t];
+        }
+        const int from = b->layer[i].from;
+        const float *x = from < b->n_inputs ? inputs[from] : tensors[from];
+        if (!y) {
+            rc = fg_fail(err, "CPU reference: out of memory for layer %s", ir->name);
+            break;
+        }
+        rc = fg_reference_run(ir, batch, x, p, y, err);
+        if (rc == 0 && out != b->output) {
+            if (!(tensors[out] = malloc(sizeof(float) * (size_t)n_out)))
+                rc = fg_fail(err, "CPU reference: out of memory for layer %s", ir->name);
+            for (int64_t e = 0; rc == 0 && e < n_out; e++)
+                tensors[out][e] = (float)y[e];
+        }
+        if (y != output)
+            free(y);
+    }
+    for (int t = 0; t < FG_MAX_BLOCK_TENSORS; t++)
+        free(tensors[t]);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "../common/diag.h"
+#include "../gen/block.h"
 #include "../gen/ir.h"
 
 /* Evaluates the layer on `batch` samples. `input` holds batch * sample_count(ir->input)
@@ -36,4 +37,13 @@ double fg_reference_work(const fg_layer_ir *ir, int64_t batch);
 double fg_ref_unary(const fg_op *op, double x);
 double fg_ref_binary(fg_op_kind kind, double a, double b);
 
+/* Evaluates a block (gen/block.h) on `batch` samples: each layer with fg_reference_run, in
+ * run order, on the tensors it reads. inputs[t] holds tensor t of the block for t below
+ * b->n_inputs ("input", then the extra inputs), batch * sample_count floats each; params[i]
+ * holds layer i's parameters (params[i][p] for b->layers[i].params[p]; batched ones are
+ * ignored: the block's tensors stand in). Every layer is evaluated in double; the tensors
+ * between layers are kept as floats (what the GPU stores). `output` receives the output
+ * tensor's batch * sample_count doubles. */
+int fg_reference_run_block(const fg_block_ir *b, int64_t batch, const float *const *inputs,
+                           const float *const *const *params, double *output, fg_error *err);
 #endif

@@ -100,6 +100,10 @@ fg_status fg_layer_run_cpu_progress(fg_layer *layer, const float *input, float *
 /* fg_layer_prepare for runs of `batch` samples (0: not known): where the layer's engine is
  * timed at its first prepare (tuning.h), at that batch. The handle held. */
 fg_status fg_layer_prepare_held(fg_layer *layer, int64_t batch);
+/* A layer from an IR loaded elsewhere (a block's layer: runtime/api_block.c), planned for
+ * the context's architecture and registered as a live layer handle. */
+fg_status fg_layer_create_from_ir(fg_context *ctx, const fg_layer_ir *ir, fg_layer **out);
+
 /* Makes the context's CUDA context current on this thread. */
 fg_status fg_api_enter(fg_context *ctx);
 

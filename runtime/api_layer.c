@@ -33,6 +33,18 @@ static bool graphs_wanted(const fg_layer *layer)
     return !layer->ctx->env.no_graphs && layer->plan.n_passes >= 2 && !layer->has_cudnn;
 }
 
+static fg_status finish_load(fg_context *ctx, fg_layer *layer, fg_layer **out);
+
+fg_status fg_layer_create_from_ir(fg_context *ctx, const fg_layer_ir *ir, fg_layer **out)
+{
+    fg_layer *layer = calloc(1, sizeof *layer);
+    if (!layer)
+        return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
+    layer->ctx = ctx;
+    layer->ir = *ir;
+    return finish_load(ctx, layer, out);
+}
+
 static fg_status load_held(fg_context *ctx, const char *name, const char *source, size_t len, bool is_file,
                            fg_layer **out)
 {
@@ -53,6 +65,14 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
         free(layer);
         return fg_api_fail_error(FG_ERR_SPEC, &err);
     }
+    return finish_load(ctx, layer, out);
+}
+
+/* Plans a loaded IR, takes its launch table and registers the handle; frees `layer` on
+ * failure. */
+static fg_status finish_load(fg_context *ctx, fg_layer *layer, fg_layer **out)
+{
+    fg_error err;
     /* the plan depends on the architecture (clusters need sm_90) */
     fg_plan_options popts = ctx->plan_options;
     fg_plan_options_set_arch(&popts, ctx->arch);

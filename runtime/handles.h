@@ -10,7 +10,7 @@
 
 #include <stdbool.h>
 
-typedef enum fg_handle_kind { FG_HANDLE_CONTEXT = 1, FG_HANDLE_LAYER = 2 } fg_handle_kind;
+typedef enum fg_handle_kind { FG_HANDLE_CONTEXT = 1, FG_HANDLE_LAYER = 2, FG_HANDLE_BLOCK = 3 } fg_handle_kind;
 
 int fg_handle_add(void *p, fg_handle_kind kind);
 /* Whether p is a live handle of `kind` (and not being destroyed). */

@@ -86,4 +86,11 @@ fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr out
  * TB/s (bytes read + written, a device-to-device copy of 2 x L2 bytes, best of 5). */
 fg_status fg_tools_ceilings(fg_context *ctx, double *fma_tflops, double *copy_tbs);
 
+/* Blocks (runtime/api_block.c): random parameters as fg_tools_bind_random draws them (each
+ * key from the layer that reads it first), the CPU reference's work, and whether a layer's
+ * statistics span the batch (then a check needs every sample). */
+fg_status fg_tools_block_bind_random(fg_block *block, uint64_t seed);
+double fg_tools_block_reference_work(const fg_block *block, int64_t batch);
+bool fg_tools_block_stats_over_batch(const fg_block *block);
+
 #endif

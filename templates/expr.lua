@@ -108,6 +108,11 @@ function Eval:param_at(p, shape, coords)
     stride = stride * param.dim[pd]
   end
   local idx = #terms == 0 and "0" or table.concat(terms, " + ")
+  -- a block tensor (a batched parameter: docs/spec.md, "Blocks") holds one value per sample:
+  -- `n`, the sample in scope wherever values are evaluated, picks it; never hoisted
+  if param.batched then
+    return string.format("%s[(fg_u64)n * %d + %s]", self.names.param[p], param.count, idx)
+  end
   local text = string.format("%s[%s]", self.names.param[p], idx)
   if channel_only then return self:hoisted("float", text, coords) or text end
   return text

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "block.h"
+#include "block_specs.h"
 #include "nvrtc_compiler.h"
 #include "render.h"
 #include "spec_loader.h"
@@ -628,6 +630,65 @@ static void ptxas_report_parser(void **state)
     assert_int_equal(fg_parse_ptxas_report("", k, 4), 0);
 }
 
+/* The block specs (specs/blocks/): every layer compiles for sm_80 (the planner's engine) and
+ * for sm_90a on the wgmma engine, with its tensor operands (batched parameters, read at the
+ * sample in scope: the residual in an epilogue, SD's time embedding) in the source. */
+static void blocks(void **state)
+{
+    (void)state;
+    static const char *const sm80[] = {"sm_80"};
+    int problems = 0, tensor_reads = 0;
+    for (int i = 0; i < FGT_N_BLOCK_SPECS; i++) {
+        fg_block_ir b;
+        fgt_load_block_spec(i, &b);
+        for (int l = 0; l < b.n_layers; l++) {
+            fg_layer_ir *ir = &b.layers[l];
+            problems += compile_ir(ir, -1, sm80, 1);
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.engine = FG_ENGINE_PREFER_WGMMA;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            char what[256];
+            snprintf(what, sizeof what, "%s for sm_90a (wgmma)", ir->name);
+            problems += compile_sm90a(ir, plan, what, NULL);
+            fg_rendered src;
+            fg_error err;
+            assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+            for (int p = 0; p < ir->n_params; p++)
+                if (ir->params[p].batched) {
+                    /* the kernel reads the tensor at the sample in scope */
+                    char needle[64];
+                    snprintf(needle, sizeof needle, "[(fg_u64)n * %lld + ", (long long)ir->params[p].count);
+                    fgt_assert_contains_at(src.source, needle, __FILE__, __LINE__);
+                    tensor_reads++;
+                }
+            fg_rendered_free(&src);
+            free(plan);
+        }
+        fg_block_ir_free(&b);
+    }
+    assert_int_equal(tensor_reads, 3); /* the bottleneck's residual, SD's temb and residual */
+    /* tensor operands before a norm (read where its statistics are gathered), after it (in
+     * the pass that applies it), in a prologue, with each strategy */
+    static const char src[] =
+        "return block \"t\" {\n  input = { \"N\", 8, 10, 10 },\n  inputs = { v = { \"N\", 16 } },\n"
+        "  layer \"a\" { mul { tensor = \"input\" }, conv2d { out_channels = 16, kernel = 3, padding = 1 },\n"
+        "    add { tensor = \"v\" }, group_norm { groups = 4 }, mul { tensor = \"v\" }, relu {} },\n"
+        "  layer \"b\" { conv2d { name = \"c2\", out_channels = 8, kernel = 1 }, instance_norm {},\n"
+        "    add { tensor = \"input\" }, sub { tensor = \"input\" }, mean { dims = { 2, 3 } } },\n}\n";
+    fg_block_ir b;
+    fg_error err;
+    if (fg_block_spec_load_string("t.lua", src, sizeof src - 1, &b, &err) != 0)
+        fail_msg("%s", err.msg);
+    static const char *const both[] = {"sm_80", "sm_90"};
+    for (int l = 0; l < b.n_layers; l++) {
+        problems += compile_ir(&b.layers[l], FG_STRATEGY_MATERIALIZE, both, 2);
+        problems += compile_ir(&b.layers[l], FG_STRATEGY_RECOMPUTE, both, 1);
+    }
+    fg_block_ir_free(&b);
+    assert_int_equal(problems, 0);
+}
+
 int main(void)
 {
     /* NVRTC's own cache (CUDA 12.9+, where a driver is present) answers without the ptxas
@@ -637,6 +698,7 @@ int main(void)
         cmocka_unit_test(version_and_options),
         cmocka_unit_test(ptxas_report_parser),
         cmocka_unit_test(reference_specs),
+        cmocka_unit_test(blocks),
         cmocka_unit_test(wgmma_engine),
         cmocka_unit_test(wgmma_split_k),
         cmocka_unit_test(wgmma_channel_reduction),

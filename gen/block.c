@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Blocks (gen/block.h): what is not loading (gen/spec_loader.c reads and wires them). */
+#include "block.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void fg_block_ir_free(fg_block_ir *b)
+{
+    free(b->layers);
+    b->layers = NULL;
+    b->n_layers = 0;
+}
+
+const char *fg_block_ir_layer_name(const fg_block_ir *b, int i)
+{
+    if (b->single)
+        return b->layers[0].name;
+    return b->tensors[b->layer[i].out].name;
+}
+
+void fg_block_print(const fg_block_ir *b, void (*emit)(void *ctx, const char *line), void *ctx)
+{
+    char line[1024], shape[128];
+    snprintf(line, sizeof line, "block %s (%s): %d layers, run in this order", b->name, b->file, b->n_layers);
+    emit(ctx, line);
+    for (int t = 0; t < b->n_inputs; t++) {
+        fg_shape_str(&b->tensors[t].shape, shape, sizeof shape);
+        snprintf(line, sizeof line, "  input  %-12s %s", b->tensors[t].name, shape);
+        emit(ctx, line);
+    }
+    for (int i = 0; i < b->n_layers; i++) {
+        const fg_layer_ir *ir = &b->layers[i];
+        char reads[512] = "";
+        for (int p = 0; p < ir->n_params; p++)
+            if (ir->params[p].batched)
+                snprintf(reads + strlen(reads), sizeof reads - strlen(reads), "%s%s", reads[0] ? ", " : " + tensor ",
+                         ir->params[p].name);
+        snprintf(line, sizeof line, "  layer  %-12s %s <- %s%s   (line %d)", fg_block_ir_layer_name(b, i),
+                 fg_shape_str(&b->tensors[b->layer[i].out].shape, shape, sizeof shape),
+                 b->tensors[b->layer[i].from].name, reads, b->layer[i].line);
+        emit(ctx, line);
+    }
+    snprintf(line, sizeof line, "  output %-12s %s", b->tensors[b->output].name,
+             fg_shape_str(&b->tensors[b->output].shape, shape, sizeof shape));
+    emit(ctx, line);
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A block: several layers wired in a DAG, run as one unit (docs/spec.md, "Blocks").
+ *
+ * Each layer is an ordinary layer IR (gen/ir.h: optional prologue, one conv, ops after it)
+ * whose input is a tensor of the block: the block input, an extra input, or an earlier
+ * layer's output. Binary ops may read any tensor of the block (`tensor = "name"`) as a
+ * batched parameter of the layer (fg_param.batched). The loader orders the layers so that
+ * every layer comes after the tensors it reads (a cycle is an error); the block's output is
+ * one layer's output. Parameters are shared by name across layers (a name must keep its
+ * shape). Nothing here knows about CUDA: each layer is planned and run as a layer is. */
+#ifndef FG_BLOCK_H
+#define FG_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/diag.h"
+#include "ir.h"
+
+#define FG_MAX_BLOCK_LAYERS 16
+#define FG_MAX_BLOCK_INPUTS 4 /* extra inputs besides "input" */
+#define FG_MAX_BLOCK_TENSORS (1 + FG_MAX_BLOCK_INPUTS + FG_MAX_BLOCK_LAYERS)
+
+/* A tensor of the block: tensors[0] is "input", then the extra inputs (sorted by name), then
+ * each layer's output (in the spec's order of layers). */
+typedef struct fg_block_tensor {
+    char name[FG_NAME_MAX];
+    fg_shape shape;          /* dim[0] the batch (held as 1) */
+    int layer;               /* the layer (index into fg_block_ir.layers) that writes it; -1: an input */
+    int line;
+} fg_block_tensor;
+
+typedef struct fg_block_layer {
+    int line;                /* the `layer` line */
+    int from;                /* the tensor it reads as its input */
+    int out;                 /* the tensor it writes */
+    int spec_index;          /* its position in the spec */
+} fg_block_layer;
+
+typedef struct fg_block_ir {
+    char name[FG_NAME_MAX];
+    char file[512];
+    int line;                /* the `block` line */
+    /* The spec returned a plain layer: layers[0] is it, with its own semantics (dtype, layout). */
+    bool single;
+    int n_tensors;
+    int n_inputs;            /* "input" and the extra inputs: tensors[0..n_inputs-1] */
+    fg_block_tensor tensors[FG_MAX_BLOCK_TENSORS];
+    int n_layers;
+    fg_block_layer layer[FG_MAX_BLOCK_LAYERS]; /* in run order: every layer after what it reads */
+    fg_layer_ir *layers;     /* n_layers IRs (heap), in run order; ir.name is BLOCK.LAYER */
+    int output;              /* the tensor the block returns */
+} fg_block_ir;
+
+/* Loads a spec that returns a block or a layer (then single, n_layers 1). Returns 0 or -1
+ * with err set (every message names the file, the line and the field). fg_block_ir_free
+ * frees what a load allocated, after success or failure. */
+int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err);
+int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err);
+void fg_block_ir_free(fg_block_ir *b);
+
+/* The layer's name inside the block ("a" of "bottleneck.a"). */
+const char *fg_block_ir_layer_name(const fg_block_ir *b, int i);
+
+/* A human-readable description: the tensors, the layers, their wiring (fusegen plan). */
+void fg_block_print(const fg_block_ir *b, void (*emit)(void *ctx, const char *line), void *ctx);
+
+#endif

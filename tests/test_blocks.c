@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Blocks (gen/block.h, docs/spec.md "Blocks"): spec errors (file, line, field), the wiring
+ * and run order, and the CPU reference of a block against an independent computation: its
+ * layers as single-layer specs, run one by one with the single-layer reference, and the
+ * residual / time embedding added by hand. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block.h"
+#include "block_specs.h"
+#include "cpu_reference.h"
+#include "spec_loader.h"
+#include "test_util.h"
+
+static fg_block_ir *load_block(const char *src)
+{
+    fg_block_ir *b = calloc(1, sizeof *b);
+    fg_error err;
+    if (fg_block_spec_load_string("blk.lua", src, strlen(src), b, &err) != 0)
+        fail_msg("block refused: %s", err.msg);
+    return b;
+}
+
+static void free_block(fg_block_ir *b)
+{
+    fg_block_ir_free(b);
+    free(b);
+}
+
+static void expect_error(const char *src, const char *fragment)
+{
+    fg_block_ir b;
+    fg_error err;
+    int rc = fg_block_spec_load_string("blk.lua", src, strlen(src), &b, &err);
+    fg_block_ir_free(&b);
+    if (rc == 0)
+        fail_msg("accepted, expected an error with: %s\n%s", fragment, src);
+    fgt_assert_contains_at(err.msg, fragment, __FILE__, __LINE__);
+}
+
+/* line 1 block, 2 input, then the layers from line 3 */
+#define BLOCK_HDR "return block \"b\" {\n  input = { \"N\", 4, 6, 6 },\n"
+
+static void errors(void **state)
+{
+    (void)state;
+    /* an unknown `from`, with the nearest name */
+    expect_error(BLOCK_HDR "  layer \"alpha\" { conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
+                           "  layer \"beta\" { from = \"alpah\", conv2d { name = \"c2\", out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:4: layer: field 'from' names no tensor of the block: 'alpah' (did you mean 'alpha'?)");
+    /* an unknown tensor operand */
+    expect_error(BLOCK_HDR "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 },\n"
+                           "    add { tensor = \"skip\" } },\n}\n",
+                 "blk.lua:4: add: field 'tensor' names no tensor of the block: 'skip' (the tensors: input, a)");
+    /* a cycle: a reads b, b reads a */
+    expect_error(BLOCK_HDR "  layer \"a\" { from = \"b\", conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
+                           "  layer \"b\" { from = \"a\", conv2d { name = \"c2\", out_channels = 4, kernel = 1 } },\n}\n",
+                 "layer: the layers form a cycle (");
+    expect_error(BLOCK_HDR "  layer \"a\" { from = \"b\", conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
+                           "  layer \"b\" { from = \"a\", conv2d { name = \"c2\", out_channels = 4, kernel = 1 } },\n}\n",
+                 "a -> b");
+    /* a residual of another shape */
+    expect_error(BLOCK_HDR "  layer \"a\" { conv2d { out_channels = 8, kernel = 1 },\n"
+                           "    add { tensor = \"input\" } },\n}\n",
+                 "blk.lua:4: add: field 'tensor' 'input' is [N, 4, 6, 6] but the value here is [N, 8, 6, 6]");
+    /* a per-sample vector of the wrong channel count */
+    expect_error("return block \"b\" {\n  input = { \"N\", 4, 6, 6 },\n  inputs = { temb = { \"N\", 5 } },\n"
+                 "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 },\n    add { tensor = \"temb\" } },\n}\n",
+                 "blk.lua:5: add: field 'tensor' 'temb' is [N, 5] but the value here is [N, 4, 6, 6]");
+    /* one parameter name, two shapes */
+    expect_error(BLOCK_HDR "  layer \"a\" { conv2d { name = \"conv\", out_channels = 4, kernel = 1 } },\n"
+                           "  layer \"b\" { conv2d { name = \"conv\", out_channels = 4, kernel = 3, padding = 1 } },\n}\n",
+                 "blk.lua:4: parameter 'conv.weight' has shape [4, 4, 3, 3] in layer 'b' but [4, 4, 1, 1] in layer 'a' "
+                 "(line 3)");
+    /* `tensor` outside a block */
+    expect_error("return layer \"t\" {\n  input = { \"N\", 4, 6, 6 },\n  conv2d { out_channels = 4, kernel = 1 },\n"
+                 "  add { tensor = \"input\" },\n}\n",
+                 "blk.lua:4: add: field 'tensor' names a tensor of a block ('input')");
+    /* a layer of a block has no input of its own */
+    expect_error(BLOCK_HDR "  layer \"a\" { input = { \"N\", 4, 6, 6 }, conv2d { out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:3: layer: field 'input' is the block's in a block");
+    /* a layer nothing reads */
+    expect_error(BLOCK_HDR "  layer \"a\" { conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
+                           "  layer \"b\" { from = \"input\", conv2d { name = \"c2\", out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:3: layer: 'a' is not used");
+    /* duplicate names */
+    expect_error(BLOCK_HDR "  layer \"a\" { conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
+                           "  layer \"a\" { conv2d { name = \"c2\", out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:4: layer: the name 'a' is already a layer's (line 3)");
+    /* the plain layer loader refuses a block with a message that says what to do */
+    fg_layer_ir *ir = calloc(1, sizeof *ir);
+    fg_error err;
+    const char *src = BLOCK_HDR "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 } },\n}\n";
+    assert_int_not_equal(fg_spec_load_string("blk.lua", src, strlen(src), ir, &err), 0);
+    fgt_assert_contains_at(err.msg, "the spec returns a block", __FILE__, __LINE__);
+    free(ir);
+}
+
+/* Layers listed out of order run in dependency order; tensors and batched params are wired. */
+static void wiring(void **state)
+{
+    (void)state;
+    fg_block_ir *b = load_block(
+        "return block \"w\" {\n  input = { \"N\", 4, 6, 6 },\n  output = \"c\",\n"
+        "  layer \"c\" { from = \"b\", conv2d { name = \"c3\", out_channels = 4, kernel = 1 }, add { tensor = \"a\" } },\n"
+        "  layer \"a\" { from = \"input\", conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
+        "  layer \"b\" { from = \"a\", conv2d { name = \"c2\", out_channels = 4, kernel = 3, padding = 1 } },\n}\n");
+    assert_int_equal(b->n_layers, 3);
+    assert_string_equal(fg_block_ir_layer_name(b, 0), "a");
+    assert_string_equal(fg_block_ir_layer_name(b, 1), "b");
+    assert_string_equal(fg_block_ir_layer_name(b, 2), "c");
+    assert_string_equal(b->layers[2].name, "w.c");
+    assert_string_equal(b->tensors[b->output].name, "c");
+    assert_int_equal(b->tensors[b->layer[2].out].layer, 2);
+    /* layer c reads a as a batched parameter bound to tensor a */
+    const fg_layer_ir *c = &b->layers[2];
+    int found = 0;
+    for (int p = 0; p < c->n_params; p++)
+        if (c->params[p].batched) {
+            found++;
+            assert_string_equal(c->params[p].name, "a");
+            assert_string_equal(b->tensors[c->params[p].tensor].name, "a");
+            assert_int_equal(c->params[p].count, 4 * 6 * 6);
+        }
+    assert_int_equal(found, 1);
+    /* each layer plans on its own (one conv pass each here) */
+    for (int i = 0; i < 3; i++) {
+        fg_plan *plan = fgt_plan(&b->layers[i], -1);
+        assert_int_equal(plan->n_passes, 1);
+        free(plan);
+    }
+    free_block(b);
+}
+
+static void fill(float *x, int64_t n, unsigned seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = (float)((double)(seed >> 8) / (double)(1u << 24) * 2.0 - 1.0);
+    }
+}
+
+/* The parameters of a loaded IR, filled by name (the same name the same values, whichever
+ * IR holds it); running variances kept positive. */
+static float **params_for(const fg_layer_ir *ir)
+{
+    float **p = calloc((size_t)FG_MAX_PARAMS, sizeof *p);
+    for (int i = 0; i < ir->n_params; i++) {
+        if (ir->params[i].batched)
+            continue;
+        p[i] = malloc(sizeof(float) * (size_t)ir->params[i].count);
+        unsigned seed = 7;
+        for (const char *c = ir->params[i].name; *c; c++)
+            seed = seed * 31u + (unsigned char)*c;
+        fill(p[i], ir->params[i].count, seed);
+        if (strstr(ir->params[i].name, "running_var") || strstr(ir->params[i].name, "weight") == NULL)
+            for (int64_t e = 0; strstr(ir->params[i].name, "running_var") && e < ir->params[i].count; e++)
+                p[i][e] = 0.5f + fabsf(p[i][e]);
+    }
+    return p;
+}
+
+static void free_params(float **p)
+{
+    for (int i = 0; i < FG_MAX_PARAMS; i++)
+        free(p[i]);
+    free(p);
+}
+
+/* a single-layer spec's reference output, as floats */
+static float *run_layer(const char *src, int64_t batch, const float *x, int64_t *n_out)
+{
+    fg_layer_ir *ir = fgt_load_string(src);
+    float **p = params_for(ir);
+    *n_out = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
+    double *y = malloc(sizeof(double) * (size_t)*n_out);
+    float *f = malloc(sizeof(float) * (size_t)*n_out);
+    fg_error err;
+    assert_int_equal(fg_reference_run(ir, batch, x, (const float *const *)p, y, &err), 0);
+    for (int64_t i = 0; i < *n_out; i++)
+        f[i] = (float)y[i];
+    free(y);
+    free_params(p);
+    free(ir);
+    return f;
+}
+
+static double *run_block(fg_block_ir *b, int64_t batch, const float *const *inputs)
+{
+    float **params[FG_MAX_BLOCK_LAYERS];
+    for (int i = 0; i < b->n_layers; i++)
+        params[i] = params_for(&b->layers[i]);
+    int64_t n = batch * fg_shape_sample_count(&b->tensors[b->output].shape);
+    double *y = malloc(sizeof(double) * (size_t)n);
+    fg_error err;
+    if (fg_reference_run_block(b, batch, inputs, (const float *const *const *)params, y, &err) != 0)
+        fail_msg("%s", err.msg);
+    for (int i = 0; i < b->n_layers; i++)
+        free_params(params[i]);
+    return y;
+}
+
+/* A ResNet bottleneck (eval BatchNorm) against its three layers run apart, the residual and
+ * the last ReLU applied by hand. */
+static void bottleneck_reference(void **state)
+{
+    (void)state;
+    const int64_t batch = 2, c = 8, hw = 5;
+    fg_block_ir *b = load_block(
+        "return block \"bn\" {\n  input = { \"N\", 8, 5, 5 },\n"
+        "  layer \"a\" { conv2d { name = \"conv1\", out_channels = 2, kernel = 1, bias = false },\n"
+        "    batch_norm { name = \"bn1\", stats = \"running\" }, relu {} },\n"
+        "  layer \"b\" { conv2d { name = \"conv2\", out_channels = 2, kernel = 3, padding = 1, bias = false },\n"
+        "    batch_norm { name = \"bn2\", stats = \"running\" }, relu {} },\n"
+        "  layer \"c\" { conv2d { name = \"conv3\", out_channels = 8, kernel = 1, bias = false },\n"
+        "    batch_norm { name = \"bn3\", stats = \"running\" }, add { tensor = \"input\" }, relu {} },\n}\n");
+    int64_t n_in = batch * c * hw * hw, n1, n2, n3;
+    float *x = malloc(sizeof(float) * (size_t)n_in);
+    fill(x, n_in, 42);
+    const float *inputs[1] = {x};
+    double *y = run_block(b, batch, inputs);
+    float *a = run_layer("return layer \"a\" { input = { \"N\", 8, 5, 5 },\n"
+                         "  conv2d { name = \"conv1\", out_channels = 2, kernel = 1, bias = false },\n"
+                         "  batch_norm { name = \"bn1\", stats = \"running\" }, relu {} }\n",
+                         batch, x, &n1);
+    float *bb = run_layer("return layer \"b\" { input = { \"N\", 2, 5, 5 },\n"
+                          "  conv2d { name = \"conv2\", out_channels = 2, kernel = 3, padding = 1, bias = false },\n"
+                          "  batch_norm { name = \"bn2\", stats = \"running\" }, relu {} }\n",
+                          batch, a, &n2);
+    float *cc = run_layer("return layer \"c\" { input = { \"N\", 2, 5, 5 },\n"
+                          "  conv2d { name = \"conv3\", out_channels = 8, kernel = 1, bias = false },\n"
+                          "  batch_norm { name = \"bn3\", stats = \"running\" } }\n",
+                          batch, bb, &n3);
+    assert_int_equal(n3, n_in);
+    double worst = 0;
+    for (int64_t i = 0; i < n_in; i++) {
+        double want = fmax((double)cc[i] + (double)x[i], 0.0);
+        worst = fmax(worst, fabs(want - y[i]));
+    }
+    /* the independent path rounds the pre-residual value to float once more */
+    assert_true(worst < 1e-5);
+    free(x), free(y), free(a), free(bb), free(cc);
+    free_block(b);
+}
+
+/* SD's ResnetBlock2D shape: GroupNorm -> SiLU -> conv prologues, a per-sample time
+ * embedding [N, C] broadcast over H, W, the residual of the block input. */
+static void sd_reference(void **state)
+{
+    (void)state;
+    const int64_t batch = 2, c = 8, hw = 4;
+    fg_block_ir *b = load_block(
+        "return block \"sd\" {\n  input = { \"N\", 8, 4, 4 },\n  inputs = { temb = { \"N\", 8 } },\n"
+        "  layer \"h\" { group_norm { name = \"norm1\", groups = 4 }, silu {},\n"
+        "    conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
+        "  layer \"out\" { group_norm { name = \"norm2\", groups = 4 }, silu {},\n"
+        "    conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
+    assert_int_equal(b->n_inputs, 2);
+    assert_string_equal(b->tensors[1].name, "temb");
+    int64_t n_in = batch * c * hw * hw, n1, n2;
+    float *x = malloc(sizeof(float) * (size_t)n_in), *t = malloc(sizeof(float) * (size_t)(batch * c));
+    fill(x, n_in, 3);
+    fill(t, batch * c, 5);
+    const float *inputs[2] = {x, t};
+    double *y = run_block(b, batch, inputs);
+    float *h = run_layer("return layer \"h\" { input = { \"N\", 8, 4, 4 },\n"
+                         "  group_norm { name = \"norm1\", groups = 4 }, silu {},\n"
+                         "  conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 } }\n",
+                         batch, x, &n1);
+    for (int64_t i = 0; i < n1; i++)
+        h[i] = (float)((double)h[i] + (double)t[(i / (hw * hw * c)) * c + (i / (hw * hw)) % c]);
+    float *o = run_layer("return layer \"o\" { input = { \"N\", 8, 4, 4 },\n"
+                         "  group_norm { name = \"norm2\", groups = 4 }, silu {},\n"
+                         "  conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 } }\n",
+                         batch, h, &n2);
+    double worst = 0;
+    for (int64_t i = 0; i < n_in; i++)
+        worst = fmax(worst, fabs((double)o[i] + (double)x[i] - y[i]));
+    assert_true(worst < 1e-5);
+    free(x), free(t), free(y), free(h), free(o);
+    free_block(b);
+}
+
+/* The block specs in specs/blocks/ load, and their layers plan for sm_80 and sm_90a. */
+static void shipped_block_specs(void **state)
+{
+    (void)state;
+    for (int i = 0; i < FGT_N_BLOCK_SPECS; i++) {
+        fg_block_ir b;
+        fgt_load_block_spec(i, &b);
+        assert_false(b.single);
+        for (int l = 0; l < b.n_layers; l++) {
+            fg_plan *plan = fgt_plan(&b.layers[l], -1);
+            free(plan);
+        }
+        fg_block_ir_free(&b);
+    }
+}
+
+int main(void)
+{
+    char *dir = fgt_tmpdir("blocks");
+    fgt_isolate_environment(dir);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(errors),
+        cmocka_unit_test(wiring),
+        cmocka_unit_test(bottleneck_reference),
+        cmocka_unit_test(sd_reference),
+        cmocka_unit_test(shipped_block_specs),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    fgt_rmtree(dir);
+    free(dir);
+    return rc;
+}

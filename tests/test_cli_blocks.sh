@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The CLI on block specs (docs/spec.md, "Blocks"): `fusegen plan` prints the wiring, each
+# layer's plan, the block's kernels in run order and its workspace; `fusegen gen -o` writes
+# one source per layer; `fusegen run --device cpu` runs the block's reference and writes its
+# output; a bad block exits 1 with file:line and the field; a plain layer spec is unchanged.
+# usage: tests/test_cli_blocks.sh FUSEGEN_BINARY SOURCE_DIR
+set -u
+fusegen=$1
+src=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/fusegen-cli-blocks-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export FUSEGEN_CACHE_DIR=$work/cache FUSEGEN_CACHE_PATH=
+passed=0
+failed=0
+check() {
+  if grep -qF -- "$2" <<<"$3"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL $1: expected to find: $2" >&2
+    sed 's/^/    /' <<<"$3" | head -30 >&2
+  fi
+}
+# layers listed out of order: c reads b and the block input, b reads a
+cat >"$work/blk.lua" <<'LUA'
+return block "blk" {
+  input = { "N", 8, 6, 6 },
+  output = "c",
+  layer "c" { from = "b",
+    conv2d { name = "conv3", out_channels = 8, kernel = 1, bias = false },
+    batch_norm { name = "bn3", stats = "running" }, add { tensor = "input" }, relu {} },
+  layer "a" { from = "input",
+    conv2d { name = "conv1", out_channels = 4, kernel = 1, bias = false },
+    batch_norm { name = "bn1", stats = "running" }, relu {} },
+  layer "b" { from = "a",
+    conv2d { name = "conv2", out_channels = 4, kernel = 3, padding = 1, bias = false }, relu {} },
+}
+LUA
+out=$("$fusegen" plan --arch sm_80 "$work/blk.lua" 2>&1)
+check "plan: wiring" "block blk ($work/blk.lua): 3 layers, run in this order" "$out"
+check "plan: c reads b and the input" "layer  c            [N, 8, 6, 6] <- b + tensor input   (line 4)" "$out"
+check "plan: the tensor operand" "add tensor input" "$out"
+check "plan: kernel order" "$(printf '   0  a            fg_pass0_conv\n   1  b            fg_pass0_conv\n   2  c            fg_pass0_conv')" "$out"
+check "plan: workspace" "in all N x 288 floats + the scratch" "$out"
+out=$("$fusegen" gen --arch sm_80 -o "$work/gen" "$work/blk.lua" 2>&1)
+check "gen: a" "wrote $work/gen/blk.a.cu" "$out"
+check "gen: c" "wrote $work/gen/blk.c.cu" "$out"
+check "gen: the residual read per sample" "[(fg_u64)n * 288 + " "$(cat "$work/gen/blk.c.cu" 2>&1)"
+out=$("$fusegen" run --device cpu --batch 2 --out "$work/y.safetensors" "$work/blk.lua" 2>&1)
+check "run: cpu" "block of 3 layers: output [2, 8, 6, 6] on the CPU (reference)" "$out"
+check "run: wrote" "wrote $work/y.safetensors" "$out"
+# the shipped block specs plan
+for s in resnet50_bottleneck sd_resnet_block nnunet_stage; do
+  out=$("$fusegen" plan "$src/specs/blocks/$s.lua" 2>&1)
+  check "plan $s" "block kernels, in order on one stream:" "$out"
+done
+# errors: an unknown tensor; a cycle; exit status 1
+cat >"$work/bad.lua" <<'LUA'
+return block "bad" {
+  input = { "N", 4, 6, 6 },
+  layer "a" { conv2d { out_channels = 4, kernel = 1 }, mul { tensor = "inptu" } },
+}
+LUA
+out=$("$fusegen" plan "$work/bad.lua" 2>&1)
+rc=$?
+check "bad: status" "rc=1" "rc=$rc"
+check "bad: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block: 'inptu' (did you mean 'input'?)" "$out"
+out=$("$fusegen" run --device cpu "$work/bad.lua" 2>&1)
+check "bad run: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block" "$out"
+# a plain layer spec prints as before (no block lines)
+out=$("$fusegen" plan "$src/specs/kb92.lua" 2>&1)
+check "layer: unchanged" "layer kb92_conv2d_groupnorm_tanh_hardswish_residual_logsumexp" "$out"
+if grep -q "^block " <<<"$out"; then failed=$((failed + 1)); echo "FAIL a layer spec printed as a block" >&2; fi
+echo "cli_blocks: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
