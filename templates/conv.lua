@@ -243,6 +243,20 @@ end
 -- the thread holds exists: that case runs without per-output checks, so the compiler can
 -- interleave the outputs' work instead of branching around each); `pixel`, when outputs are
 -- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds).
+-- The conv's value at an output, v0 = the accumulator + the bias (hoisted where the evaluator
+-- hoists per-channel loads), opened as a scope of the evaluator in which op 0 at `coords` is
+-- v0: the epilogue's ops are evaluated from it (the caller pops the scope).
+function M.open_conv_value(c, conv, names, ev, acc, coords)
+  if conv.bias then
+    local bias = string.format("%s[c]", names.param[conv.bias_param])
+    c:line("const float v0 = %s + %s;", acc, ev:hoisted("float", bias, { "c" }) or bias)
+  else
+    c:line("const float v0 = %s;", acc)
+  end
+  ev:push_scope()
+  ev:remember(0, coords, "v0")
+end
+
 function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local conv, O = g.conv, g.O
   if not th.feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
@@ -276,14 +290,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     else
       c:open("{")
     end
-    if conv.bias then
-      local bias = string.format("%s[c]", names.param[conv.bias_param])
-      c:line("const float v0 = %s + %s;", th.value, ev:hoisted("float", bias, { "c" }) or bias)
-    else
-      c:line("const float v0 = %s;", th.value)
-    end
-    ev:push_scope()
-    ev:remember(0, coords, "v0")
+    M.open_conv_value(c, conv, names, ev, th.value, coords)
     local v = ev:eval(pass.last, coords)
     local idx = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin(dshape, coords))
     for k, tg in ipairs(targets) do

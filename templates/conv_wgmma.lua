@@ -735,14 +735,7 @@ local function reduce_epilogue(c, g, layer, plan, pass, names, ev, w, th)
       if w.bn ~= g.cout_g then valid[#valid + 1] = string.format("co < %d", g.cout_g) end
       if checked then valid[#valid + 1] = string.format("px < %d", opix) end
       c:open(#valid > 0 and string.format("if (%s) {", table.concat(valid, " && ")) or "{")
-      if conv.bias then
-        local bias = string.format("%s[c]", names.param[conv.bias_param])
-        c:line("const float v0 = %s + %s;", th.value, ev:hoisted("float", bias, { "c" }) or bias)
-      else
-        c:line("const float v0 = %s;", th.value)
-      end
-      ev:push_scope()
-      ev:remember(0, coords, "v0")
+      conv_t.open_conv_value(c, conv, names, ev, th.value, coords)
       local v = ev:eval(r - 1, coords)
       if lse then
         c:line("%s = %s;", th.value, v)
