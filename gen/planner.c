@@ -865,10 +865,18 @@ static void map_launch(const fg_layer_ir *ir, fg_pass *ps)
 {
     int64_t n = fg_shape_sample_count(&ir->ops[ps->domain].out);
     /* a few elements per thread (strided by the block, so loads stay coalesced); a sample's
-     * elements span grid.x */
+     * elements span grid.x. An element that reads many (a reduction, softmax or pool in the
+     * pass: a loop over the reduced extent per element) gets a thread of its own: four per
+     * thread left a channel reduction at batch 8 with one block of 8 warps per SM, bound by
+     * load latency (bench/NOTES.md v10) */
+    bool gathers = false;
+    for (int k = ps->first; k <= ps->last; k++) {
+        fg_op_class c = fg_op_kind_class(ir->ops[k].kind);
+        gathers |= c == FG_CLASS_REDUCE || c == FG_CLASS_SOFTMAX || c == FG_CLASS_POOL;
+    }
     ps->launch.block = 256;
-    ps->launch.elems_per_thread = 4;
-    ps->launch.grid_x = (n + 1023) / 1024;
+    ps->launch.elems_per_thread = gathers ? 1 : 4;
+    ps->launch.grid_x = (n + 256 * ps->launch.elems_per_thread - 1) / (256 * ps->launch.elems_per_thread);
     ps->launch.grid_y = 1;
     ps->launch.per_sample = true;
 }
