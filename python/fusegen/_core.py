@@ -15,6 +15,7 @@ torch tensor is recognised through sys.modules, since whoever passes one has imp
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import ctypes.util
 import difflib
@@ -252,6 +253,18 @@ def _looks_like_path(spec):
     return isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec)
 
 
+@contextlib.contextmanager
+def _kind_hint(says, use):
+    """Adds the Python class to use to the library's message when a spec is of the other
+    kind (a block spec given to Layer, a layer spec to Block): its message names C calls."""
+    try:
+        yield
+    except Error as e:
+        if e.status == "FG_ERR_SPEC" and says in e.message:
+            raise Error(e.status, f"{e.message} (in Python: {use})") from None
+        raise
+
+
 class Layer(_Handle):
     """A layer spec loaded into a context (fg_layer_load_file / fg_layer_load_string).
 
@@ -270,15 +283,16 @@ class Layer(_Handle):
         L = lib()
         handle = ctypes.c_void_p()
         ctx = self.context._live_handle()
-        if _looks_like_path(spec):
-            self.source = os.fsdecode(os.fspath(spec))
-            _check(L.fg_layer_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
-        elif isinstance(spec, (str, bytes)):
-            text = spec.encode() if isinstance(spec, str) else spec
-            self.source = name or "<string>"
-            _check(L.fg_layer_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
-        else:
-            raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+        with _kind_hint("returns a block", "fusegen.Block (or fusegen.torch.FusedBlock)"):
+            if _looks_like_path(spec):
+                self.source = os.fsdecode(os.fspath(spec))
+                _check(L.fg_layer_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
+            elif isinstance(spec, (str, bytes)):
+                text = spec.encode() if isinstance(spec, str) else spec
+                self.source = name or "<string>"
+                _check(L.fg_layer_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
+            else:
+                raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
         self._handle = handle.value
         self.context._adopt(self)
         self._params = self._read_params()
@@ -711,15 +725,16 @@ class Block(_Handle):
         L = lib()
         handle = ctypes.c_void_p()
         ctx = self.context._live_handle()
-        if _looks_like_path(spec):
-            self.source = os.fsdecode(os.fspath(spec))
-            _check(L.fg_block_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
-        elif isinstance(spec, (str, bytes)):
-            text = spec.encode() if isinstance(spec, str) else spec
-            self.source = name or "<string>"
-            _check(L.fg_block_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
-        else:
-            raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+        with _kind_hint("returns a layer", "fusegen.Layer (or fusegen.torch.FusedLayer)"):
+            if _looks_like_path(spec):
+                self.source = os.fsdecode(os.fspath(spec))
+                _check(L.fg_block_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
+            elif isinstance(spec, (str, bytes)):
+                text = spec.encode() if isinstance(spec, str) else spec
+                self.source = name or "<string>"
+                _check(L.fg_block_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
+            else:
+                raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
         self._handle = handle.value
         self.context._adopt(self)
         h = self._handle
