@@ -432,10 +432,11 @@ def fused_block(x: torch.Tensor, extra: list[torch.Tensor], params: list[torch.T
 @fused_block.register_fake
 def _(x, extra, params, spec, instance):
     rt = _runtime(instance, spec, _BlockRuntime)
-    if x.dim() != len(rt.in_tails[0]) + 1 or tuple(x.shape[1:]) != rt.in_tails[0]:
-        raise ValueError(
-            f"fusegen: input shape {list(x.shape)} does not match block {rt.name}'s input {['N', *rt.in_tails[0]]}"
-        )
+    if len(extra) != len(rt.input_names):
+        raise ValueError(f"fusegen: block {rt.name} takes {len(rt.input_names)} extra input(s), got {len(extra)}")
+    for n, tail, t in zip(["input"] + rt.input_names, rt.in_tails, [x] + list(extra)):
+        if t.dim() != len(tail) + 1 or tuple(t.shape[1:]) != tail:
+            raise ValueError(f"fusegen: input '{n}' has shape {list(t.shape)}, but block {rt.name} takes {['N', *tail]}")
     return x.new_empty((x.shape[0],) + rt.out_tail, dtype=torch.float32)
 
 
