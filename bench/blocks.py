@@ -28,6 +28,13 @@ fusegen can run it today, one conv and the ops after it per spec (`fusegen.expor
 part, a FusedLayer per part, fp32 weights, the run's dtype and layout), and the rest in
 PyTorch eager in that dtype: what is left in PyTorch is what block specs and prologue fusion
 are to absorb (fusegen_parts says which ops, per family).
+
+fusegen block (fp32 NCHW only: blocks are fp32 NCHW for now): the whole block as one fusegen
+block spec (fusegen.torch.FusedBlock) -- specs/blocks/'s spec of the family when its input
+has the configuration's channels and size (resnet 256 56x56, sd 320 64x64, nnunet 32->64
+64^3; convnext has none), and with --smoke a small spec of the smoke shape written by
+block_spec_text. SD's time embedding projection, Linear(silu(temb)), stays in PyTorch: the
+block takes its result.
 """
 
 import argparse
@@ -191,6 +198,92 @@ def fusegen_block(family, base, module, xs, nn, F, torch):
     return lambda *a: forward(layers, module, *a)
 
 
+# ---- fusegen block specs ----------------------------------------------------------------------
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLOCK_SPECS = {  # family -> the block spec of specs/blocks (fp32 NCHW, one shape each)
+    "resnet": "specs/blocks/resnet50_bottleneck.lua",
+    "sd": "specs/blocks/sd_resnet_block.lua",
+    "nnunet": "specs/blocks/nnunet_stage.lua",
+}
+
+
+def block_spec_text(family, cfg):
+    """A block spec for one configuration, written here (--smoke runs its small shapes
+    through it): the same wiring and state_dict names as specs/blocks/'s spec of the family."""
+    size = ", ".join(str(s) for s in cfg["size"])
+    c = cfg["channels"]
+    if family == "resnet":
+        return f"""return block "smoke_bottleneck" {{
+  input = {{ "N", {c}, {size} }},
+  layer "a" {{ conv2d {{ name = "conv1", out_channels = {c // 4}, kernel = 1, bias = false }},
+             batch_norm {{ name = "bn1", stats = "running" }}, relu {{}} }},
+  layer "b" {{ conv2d {{ name = "conv2", out_channels = {c // 4}, kernel = 3, padding = 1, bias = false }},
+             batch_norm {{ name = "bn2", stats = "running" }}, relu {{}} }},
+  layer "c" {{ conv2d {{ name = "conv3", out_channels = {c}, kernel = 1, bias = false }},
+             batch_norm {{ name = "bn3", stats = "running" }}, add {{ tensor = "input" }}, relu {{}} }},
+}}
+"""
+    if family == "sd":
+        return f"""return block "smoke_sd_resnet_block" {{
+  input = {{ "N", {c}, {size} }},
+  inputs = {{ temb = {{ "N", {c} }} }},
+  layer "h" {{ group_norm {{ name = "norm1", groups = 32, eps = 1e-5 }}, silu {{}},
+             conv2d {{ name = "conv1", out_channels = {c}, kernel = 3, padding = 1 }}, add {{ tensor = "temb" }} }},
+  layer "out" {{ group_norm {{ name = "norm2", groups = 32, eps = 1e-5 }}, silu {{}},
+             conv2d {{ name = "conv2", out_channels = {c}, kernel = 3, padding = 1 }}, add {{ tensor = "input" }} }},
+}}
+"""
+    if family == "nnunet":
+        return f"""return block "smoke_nnunet_stage" {{
+  input = {{ "N", {cfg["in_channels"]}, {size} }},
+  layer "a" {{ conv3d {{ name = "conv1", out_channels = {c}, kernel = 3, padding = 1 }},
+             instance_norm {{ name = "norm1", affine = true }}, leaky_relu {{ negative_slope = 0.01 }} }},
+  layer "b" {{ conv3d {{ name = "conv2", out_channels = {c}, kernel = 3, padding = 1 }},
+             instance_norm {{ name = "norm2", affine = true }}, leaky_relu {{ negative_slope = 0.01 }} }},
+}}
+"""
+    return None  # convnext: no block spec (docs/spec.md, "Blocks")
+
+
+def block_spec_for(family, cfg, smoke):
+    """(spec path or text, name) of the block spec to run for a configuration, or None: with
+    --smoke the small spec block_spec_text writes; else specs/blocks/'s spec of the family
+    when its input has the configuration's channels and size (any batch)."""
+    if smoke:
+        text = block_spec_text(family, cfg)
+        return (text, f"smoke_{family}.lua") if text else None
+    rel = BLOCK_SPECS.get(family)
+    if rel is None:
+        return None
+    import fusegen
+
+    path = os.path.join(REPO, rel)
+    with fusegen.Block(path, context=fusegen.Context(device=-1)) as probe:  # loads, compiles nothing
+        shape = probe.input_shape(1)
+    cin = cfg.get("in_channels", cfg["channels"])
+    return (path, rel) if shape[1:] == (cin,) + tuple(cfg["size"]) else None
+
+
+def fusegen_block_spec(family, spec, base, nn, F, torch, device):
+    """A callable running the block as one fusegen block spec (fusegen.torch.FusedBlock, fp32
+    NCHW) with base's parameters; for sd the time embedding's projection stays in PyTorch
+    (fp32): the block takes time_emb_proj(silu(temb)) as its input "temb"."""
+    import fusegen.torch as fgt
+
+    text, name = spec
+    fused = fgt.FusedBlock(text, name=name)
+    keys = fused.load_state_dict(base.state_dict(), strict=False)
+    extra = [k for k in keys.unexpected_keys if not (family == "sd" and k.startswith("time_emb_proj."))]
+    if keys.missing_keys or extra:
+        raise RuntimeError(f"the block spec {name} does not match the module: missing {keys.missing_keys}, unexpected {extra}")
+    fused = fused.to(device)
+    if family == "sd":
+        proj = copy.deepcopy(base.time_emb_proj).to(device=device, dtype=torch.float32)
+        return lambda x, temb: fused(x, proj(F.silu(temb)))
+    return fused
+
+
 def randomize(module, torch, seed):
     """Every parameter and buffer away from its init (norm affines ~ N(1, 0.1) and N(0, 0.1),
     running statistics, layer scale ~ 0.1-sized): blocks whose norms and scales are the
@@ -307,6 +400,14 @@ def run(args):
 
         prec, flush = None, None
     rows, results, t_start = [], [], time.time()
+    block_specs = {}  # (family, config index) -> the block spec "fusegen block" runs
+    if args.fusegen:
+        for family in args.families:
+            for ci, cfg in enumerate(configs[family]):
+                try:
+                    block_specs[(family, ci)] = block_spec_for(family, cfg, args.smoke)
+                except Exception as e:  # a spec that does not load: the other modes still run
+                    print(f"blocks: no fusegen block for {describe(family, cfg)} ({type(e).__name__}: {e})")
     for family in args.families:
         for ci, cfg in enumerate(configs[family]):
             if args.deadline_s and time.time() - t_start > args.deadline_s:
@@ -338,13 +439,18 @@ def run(args):
                             modes.append(("compile tf32 off", True, "fp32"))
                     if args.fusegen:
                         modes.append(("fusegen", False, "default"))
+                        # blocks are fp32 NCHW for now
+                        if dname == "fp32" and layout == "nchw" and block_specs.get((family, ci)):
+                            modes.append(("fusegen block", False, "default"))
                     for mode, compiled, flags in modes:
                         key = f"{dname} {layout} {mode}"
                         try:
                             if prec:
                                 prec.set(flags)
                             torch._dynamo.reset()
-                            if mode == "fusegen":
+                            if mode == "fusegen block":
+                                fn_mod = fusegen_block_spec(family, block_specs[(family, ci)], base, nn, F, torch, device)
+                            elif mode == "fusegen":
                                 fn_mod = fusegen_block(family, base, module, xs, nn, F, torch)
                             else:
                                 fn_mod = torch.compile(module) if compiled else module
@@ -381,8 +487,9 @@ def table(results, dtypes):
     the ratio (above 1: fusegen faster), and the range of PyTorch's errors against float64."""
     head = "| block | GFLOP | " + " | ".join(f"fastest {d} PyTorch (config) | fusegen {d} (layout, rel L2) | vs PyTorch"
                                              for d in dtypes) + \
-        " | compile fp32 tf32 off | " + " | ".join(f"{d} PyTorch rel L2" for d in dtypes) + " |"
-    lines = [head, "|" + "---|" * (2 + 4 * len(dtypes) + 1)]
+        " | fusegen block fp32 nchw (rel L2) | compile fp32 tf32 off | " + \
+        " | ".join(f"{d} PyTorch rel L2" for d in dtypes) + " |"
+    lines = [head, "|" + "---|" * (2 + 4 * len(dtypes) + 2)]
     for e in results:
         cells = []
         for d in dtypes:
@@ -396,6 +503,17 @@ def table(results, dtypes):
                 errs = [v["error"] for k, v in e["impls"].items() if k.startswith(d + " ") and k.endswith(" fusegen") and "error" in v]
                 cells.append(("error: " + errs[0][:60].replace("|", "/")) if errs else "—")
             cells.append(f"{torch_best[1]['median_ms'] / fg[1]['median_ms']:.2f}×" if torch_best and fg else "—")
+        blk = e["impls"].get("fp32 nchw fusegen block")
+        if blk and "median_ms" in blk:
+            fp32_best = best(e["impls"], lambda k: k.startswith("fp32 ") and "fusegen" not in k)
+            ratio = f", {fp32_best[1]['median_ms'] / blk['median_ms']:.2f}× fastest fp32 PyTorch" if fp32_best else ""
+            cells.append(f"{blk['median_ms']:.3f} ({blk['rel_l2_err']:.1e}{ratio})")
+        elif blk and "error" in blk:
+            cells.append("error: " + blk["error"][:60].replace("|", "/"))
+        elif blk:  # --smoke: accuracy only
+            cells.append(f"rel L2 {blk['rel_l2_err']:.1e}" if "rel_l2_err" in blk else "—")
+        else:
+            cells.append("—")
         off = [v["median_ms"] for k, v in e["impls"].items() if k.endswith("compile tf32 off") and "median_ms" in v]
         cells.append(f"{min(off):.3f}" if off else "—")
         for d in dtypes:
@@ -453,7 +571,7 @@ def main():
         json.dump(results, f, indent=1, default=str)
     print(md)
     # an error anywhere, or fusegen's fp32 layers outside allclose(1e-4) against float64
-    bad = [e["block"] for e in results if any("error" in v or (k.startswith("fp32 ") and k.endswith(" fusegen")
+    bad = [e["block"] for e in results if any("error" in v or (k.startswith("fp32 ") and k.endswith((" fusegen", " fusegen block"))
                                                               and not v.get("passes")) for k, v in e["impls"].items())]
     print(f"blocks: {len(results)} blocks, {sum(len(e['impls']) for e in results)} runs; errors in {len(bad)}: {' '.join(bad)}")
     return 0

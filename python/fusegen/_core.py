@@ -15,6 +15,7 @@ torch tensor is recognised through sys.modules, since whoever passes one has imp
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import ctypes.util
 import difflib
@@ -252,6 +253,18 @@ def _looks_like_path(spec):
     return isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec)
 
 
+@contextlib.contextmanager
+def _kind_hint(says, use):
+    """Adds the Python class to use to the library's message when a spec is of the other
+    kind (a block spec given to Layer, a layer spec to Block): its message names C calls."""
+    try:
+        yield
+    except Error as e:
+        if e.status == "FG_ERR_SPEC" and says in e.message:
+            raise Error(e.status, f"{e.message} (in Python: {use})") from None
+        raise
+
+
 class Layer(_Handle):
     """A layer spec loaded into a context (fg_layer_load_file / fg_layer_load_string).
 
@@ -270,15 +283,16 @@ class Layer(_Handle):
         L = lib()
         handle = ctypes.c_void_p()
         ctx = self.context._live_handle()
-        if _looks_like_path(spec):
-            self.source = os.fsdecode(os.fspath(spec))
-            _check(L.fg_layer_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
-        elif isinstance(spec, (str, bytes)):
-            text = spec.encode() if isinstance(spec, str) else spec
-            self.source = name or "<string>"
-            _check(L.fg_layer_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
-        else:
-            raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+        with _kind_hint("returns a block", "fusegen.Block (or fusegen.torch.FusedBlock)"):
+            if _looks_like_path(spec):
+                self.source = os.fsdecode(os.fspath(spec))
+                _check(L.fg_layer_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
+            elif isinstance(spec, (str, bytes)):
+                text = spec.encode() if isinstance(spec, str) else spec
+                self.source = name or "<string>"
+                _check(L.fg_layer_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
+            else:
+                raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
         self._handle = handle.value
         self.context._adopt(self)
         self._params = self._read_params()
@@ -682,3 +696,339 @@ class Layer(_Handle):
 def library_path() -> str:
     """Where libfusegen.so was loaded from (loads it if needed)."""
     return _native.library_path()
+
+
+# ---- blocks --------------------------------------------------------------------------------
+
+
+class Block(_Handle):
+    """A block spec (docs/spec.md, "Blocks": several layers wired in a DAG, residuals, extra
+    per-sample inputs such as SD's time embedding) loaded into a context (fg_block_load_*).
+
+    spec: a path to a .lua file, or the spec's source text (then `name` stands for it in
+    messages). context: a Context; None uses default_context(). A spec that returns a plain
+    layer is refused (Error FG_ERR_SPEC: use Layer), as Layer refuses a block spec.
+
+    Calling the block runs it: block(x, temb) or block(x, temb=t) -- the extra inputs
+    (`input_names`, the spec's `inputs` sorted by name) positionally in that order or by
+    name. Torch CUDA tensors run the generated kernels on torch's current stream of x's
+    device (asynchronously; the block's own workspace, grown as needed: fusegen.torch's
+    FusedBlock takes it from torch's allocator instead) and return a new CUDA tensor; NumPy
+    arrays or CPU torch tensors run the CPU float64 reference (fg_block_run_cpu) and return
+    the same kind of object. Blocks are float32, NC(D)HW in this version.
+    """
+
+    def __init__(self, spec: PathLike, context: Optional[Context] = None, name: Optional[str] = None):
+        self._handle = None
+        self._device_refs: dict[str, Any] = {}  # tensors bound with bind_device, kept alive here
+        self.context = context if context is not None else default_context()
+        L = lib()
+        handle = ctypes.c_void_p()
+        ctx = self.context._live_handle()
+        with _kind_hint("returns a layer", "fusegen.Layer (or fusegen.torch.FusedLayer)"):
+            if _looks_like_path(spec):
+                self.source = os.fsdecode(os.fspath(spec))
+                _check(L.fg_block_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
+            elif isinstance(spec, (str, bytes)):
+                text = spec.encode() if isinstance(spec, str) else spec
+                self.source = name or "<string>"
+                _check(L.fg_block_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
+            else:
+                raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+        self._handle = handle.value
+        self.context._adopt(self)
+        h = self._handle
+        count = ctypes.c_int()
+        _check(L.fg_block_param_count(h, ctypes.byref(count)))
+        self._params = []
+        for i in range(count.value):
+            pname, rank, dims = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
+            _check(L.fg_block_param_info(h, i, ctypes.byref(pname), ctypes.byref(rank), dims))
+            self._params.append((pname.value.decode(), tuple(dims[d] for d in range(rank.value))))
+        _check(L.fg_block_input_count(h, ctypes.byref(count)))
+        self._inputs = []  # [(name, shape at batch 1)], "input" first
+        for i in range(count.value):
+            iname, rank, dims = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
+            _check(L.fg_block_input_info(h, i, 1, ctypes.byref(iname), ctypes.byref(rank), dims))
+            self._inputs.append((iname.value.decode(), tuple(dims[d] for d in range(rank.value))))
+        _check(L.fg_block_layer_count(h, ctypes.byref(count)))
+        self._layers = []
+        for i in range(count.value):
+            lname = ctypes.c_char_p()
+            _check(L.fg_block_layer_name(h, i, ctypes.byref(lname)))
+            self._layers.append(lname.value.decode())
+
+    # -- lifetime
+
+    def close(self) -> None:
+        """Destroys the block (its layers, workspace and parameter copies). Idempotent."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        self._device_refs.clear()
+        _check(lib().fg_block_destroy(handle))
+
+    def __repr__(self):
+        if self.closed:
+            return f"<fusegen.Block {self.source} closed>"
+        ins = ", ".join(f"{n} {list(self.input_shape('N', n))}" for n, _ in self._inputs)
+        return f"<fusegen.Block {self.source}: {ins} -> output {list(self.output_shape('N'))}, layers {self._layers}>"
+
+    # -- shapes and parameters
+
+    @property
+    def params(self) -> list[tuple[str, Shape]]:
+        """[(state_dict name, shape), ...]: every key once, in the order the layers use them."""
+        return list(self._params)
+
+    @property
+    def layers(self) -> list[str]:
+        """The layers' names, in run order."""
+        return list(self._layers)
+
+    @property
+    def input_names(self) -> list[str]:
+        """The extra inputs' names (the spec's `inputs`, sorted by name): the order of the
+        extra arguments of a call (and of fusegen.torch.FusedBlock's forward)."""
+        return [n for n, _ in self._inputs[1:]]
+
+    dtype = "fp32"  # blocks are float32 NC(D)HW in this version
+    layout = "nchw"
+
+    def input_shape(self, batch: Any, name: str = "input") -> Shape:
+        """The shape of input `name` ("input", the block input, or an extra input) for
+        `batch` samples; batch 'N' (any non-int) gives the symbolic form."""
+        for n, shape in self._inputs:
+            if n == name:
+                return (batch if not isinstance(batch, int) else int(batch),) + shape[1:]
+        raise ValueError(f"fusegen: block {self.source} has no input '{name}' ({self._input_list()})")
+
+    def output_shape(self, batch: Any) -> Shape:
+        """The output's shape for `batch` samples (a tuple)."""
+        symbolic = not isinstance(batch, int)
+        rank, dims = ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
+        _check(lib().fg_block_output_shape(self._live_handle(), 1 if symbolic else batch, ctypes.byref(rank), dims))
+        shape = tuple(dims[d] for d in range(rank.value))
+        return (batch,) + shape[1:] if symbolic else shape
+
+    def _input_list(self):
+        return "its inputs: " + ", ".join(f"'{n}' {['N', *s[1:]]}" for n, s in self._inputs)
+
+    def _param_shape(self, name):
+        for n, shape in self._params:
+            if n == name:
+                return shape
+        return None
+
+    # -- binding
+
+    def _unknown_param(self, name):
+        near = difflib.get_close_matches(name, [n for n, _ in self._params], n=1)
+        return Error(
+            "FG_ERR_INVALID_ARGUMENT",
+            f"block {self.source} has no parameter '{name}'" + (f" (did you mean '{near[0]}'?)" if near else ""),
+        )
+
+    def _host_copy(self, name, value, shape):
+        return Layer._host_copy(self, name, value, shape)  # messages name self.source: the block
+
+    def bind(self, name: str, value: Any) -> None:
+        """Binds one parameter (in every layer that reads it) from a NumPy array or a torch
+        tensor (any device): the block keeps a copy."""
+        h = self._live_handle()
+        shape = self._param_shape(name)
+        if shape is None:
+            raise self._unknown_param(name)
+        arr = self._host_copy(name, value, shape)
+        _check(lib().fg_block_bind_host(h, name.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
+        self._device_refs.pop(name, None)
+
+    def bind_device(self, name: str, tensor: Any) -> None:
+        """Binds one parameter to a torch CUDA float32 tensor without copying
+        (fg_block_bind_device); the block keeps a reference to it. As for Layer.bind_device,
+        a parameter a folded batch norm is computed from is read when bound."""
+        h = self._live_handle()
+        torch = _torch_if_tensor(tensor)
+        if torch is None or not tensor.is_cuda:
+            raise TypeError(f"fusegen: bind_device('{name}') needs a torch CUDA tensor")
+        shape = self._param_shape(name)
+        if shape is None:
+            raise self._unknown_param(name)
+        if tensor.dtype != torch.float32:
+            raise TypeError(f"fusegen: parameter '{name}' is {tensor.dtype}; parameters are float32 (block {self.source})")
+        self._check_device(tensor, f"parameter '{name}'")
+        if tuple(tensor.shape) != shape:
+            raise ValueError(
+                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but block {self.source} needs {list(shape)}"
+            )
+        if not tensor.is_contiguous():
+            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
+        _check(lib().fg_block_bind_device(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
+        self._device_refs[name] = tensor
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
+        arrays), like torch.nn.Module.load_state_dict: the PyTorch module's own state_dict
+        binds the block. '*.num_batches_tracked' entries are accepted and unused. strict=True:
+        missing or unexpected keys raise StateDictError naming them, and nothing is bound.
+        Returns (missing_keys, unexpected_keys)."""
+        self._live_handle()
+        names = [n for n, _ in self._params]
+        keys = [k for k in state_dict if not k.endswith(".num_batches_tracked")]
+        missing = [n for n in names if n not in state_dict]
+        unexpected = [k for k in keys if self._param_shape(k) is None]
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append("missing keys: " + ", ".join(repr(k) for k in missing))
+            if unexpected:
+                hints = []
+                for k in unexpected:
+                    near = difflib.get_close_matches(k, missing or names, n=1)
+                    hints.append(repr(k) + (f" (did you mean '{near[0]}'?)" if near else ""))
+                parts.append("unexpected keys: " + ", ".join(hints))
+            raise StateDictError(
+                f"fusegen: the state_dict does not match block {self.source}: " + "; ".join(parts), missing, unexpected
+            )
+        arrays = [(n, self._host_copy(n, state_dict[n], shape)) for n, shape in self._params if n in state_dict]
+        for pname, arr in arrays:
+            _check(lib().fg_block_bind_host(self._handle, pname.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
+            self._device_refs.pop(pname, None)
+        return IncompatibleKeys(missing, unexpected)
+
+    def load_safetensors(self, path: PathLike, allow_extra: bool = False) -> None:
+        """Binds every parameter from a safetensors file of F32 tensors named by state_dict
+        keys (fg_block_bind_safetensors). Extra tensors are an error unless allow_extra."""
+        _check(lib().fg_block_bind_safetensors(self._live_handle(), _cstr(path, "path"), 1 if allow_extra else 0))
+        self._device_refs.clear()
+
+    def prepare(self) -> None:
+        """Compiles (or loads from the caches) every layer's kernels now."""
+        _check(lib().fg_block_prepare(self._live_handle()))
+
+    def workspace_size(self, batch: int) -> int:
+        """Bytes of device workspace a run of `batch` samples needs (fg_block_workspace_size):
+        the layers' outputs but the block's, and the largest layer workspace."""
+        size = ctypes.c_size_t()
+        _check(lib().fg_block_workspace_size(self._live_handle(), int(batch), ctypes.byref(size)))
+        return size.value
+
+    # -- running
+
+    def _order_inputs(self, extra, named):
+        """(extra positional, named) -> the extra inputs in input_names order; clear errors for
+        unknown, missing and doubly given names."""
+        names = self.input_names
+        if len(extra) > len(names):
+            raise TypeError(
+                f"fusegen: block {self.source} takes {len(names)} extra input(s) "
+                f"({', '.join(names) or 'none'}), got {len(extra)} positional"
+            )
+        given = dict(zip(names, extra))
+        for k, v in named.items():
+            if k not in names:
+                near = difflib.get_close_matches(k, names, n=1)
+                raise TypeError(
+                    f"fusegen: block {self.source} has no input '{k}'"
+                    + (f" (did you mean '{near[0]}'?)" if near else "")
+                    + f"; {self._input_list()}"
+                )
+            if k in given:
+                raise TypeError(f"fusegen: input '{k}' of block {self.source} given twice (positionally and by name)")
+            given[k] = v
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise TypeError(
+                f"fusegen: block {self.source} needs the input(s) {', '.join(repr(n) for n in missing)}; {self._input_list()}"
+            )
+        return [given[n] for n in names]
+
+    def _check_shapes(self, shapes):
+        """shapes: of "input" then the extra inputs; returns the batch."""
+        first = shapes[0]
+        if len(first) < 1 or first[0] < 1:
+            raise ValueError(f"fusegen: input shape {list(first)} has no batch dimension")
+        batch = int(first[0])
+        for (n, _), shape in zip(self._inputs, shapes):
+            want = self.input_shape(batch, n)
+            if tuple(shape) != want:
+                raise ValueError(
+                    f"fusegen: input '{n}' has shape {list(shape)}, but block {self.source} takes "
+                    f"{list(self.input_shape('N', n))} (batch {batch}: {list(want)})"
+                )
+        return batch
+
+    def _check_device(self, t, what):
+        torch = sys.modules["torch"]
+        if not self.context.has_device:
+            raise Error(
+                "FG_ERR_NO_DEVICE",
+                f"block {self.source} belongs to a CPU-only context (device -1) but got a CUDA tensor; "
+                "create the block with Context(device=N) to run on the GPU",
+            )
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        if index != self.context.device:
+            raise ValueError(f"fusegen: {what} is on {t.device} but the block's context uses cuda:{self.context.device}")
+
+    def __call__(self, x: Any, *extra: Any, **named: Any) -> Any:
+        """Runs the block (see the class docstring): every input a torch CUDA tensor (GPU),
+        or every one a NumPy array / CPU torch tensor (the CPU reference)."""
+        xs = [x] + self._order_inputs(extra, named)
+        names = [n for n, _ in self._inputs]
+        torch = _torch_if_tensor(x)
+        if torch is not None and x.is_cuda:
+            for n, t in zip(names, xs):
+                if _torch_if_tensor(t) is None or not t.is_cuda:
+                    raise TypeError(f"fusegen: input '{n}' must be a CUDA tensor, like the block input")
+                if t.dtype != torch.float32:
+                    raise TypeError(f"fusegen: input '{n}' is {t.dtype}; block {self.source} takes torch.float32")
+                if t.device != x.device:
+                    raise ValueError(f"fusegen: input '{n}' is on {t.device} but the block input is on {x.device}")
+            return self._run_cuda(torch, xs)
+        for n, t in zip(names, xs):
+            if _torch_if_tensor(t) is not None and t.device.type != "cpu":
+                raise TypeError(f"fusegen: input '{n}' is on {t.device} but the block input is on the CPU")
+        if torch is not None:
+            y = self.run_reference(*[t.detach().cpu().float().numpy() if _torch_if_tensor(t) is not None else t for t in xs])
+            return torch.from_numpy(y)
+        return self.run_reference(*xs)
+
+    def _run_cuda(self, torch, xs):
+        self._check_device(xs[0], "the input")
+        xs = [t.contiguous() for t in xs]
+        xs = [t.clone() if t.data_ptr() % 16 else t for t in xs]  # the kernels read 16 bytes at a time
+        batch = self._check_shapes([tuple(t.shape) for t in xs])
+        out = torch.empty(self.output_shape(batch), device=xs[0].device, dtype=torch.float32)
+        ptrs = (ctypes.c_void_p * len(xs))(*[t.data_ptr() for t in xs])
+        stream = torch.cuda.current_stream(xs[0].device).cuda_stream
+        # asynchronous on `stream`; inputs freed when we return are reused by torch's
+        # allocator in stream order, after these kernels
+        _check(lib().fg_block_run(self._live_handle(), ptrs, out.data_ptr(), batch, stream or None))
+        return out
+
+    def _run_workspace(self, input_ptrs, output_ptr: int, batch: int, workspace_ptr: int, workspace_bytes: int,
+                       stream: int) -> None:
+        """fg_block_run_workspace on raw device pointers (input first, then the extra inputs
+        in input_names order) and a stream handle (fusegen.torch's op owns every buffer)."""
+        ptrs = (ctypes.c_void_p * len(input_ptrs))(*input_ptrs)
+        _check(
+            lib().fg_block_run_workspace(
+                self._live_handle(), ptrs, output_ptr, batch, workspace_ptr or None, workspace_bytes, stream or None
+            )
+        )
+
+    def run_reference(self, x: Any, *extra: Any, **named: Any) -> np.ndarray:
+        """The CPU float64 reference of the whole block (fg_block_run_cpu) on NumPy arrays
+        (converted to float32); returns a float32 NumPy array. Needs host-bound parameters."""
+        h = self._live_handle()
+        arrs = []
+        for n, t in zip([n for n, _ in self._inputs], [x] + self._order_inputs(extra, named)):
+            a = np.asarray(t)
+            if a.dtype.kind != "f":
+                raise TypeError(f"fusegen: input '{n}' has dtype {a.dtype}; expected floating point")
+            arrs.append(np.ascontiguousarray(a, dtype=np.float32))
+        batch = self._check_shapes([a.shape for a in arrs])
+        out = np.empty(self.output_shape(batch), dtype=np.float32)
+        ptrs = (_P_FLOAT * len(arrs))(*[a.ctypes.data_as(_P_FLOAT) for a in arrs])
+        _check(lib().fg_block_run_cpu(h, ptrs, out.ctypes.data_as(_P_FLOAT), batch))
+        return out

@@ -34,6 +34,7 @@ Layers whose conv runs in cuDNN (precision = "tf32") are refused at the first CU
 """
 
 import base64
+import difflib
 import itertools
 import os
 import threading
@@ -45,7 +46,7 @@ from torch import nn
 
 from . import _core
 
-__all__ = ["FusedLayer", "fused_layer"]
+__all__ = ["FusedBlock", "FusedLayer", "fused_block", "fused_layer"]
 
 _lock = threading.Lock()
 _contexts: "dict[int, _core.Context]" = {}  # device index (-1: CPU) -> Context
@@ -66,6 +67,8 @@ class _Runtime:
     """The fusegen layers behind one FusedLayer: one per device it has run on, each with the
     parameter tensors it is bound to. Shared by every call of the op with its instance id."""
 
+    kind = _core.Layer  # what a spec is loaded as (_BlockRuntime: _core.Block)
+
     def __init__(self, spec, name):
         self.spec, self.name = spec, name
         self.lock = threading.Lock()
@@ -84,7 +87,7 @@ class _Runtime:
     def layer(self, index):
         layer = self.layers.get(index)
         if layer is None or layer.closed:
-            layer = self.layers[index] = _core.Layer(self.spec, context=_context(index), name=self.name)
+            layer = self.layers[index] = self.kind(self.spec, context=_context(index), name=self.name)
             self.bound.pop(index, None)
         return layer
 
@@ -172,7 +175,8 @@ def _encode(text):
     return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
-def _runtime(instance, spec):
+def _runtime(instance, spec, cls=None):
+    cls = cls or _Runtime
     key = (instance, spec)
     with _lock:
         rt = _runtimes.get(key)
@@ -182,7 +186,7 @@ def _runtime(instance, spec):
             text = base64.b64decode(spec.encode("ascii"), validate=True).decode("utf-8")
         except (ValueError, UnicodeError):
             raise ValueError(f"fusegen: the op's spec argument is not a base64-encoded spec (layer instance {instance})") from None
-        rt = _Runtime(text, f"fusegen-layer-{instance}.lua")
+        rt = cls(text, f"fusegen-{'block' if cls is _BlockRuntime else 'layer'}-{instance}.lua")
         with _lock:
             rt = _runtimes.setdefault(key, rt)
     return rt
@@ -338,3 +342,237 @@ class FusedLayer(nn.Module):
     def extra_repr(self):
         first = next((line for line in self._fg_spec.splitlines() if line.lstrip().startswith("return layer")), "")
         return f"{first.strip().rstrip('{').strip()} input {['N', *self._fg_input_tail]} -> output {['N', *self._fg_output_tail]}"
+
+
+# ---- blocks ------------------------------------------------------------------------------------
+
+
+class _BlockRuntime(_Runtime):
+    """The fusegen blocks behind one FusedBlock: one per device (-1: CPU), as _Runtime."""
+
+    kind = _core.Block
+
+    def __init__(self, spec, name):
+        self.spec, self.name = spec, name
+        self.lock = threading.Lock()
+        self.layers = {}  # device index (-1: CPU) -> Block
+        self.bound = {}
+        probe = self.layer(-1)
+        self.param_names = [n for n, _ in probe.params]
+        self.param_shapes = [tuple(s) for _, s in probe.params]
+        self.input_names = probe.input_names
+        self.in_tails = [tuple(probe.input_shape(1, n)[1:]) for n in ["input"] + self.input_names]
+        self.out_tail = tuple(probe.output_shape(1)[1:])
+
+    def check_inputs(self, x, extra):
+        names = ["input"] + self.input_names
+        if len(extra) != len(self.input_names):
+            raise ValueError(
+                f"fusegen: block {self.name} takes {len(self.input_names)} extra input(s) "
+                f"({', '.join(self.input_names) or 'none'}), got {len(extra)}"
+            )
+        for n, tail, t in zip(names, self.in_tails, [x] + list(extra)):
+            if t.dim() != len(tail) + 1 or tuple(t.shape[1:]) != tail or t.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"fusegen: input '{n}' has shape {list(t.shape)}, but block {self.name} takes "
+                    f"{['N', *tail]} (N = {x.shape[0]}, the block input's batch)"
+                )
+            if t.dtype != torch.float32:
+                raise TypeError(f"fusegen: input '{n}' is {t.dtype}; blocks take torch.float32 (this version)")
+            if t.device != x.device:
+                raise ValueError(f"fusegen: input '{n}' is on {t.device} but the block input is on {x.device}")
+
+    def check_params(self, x, params):
+        if len(params) != len(self.param_names):
+            raise ValueError(f"fusegen: block {self.name} takes {len(self.param_names)} parameters, got {len(params)}")
+        for name, shape, p in zip(self.param_names, self.param_shapes, params):
+            if tuple(p.shape) != shape:
+                raise ValueError(f"fusegen: parameter '{name}' has shape {list(p.shape)}, the block needs {list(shape)}")
+            if p.dtype != torch.float32:
+                raise TypeError(f"fusegen: parameter '{name}' is {p.dtype}; fusegen runs float32")
+            if p.device != x.device:
+                raise ValueError(f"fusegen: parameter '{name}' is on {p.device} but the input is on {x.device}")
+
+    def run(self, x, extra, params):
+        self.check_inputs(x, extra)
+        self.check_params(x, params)
+        if x.is_cuda:
+            index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        elif x.device.type == "cpu":
+            index = -1
+        else:
+            raise ValueError(f"fusegen: tensors on {x.device} are not supported (CUDA or CPU)")
+        with self.lock:
+            block = self.layer(index)
+            self.bind(index, block, params)
+        xs = [t.detach().contiguous() for t in [x] + list(extra)]
+        if index < 0:
+            return torch.from_numpy(block.run_reference(*[t.numpy() for t in xs]))
+        xs = [t.clone() if t.data_ptr() % 16 else t for t in xs]  # the kernels read 16 bytes at a time
+        batch = x.shape[0]
+        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=torch.float32)
+        ws_bytes = block.workspace_size(batch)
+        # torch's caching allocator, current stream: safe to free on return (stream order)
+        ws = torch.empty(ws_bytes, device=x.device, dtype=torch.uint8) if ws_bytes else None
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        block._run_workspace([t.data_ptr() for t in xs], out.data_ptr(), batch,
+                             ws.data_ptr() if ws is not None else 0, ws_bytes, stream)
+        return out
+
+
+@torch.library.custom_op("fusegen::block", mutates_args=())
+def fused_block(x: torch.Tensor, extra: list[torch.Tensor], params: list[torch.Tensor], spec: str,
+                instance: int) -> torch.Tensor:
+    """The block op: runs the spec's block on x and the extra inputs (in the spec's order:
+    its `inputs` sorted by name) with the given parameters (in the block's order). `spec` is
+    the spec's text in base64; `instance` names the FusedBlock whose blocks serve the call."""
+    return _runtime(instance, spec, _BlockRuntime).run(x, extra, params)
+
+
+@fused_block.register_fake
+def _(x, extra, params, spec, instance):
+    rt = _runtime(instance, spec, _BlockRuntime)
+    if len(extra) != len(rt.input_names):
+        raise ValueError(f"fusegen: block {rt.name} takes {len(rt.input_names)} extra input(s), got {len(extra)}")
+    for n, tail, t in zip(["input"] + rt.input_names, rt.in_tails, [x] + list(extra)):
+        if t.dim() != len(tail) + 1 or tuple(t.shape[1:]) != tail:
+            raise ValueError(f"fusegen: input '{n}' has shape {list(t.shape)}, but block {rt.name} takes {['N', *tail]}")
+    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=torch.float32)
+
+
+def _read_spec(spec, name):
+    """(text, name) of a spec given as a .lua path or as its text."""
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec):
+        path = os.fspath(spec)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(), name or path
+        except OSError as e:
+            raise _core.Error("FG_ERR_SPEC", f"{path}: cannot read the spec: {e.strerror}") from None
+    if isinstance(spec, str):
+        return spec, name
+    raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+
+
+class FusedBlock(nn.Module):
+    """A fusegen block spec (docs/spec.md, "Blocks") as an nn.Module, over the op
+    `fusegen::block(Tensor x, Tensor[] extra, Tensor[] params, str spec, int instance)`.
+
+    Its parameters are the block's, under their state_dict keys (conv1.weight,
+    bn1.running_mean, ...), so the equivalent PyTorch module's state_dict loads into it;
+    a batch norm's num_batches_tracked is accepted (a buffer the op never reads).
+    forward(x, *extra, **named): the extra inputs (`input_names`: the spec's `inputs`, sorted
+    by name) positionally in that order or by name. CUDA tensors: the block's kernels on
+    torch's current stream, output and workspace from torch's allocator; CPU tensors: the
+    float64 CPU reference. float32 NC(D)HW only (blocks, this version). Inference only.
+    The parameters start at zero (running variances at one): load a state_dict.
+
+    What a PyTorch block computes outside the spec (SD's time_emb_proj(silu(temb))) stays a
+    PyTorch module: subclass FusedBlock, add it, and forward its result (docs/torch.md).
+    """
+
+    _register = FusedLayer._register
+    _fg_params = FusedLayer._fg_params
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a module whose batch norms keep no num_batches_tracked still loads strictly
+        for name in self._fg_optional:
+            if prefix + name not in state_dict:
+                state_dict[prefix + name] = self.get_buffer(name)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def __init__(self, spec: "str | os.PathLike[str]", name: Optional[str] = None):
+        super().__init__()
+        text, name = _read_spec(spec, name)
+        instance = next(_instances)
+        rt = _BlockRuntime(text, name or "<string>")
+        encoded = _encode(text)
+        with _lock:
+            _runtimes[(instance, encoded)] = rt
+        self._fg_spec = text
+        self._fg_encoded = encoded
+        self._fg_instance = instance
+        self._fg_names = list(rt.param_names)
+        self._fg_input_names = list(rt.input_names)
+        self._fg_input_tails = list(rt.in_tails)
+        self._fg_output_tail = rt.out_tail
+        self._fg_layers = rt.layer(-1).layers
+        weakref.finalize(self, _release, (instance, encoded))
+        for pname, shape in zip(rt.param_names, rt.param_shapes):
+            self._register(pname, shape)
+        # a batch norm on running statistics: the module's state_dict also has its
+        # num_batches_tracked, which the block accepts and never reads
+        self._fg_optional = []
+        for pname in rt.param_names:
+            if pname.endswith(".running_mean"):
+                extra = pname[: -len("running_mean")] + "num_batches_tracked"
+                if extra not in rt.param_names:
+                    self._register(extra, (), "I64")
+                    self._fg_optional.append(extra)
+
+    @property
+    def spec(self) -> str:
+        """The spec's Lua text."""
+        return self._fg_spec
+
+    @property
+    def input_names(self) -> "list[str]":
+        """The extra inputs' names, in the order forward takes them positionally."""
+        return list(self._fg_input_names)
+
+    def input_shape(self, batch: int, name: str = "input") -> Tuple[int, ...]:
+        names = ["input"] + self._fg_input_names
+        if name not in names:
+            raise ValueError(f"fusegen: the block has no input '{name}' (its inputs: {', '.join(names)})")
+        return (batch,) + self._fg_input_tails[names.index(name)]
+
+    def output_shape(self, batch: int) -> Tuple[int, ...]:
+        return (batch,) + self._fg_output_tail
+
+    def _fg_block(self, device):
+        device = torch.device(device) if device is not None else self._fg_params()[0].device
+        index = -1
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+        return _runtime(self._fg_instance, self._fg_encoded, _BlockRuntime).layer(index), index
+
+    def workspace_size(self, batch: int, device: "Optional[torch.device | str]" = None) -> int:
+        """Bytes of workspace a CUDA run of `batch` samples takes from torch's allocator."""
+        return self._fg_block(device)[0].workspace_size(batch)
+
+    def prepare(self, device: "Optional[torch.device | str]" = None) -> None:
+        """Compiles or loads every layer's kernels for `device` (default: the parameters')."""
+        block, index = self._fg_block(device)
+        if index >= 0:
+            block.prepare()
+
+    def _fg_order(self, extra, named):
+        names = self._fg_input_names
+        if len(extra) > len(names):
+            raise TypeError(
+                f"fusegen: the block takes {len(names)} extra input(s) ({', '.join(names) or 'none'}), "
+                f"got {len(extra)} positional"
+            )
+        given = dict(zip(names, extra))
+        for k, v in named.items():
+            if k not in names:
+                near = difflib.get_close_matches(k, names, n=1)
+                raise TypeError(
+                    f"fusegen: the block has no input '{k}'" + (f" (did you mean '{near[0]}'?)" if near else "")
+                    + f"; its extra inputs: {', '.join(names) or 'none'}"
+                )
+            if k in given:
+                raise TypeError(f"fusegen: input '{k}' given twice (positionally and by name)")
+            given[k] = v
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise TypeError(f"fusegen: the block needs the input(s) {', '.join(repr(n) for n in missing)}")
+        return [given[n] for n in names]
+
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor, **named: torch.Tensor) -> torch.Tensor:
+        return torch.ops.fusegen.block(x, self._fg_order(extra, named), self._fg_params(), self._fg_encoded,
+                                       self._fg_instance)
+
+    def extra_repr(self):
+        ins = ", ".join(f"{n} {['N', *t]}" for n, t in zip(["input"] + self._fg_input_names, self._fg_input_tails))
+        return f"layers {self._fg_layers}: {ins} -> output {['N', *self._fg_output_tail]}"

@@ -345,3 +345,123 @@ class ChannelsLastOnGPU(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
+
+
+# ---- blocks (fusegen.Block, fusegen.torch.FusedBlock) -------------------------------------------
+
+if CUDA:
+    from test_blocks import BOTTLENECK, SD_SMALL, SPECS, FusedResnetBlock2D, module
+
+
+@unittest.skipUnless(CUDA, SKIP)
+class BlocksOnGPU(unittest.TestCase):
+    """Block specs on CUDA against bench/blocks.py's modules in float64 (atol = rtol = 1e-4):
+    the small bottleneck and SD block of test_blocks.py and the ResNet-50 bottleneck and SD
+    ResnetBlock2D of specs/blocks/, through fusegen.Block (the block's workspace) and
+    FusedBlock (torch's allocator, side stream, CUDA graph, torch.compile)."""
+
+    def sd_case(self, spec, channels, batch, fused=True):
+        m = module("sd", channels)
+        x, t = torch.randn(batch, channels, *((64, 64) if channels == 320 else (8, 8))), torch.randn(batch, 1280)
+        with torch.no_grad():
+            want = copy.deepcopy(m).double()(x.double(), t.double())
+        return m, x.cuda(), t.cuda(), want
+
+    def test_block_bottleneck_and_sd_small(self):
+        m = module("resnet", 16)
+        b = fusegen.Block(BOTTLENECK, name="bottleneck.lua")  # default context: the GPU
+        b.load_state_dict(m.state_dict())
+        x = torch.randn(4, 16, 8, 8, device="cuda")
+        with torch.no_grad():
+            want = copy.deepcopy(m).cuda().double()(x.double())
+        assert_close(self, b(x), want, "Block bottleneck")
+        m, x, t, want = self.sd_case(SD_SMALL, 64, 2)
+        b = fusegen.Block(SD_SMALL)
+        b.load_state_dict(m.state_dict(), strict=False)
+        temb = m.cuda().time_emb_proj(torch.nn.functional.silu(t)).detach()
+        assert_close(self, b(x, temb=temb), want, "Block sd_small, temb by name")
+        assert_close(self, b(x, temb), want, "Block sd_small, temb positional")
+
+    def test_block_bind_device(self):
+        m = module("resnet", 16).cuda()
+        b = fusegen.Block(BOTTLENECK)
+        for k, v in m.state_dict().items():
+            if not k.endswith("num_batches_tracked"):
+                b.bind_device(k, v.contiguous())
+        x = torch.randn(2, 16, 8, 8, device="cuda")
+        with torch.no_grad():
+            want = copy.deepcopy(m).double()(x.double())
+        assert_close(self, b(x), want, "Block, parameters bound on the device")
+
+    def test_real_specs(self):
+        m = module("resnet", 256)
+        fused = fgt.FusedBlock(os.path.join(SPECS, "resnet50_bottleneck.lua"))
+        fused.load_state_dict(m.state_dict())
+        fused.cuda()
+        x = torch.randn(8, 256, 56, 56)
+        with torch.no_grad():
+            want = copy.deepcopy(m).double()(x.double())
+            assert_close(self, fused(x.cuda()), want, "specs/blocks/resnet50_bottleneck.lua")
+        m, x, t, want = self.sd_case(None, 320, 2)
+        fused = FusedResnetBlock2D(os.path.join(SPECS, "sd_resnet_block.lua"), 320)
+        fused.load_state_dict(m.state_dict())
+        fused.cuda()
+        with torch.no_grad():
+            assert_close(self, fused(x, t), want, "specs/blocks/sd_resnet_block.lua (FusedBlock)")
+        b = fusegen.Block(os.path.join(SPECS, "sd_resnet_block.lua"))
+        b.load_state_dict(m.state_dict(), strict=False)
+        temb = m.cuda().time_emb_proj(torch.nn.functional.silu(t)).detach()
+        assert_close(self, b(x, temb=temb), want, "specs/blocks/sd_resnet_block.lua (Block)")
+
+    def test_fused_block_workspace_stream_graph_compile(self):
+        m, x, t, want = self.sd_case(SD_SMALL, 64, 2)
+        fused = FusedResnetBlock2D(SD_SMALL, 64)
+        fused.load_state_dict(m.state_dict())
+        fused.cuda()
+        with torch.no_grad():
+            ws = fused.workspace_size(2)
+            self.assertGreater(ws, 0)  # the layer "h"'s output lives there
+            fused(x, t)
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            y = fused(x, t)
+            torch.cuda.synchronize()
+            self.assertGreaterEqual(torch.cuda.max_memory_allocated() - base, ws + y.numel() * 4)
+            assert_close(self, y, want, "FusedBlock eager")
+            # a busy side stream: the block queues behind it
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(20_000_000)
+                y = fused(x, t)
+            torch.cuda.current_stream().wait_stream(s)
+            assert_close(self, y, want, "FusedBlock on a side stream")
+            # a hand-captured CUDA graph
+            fused.prepare()
+            static_x, static_t = x.clone(), t.clone()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    fused(static_x, static_t)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_y = fused(static_x, static_t)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert_close(self, static_y, want, "FusedBlock in a CUDA graph")
+            torch._dynamo.reset()
+            compiled = torch.compile(fused, fullgraph=True)
+            assert_close(self, compiled(x, t), want, "FusedBlock under torch.compile")
+
+    def test_moves_between_devices(self):
+        m = module("resnet", 16)
+        fused = fgt.FusedBlock(BOTTLENECK)
+        fused.load_state_dict(m.state_dict())
+        x = torch.randn(2, 16, 8, 8)
+        with torch.no_grad():
+            on_cpu = fused(x)
+            on_gpu = fused.cuda()(x.cuda())
+        assert_close(self, on_gpu, on_cpu.double(), "FusedBlock GPU vs the CPU reference")
