@@ -1109,7 +1109,7 @@ static int walk(lua_State *L)
     bool is_layer = strcmp(kind, "layer") == 0, is_block = strcmp(kind, "block") == 0;
     if (is_block && !w->block)
         return luaL_error(L, "%s: the spec returns a block, which this entry point does not load: load it as a block "
-                             "(fg_block_spec_load_file, or any fusegen command)",
+                             "(fg_block_load_file or fg_block_load_string, or any fusegen command)",
                           w->file);
     if (!is_layer && !is_block) {
         const char *what = lua_istable(L, -1) ? "an op" : luaL_typename(L, result);
