@@ -157,7 +157,7 @@ static const prologue_case prologue_cases[] = {
     })},
     /* layer_norm { dim = 1 } (ConvNeXt's LayerNorm, each position over its channels) before a
      * 1x1 conv (ConvNeXt's pwconv1 after its norm) and before a padded 3x3 */
-    {"pro_cln_conv1x1_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_cln_conv1x1_wgmma" {
+    {"pro_cln_conv1x1_wg", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_cln_conv1x1_wg" {
         input = { "N", 64, 8, 9 },
         layer_norm { name = "norm", dim = 1, eps = 1e-6 },
         conv2d { name = "pwconv1", out_channels = 128, kernel = 1 },

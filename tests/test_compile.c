@@ -715,7 +715,7 @@ static void blocks(void **state)
         }
         fg_block_ir_free(&b);
     }
-    assert_int_equal(tensor_reads, 3); /* the bottleneck's residual, SD's temb and residual */
+    assert_int_equal(tensor_reads, 4); /* the bottleneck's residual, SD's temb and residual, ConvNeXt's residual */
     /* tensor operands before a norm (read where its statistics are gathered), after it (in
      * the pass that applies it), in a prologue, with each strategy */
     static const char src[] =
