@@ -50,10 +50,15 @@ void fg_norm_stat_layout(const fg_op *op, fg_stat_layout *out)
         /* the trailing dims; when those include the channels, all of them share the statistic */
         out->channel_group = op->normalized_rank >= s->rank - 1 ? channels : 1;
         break;
+    case FG_NORM_ACROSS:
+        /* one statistic per position, over all its channels */
+        out->channel_group = channels;
+        break;
     }
     out->over_batch = norm->over_batch;
     for (int d = 2; d < s->rank; d++) {
-        bool reduced = norm->channels != FG_NORM_TRAILING || d >= s->rank - op->normalized_rank;
+        bool reduced = norm->channels == FG_NORM_TRAILING ? d >= s->rank - op->normalized_rank
+                                                          : norm->channels != FG_NORM_ACROSS;
         if (reduced)
             out->mask |= 1u << d;
     }

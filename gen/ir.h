@@ -73,6 +73,7 @@ typedef enum fg_op_class {
     X(INSTANCE_NORM)   \
     X(BATCH_NORM)      \
     X(LAYER_NORM)      \
+    X(CHANNEL_LAYER_NORM) \
     X(REDUCE_MAX)      \
     X(REDUCE_MIN)      \
     X(REDUCE_SUM)      \
@@ -173,6 +174,7 @@ typedef struct fg_op {
     double momentum;         /* batch_norm: PyTorch's momentum (recorded, unused: docs/spec.md) */
     bool has_momentum;       /* given; absent stands for PyTorch's momentum=None */
     int normalized_rank;     /* layer_norm: how many trailing dims are normalized */
+    int64_t norm_dim;        /* layer_norm { dim = 1 }: the dim normalized, as written (1: the channels) */
     int mean_param, var_param; /* batch_norm running statistics */
 
     /* reductions and softmax: bit d set when dim d is reduced (never dim 0); squeeze: the

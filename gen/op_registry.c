@@ -463,6 +463,23 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
         .examples = {"layer_norm { normalized_shape = { 34, 34 } }", "layer_norm { normalized_shape = { 8, 34, 34 }, affine = false }"},
     },
 
+    /* layer_norm { dim = 1 }: PyTorch's LayerNorm(C) on x.permute(0, 2, 3, 1) (ConvNeXt's
+     * LayerNorm, timm's LayerNorm2d): the channels of each position, weight and bias [C] */
+    [FG_OP_CHANNEL_LAYER_NORM] = {
+        .name = "layer_norm",
+        .cls = FG_CLASS_NORM, .prologue = true,
+        .fields = {MODULE_NAME(NULL, "module name, prefix of the parameters"), EPS, AFFINE(1),
+                   {.name = "dim", .type = FG_FIELD_INT, .member = M(norm_dim), .required = true,
+                    .lo = -FG_MAX_RANK, .hi = FG_MAX_RANK,
+                    .doc = "1 (the channels; -rank + 1 from the end): each position over its channels"}},
+        .selectors = {"dim"},
+        .conflict_hint = "dim: layer_norm { dim = 1 } normalizes the channels, normalized_shape the trailing dims",
+        .norm = {.channels = FG_NORM_ACROSS},
+        .stats = &norm_stats,
+        .doc = "with dim = 1: per sample and position, over the channels (ConvNeXt's LayerNorm; weight, bias [C])",
+        .examples = {"layer_norm { dim = 1 }", "layer_norm { dim = 1, affine = false, eps = 1e-6 }"},
+    },
+
     /* ---- reductions and softmax ---- */
     [FG_OP_REDUCE_MAX] = {
         .name = "max",
@@ -572,7 +589,7 @@ const fg_op_def fg_op_defs[FG_OP_KIND_COUNT] = {
                      "group_norm { groups = 2 }, view { shape = { \"N\", 2, 4, 1156 } }, flatten { start_dim = 2 }, hardswish {}"},
     },
 };
-static_assert(FG_OP_KIND_COUNT == 43, "a new op kind: give it an entry in fg_op_defs (docs/design.md, Adding an op)");
+static_assert(FG_OP_KIND_COUNT == 44, "a new op kind: give it an entry in fg_op_defs (docs/design.md, Adding an op)");
 
 const fg_op_def *fg_op_def_of(fg_op_kind kind)
 {

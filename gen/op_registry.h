@@ -132,6 +132,7 @@ typedef enum fg_norm_channels {
     FG_NORM_GROUPS,    /* runs of C / groups channels (group_norm) */
     FG_NORM_EACH,      /* every channel on its own (instance_norm, batch_norm) */
     FG_NORM_TRAILING,  /* the trailing normalized_rank dims (layer_norm) */
+    FG_NORM_ACROSS,    /* all channels at each position (layer_norm { dim = 1 }, ConvNeXt's) */
 } fg_norm_channels;
 
 typedef struct fg_norm_def {

@@ -1650,6 +1650,13 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *
             return fg_fail(err, "%s:%d: strategy \"resident\" is not possible for a layer with ops before the conv "
                                 "(%s): use \"auto\", \"materialize\" or \"recompute\"",
                            ir->file, ir->pro[0].line, fg_op_written_name(&ir->pro[0]));
+        for (int k = 1; k < ir->n_ops; k++)
+            if (fg_op_def_of(ir->ops[k].kind)->norm.channels == FG_NORM_ACROSS &&
+                fg_op_kind_class(ir->ops[k].kind) == FG_CLASS_NORM)
+                return fg_fail(err, "%s:%d: strategy \"resident\" is not possible for layer_norm { dim = 1 }: its "
+                                    "statistics are per position (over the channels), resident keeps whole channels; "
+                                    "use \"auto\", \"materialize\" or \"recompute\"",
+                               ir->file, ir->ops[k].line);
         if (!plan_resident(&p, opts.sm))
             return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
                                 "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "

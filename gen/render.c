@@ -108,7 +108,7 @@ static const char *const kind_enum_names[] = {
 static_assert(sizeof kind_enum_names / sizeof *kind_enum_names == FG_OP_KIND_COUNT, "one name per kind");
 
 static const char *const class_names[] = {"conv", "unary", "binary", "norm", "reduce", "softmax", "pool", "shape"};
-static const char *const norm_channel_names[] = {"groups", "each", "trailing"};
+static const char *const norm_channel_names[] = {"groups", "each", "trailing", "across"};
 
 /* An optional string field (nil when NULL). */
 static void set_opt_str(lua_State *L, const char *k, const char *v)

@@ -281,6 +281,13 @@ static int infer_norm(infer_ctx *c, fg_op *op, const fg_shape *in)
     int64_t channels = in->dim[1];
     int64_t affine_dim[FG_MAX_RANK] = {channels};
     int affine_rank = 1;
+    if (norm->channels == FG_NORM_ACROSS) {
+        int64_t d = op->norm_dim < 0 ? op->norm_dim + in->rank : op->norm_dim;
+        if (d != 1)
+            return op_fail(c, "dim", "is %" PRId64 " but layer_norm normalizes dim 1 only (the channels of each "
+                                     "position of %s; -%d from the end); for trailing dims use normalized_shape",
+                           op->norm_dim, fg_shape_str(in, buf, sizeof buf), in->rank - 1);
+    }
     if (norm->channels == FG_NORM_GROUPS && channels % op->groups)
         return op_fail(c, "groups", "(%" PRId64 ") must divide the channels (%" PRId64 ")", op->groups, channels);
     if (norm->channels == FG_NORM_TRAILING) {

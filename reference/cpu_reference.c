@@ -155,7 +155,7 @@ static const ref_pool_fn ref_pool[FG_OP_KIND_COUNT] = {
     [FG_OP_AVG_POOL] = ref_mean,
 };
 /* ggml's guard: a new op kind fails the build here until the tables above have been visited */
-static_assert(FG_OP_KIND_COUNT == 43, "a new op kind: define it in ref_unary, ref_binary, ref_reduce or ref_pool "
+static_assert(FG_OP_KIND_COUNT == 44, "a new op kind: define it in ref_unary, ref_binary, ref_reduce or ref_pool "
                                       "(a shape op: nothing, its class copies the elements)");
 
 /* Whether the reference defines `kind` (its class's table has it). */

@@ -9,7 +9,7 @@
 #include "block.h"
 #include "test_util.h"
 
-static const char *const fgt_block_specs[] = {"resnet50_bottleneck", "sd_resnet_block", "nnunet_stage"};
+static const char *const fgt_block_specs[] = {"resnet50_bottleneck", "sd_resnet_block", "nnunet_stage", "convnext"};
 #define FGT_N_BLOCK_SPECS (int)(sizeof fgt_block_specs / sizeof *fgt_block_specs)
 
 /* Loads specs/blocks/NAME.lua into b, failing the test with the loader's message. */

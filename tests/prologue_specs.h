@@ -155,6 +155,26 @@ static const prologue_case prologue_cases[] = {
         relu {},
         conv2d { out_channels = 32, kernel = 3, padding = 1 },
     })},
+    /* layer_norm { dim = 1 } (ConvNeXt's LayerNorm, each position over its channels) before a
+     * 1x1 conv (ConvNeXt's pwconv1 after its norm) and before a padded 3x3 */
+    {"pro_cln_conv1x1_wg", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_cln_conv1x1_wg" {
+        input = { "N", 64, 8, 9 },
+        layer_norm { name = "norm", dim = 1, eps = 1e-6 },
+        conv2d { name = "pwconv1", out_channels = 128, kernel = 1 },
+        gelu {},
+    })},
+    {"pro_cln_conv3x3_fma", "fma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_cln_conv3x3_fma" {
+        input = { "N", 12, 11, 9 },
+        layer_norm { name = "norm", dim = 1 },
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+    })},
+    {"pro_cln_cl_mma", "mma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_cln_cl_mma" {
+        input = { "N", 16, 10, 12 },
+        layout = "channels_last",
+        layer_norm { name = "norm", dim = 1 },
+        conv2d { out_channels = 32, kernel = 1 },
+        relu {},
+    })},
     {"pro_fp16_gn_silu_fma", "fma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_fp16_gn_silu_fma" {
         input = { "N", 16, 11, 12 },
         dtype = "fp16",

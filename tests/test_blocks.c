@@ -245,6 +245,54 @@ static void bottleneck_reference(void **state)
     free_block(b);
 }
 
+/* A ConvNeXt block, small (specs/blocks/convnext.lua's layers at 8 channels, 6x6): depthwise
+ * 7x7 -> layer_norm { dim = 1 } -> 1x1 up -> GELU -> 1x1 down -> layer scale -> + input,
+ * against its three layers run apart, the layer scale and residual applied by hand. */
+static void convnext_reference(void **state)
+{
+    (void)state;
+    const int64_t batch = 2, c = 8, hw = 6;
+    fg_block_ir *b = load_block(
+        "return block \"cnx\" {\n  input = { \"N\", 8, 6, 6 },\n"
+        "  layer \"a\" { conv2d { name = \"dwconv\", out_channels = 8, kernel = 7, padding = 3, groups = 8 },\n"
+        "    layer_norm { name = \"norm\", dim = 1, eps = 1e-6 } },\n"
+        "  layer \"b\" { conv2d { name = \"pwconv1\", out_channels = 32, kernel = 1 }, gelu {} },\n"
+        "  layer \"c\" { conv2d { name = \"pwconv2\", out_channels = 8, kernel = 1 },\n"
+        "    mul { param = \"gamma\", shape = { 8, 1, 1 } }, add { tensor = \"input\" } },\n}\n");
+    int64_t n_in = batch * c * hw * hw, n1, n2, n3;
+    float *x = malloc(sizeof(float) * (size_t)n_in);
+    fill(x, n_in, 43);
+    const float *inputs[1] = {x};
+    double *y = run_block(b, batch, inputs);
+    float *a = run_layer("return layer \"a\" { input = { \"N\", 8, 6, 6 },\n"
+                         "  conv2d { name = \"dwconv\", out_channels = 8, kernel = 7, padding = 3, groups = 8 },\n"
+                         "  layer_norm { name = \"norm\", dim = 1, eps = 1e-6 } }\n",
+                         batch, x, &n1);
+    float *bb = run_layer("return layer \"b\" { input = { \"N\", 8, 6, 6 },\n"
+                          "  conv2d { name = \"pwconv1\", out_channels = 32, kernel = 1 }, gelu {} }\n",
+                          batch, a, &n2);
+    float *cc = run_layer("return layer \"c\" { input = { \"N\", 32, 6, 6 },\n"
+                          "  conv2d { name = \"pwconv2\", out_channels = 8, kernel = 1 } }\n",
+                          batch, bb, &n3);
+    assert_int_equal(n3, n_in);
+    /* gamma as params_for fills it (by name) */
+    float gamma[8];
+    unsigned seed = 7;
+    for (const char *ch = "gamma"; *ch; ch++)
+        seed = seed * 31u + (unsigned char)*ch;
+    fill(gamma, 8, seed);
+    double worst = 0;
+    for (int64_t i = 0; i < n_in; i++) {
+        int64_t ch = (i / (hw * hw)) % c;
+        double want = (double)cc[i] * gamma[ch] + (double)x[i];
+        worst = fmax(worst, fabs(want - y[i]));
+    }
+    /* the independent path rounds each layer's output to float once more */
+    assert_true(worst < 1e-5);
+    free(x), free(y), free(a), free(bb), free(cc);
+    free_block(b);
+}
+
 /* SD's ResnetBlock2D shape: GroupNorm -> SiLU -> conv prologues, a per-sample time
  * embedding [N, C] broadcast over H, W, the residual of the block input. */
 static void sd_reference(void **state)
@@ -307,6 +355,7 @@ int main(void)
         cmocka_unit_test(errors),
         cmocka_unit_test(wiring),
         cmocka_unit_test(bottleneck_reference),
+        cmocka_unit_test(convnext_reference),
         cmocka_unit_test(sd_reference),
         cmocka_unit_test(shipped_block_specs),
     };

@@ -13,6 +13,7 @@
 #include "nvrtc_compiler.h"
 #include "render.h"
 #include "spec_loader.h"
+#include "channel_norm_specs.h"
 #include "channel_reduce_specs.h"
 #include "prologue_specs.h"
 #include "split_k_specs.h"
@@ -445,6 +446,53 @@ static void prologues(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* layer_norm { dim = 1 } after the conv (tests/channel_norm_specs.h): each case on its engine
+ * for sm_80 (but wgmma) and sm_90a; the plan has the case's strategy and conv engine, one
+ * statistic per (sample, position) over the channels, and every kernel compiles with NVRTC
+ * without spills. Resident is refused with the norm's own message. */
+static void channel_layer_norms(void **state)
+{
+    (void)state;
+    int problems = 0;
+    for (int i = 0; i < N_CHANNEL_NORM_CASES; i++) {
+        const channel_norm_case *c = &channel_norm_cases[i];
+        fg_layer_ir *ir = fgt_load_string(c->source);
+        bool wgmma = strcmp(c->engine, "wgmma") == 0;
+        fg_engine_choice choice = wgmma ? FG_ENGINE_PREFER_WGMMA
+                                  : strcmp(c->engine, "mma") == 0 ? FG_ENGINE_PREFER_MMA : FG_ENGINE_PREFER_FMA;
+        int engine_is = wgmma ? FG_CONV_WGMMA : choice == FG_ENGINE_PREFER_MMA ? FG_CONV_MMA : FG_CONV_FMA;
+        int norm = 1;
+        while (ir->ops[norm].kind != FG_OP_CHANNEL_LAYER_NORM)
+            norm++;
+        const fg_shape *v = &ir->ops[norm].in;
+        for (int r = wgmma ? 1 : 0; r < 2; r++) {
+            const char *arch = r ? "sm_90a" : "sm_80";
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, arch);
+            opts.engine = choice;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            char what[256];
+            snprintf(what, sizeof what, "%s for %s", c->name, arch);
+            fg_strategy want = strcmp(c->strategy, "recompute") == 0 ? FG_STRATEGY_RECOMPUTE : FG_STRATEGY_MATERIALIZE;
+            if (plan->strategy != want)
+                fail_msg("%s: strategy %d, expected %s", what, (int)plan->strategy, c->strategy);
+            bool engine_seen = false;
+            for (int p = 0; p < plan->n_passes; p++)
+                engine_seen |= plan->passes[p].kind == FG_PASS_CONV && (int)plan->passes[p].conv.engine == engine_is;
+            if (!engine_seen)
+                fail_msg("%s: the plan's conv is not on %s", what, c->engine);
+            int a = plan->op_accum[norm];
+            assert_true(a >= 0);
+            assert_int_equal(plan->accums[a].keys_per_sample, fg_shape_sample_count(v) / v->dim[1]);
+            assert_int_equal(plan->accums[a].count_per_sample, v->dim[1]);
+            problems += compile_arch(ir, plan, what, NULL, arch);
+            free(plan);
+        }
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* Channels-last input and output (the spec's layout = "channels_last"): every engine and
  * strategy renders its N(D)HWC reads and stores and compiles for sm_80 and sm_90a (sm_90
  * for resident) without spills (but the tolerance above), with fp32 and a half dtype. The
@@ -667,7 +715,7 @@ static void blocks(void **state)
         }
         fg_block_ir_free(&b);
     }
-    assert_int_equal(tensor_reads, 3); /* the bottleneck's residual, SD's temb and residual */
+    assert_int_equal(tensor_reads, 4); /* the bottleneck's residual, SD's temb and residual, ConvNeXt's residual */
     /* tensor operands before a norm (read where its statistics are gathered), after it (in
      * the pass that applies it), in a prologue, with each strategy */
     static const char src[] =
@@ -708,6 +756,7 @@ int main(void)
         cmocka_unit_test(half_dtypes),
         cmocka_unit_test(channels_last),
         cmocka_unit_test(prologues),
+        cmocka_unit_test(channel_layer_norms),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),
     };

@@ -1481,6 +1481,65 @@ static void wgmma_half_operands(void **state)
  * all; on wgmma only the packed operands, which are it); the conv pass (or the input pack)
  * reads the finalized statistics and the prologue's parameters. BatchNorm on running
  * statistics needs no pass. cuDNN (tf32 on sm_80) and resident are refused. */
+/* layer_norm { dim = 1 }: one statistic per (sample, position) over the channels, as the
+ * statistic layout, the epilogue's accumulator and the prologue's say; materialize and
+ * recompute plan; resident is refused with the norm's own message. */
+static void channel_layer_norm_statistics(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string("return layer \"cln\" {\n  input = { \"N\", 8, 12, 10 },\n"
+                                      "  conv2d { out_channels = 16, kernel = 3, padding = 1 },\n"
+                                      "  layer_norm { name = \"ln\", dim = 1, eps = 1e-6 },\n  gelu {},\n}\n");
+    const fg_op *ln = &ir->ops[1];
+    assert_int_equal(ln->kind, FG_OP_CHANNEL_LAYER_NORM);
+    assert_int_equal(fgt_find_param(ir, "ln.weight") >= 0, 1);
+    assert_int_equal(ir->params[ln->weight_param].rank, 1);
+    assert_int_equal(ir->params[ln->weight_param].dim[0], 16);
+    assert_int_equal(ir->params[ln->bias_param].dim[0], 16);
+    fg_stat_layout sl;
+    fg_norm_stat_layout(ln, &sl);
+    assert_int_equal(sl.channel_group, 16);
+    assert_int_equal(sl.mask, 0);
+    assert_false(sl.over_batch);
+    assert_int_equal(sl.keys_per_sample, 12 * 10);
+    assert_int_equal(sl.count_per_sample, 16);
+    for (int s = 0; s < 2; s++) {
+        fg_plan *plan = fgt_plan(ir, s ? FG_STRATEGY_RECOMPUTE : FG_STRATEGY_MATERIALIZE);
+        assert_int_equal(plan->strategy, s ? FG_STRATEGY_RECOMPUTE : FG_STRATEGY_MATERIALIZE);
+        int a = plan->op_accum[1];
+        assert_true(a >= 0);
+        assert_int_equal(plan->accums[a].kind, FG_ACCUM_MOMENTS);
+        assert_int_equal(plan->accums[a].keys_per_sample, 120);
+        assert_int_equal(plan->accums[a].count_per_sample, 16);
+        assert_false(plan->accums[a].over_batch);
+        assert_true(plan->accums[a].finalized >= 0);
+        free(plan);
+    }
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.force_strategy = FG_STRATEGY_RESIDENT;
+    fg_plan *plan = calloc(1, sizeof *plan);
+    fg_error err;
+    assert_int_equal(fg_plan_layer(ir, &opts, plan, &err), -1);
+    fgt_assert_contains(err.msg, "test.lua:4: strategy \"resident\" is not possible for layer_norm { dim = 1 }");
+    free(plan);
+    free(ir);
+
+    /* in a prologue: a statistics pass over the input, per position over its 32 channels */
+    ir = fgt_load_string("return layer \"pcln\" {\n  input = { \"N\", 32, 6, 7 },\n"
+                         "  layer_norm { name = \"norm\", dim = 1 },\n"
+                         "  conv2d { out_channels = 64, kernel = 1 },\n}\n");
+    assert_int_equal(ir->n_pro, 1);
+    plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->pro_norm, 0);
+    assert_int_equal(plan->passes[0].kind, FG_PASS_PRO_STATS);
+    const fg_accum *pa = &plan->accums[plan->pro_accum];
+    assert_int_equal(pa->keys_per_sample, 42);
+    assert_int_equal(pa->count_per_sample, 32);
+    free(plan);
+    free(ir);
+}
+
 static void prologue_statistics_pass(void **state)
 {
     (void)state;
@@ -1601,6 +1660,7 @@ int main(void)
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(prologue_statistics_pass),
+        cmocka_unit_test(channel_layer_norm_statistics),
     };
     char *dir = fgt_tmpdir("planner-env");
     fgt_isolate_environment(dir);

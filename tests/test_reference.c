@@ -313,6 +313,89 @@ static void layer_norm(void **state)
     free(I);
 }
 
+/* layer_norm { dim = 1 } (ConvNeXt's LayerNorm): each (sample, position) over its channels.
+ * Identity conv on C = 3, [1, 2] positions, batch 2. Hand values: sample 0 position 0 holds
+ * {1, 2, 3} (mean 2, var 2/3), position 1 {4, 4, 4} (var 0: the bias alone); sample 1
+ * position 0 {0, 6, -3} (mean 1, var 14), position 1 {10, -2, 1} (mean 3, var 26). Weight
+ * and bias per channel. */
+static void channel_layer_norm(void **state)
+{
+    (void)state;
+    char *src = identity_layer(3, "1, 2", "  layer_norm { name = \"ln\", dim = 1, eps = 1e-6 },\n");
+    float *I = identity_weight(3);
+    /* NCHW: x[n][c][w] */
+    static const float x[12] = {1, 4, 2, 4, 3, 4, /* sample 1 */ 0, 10, 6, -2, -3, 1};
+    static const float lw[3] = {1, 2, 3}, lb[3] = {0, 0.5f, -1};
+    named_param p[] = {{"conv.weight", I, 9}, {"ln.weight", lw, 3}, {"ln.bias", lb, 3}};
+    int64_t n;
+    double *out = run(src, 2, x, 12, p, 3, &n, NULL);
+    assert_int_equal(n, 12);
+    double r0 = 1 / sqrt(2.0 / 3 + 1e-6), r1 = 1 / sqrt(14 + 1e-6), r2 = 1 / sqrt(26 + 1e-6);
+    double want[12] = {
+        -1 * r0 * 1 + 0,    0 + 0,       /* channel 0 */
+        0 * r0 * 2 + 0.5,   0 + 0.5,     /* channel 1 */
+        1 * r0 * 3 - 1,     0 - 1,       /* channel 2 */
+        -1 * r1 * 1 + 0,    7 * r2 * 1 + 0,
+        5 * r1 * 2 + 0.5,   -5 * r2 * 2 + 0.5,
+        -4 * r1 * 3 - 1,    -2 * r2 * 3 - 1,
+    };
+    expect_values("layer_norm dim 1", out, want, n, 1e-12);
+    free(out);
+    free(src);
+
+    /* a negative dim from the end (-3 of [N, C, H, W]) is the same op; no affine; a larger
+     * value checked against a direct computation, position by position, in double */
+    src = identity_layer(5, "3, 4", "  layer_norm { dim = -3, affine = false },\n");
+    float *I5 = identity_weight(5);
+    float y[2 * 5 * 12];
+    for (int i = 0; i < 2 * 5 * 12; i++)
+        y[i] = (float)((i * 37 % 23) - 11) * 0.25f;
+    named_param q[] = {{"conv.weight", I5, 25}};
+    out = run(src, 2, y, 2 * 5 * 12, q, 1, &n, NULL);
+    assert_int_equal(n, 120);
+    for (int b = 0; b < 2; b++)
+        for (int pos = 0; pos < 12; pos++) {
+            double m = 0, v = 0;
+            for (int c = 0; c < 5; c++)
+                m += y[(b * 5 + c) * 12 + pos];
+            m /= 5;
+            for (int c = 0; c < 5; c++)
+                v += (y[(b * 5 + c) * 12 + pos] - m) * (y[(b * 5 + c) * 12 + pos] - m);
+            v /= 5;
+            for (int c = 0; c < 5; c++) {
+                int i = (b * 5 + c) * 12 + pos;
+                double w = (y[i] - m) / sqrt(v + 1e-5);
+                if (fabs(out[i] - w) > 1e-12)
+                    fail_msg("layer_norm dim -3 at sample %d channel %d position %d: %.17g, expected %.17g", b, c,
+                             pos, out[i], w);
+            }
+        }
+    free(out);
+    free(src);
+    free(I5);
+    free(I);
+}
+
+/* In a prologue: the input's channels normalized per position before a 1x1 conv that sums
+ * them with weights {1, 10}: input C = 2, one position per sample {a, b} -> normalized
+ * {-1, 1} * r (a < b) -> affine (w {2, 3}, b {1, 0}) -> {1 - 2r, 3r} -> 1 - 2r + 30r. */
+static void channel_layer_norm_prologue(void **state)
+{
+    (void)state;
+    const char *src = "return layer \"p\" {\n  input = { \"N\", 2, 1, 1 },\n  layer_norm { name = \"ln\", dim = 1 },\n"
+                      "  conv2d { name = \"conv\", out_channels = 1, kernel = 1, bias = false },\n}\n";
+    static const float x[2] = {1, 3}, w[2] = {1, 10}, lw[2] = {2, 3}, lb[2] = {1, 0};
+    named_param p[] = {{"conv.weight", w, 2}, {"ln.weight", lw, 2}, {"ln.bias", lb, 2}};
+    int64_t n;
+    double *out = run(src, 1, x, 2, p, 3, &n, NULL);
+    assert_int_equal(n, 1);
+    double r = 1 / sqrt(1 + 1e-5);
+    static double want[1];
+    want[0] = 1 + 28 * r;
+    expect_values("layer_norm dim 1 in a prologue", out, want, 1, 1e-12);
+    free(out);
+}
+
 static void batch_norm(void **state)
 {
     (void)state;
@@ -925,6 +1008,9 @@ static void channels_last_is_a_transpose(void **state)
         "  instance_norm { eps = 1e-5 },\n  logsumexp { dim = 1, keepdim = true },\n}\n",
         "return layer \"c\" {\n  input = { \"N\", 4, 7, 5 },\n  dtype = \"bf16\",\n  conv2d { name = \"conv\", out_channels = 3, "
         "kernel = 1 },\n  sigmoid {},\n  mean { dim = { 2, 3 }, keepdim = true },\n}\n",
+        "return layer \"d\" {\n  input = { \"N\", 5, 6, 7 },\n  layer_norm { name = \"pre\", dim = 1 },\n"
+        "  conv2d { name = \"conv\", out_channels = 6, kernel = 3, padding = 1 },\n  layer_norm { name = \"ln\", dim = 1 },\n"
+        "  gelu {},\n}\n",
     };
     for (size_t s = 0; s < sizeof sources / sizeof *sources; s++) {
         fg_layer_ir *ir = fgt_load_string(sources[s]);
@@ -1081,6 +1167,8 @@ int main(void)
         cmocka_unit_test(group_norm),
         cmocka_unit_test(instance_norm),
         cmocka_unit_test(layer_norm),
+        cmocka_unit_test(channel_layer_norm),
+        cmocka_unit_test(channel_layer_norm_prologue),
         cmocka_unit_test(batch_norm),
         cmocka_unit_test(batch_norm_fold_arithmetic),
         cmocka_unit_test(batch_norm_fold_is_the_unfolded_layer),

@@ -166,6 +166,7 @@ static const bad_case cases[] = {
     /* ---- the prologue: what may come before the conv (docs/spec.md, "Prologue") ---- */
 #define PRO(ops) "return layer \"t\" {\n  input = { \"N\", 4, 8, 8 },\n" ops "  conv2d { out_channels = 6, kernel = 3 },\n}\n"
     {.name = "prologue_pool_refused", .source = PRO("  relu {},\n  max_pool { kernel = 2 },\n"), .expect = {"bad.lua:4:", "max_pool: cannot come before the convolution", "only normalizations and elementwise ops"}},
+    {.name = "prologue_layer_norm_dim", .source = PRO("  layer_norm { dim = 3 },\n"), .expect = {"bad.lua:3:", "layer_norm: field 'dim' is 3 but"}},
     {.name = "prologue_avg_pool2d_refused", .source = PRO("  avg_pool2d { kernel = 2 },\n"), .expect = {"bad.lua:3:", "avg_pool2d: cannot come before the convolution"}},
     {.name = "prologue_reduction_refused", .source = PRO("  sum { dim = 1, keepdim = true },\n"), .expect = {"bad.lua:3:", "sum: cannot come before the convolution"}},
     {.name = "prologue_softmax_refused", .source = PRO("  softmax { dim = 1 },\n"), .expect = {"bad.lua:3:", "softmax: cannot come before the convolution"}},
@@ -191,6 +192,12 @@ static const bad_case cases[] = {
      "local ops = { input = { \"N\", 4, 8, 8 }, conv2d { out_channels = 6, kernel = 3 } }\n"
      "for i = 1, 60 do ops[#ops + 1] = relu {} end\nreturn layer \"t\" (ops)\n", .expect = {"bad.lua:3:", "has 61 ops; at most 48 are supported"}},
     {.name = "layer_norm_shape_mismatch", .source = HDR "  layer_norm { normalized_shape = { 6, 5 } },\n}\n", .expect = {"bad.lua:4:", "layer_norm: field 'normalized_shape' must match the value's trailing dims: entry 1 is 5"}},
+    {.name = "layer_norm_dim_not_channels", .source = HDR "  layer_norm { dim = 2 },\n}\n", .expect = {"bad.lua:4:", "layer_norm: field 'dim' is 2 but layer_norm normalizes dim 1 only", "use normalized_shape"}},
+    {.name = "layer_norm_dim_last", .source = HDR "  layer_norm { dim = -1 },\n}\n", .expect = {"bad.lua:4:", "field 'dim' is -1 but layer_norm normalizes dim 1 only", "-3 from the end"}},
+    {.name = "layer_norm_dim_and_shape", .source = HDR "  layer_norm { dim = 1, normalized_shape = { 6, 6 } },\n}\n", .expect = {"bad.lua:4:", "field 'normalized_shape' cannot be combined with dim: layer_norm { dim = 1 } normalizes the channels"}},
+    {.name = "layer_norm_dim_not_integer", .source = HDR "  layer_norm { dim = 1.5 },\n}\n", .expect = {"bad.lua:4:", "layer_norm: field 'dim'"}},
+    {.name = "layer_norm_dim_out_of_range", .source = HDR "  layer_norm { dim = 9 },\n}\n", .expect = {"bad.lua:4:", "layer_norm: field 'dim'"}},
+    {.name = "layer_norm_dim_typo", .source = HDR "  layer_norm { dim = 1, epss = 1e-6 },\n}\n", .expect = {"bad.lua:4:", "epss", "eps"}},
     {.name = "layer_norm_too_many_dims", .source = HDR "  layer_norm { normalized_shape = { 1, 6, 6, 6 } },\n}\n", .expect = {"bad.lua:4:", "field 'normalized_shape' has 4 dims but the value [N, 6, 6, 6] has only 3"}},
     {.name = "pool_padding_above_half_kernel", .source = HDR "  max_pool { kernel = 2, padding = 2 },\n}\n", .expect = {"bad.lua:4:", "max_pool: field 'padding' (2) must be at most half the kernel (2)"}},
     {.name = "avg_pool_padding_above_half_kernel", .source = HDR "  avg_pool { kernel = { 3, 4 }, padding = { 1, 3 } },\n}\n", .expect = {"bad.lua:4:", "avg_pool: field 'padding' (3) must be at most half the kernel (4)"}},

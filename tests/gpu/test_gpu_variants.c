@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../../gen/spec_loader.h"
+#include "../channel_norm_specs.h"
 #include "../channel_reduce_specs.h"
 #include "../prologue_specs.h"
 #include "gpu_harness.h"
@@ -743,6 +744,10 @@ static int dump_specs(const char *dir, int n_random)
         if (!dump_one(dir, layouts[i].name, layouts[i].source))
             return 1;
     }
+    for (int i = 0; i < N_CHANNEL_NORM_CASES; i++) {
+        if (!dump_one(dir, channel_norm_cases[i].name, channel_norm_cases[i].source))
+            return 1;
+    }
     /* prologues: ops before the conv (tests/prologue_specs.h) */
     for (int i = 0; i < N_PROLOGUE_CASES; i++) {
         if (!dump_one(dir, prologue_cases[i].name, prologue_cases[i].source))
@@ -799,6 +804,14 @@ int main(int argc, char **argv)
         cases++;
         failed += run_on_engine(v->name, v->engine, v->source, v->batch, 800 + i, v->tol, v->out_offset,
                                 "channels last, ");
+    }
+    /* layer_norm { dim = 1 } after the conv (tests/channel_norm_specs.h), each in a context
+     * preferring its engine */
+    for (int i = 0; i < N_CHANNEL_NORM_CASES; i++) {
+        const channel_norm_case *v = &channel_norm_cases[i];
+        cases++;
+        failed += run_on_engine(v->name, v->engine, v->source, v->batch, 1300 + (uint64_t)i, v->tol, 0,
+                                "layer_norm dim 1, ");
     }
     /* prologues (ops before the conv, applied where the input is staged), each in a context
      * preferring its engine; fp32 layers within tol of float64, half ones plus 1 ulp */
