@@ -245,6 +245,25 @@ static void save_failed_source(const char *source, const char *source_name, cons
     (void)source_name;
 }
 
+/* A line of the log with a ptxas warning about wgmma: "ptxas warning : (C7511) ...
+ * wgmma.mma_async instructions are serialized ...", any C75xx code, or a line naming wgmma
+ * and a warning. Line by line, and not the front end's "x.cu(12): warning #177-D": an unused
+ * variable in a source whose layer is named "..._wgmma" is not one. */
+bool fg_nvrtc_log_has_wgmma_warning(const char *log)
+{
+    for (const char *line = log; line && *line;) {
+        const char *end = strchr(line, '\n');
+        int n = end ? (int)(end - line) : (int)strlen(line);
+        char buf[512];
+        snprintf(buf, sizeof buf, "%.*s", n < (int)sizeof buf ? n : (int)sizeof buf - 1, line);
+        bool front_end = strstr(buf, "): warning #") != NULL; /* "x.cu(12): warning #177-D: ..." */
+        if (strstr(buf, "(C75") || (!front_end && strstr(buf, "wgmma") && strstr(buf, "warning")))
+            return true;
+        line = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
 int fg_nvrtc_compile(const char *source, const char *source_name, const char *arch, const char *failed_dir,
                      fg_compiled *out, fg_error *err)
 {
@@ -284,7 +303,7 @@ int fg_nvrtc_compile(const char *source, const char *source_name, const char *ar
         out->n_kernels = fg_parse_ptxas_report(log, out->kernels, FG_MAX_KERNELS);
         /* ptxas's C75xx warnings: wgmma serialized (an accumulator touched between wgmmas, a
          * missing fence): a generator bug that costs the engine most of its speed */
-        out->wgmma_warnings = strstr(log, "wgmma") != NULL && strstr(log, "warning") != NULL;
+        out->wgmma_warnings = fg_nvrtc_log_has_wgmma_warning(log);
         size_t size = 0;
         if (api.cubin_size(prog, &size) != NVRTC_SUCCESS || size == 0 || !(out->cubin = malloc(size))) {
             rc = fg_fail(err, "%s: NVRTC produced no cubin for %s", source_name, arch);

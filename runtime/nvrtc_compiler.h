@@ -62,4 +62,8 @@ void fg_compiled_free(fg_compiled *c);
 /* Parses ptxas' "-v" report into per-kernel resources (exposed for tests). */
 int fg_parse_ptxas_report(const char *log, fg_kernel_resources *out, int cap);
 
+/* Whether NVRTC's log holds a ptxas warning about wgmma (C75xx: serialized wgmma), not a
+ * front-end warning that merely names a "wgmma" source. */
+bool fg_nvrtc_log_has_wgmma_warning(const char *log);
+
 #endif

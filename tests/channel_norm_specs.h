@@ -5,10 +5,9 @@
  * residual). The compile test renders each for its engine (sm_80 where the engine runs there,
  * and sm_90a) and checks the plan (tests/test_compile.c); the GPU test runs each in a context
  * preferring `engine` against the CPU float64 reference (tests/gpu/test_gpu_variants.c). The
- * prologue form is in tests/prologue_specs.h. No name says "wgmma": the compile test's check
- * for ptxas's wgmma warnings matches that word and "warning" anywhere in the NVRTC log, and
- * these kernels have front-end warnings (#177-D, an unused channel coordinate: the statistic's
- * key has no channel), as layer_norm over C, H, W without affine has had. */
+ * prologue form is in tests/prologue_specs.h. These kernels have front-end warnings (#177-D,
+ * an unused channel coordinate: the statistic's key has no channel), as layer_norm over C, H,
+ * W without affine has had; the wgmma-warning check reads ptxas's lines only. */
 #ifndef FG_TEST_CHANNEL_NORM_SPECS_H
 #define FG_TEST_CHANNEL_NORM_SPECS_H
 

@@ -737,6 +737,21 @@ static void blocks(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* What counts as a wgmma warning in NVRTC's log: ptxas's C75xx lines, not a front-end warning
+ * in a source whose layer name says wgmma */
+static void wgmma_warning_lines(void **state)
+{
+    (void)state;
+    assert_true(fg_nvrtc_log_has_wgmma_warning(
+        "ptxas info    : Used 168 registers\nptxas warning : (C7511) Potential Performance Loss: wgmma.mma_async "
+        "instructions are serialized due to the presence of Extern calls in the function 'f'.\n"));
+    assert_true(fg_nvrtc_log_has_wgmma_warning("ptxas info : (C7510) wgmma pipeline crossing function boundary\n"));
+    assert_false(fg_nvrtc_log_has_wgmma_warning(
+        "cln_wgmma.cu(241): warning #177-D: variable \"c\" was declared but never referenced\n"));
+    assert_false(fg_nvrtc_log_has_wgmma_warning("ptxas info : Compiling entry function 'fg_pass2_conv_wgmma'\n"));
+    assert_false(fg_nvrtc_log_has_wgmma_warning(""));
+}
+
 int main(void)
 {
     /* NVRTC's own cache (CUDA 12.9+, where a driver is present) answers without the ptxas
@@ -745,6 +760,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(version_and_options),
         cmocka_unit_test(ptxas_report_parser),
+        cmocka_unit_test(wgmma_warning_lines),
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(blocks),
         cmocka_unit_test(wgmma_engine),
