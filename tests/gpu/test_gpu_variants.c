@@ -541,6 +541,27 @@ static fg_context *engine_context(const char *engine)
     return c;
 }
 
+/* One case in a context preferring `engine` (NULL: the planner's choice), its output written
+ * at `out_offset` elements of the dtype; `what` ("channels last, ") goes into its line.
+ * Returns 1 when it failed. The bar: tol against float64 (plus 1 ulp of a half dtype). */
+static int run_on_engine(const char *name, const char *engine, const char *source, int64_t batch, uint64_t seed,
+                         double tol, int out_offset, const char *what)
+{
+    fg_context *ectx = engine_context(engine);
+    if (!ectx)
+        return 1;
+    gpu_result r = gpu_check_spec_at(ectx, name, source, batch, seed, tol, out_offset);
+    fg_context_destroy(ectx);
+    if (!r.ok)
+        printf("FAILED %-32s: %s\n", name, r.error);
+    else
+        printf("%s %-32s batch %lld (%sengine %s, output offset %d): max abs %.3g, rel L2 %.3g, %lld/%lld outside "
+               "%.0e (+ 1 ulp of a half dtype)%s\n",
+               r.pass ? "ok    " : "FAILED", name, (long long)batch, what, engine ? engine : "auto", out_offset, r.max_abs,
+               r.rel_l2, r.bad, r.count, tol, r.nan ? " (NaN)" : "");
+    return !r.ok || !r.pass;
+}
+
 /* More kernel parameters in one pass than a fixed 48-slot table held (hardening round 2):
  * runs correctly */
 static char many_args_spec[8192];
@@ -684,23 +705,8 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof halves / sizeof *halves; i++) {
         const half_variant *v = &halves[i];
-        fg_context *hctx = engine_context(v->engine);
         cases++;
-        if (!hctx) {
-            failed++;
-            continue;
-        }
-        gpu_result r = gpu_check_spec_at(hctx, v->name, v->source, v->batch, 700 + i, v->tol, v->out_offset);
-        fg_context_destroy(hctx);
-        if (!r.ok || !r.pass)
-            failed++;
-        if (!r.ok)
-            printf("FAILED %-32s: %s\n", v->name, r.error);
-        else
-            printf("%s %-32s batch %lld (engine %s, output offset %d): max abs %.3g, rel L2 %.3g, %lld/%lld outside "
-                   "%.0e + 1 ulp%s\n",
-                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto",
-                   v->out_offset, r.max_abs, r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
+        failed += run_on_engine(v->name, v->engine, v->source, v->batch, 700 + i, v->tol, v->out_offset, "");
     }
     /* reductions over the channels in the wgmma conv pass's epilogue (on sm_90a; elsewhere the
      * same layers run as a conv pass and a map pass) */
@@ -712,23 +718,9 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
         const half_variant *v = &layouts[i];
-        fg_context *lctx = engine_context(v->engine);
         cases++;
-        if (!lctx) {
-            failed++;
-            continue;
-        }
-        gpu_result r = gpu_check_spec_at(lctx, v->name, v->source, v->batch, 800 + i, v->tol, v->out_offset);
-        fg_context_destroy(lctx);
-        if (!r.ok || !r.pass)
-            failed++;
-        if (!r.ok)
-            printf("FAILED %-32s: %s\n", v->name, r.error);
-        else
-            printf("%s %-32s batch %lld (channels last, engine %s, output offset %d): max abs %.3g, rel L2 %.3g, "
-                   "%lld/%lld outside %.0e (+ 1 ulp of a half dtype)%s\n",
-                   r.pass ? "ok    " : "FAILED", v->name, (long long)v->batch, v->engine ? v->engine : "auto",
-                   v->out_offset, r.max_abs, r.rel_l2, r.bad, r.count, v->tol, r.nan ? " (NaN)" : "");
+        failed += run_on_engine(v->name, v->engine, v->source, v->batch, 800 + i, v->tol, v->out_offset,
+                                "channels last, ");
     }
     {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
