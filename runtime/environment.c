@@ -42,6 +42,20 @@ static bool parse_ints(const char *s, int *out, int n, int optional, int lo, int
     return true;
 }
 
+/* One integer knob in lo..hi: *out keeps its value when the variable is unset or bad (warned) */
+static void env_int(const char *var, int lo, int hi, int *out, const char *expected,
+                    void (*warn)(void *, const char *), void *warn_ctx)
+{
+    const char *v = getenv(var);
+    int x;
+    if (!v || !*v)
+        return;
+    if (parse_ints(v, &x, 1, 0, lo, hi))
+        *out = x;
+    else
+        warn_bad(warn, warn_ctx, var, v, expected);
+}
+
 void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const char *msg), void *warn_ctx)
 {
     const char *v = getenv("FUSEGEN_STRATEGY");
@@ -76,30 +90,11 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
         else
             warn_bad(warn, warn_ctx, "FUSEGEN_MMA_WARP", v, "mt,rows,ntw with mt 1..4 and rows x ntw <= 16");
     }
-    v = getenv("FUSEGEN_MMA_TILES");
-    if (v && *v) {
-        int r;
-        if (parse_ints(v, &r, 1, 0, 1, 8))
-            opts->mma_tiles = r;
-        else
-            warn_bad(warn, warn_ctx, "FUSEGEN_MMA_TILES", v, "a number of tiles, 1 to 8");
-    }
-    v = getenv("FUSEGEN_MMA_ACC_STEPS");
-    if (v && *v) {
-        int a;
-        if (parse_ints(v, &a, 1, 0, 1, 64))
-            opts->mma_acc_steps = a;
-        else
-            warn_bad(warn, warn_ctx, "FUSEGEN_MMA_ACC_STEPS", v, "a number of reduction steps, 1 to 64");
-    }
-    v = getenv("FUSEGEN_SPLIT_K");
-    if (v && *v) {
-        int k;
-        if (parse_ints(v, &k, 1, 0, 1, 64))
-            opts->split_k = k;
-        else
-            warn_bad(warn, warn_ctx, "FUSEGEN_SPLIT_K", v, "the most K splits of the wgmma engine, 1 (never) to 64");
-    }
+    env_int("FUSEGEN_MMA_TILES", 1, 8, &opts->mma_tiles, "a number of tiles, 1 to 8", warn, warn_ctx);
+    env_int("FUSEGEN_MMA_ACC_STEPS", 1, 64, &opts->mma_acc_steps, "a number of reduction steps, 1 to 64", warn,
+            warn_ctx);
+    env_int("FUSEGEN_SPLIT_K", 1, 64, &opts->split_k, "the most K splits of the wgmma engine, 1 (never) to 64", warn,
+            warn_ctx);
     v = getenv("FUSEGEN_CONV_TILE");
     if (v && *v) {
         int t[4];
