@@ -582,6 +582,29 @@ static bool narrow_groups(const fg_layer_ir *ir)
     return g.cout_g < NARROW_GROUP_CHANNELS;
 }
 
+/* Output channels per group from which precision "tf32" on sm_90a always takes one TF32
+ * product on wgmma. Below it (16-31 outputs a group) the exact engines' own measured choice
+ * stands, because one TF32 product on wgmma was measured slower than the exact mma.sync conv
+ * there: KB79 (3D 3->16, K 81) 0.359 ms against 0.222 and KB23 (3D 3->24, K 81) 1.212 against
+ * 0.677 (bench/RESULTS.md, 2026-12-02), and on the sweep 3->16 3x3 0.052 against 0.042,
+ * 32->16 1x1 0.060 against 0.047, 64->64 in 4 groups 0.074 against 0.066 (2026-12-01); with
+ * 32 outputs a group one product wins (8->32 3x3 1.235 against 1.547, 16->32 0.215 against
+ * 0.282). */
+#define TF32_WIDE_GROUP_CHANNELS 32
+
+/* Whether precision "tf32" leaves the conv to the exact engines (3xTF32 or fp32 FMAs, never
+ * less exact than asked): narrow groups everywhere, and on sm_90a groups narrower than
+ * TF32_WIDE_GROUP_CHANNELS unless the measured fp32 rule (choose_wgmma) still picks wgmma.
+ * Off Hopper the others go to cuDNN with TF32. */
+static bool tf32_stays_exact(const fg_layer_ir *ir, const fg_plan_options *opts, bool use_wgmma)
+{
+    if (ir->precision != FG_PRECISION_TF32 || use_wgmma)
+        return false;
+    conv_geometry g;
+    geometry(&ir->ops[0], &g);
+    return g.cout_g < NARROW_GROUP_CHANNELS || (opts->wgmma && g.cout_g < TF32_WIDE_GROUP_CHANNELS);
+}
+
 /* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
  * tests and benchmarks (bench/NOTES.md). mma.sync with TF32 starts at sm_80. */
 static bool want_mma(const fg_plan_options *opts)
@@ -604,8 +627,13 @@ static bool choose_wgmma(planner *p)
         return false;
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
-    if (p->ir->precision == FG_PRECISION_TF32)
-        return !narrow_groups(p->ir);
+    if (p->ir->precision == FG_PRECISION_TF32) {
+        if (narrow_groups(p->ir))
+            return false;
+        if (g.cout_g >= TF32_WIDE_GROUP_CHANNELS)
+            return true;
+        /* 16-31 outputs a group: the exact engines' choice below stands (TF32_WIDE_GROUP_CHANNELS) */
+    }
     /* fp32 (3xTF32), measured on the H200 with every engine forced on the sweep's 42 shapes
      * (bench/engine-choice.py, bench/NOTES.md v7). wgmma re-reads its im2col rows for every
      * 128-channel block and its K chunks are 32 wide: it wins with wide outputs and long
@@ -1365,9 +1393,9 @@ static int chain_end(planner *p, int lowest, int first, bool conv_pass)
  * narrow, with a float32 input (cuDNN would read a half input as floats: with dtype bf16 or
  * fp16 the generated conv, exact, runs instead, and `fusegen plan` says so), and no prologue
  * (cuDNN reads the input as it is; the generated conv applies the prologue as it stages). */
-static bool cudnn_conv(const fg_layer_ir *ir, bool use_wgmma)
+static bool cudnn_conv(const fg_layer_ir *ir, const fg_plan *plan, bool use_wgmma)
 {
-    return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !narrow_groups(ir) && ir->dtype == FG_DTYPE_FP32 &&
+    return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !plan->tf32_exact && ir->dtype == FG_DTYPE_FP32 &&
            ir->layout == FG_LAYOUT_NCHW && ir->n_pro == 0;
 }
 
@@ -1440,7 +1468,8 @@ static fg_pass *first_passes(planner *p, int wanted)
         return NULL;
     /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which
      * is faster there than any TF32 path */
-    if (cudnn_conv(ir, p->use_wgmma)) {
+    plan->tf32_exact = tf32_stays_exact(ir, p->opts, p->use_wgmma);
+    if (cudnn_conv(ir, plan, p->use_wgmma)) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
          * its buffer */
         fg_pass *ps = new_pass(p, FG_PASS_CUDNN);
@@ -1727,6 +1756,15 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         "resident (one kernel; a cluster keeps each norm group in shared memory)"};
     snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes, strategies[plan->strategy]);
     emit(ctx, line);
+    if (plan->tf32_exact) {
+        conv_geometry g;
+        geometry(&ir->ops[0], &g);
+        snprintf(line, sizeof line,
+                 "  precision tf32: %s computes the conv exactly; with %lld outputs a group one TF32 product is no "
+                 "faster (measured; gen/planner.c, tf32_stays_exact)",
+                 fg_plan_conv_engine_name(plan), (long long)g.cout_g);
+        emit(ctx, line);
+    }
     if (ir->dtype != FG_DTYPE_FP32) {
         const char *d = fg_dtype_name(ir->dtype);
         if (plan->wgmma.parts)
@@ -1740,7 +1778,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      "rounded to %s (to nearest even) where it is stored; everything between is fp32",
                      d, d, d);
         emit(ctx, line);
-        if (ir->precision == FG_PRECISION_TF32 && !plan->wgmma.parts && !narrow_groups(ir)) {
+        if (ir->precision == FG_PRECISION_TF32 && !plan->wgmma.parts && !plan->tf32_exact) {
             snprintf(line, sizeof line,
                      "  precision tf32 with dtype %s: cuDNN's conv (fp32 only) is not used; %s computes the conv "
                      "(as exact as fp32)",
@@ -1756,7 +1794,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                  ir->input.rank == 5 ? "DHW" : "HW");
         emit(ctx, line);
         if (ir->precision == FG_PRECISION_TF32 && ir->dtype == FG_DTYPE_FP32 && !plan->wgmma.parts &&
-            !narrow_groups(ir)) {
+            !plan->tf32_exact) {
             snprintf(line, sizeof line,
                      "  precision tf32 with layout channels_last: cuDNN's conv (NCHW only here) is not used; %s "
                      "computes the conv (as exact as fp32)",
@@ -1775,7 +1813,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d by a pass over the input",
                      plan->pro_norm);
         emit(ctx, line);
-        if (ir->precision == FG_PRECISION_TF32 && !wg && !narrow_groups(ir)) {
+        if (ir->precision == FG_PRECISION_TF32 && !wg && !plan->tf32_exact) {
             snprintf(line, sizeof line,
                      "  precision tf32 with a prologue: cuDNN's conv (it reads the raw input) is not used; %s computes "
                      "the conv (as exact as fp32)",

@@ -286,6 +286,10 @@ typedef struct fg_plan {
      * accumulator (-1: none); the conv pass (or, on wgmma, the input pack) applies every
      * prologue op to each input element it stages: no tensor holds the normalized input */
     int pro_norm, pro_accum;
+    /* precision "tf32" whose conv the exact engines compute: one TF32 product is no faster
+     * there (narrow groups; on sm_90a, fewer than 32 outputs a group: gen/planner.c,
+     * tf32_stays_exact) -- no cuDNN pass, no wgmma */
+    bool tf32_exact;
 } fg_plan;
 
 /* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the

@@ -1023,6 +1023,13 @@ static void engine_by_arch_and_precision(void **state)
     assert_int_equal(first_pass_on("sm_90a", depthwise, "tf32"), FG_PASS_CONV);
     assert_int_equal(first_pass_on("sm_90a", four, "tf32"), FG_PASS_CONV);
     assert_int_equal(first_pass_on("sm_80", depthwise, "tf32"), FG_PASS_CONV);
+    /* ... and, on sm_90a, 16-31 outputs a group where the fp32 rule keeps mma.sync (KB79,
+     * KB23: one TF32 product on wgmma measured 1.6-1.8x slower); off Hopper they go to cuDNN */
+    const char *sixteen = "conv2d { out_channels = 16, kernel = 3 }"; /* K 27 */
+    assert_int_equal(first_pass_with("sm_90a", 3, sixteen, "tf32"), FG_PASS_CONV);
+    assert_int_equal(first_pass_with("sm_80", 3, sixteen, "tf32"), FG_PASS_CUDNN);
+    assert_int_equal(first_pass_with("sm_90a", 64, "conv2d { out_channels = 16, kernel = 1 }", "tf32"),
+                     FG_PASS_CONV);
     /* the input-packing pass transposes 32 pixels of every channel through 48 KB of shared
      * memory: past 376 channels the conv stays on mma.sync */
     assert_int_equal(first_pass_with("sm_90a", 376, wide, "fp32"), FG_PASS_PACK_WEIGHTS);
