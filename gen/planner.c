@@ -594,7 +594,8 @@ static bool narrow_groups(const fg_layer_ir *ir)
 
 /* Whether precision "tf32" leaves the conv to the exact engines (3xTF32 or fp32 FMAs, never
  * less exact than asked): narrow groups everywhere, and on sm_90a groups narrower than
- * TF32_WIDE_GROUP_CHANNELS unless the measured fp32 rule (choose_wgmma) still picks wgmma.
+ * TF32_WIDE_GROUP_CHANNELS unless the measured fp32 rule (choose_wgmma) still picks wgmma
+ * (float32 layers: a half layer's one product on half operands was not measured against it).
  * Off Hopper the others go to cuDNN with TF32. */
 static bool tf32_stays_exact(const fg_layer_ir *ir, const fg_plan_options *opts, bool use_wgmma)
 {
@@ -602,7 +603,8 @@ static bool tf32_stays_exact(const fg_layer_ir *ir, const fg_plan_options *opts,
         return false;
     conv_geometry g;
     geometry(&ir->ops[0], &g);
-    return g.cout_g < NARROW_GROUP_CHANNELS || (opts->wgmma && g.cout_g < TF32_WIDE_GROUP_CHANNELS);
+    return g.cout_g < NARROW_GROUP_CHANNELS ||
+           (opts->wgmma && ir->dtype == FG_DTYPE_FP32 && g.cout_g < TF32_WIDE_GROUP_CHANNELS);
 }
 
 /* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
@@ -630,8 +632,8 @@ static bool choose_wgmma(planner *p)
     if (p->ir->precision == FG_PRECISION_TF32) {
         if (narrow_groups(p->ir))
             return false;
-        if (g.cout_g >= TF32_WIDE_GROUP_CHANNELS)
-            return true;
+        if (g.cout_g >= TF32_WIDE_GROUP_CHANNELS || p->ir->dtype != FG_DTYPE_FP32)
+            return true; /* half layers: one product on half operands, not measured against the exact conv */
         /* 16-31 outputs a group: the exact engines' choice below stands (TF32_WIDE_GROUP_CHANNELS) */
     }
     /* fp32 (3xTF32), measured on the H200 with every engine forced on the sweep's 42 shapes
