@@ -4,6 +4,7 @@
 
     python3 bench/blocks.py --out OUTDIR [--families resnet,sd,nnunet,convnext] [--dtypes fp32,bf16,fp16]
                             [--layouts nchw,cl] [--compile both|none] [--iters N] [--deadline-s S]
+                           [--configs 0,1]
     python3 bench/blocks.py --smoke       # tiny shapes on the CPU: the harness itself, no GPU
 
 Four block families at shapes from their public configurations (several per family, small
@@ -410,6 +411,8 @@ def run(args):
                     print(f"blocks: no fusegen block for {describe(family, cfg)} ({type(e).__name__}: {e})")
     for family in args.families:
         for ci, cfg in enumerate(configs[family]):
+            if args.configs is not None and ci not in args.configs:
+                continue
             if args.deadline_s and time.time() - t_start > args.deadline_s:
                 print(f"blocks: deadline of {args.deadline_s} s reached; {describe(family, cfg)} and later not run")
                 break
@@ -533,6 +536,8 @@ def main():
     ap.add_argument("--compile", choices=("both", "none"), default="both")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--deadline-s", type=float, default=0, help="start no block after this many seconds")
+    ap.add_argument("--configs", default=None,
+                    help="only these configurations of each family, by index (e.g. 0,1; default: all)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, eager only: the harness itself")
     ap.add_argument("--fusegen", choices=("auto", "yes", "no"), default="auto",
                     help="also run the block as fusegen layers (auto: when the Python package imports)")
@@ -541,6 +546,10 @@ def main():
     args.families = [f for f in args.families.split(",") if f]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
     args.layouts = [l for l in args.layouts.split(",") if l]
+    try:
+        args.configs = None if args.configs is None else {int(c) for c in args.configs.split(",") if c}
+    except ValueError:
+        ap.error(f"--configs: '{args.configs}' is not a list of indexes")
     for f in args.families:
         if f not in CONFIGS:
             ap.error(f"unknown family '{f}' (resnet, sd, nnunet, convnext)")
