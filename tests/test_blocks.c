@@ -345,18 +345,21 @@ static void convnext_reference(void **state)
     free_block(b);
 }
 
+/* SD's ResnetBlock2D at 8 channels, 4x4, with block fields `fields` (a string literal). */
+#define SD_BLOCK(fields)                                                                                       \
+    "return block \"sd\" {\n  input = { \"N\", 8, 4, 4 },\n  inputs = { temb = { \"N\", 8 } },\n" fields        \
+    "  layer \"h\" { group_norm { name = \"norm1\", groups = 4 }, silu {},\n"                                    \
+    "    conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"   \
+    "  layer \"out\" { group_norm { name = \"norm2\", groups = 4 }, silu {},\n"                                  \
+    "    conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n"
+
 /* SD's ResnetBlock2D shape: GroupNorm -> SiLU -> conv prologues, a per-sample time
  * embedding [N, C] broadcast over H, W, the residual of the block input. */
 static void sd_reference(void **state)
 {
     (void)state;
     const int64_t batch = 2, c = 8, hw = 4;
-    fg_block_ir *b = load_block(
-        "return block \"sd\" {\n  input = { \"N\", 8, 4, 4 },\n  inputs = { temb = { \"N\", 8 } },\n"
-        "  layer \"h\" { group_norm { name = \"norm1\", groups = 4 }, silu {},\n"
-        "    conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
-        "  layer \"out\" { group_norm { name = \"norm2\", groups = 4 }, silu {},\n"
-        "    conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
+    fg_block_ir *b = load_block(SD_BLOCK(""));
     assert_int_equal(b->n_inputs, 2);
     assert_string_equal(b->tensors[1].name, "temb");
     int64_t n_in = batch * c * hw * hw, n1, n2;
@@ -405,13 +408,7 @@ static void sd_bf16_channels_last_reference(void **state)
 {
     (void)state;
     const int64_t batch = 2, c = 8, hw = 16;
-    fg_block_ir *b = load_block(
-        "return block \"sd\" {\n  input = { \"N\", 8, 4, 4 },\n  inputs = { temb = { \"N\", 8 } },\n"
-        "  dtype = \"bf16\", layout = \"channels_last\",\n"
-        "  layer \"h\" { group_norm { name = \"norm1\", groups = 4 }, silu {},\n"
-        "    conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
-        "  layer \"out\" { group_norm { name = \"norm2\", groups = 4 }, silu {},\n"
-        "    conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
+    fg_block_ir *b = load_block(SD_BLOCK("  dtype = \"bf16\", layout = \"channels_last\",\n"));
     int64_t n_in = batch * c * hw, n1, n2;
     float *x = malloc(sizeof(float) * (size_t)n_in), *x_cl = malloc(sizeof(float) * (size_t)n_in);
     float *t = malloc(sizeof(float) * (size_t)(batch * c));
