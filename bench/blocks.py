@@ -30,7 +30,7 @@ part, a FusedLayer per part, fp32 weights, the run's dtype and layout), and the 
 PyTorch eager in that dtype: what is left in PyTorch is what block specs and prologue fusion
 are to absorb (fusegen_parts says which ops, per family).
 
-fusegen block (fp32 NCHW only: blocks are fp32 NCHW for now): the whole block as one fusegen
+fusegen block (every dtype and layout: the spec's block fields dtype and layout): the whole block as one fusegen
 block spec (fusegen.torch.FusedBlock) -- specs/blocks/'s spec of the family when its input
 has the configuration's channels and size (resnet 256 56x56, sd 320 64x64, nnunet 32->64
 64^3; convnext has none), and with --smoke a small spec of the smoke shape written by
@@ -247,13 +247,28 @@ def block_spec_text(family, cfg):
     return None  # convnext: no block spec (docs/spec.md, "Blocks")
 
 
-def block_spec_for(family, cfg, smoke):
-    """(spec path or text, name) of the block spec to run for a configuration, or None: with
-    --smoke the small spec block_spec_text writes; else specs/blocks/'s spec of the family
-    when its input has the configuration's channels and size (any batch)."""
+def with_block_fields(text, dname, layout):
+    """The block spec `text` with the block fields for a run's dtype and layout ("nchw"/"cl")
+    written after its `input` line (none for fp32 NCHW: the spec as it is)."""
+    fields = ([f'dtype = "{dname}"'] if dname != "fp32" else []) + (['layout = "channels_last"'] if layout == "cl" else [])
+    if not fields:
+        return text
+    lines = text.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("input ="))
+    lines.insert(at + 1, "  " + ", ".join(fields) + ",")
+    return "\n".join(lines)
+
+
+def block_spec_for(family, cfg, smoke, dname="fp32", layout="nchw"):
+    """(spec text, name) of the block spec to run for a configuration in a dtype ("fp32",
+    "bf16", "fp16") and layout ("nchw", "cl"), or None: with --smoke the small spec
+    block_spec_text writes; else specs/blocks/'s spec of the family when its input has the
+    configuration's channels and size (any batch); either with the block fields dtype and
+    layout written in (with_block_fields)."""
+    suffix = "" if (dname, layout) == ("fp32", "nchw") else f" ({dname} {layout})"
     if smoke:
         text = block_spec_text(family, cfg)
-        return (text, f"smoke_{family}.lua") if text else None
+        return (with_block_fields(text, dname, layout), f"smoke_{family}.lua{suffix}") if text else None
     rel = BLOCK_SPECS.get(family)
     if rel is None:
         return None
@@ -263,13 +278,18 @@ def block_spec_for(family, cfg, smoke):
     with fusegen.Block(path, context=fusegen.Context(device=-1)) as probe:  # loads, compiles nothing
         shape = probe.input_shape(1)
     cin = cfg.get("in_channels", cfg["channels"])
-    return (path, rel) if shape[1:] == (cin,) + tuple(cfg["size"]) else None
+    if shape[1:] != (cin,) + tuple(cfg["size"]):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return with_block_fields(f.read(), dname, layout), rel + suffix
 
 
-def fusegen_block_spec(family, spec, base, nn, F, torch, device):
-    """A callable running the block as one fusegen block spec (fusegen.torch.FusedBlock, fp32
-    NCHW) with base's parameters; for sd the time embedding's projection stays in PyTorch
-    (fp32): the block takes time_emb_proj(silu(temb)) as its input "temb"."""
+def fusegen_block_spec(family, spec, base, nn, F, torch, device, dtype=None):
+    """A callable running the block as one fusegen block spec (fusegen.torch.FusedBlock, in the
+    spec's dtype and layout: the run's tensors as they are; fp32 parameters) with base's
+    parameters; for sd the time embedding's projection stays in PyTorch (in the run's dtype,
+    which the block's temb input has): the block takes time_emb_proj(silu(temb)) as its
+    input "temb"."""
     import fusegen.torch as fgt
 
     text, name = spec
@@ -280,7 +300,7 @@ def fusegen_block_spec(family, spec, base, nn, F, torch, device):
         raise RuntimeError(f"the block spec {name} does not match the module: missing {keys.missing_keys}, unexpected {extra}")
     fused = fused.to(device)
     if family == "sd":
-        proj = copy.deepcopy(base.time_emb_proj).to(device=device, dtype=torch.float32)
+        proj = copy.deepcopy(base.time_emb_proj).to(device=device, dtype=dtype or torch.float32)
         return lambda x, temb: fused(x, proj(F.silu(temb)))
     return fused
 
@@ -401,14 +421,17 @@ def run(args):
 
         prec, flush = None, None
     rows, results, t_start = [], [], time.time()
-    block_specs = {}  # (family, config index) -> the block spec "fusegen block" runs
+    block_specs = {}  # (family, config index, dtype, layout) -> the block spec "fusegen block" runs
     if args.fusegen:
         for family in args.families:
             for ci, cfg in enumerate(configs[family]):
-                try:
-                    block_specs[(family, ci)] = block_spec_for(family, cfg, args.smoke)
-                except Exception as e:  # a spec that does not load: the other modes still run
-                    print(f"blocks: no fusegen block for {describe(family, cfg)} ({type(e).__name__}: {e})")
+                for dname in args.dtypes:
+                    for layout in args.layouts:
+                        try:
+                            block_specs[(family, ci, dname, layout)] = block_spec_for(family, cfg, args.smoke, dname, layout)
+                        except Exception as e:  # a spec that does not load: the other modes still run
+                            print(f"blocks: no fusegen block for {describe(family, cfg)} {dname} {layout} "
+                                  f"({type(e).__name__}: {e})")
     for family in args.families:
         for ci, cfg in enumerate(configs[family]):
             if args.configs is not None and ci not in args.configs:
@@ -442,8 +465,8 @@ def run(args):
                             modes.append(("compile tf32 off", True, "fp32"))
                     if args.fusegen:
                         modes.append(("fusegen", False, "default"))
-                        # blocks are fp32 NCHW for now
-                        if dname == "fp32" and layout == "nchw" and block_specs.get((family, ci)):
+                        # the block spec in the run's dtype and layout (block fields)
+                        if block_specs.get((family, ci, dname, layout)):
                             modes.append(("fusegen block", False, "default"))
                     for mode, compiled, flags in modes:
                         key = f"{dname} {layout} {mode}"
@@ -452,7 +475,8 @@ def run(args):
                                 prec.set(flags)
                             torch._dynamo.reset()
                             if mode == "fusegen block":
-                                fn_mod = fusegen_block_spec(family, block_specs[(family, ci)], base, nn, F, torch, device)
+                                fn_mod = fusegen_block_spec(family, block_specs[(family, ci, dname, layout)], base, nn, F,
+                                                            torch, device, dtype)
                             elif mode == "fusegen":
                                 fn_mod = fusegen_block(family, base, module, xs, nn, F, torch)
                             else:

@@ -47,7 +47,11 @@ static int plan_block(const fg_block_ir *b, const char *arch)
     for (int i = 0; i < b->n_layers; i++)
         for (int p = 0; p < plans[i].n_passes; p++)
             printf("  %2d  %-12s %s\n", k++, fg_block_ir_layer_name(b, i), plans[i].passes[p].kernel);
-    printf("block workspace: the layers' outputs but the block's, float32 each:\n");
+    /* (the tensors of the block have its dtype: fp32 blocks keep the words they always had) */
+    const bool fp32 = b->dtype == FG_DTYPE_FP32;
+    const char *elements = fp32 ? "floats" : b->dtype == FG_DTYPE_BF16 ? "bf16 values" : "fp16 values";
+    printf("block workspace: the layers' outputs but the block's, %s each%s:\n", fp32 ? "float32" : fg_dtype_name(b->dtype),
+           b->layout == FG_LAYOUT_CHANNELS_LAST ? ", channels last" : "");
     int64_t floats = 0;
     for (int i = 0; i < b->n_layers; i++) {
         int t = b->layer[i].out;
@@ -55,13 +59,13 @@ static int plan_block(const fg_block_ir *b, const char *arch)
             continue;
         char shape[128];
         int64_t n = fg_shape_sample_count(&b->tensors[t].shape);
-        printf("  %-12s %s   %lld floats a sample\n", b->tensors[t].name,
-               fg_shape_str(&b->tensors[t].shape, shape, sizeof shape), (long long)n);
+        printf("  %-12s %s   %lld %s a sample\n", b->tensors[t].name,
+               fg_shape_str(&b->tensors[t].shape, shape, sizeof shape), (long long)n, elements);
         floats += n;
     }
     printf("  then one scratch area for the layers' own workspace (the largest; the layers run one after "
-           "the other)\n  in all N x %lld floats + the scratch\n",
-           (long long)floats);
+           "the other)\n  in all N x %lld %s + the scratch\n",
+           (long long)floats, elements);
     return EXIT_OK;
 }
 

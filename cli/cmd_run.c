@@ -150,6 +150,12 @@ static int64_t element_count(int rank, const int64_t *dims)
     return n;
 }
 
+/* A dtype's fg_dtype code (common/half.h) from its name. */
+static int dtype_code(const char *name)
+{
+    return strcmp(name, "bf16") == 0 ? 1 : strcmp(name, "fp16") == 0 ? 2 : 0;
+}
+
 /* The layer's dtype: fg_dtype's code (common/half.h) and name. */
 static int layer_dtype(fg_layer *layer, const char **name)
 {
@@ -157,7 +163,7 @@ static int layer_dtype(fg_layer *layer, const char **name)
     fg_layer_dtype(layer, &n, NULL);
     if (name)
         *name = n;
-    return strcmp(n, "bf16") == 0 ? 1 : strcmp(n, "fp16") == 0 ? 2 : 0;
+    return dtype_code(n);
 }
 
 /* Whether the layer's input and output are channels last (the spec's `layout`). */
@@ -169,11 +175,12 @@ static bool layer_channels_last(fg_layer *layer)
 }
 
 /* A logical (N, C, spatial...) shape in the order its elements sit in memory: unchanged, or
- * for a channels-last layer (N, spatial..., C). The safetensors files of `run` (--input,
- * --out) hold the tensors with their memory order's shape (safetensors has no strides). */
-static void memory_order(fg_layer *layer, int rank, int64_t dims[FG_MAX_DIMS])
+ * for a channels-last layer or block (N, spatial..., C). The safetensors files of `run`
+ * (--input, --out) hold the tensors with their memory order's shape (safetensors has no
+ * strides). */
+static void memory_order(bool channels_last, int rank, int64_t dims[FG_MAX_DIMS])
 {
-    if (rank < 3 || !layer_channels_last(layer))
+    if (rank < 3 || !channels_last)
         return;
     int64_t c = dims[1];
     for (int d = 1; d < rank - 1; d++)
@@ -230,7 +237,7 @@ static float *make_input(const run_opts *o, fg_layer *layer, int64_t *batch, int
                   t->rank < 1 ? "no dims" : "a batch of 0");
     } else {
         fg_layer_input_shape(layer, t->dim[0], &rank, dims);
-        memory_order(layer, rank, dims);
+        memory_order(layer_channels_last(layer), rank, dims);
         bool ok = t->rank == rank;
         for (int d = 1; ok && d < rank; d++)
             ok = t->dim[d] == dims[d];
@@ -364,6 +371,24 @@ static fg_status run_reference(fg_layer *layer, const float *x, float *y, int64_
     return s;
 }
 
+/* --check: the output against the reference (`what`, computed on `samples` of `batch` samples
+ * since t0) within atol = rtol = 1e-4, plus 1 ulp of a bf16/fp16 dtype (the reference is
+ * rounded to it too: compare.h); prints the line and returns whether it passed. */
+static bool check_report(const float *y, const float *ref, int64_t n, const char *what, int64_t samples,
+                         int64_t batch, double t0, int dtype, const char *dname)
+{
+    fg_comparison cmp;
+    fg_compare_dtype(y, ref, (size_t)n, 1e-4, 1e-4, dtype ? 1.0 : 0.0, dtype, &cmp);
+    char ulp[40] = "";
+    if (dtype)
+        snprintf(ulp, sizeof ulp, " + 1 ulp of %s", dname);
+    printf("check against the CPU reference (%s, %lld of %lld samples, %.1f s): max abs error %.3g, "
+           "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s%s: %s\n",
+           what, (long long)samples, (long long)batch, fg_seconds_now() - t0, cmp.max_abs, cmp.rel_l2,
+           (long long)cmp.bad, (long long)cmp.count, ulp, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
+    return cmp.pass;
+}
+
 /* `run` on a block spec (docs/spec.md, "Blocks"): random inputs (each input its own stream of
  * the seed), random or given parameters, the block on the GPU or the CPU reference, and
  * --check against the reference. */
@@ -374,6 +399,14 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
     CUdeviceptr dx[1 + FG_MAX_DIMS] = {0}, dy = 0;
     int64_t counts[1 + FG_MAX_DIMS] = {0};
     const int64_t batch = o->batch;
+    /* every tensor of the block in its dtype and layout (the inputs rounded to the dtype here:
+     * the values the GPU and the reference then read are the same, as for a layer) */
+    const char *dname = "fp32", *lname = "nchw";
+    fg_block_dtype(block, &dname, NULL);
+    fg_block_layout(block, &lname);
+    const int dtype = dtype_code(dname);
+    const bool channels_last = strcmp(lname, "channels_last") == 0;
+    const size_t elem = dtype ? 2 : sizeof(float);
     if (o->input) {
         cli_error("--input is not supported for a block yet: its inputs are random (--random SEED)");
         return EXIT_USAGE;
@@ -393,6 +426,8 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
             goto out;
         }
         fg_random_uniform(x[t], (size_t)counts[t], (uint64_t)o->seed, 1 + (uint64_t)t, 0.0f, 1.0f);
+        for (int64_t i = 0; dtype && i < counts[t]; i++)
+            x[t][i] = (float)fg_round_to_dtype(x[t][i], dtype);
     }
     int64_t samples = o->gpu && o->check_samples && o->check_samples < batch ? o->check_samples : batch;
     if (samples < batch && fg_tools_block_stats_over_batch(block)) {
@@ -423,21 +458,21 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
     if (o->gpu) {
         const void *inputs[1 + FG_MAX_DIMS];
         for (int t = 0; t < n_inputs; t++) {
-            if (fg_tools_alloc(ctx, sizeof(float) * (size_t)counts[t], &dx[t]) != FG_OK ||
-                fg_tools_upload(ctx, dx[t], x[t], sizeof(float) * (size_t)counts[t]) != FG_OK) {
+            if (fg_tools_alloc(ctx, elem * (size_t)counts[t], &dx[t]) != FG_OK ||
+                fg_tools_upload_io(ctx, dx[t], x[t], (size_t)counts[t], dtype) != FG_OK) {
                 cli_error("preparing device buffers: %s", fg_last_error());
                 goto out;
             }
             inputs[t] = (const void *)dx[t];
         }
-        if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
-            fg_tools_fill_nan(ctx, dy, (size_t)n_out) != FG_OK) {
+        if (fg_tools_alloc(ctx, elem * (size_t)n_out, &dy) != FG_OK ||
+            fg_tools_fill_nan_io(ctx, dy, (size_t)n_out, dtype) != FG_OK) {
             cli_error("preparing device buffers: %s", fg_last_error());
             goto out;
         }
         double t0 = fg_seconds_now();
         if (fg_block_run(block, inputs, (void *)dy, batch, NULL) != FG_OK || fg_tools_synchronize(ctx) != FG_OK ||
-            fg_tools_download(ctx, y, dy, sizeof(float) * (size_t)n_out) != FG_OK) {
+            fg_tools_download_io(ctx, y, dy, (size_t)n_out, dtype) != FG_OK) {
             cli_error("%s", fg_last_error());
             goto out;
         }
@@ -457,11 +492,14 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
         fg_tools_device_info(ctx, &device);
     int n_layers = 0;
     fg_block_layer_count(block, &n_layers);
-    printf("block of %d layers: output %s on %s\n", n_layers, shape, device.name);
+    printf("block of %d layers: output %s%s on %s\n", n_layers, shape, channels_last ? " (channels last)" : "",
+           device.name);
     if (o->out) {
+        static const char *const st_names[] = {"F32", "BF16", "F16"};
         fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
-        snprintf(t.dtype, sizeof t.dtype, "F32");
+        snprintf(t.dtype, sizeof t.dtype, "%s", st_names[dtype]); /* the block's dtype */
         memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
+        memory_order(channels_last, rank, t.dim); /* channels last: [N, (D,) H, W, C] */
         fg_error err;
         if (fg_safetensors_write(o->out, &t, 1, &err) != 0) {
             cli_error("%s", err.msg);
@@ -484,13 +522,7 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
             rc = EXIT_FAIL;
             goto out;
         }
-        fg_comparison cmp;
-        fg_compare(y, ref, (size_t)(per_out * samples), 1e-4, 1e-4, &cmp);
-        printf("check against the CPU reference (float64 per layer, %lld of %lld samples, %.1f s): max abs error %.3g, "
-               "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s: %s\n",
-               (long long)samples, (long long)batch, fg_seconds_now() - t0, cmp.max_abs, cmp.rel_l2, (long long)cmp.bad,
-               (long long)cmp.count, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
-        if (!cmp.pass)
+        if (!check_report(y, ref, per_out * samples, "float64 per layer", samples, batch, t0, dtype, dname))
             rc = EXIT_FAIL;
     }
 out:
@@ -572,7 +604,7 @@ int cmd_run(int argc, char **argv)
         fg_tensor t = {.name = "output", .rank = rank, .count = (size_t)n_out, .data = y};
         snprintf(t.dtype, sizeof t.dtype, "%s", st_names[layer_dtype(layer, NULL)]); /* the layer's dtype */
         memcpy(t.dim, dims, sizeof(int64_t) * (size_t)rank);
-        memory_order(layer, rank, t.dim); /* channels last: [N, (D,) H, W, C] */
+        memory_order(layer_channels_last(layer), rank, t.dim); /* channels last: [N, (D,) H, W, C] */
         fg_error err;
         if (fg_safetensors_write(o.out, &t, 1, &err) != 0) {
             cli_error("%s", err.msg);
@@ -593,19 +625,9 @@ int cmd_run(int argc, char **argv)
             rc = EXIT_FAIL;
             goto out;
         }
-        fg_comparison cmp;
         const char *dname;
         int dtype = layer_dtype(layer, &dname);
-        /* a bf16/fp16 output against the reference rounded to the dtype: 1 ulp more (compare.h) */
-        fg_compare_dtype(y, ref, (size_t)(per_out * samples), 1e-4, 1e-4, dtype ? 1.0 : 0.0, dtype, &cmp);
-        char ulp[40] = "";
-        if (dtype)
-            snprintf(ulp, sizeof ulp, " + 1 ulp of %s", dname);
-        printf("check against the CPU reference (float64, %lld of %lld samples, %.1f s): max abs error %.3g, "
-               "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s%s: %s\n",
-               (long long)samples, (long long)batch, fg_seconds_now() - t0, cmp.max_abs, cmp.rel_l2, (long long)cmp.bad,
-               (long long)cmp.count, ulp, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
-        if (!cmp.pass)
+        if (!check_report(y, ref, per_out * samples, "float64", samples, batch, t0, dtype, dname))
             rc = EXIT_FAIL;
     }
 out:

@@ -25,6 +25,14 @@ void fg_block_print(const fg_block_ir *b, void (*emit)(void *ctx, const char *li
     char line[1024], shape[128];
     snprintf(line, sizeof line, "block %s (%s): %d layers, run in this order", b->name, b->file, b->n_layers);
     emit(ctx, line);
+    /* (only when not the default: an fp32 NC(D)HW block prints what it always has) */
+    if (b->dtype != FG_DTYPE_FP32 || b->layout != FG_LAYOUT_NCHW) {
+        snprintf(line, sizeof line,
+                 "  dtype %s, layout %s: every tensor of the block (the inputs, the output, the tensors between "
+                 "layers, the tensor operands); parameters float32",
+                 fg_dtype_name(b->dtype), fg_layout_name(b->layout));
+        emit(ctx, line);
+    }
     for (int t = 0; t < b->n_inputs; t++) {
         fg_shape_str(&b->tensors[t].shape, shape, sizeof shape);
         snprintf(line, sizeof line, "  input  %-12s %s", b->tensors[t].name, shape);

@@ -51,6 +51,11 @@ typedef struct fg_block_ir {
     fg_block_layer layer[FG_MAX_BLOCK_LAYERS]; /* in run order: every layer after what it reads */
     fg_layer_ir *layers;     /* n_layers IRs (heap), in run order; ir.name is BLOCK.LAYER */
     int output;              /* the tensor the block returns */
+    /* The block's `dtype` and `layout`: of every tensor of the block (its inputs, the layers'
+     * outputs), so every layer has them (each layer reads and writes tensors of the block);
+     * a layer's `tensor` operands are read in them too. Parameters stay float32 NC(D)HW. */
+    fg_dtype dtype;
+    fg_layout layout;
 } fg_block_ir;
 
 /* Loads a spec that returns a block or a layer (then single, n_layers 1). Returns 0 or -1

@@ -862,10 +862,16 @@ static void walk_layer(lua_State *L, walk_ctx *w, int ops, int rec, fg_layer_ir 
             if (k[0] == '\1' || listed(k, fields, n_fields))
                 continue;
             const char *near = fg_nearest_name(k, fields, n_fields);
-            if (w->block && listed(k, layer_fields, COUNT(layer_fields)))
+            if (w->block && !strcmp(k, "input"))
                 raise(L, w, line, "layer: field '%s' is the block's in a block: a layer reads the tensor named by "
                                   "'from' (default: the layer before it, or the block input)",
                       k);
+            /* every tensor of a block has one dtype and layout: a layer's input and output are
+             * tensors of the block, so the fields can only be the block's */
+            if (w->block && listed(k, layer_fields, COUNT(layer_fields)))
+                raise(L, w, line, "layer: field '%s' is the block's in a block: write %s = ... on the block (every "
+                                  "tensor of a block, so every layer's input and output, has the block's)",
+                      k, k);
             raise(L, w, line, "layer: unknown field '%s'%s%s%s", k,
                   near ? " (did you mean '" : w->block ? " (known: from, precision, strategy)"
                                                        : " (known: input, precision, strategy, dtype, layout)",
@@ -887,6 +893,11 @@ static void walk_layer(lua_State *L, walk_ctx *w, int ops, int rec, fg_layer_ir 
         ir->dtype = (fg_dtype)opt_choice(L, w, body, "dtype", dtypes, COUNT(dtypes), 0);
         /* the memory layout of the layer's input and output; every buffer inside stays NC(D)HW */
         ir->layout = (fg_layout)opt_choice(L, w, body, "layout", layouts, COUNT(layouts), 0);
+    } else {
+        /* a layer of a block reads and writes tensors of the block: the block's (walk_block
+         * reads them before the layers) */
+        ir->dtype = w->block->dtype;
+        ir->layout = w->block->layout;
     }
     /* the planner chooses by cost; a spec may insist (benchmarks, tests) */
     ir->strategy = opt_choice(L, w, body, "strategy", strategies, COUNT(strategies), 0) - 1;
@@ -979,7 +990,7 @@ static int compare_names(const void *a, const void *b)
 
 static void walk_block(lua_State *L, walk_ctx *w, int ops, int rec)
 {
-    static const char *const block_fields[] = {"input", "inputs", "output"};
+    static const char *const block_fields[] = {"input", "inputs", "output", "dtype", "layout"};
     fg_block_ir *b = w->block;
     lua_getfield(L, rec, "line");
     int line = (int)lua_tointeger(L, -1);
@@ -1004,7 +1015,7 @@ static void walk_block(lua_State *L, walk_ctx *w, int ops, int rec)
                 continue;
             const char *near = fg_nearest_name(k, block_fields, COUNT(block_fields));
             raise(L, w, line, "block: unknown field '%s'%s%s%s", k,
-                  near ? " (did you mean '" : " (known: input, inputs, output)", near ? near : "",
+                  near ? " (did you mean '" : " (known: input, inputs, output, dtype, layout)", near ? near : "",
                   near ? "'?)" : "");
         }
         lua_Integer i = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
@@ -1049,6 +1060,10 @@ static void walk_block(lua_State *L, walk_ctx *w, int ops, int rec)
     }
     b->n_inputs = b->n_tensors;
     opt_name(L, w, body, "output", w->output);
+    /* the dtype and layout of every tensor of the block (the same choices and messages as a
+     * layer's); read before the layers, which take them */
+    b->dtype = (fg_dtype)opt_choice(L, w, body, "dtype", dtypes, COUNT(dtypes), 0);
+    b->layout = (fg_layout)opt_choice(L, w, body, "layout", layouts, COUNT(layouts), 0);
     if (n == 0)
         raise(L, w, line, "block: has no layers: list them as layer \"a\" { conv2d { ... }, ... }");
     if (n > FG_MAX_BLOCK_LAYERS)
@@ -1469,6 +1484,8 @@ int fg_block_spec_load_string(const char *display_name, const char *source, size
     if (rc == 0 && b->single) {
         b->n_layers = 1;
         b->output = -1;
+        b->dtype = b->layers[0].dtype;
+        b->layout = b->layers[0].layout;
         snprintf(b->name, sizeof b->name, "%s", b->layers[0].name);
     }
     return rc;

@@ -189,7 +189,10 @@ FG_API fg_status fg_layer_run_cpu(fg_layer *layer, const float *input, float *ou
  * A block has one input ("input"), extra named inputs (the spec's `inputs`, sorted by name)
  * and one output; inputs[0] of the run functions is the block input, inputs[i] extra input
  * i (fg_block_input_info). Parameters are bound by state_dict key for the whole block (a key
- * may be read by several layers). Blocks are float32, NC(D)HW. Each layer runs its own
+ * may be read by several layers). Every tensor of a block (its inputs, its output, the
+ * tensors between layers) has the block's dtype and layout (the spec's block fields `dtype`
+ * and `layout`: fg_block_dtype, fg_block_layout), as a layer's input and output have its
+ * own; parameters are float32 whatever they are. Each layer runs its own
  * kernels; a run launches them all, in dependency order, on one stream, the layers'
  * outputs but the block's in the workspace. Thread safety as for layers: runs of one block
  * are serialized. */
@@ -205,6 +208,12 @@ FG_API fg_status fg_block_input_count(const fg_block *block, int *count);
 FG_API fg_status fg_block_input_info(const fg_block *block, int index, int64_t batch, const char **name, int *rank,
                                      int64_t dims[FG_MAX_DIMS]);
 FG_API fg_status fg_block_output_shape(const fg_block *block, int64_t batch, int *rank, int64_t dims[FG_MAX_DIMS]);
+/* The dtype of every tensor of the block in device memory ("fp32", "bf16" or "fp16") and the
+ * bytes of one element (either pointer may be NULL), and their layout ("nchw" or
+ * "channels_last": N(D)HWC; an [N, C] input is the same memory either way): as
+ * fg_layer_dtype and fg_layer_layout for a layer. Shapes stay logical (N, C, spatial...). */
+FG_API fg_status fg_block_dtype(const fg_block *block, const char **dtype, int *element_bytes);
+FG_API fg_status fg_block_layout(const fg_block *block, const char **layout);
 /* The layers, in run order: count, and each one's name ("a" of layer "a"). */
 FG_API fg_status fg_block_layer_count(const fg_block *block, int *count);
 FG_API fg_status fg_block_layer_name(const fg_block *block, int index, const char **name);
@@ -224,7 +233,8 @@ FG_API fg_status fg_block_prepare(fg_block *block);
 /* Device workspace for a run of `batch` samples: the intermediate tensors and the largest
  * layer workspace (256-byte aligned pieces). */
 FG_API fg_status fg_block_workspace_size(const fg_block *block, int64_t batch, size_t *bytes);
-/* Runs the block: inputs[] and output are device pointers (float32, contiguous). */
+/* Runs the block: inputs[] and output are device pointers (contiguous, of the block's dtype
+ * and layout: fg_block_dtype, fg_block_layout). */
 FG_API fg_status fg_block_run(fg_block *block, const void *const *inputs, void *output, int64_t batch,
                               void *stream);
 /* The same on caller-owned workspace (fg_block_workspace_size bytes, 256-byte aligned):
@@ -233,7 +243,10 @@ FG_API fg_status fg_block_run(fg_block *block, const void *const *inputs, void *
 FG_API fg_status fg_block_run_workspace(fg_block *block, const void *const *inputs, void *output, int64_t batch,
                                         void *workspace, size_t workspace_bytes, void *stream);
 /* The CPU reference of the whole block (each layer in float64; the tensors between layers
- * as floats), on host memory; needs host-bound parameters. */
+ * as floats), on host memory; needs host-bound parameters. `inputs` and `output` are floats
+ * for every dtype, in the block's layout; for a bf16/fp16 block each input value is rounded
+ * to the dtype first (what the GPU reads), and each layer's float64 result is rounded to the
+ * dtype (to nearest even) once, the tensors between layers and the output alike. */
 FG_API fg_status fg_block_run_cpu(fg_block *block, const float *const *inputs, float *output, int64_t batch);
 
 #ifdef __cplusplus

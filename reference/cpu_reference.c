@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "cpu_reference.h"
 
+#include "../common/half.h"
+
 #include <assert.h>
 #include <math.h>
 #include <stdbool.h>
@@ -483,34 +485,58 @@ static void channels_positions(const fg_shape *s, int64_t *c, int64_t *p)
         *p *= s->dim[d];
 }
 
+/* `batch` samples of an N(D)HWC tensor of shape `s` as NC(D)HW floats (a new array), or NULL
+ * (out of memory). */
+static float *nchw_copy(const fg_shape *s, int64_t batch, const float *src)
+{
+    int64_t ci, pi;
+    channels_positions(s, &ci, &pi);
+    float *x = calloc((size_t)(batch * ci * pi), sizeof(float)); /* (calloc: GCC cannot see the loop below fill it) */
+    for (int64_t n = 0; x && n < batch; n++)
+        for (int64_t p = 0; p < pi; p++)
+            for (int64_t c = 0; c < ci; c++)
+                x[(n * ci + c) * pi + p] = src[(n * pi + p) * ci + c];
+    return x;
+}
+
 /* Layout "channels_last": the input is N(D)HWC and so is the output; the values are computed
- * NC(D)HW as always and the two are transposed on the way in and out. */
+ * NC(D)HW as always and the two are transposed on the way in and out. So are the block
+ * tensors a layer of a block reads as operands (batched parameters): they are tensors of the
+ * block, in its layout (an [N, C] one is the same memory either way). */
 int fg_reference_run_progress(const fg_layer_ir *ir, int64_t batch, const float *input, const float *const *params,
                               double *output, fg_reference_progress progress, void *ctx, fg_error *err)
 {
     if (ir->layout != FG_LAYOUT_CHANNELS_LAST)
         return run_nchw(ir, batch, input, params, output, progress, ctx, err);
     const fg_shape *os = &ir->ops[ir->n_ops - 1].out;
-    int64_t ci, pi, co, po;
-    channels_positions(&ir->input, &ci, &pi);
+    int64_t co, po;
     channels_positions(os, &co, &po);
-    float *x = calloc((size_t)(batch * ci * pi), sizeof(float)); /* (calloc: GCC cannot see the loop below fill it) */
+    float *x = nchw_copy(&ir->input, batch, input);
     double *y = malloc(sizeof(double) * (size_t)(batch * co * po));
+    const float *p_nchw[FG_MAX_PARAMS];
+    float *owned[FG_MAX_PARAMS] = {NULL};
+    bool ok = x && y;
+    for (int q = 0; q < ir->n_params; q++) {
+        p_nchw[q] = params[q];
+        if (ir->params[q].batched && ok) {
+            fg_shape ts = {.rank = ir->params[q].rank + 1, .dim = {1}};
+            memcpy(ts.dim + 1, ir->params[q].dim, sizeof(int64_t) * (size_t)ir->params[q].rank);
+            ok = (p_nchw[q] = owned[q] = nchw_copy(&ts, batch, params[q])) != NULL;
+        }
+    }
     int rc;
-    if (!x || !y) {
-        rc = fg_fail(err, "CPU reference: out of memory for the channels-last input and output");
+    if (!ok) {
+        rc = fg_fail(err, "CPU reference: out of memory for the channels-last input, output and block tensors");
     } else {
-        for (int64_t n = 0; n < batch; n++)
-            for (int64_t p = 0; p < pi; p++)
-                for (int64_t c = 0; c < ci; c++)
-                    x[(n * ci + c) * pi + p] = input[(n * pi + p) * ci + c];
-        rc = run_nchw(ir, batch, x, params, y, progress, ctx, err);
+        rc = run_nchw(ir, batch, x, p_nchw, y, progress, ctx, err);
         if (rc == 0)
             for (int64_t n = 0; n < batch; n++)
                 for (int64_t p = 0; p < po; p++)
                     for (int64_t c = 0; c < co; c++)
                         output[(n * po + p) * co + c] = y[(n * co + c) * po + p];
     }
+    for (int q = 0; q < ir->n_params; q++)
+        free(owned[q]);
     free(x);
     free(y);
     return rc;
@@ -648,35 +674,47 @@ static int run_nchw(const fg_layer_ir *ir, int64_t batch, const float *input, co
 int fg_reference_run_block(const fg_block_ir *b, int64_t batch, const float *const *inputs,
                            const float *const *const *params, double *output, fg_error *err)
 {
-    float *tensors[FG_MAX_BLOCK_TENSORS] = {NULL};
+    const float *tensors[FG_MAX_BLOCK_TENSORS] = {NULL};
+    float *owned[FG_MAX_BLOCK_TENSORS] = {NULL};
     int rc = 0;
+    /* a bf16/fp16 block reads its inputs in that dtype: the values the GPU reads (each one
+     * rounded to the dtype, as fg_layer_run_cpu rounds a half layer's input) */
+    for (int t = 0; t < b->n_inputs && rc == 0; t++) {
+        tensors[t] = inputs[t];
+        if (b->dtype == FG_DTYPE_FP32)
+            continue;
+        const int64_t n = batch * fg_shape_sample_count(&b->tensors[t].shape);
+        if (!(owned[t] = malloc(sizeof(float) * (size_t)n)))
+            rc = fg_fail(err, "CPU reference: out of memory for block input '%s'", b->tensors[t].name);
+        for (int64_t e = 0; rc == 0 && e < n; e++)
+            owned[t][e] = (float)fg_round_to_dtype(inputs[t][e], (int)b->dtype);
+        tensors[t] = owned[t];
+    }
     for (int i = 0; i < b->n_layers && rc == 0; i++) {
         const fg_layer_ir *ir = &b->layers[i];
         const int out = b->layer[i].out;
         const int64_t n_out = batch * fg_shape_sample_count(&b->tensors[out].shape);
         double *y = out == b->output ? output : malloc(sizeof(double) * (size_t)n_out);
         const float *p[FG_MAX_PARAMS];
-        for (int q = 0; q < ir->n_params; q++) {
-            int t = ir->params[q].tensor;
-            p[q] = !ir->params[q].batched ? params[i][q] : t < b->n_inputs ? inputs[t] : tensors[t];
-        }
-        const int from = b->layer[i].from;
-        const float *x = from < b->n_inputs ? inputs[from] : tensors[from];
+        for (int q = 0; q < ir->n_params; q++)
+            p[q] = !ir->params[q].batched ? params[i][q] : tensors[ir->params[q].tensor];
         if (!y) {
             rc = fg_fail(err, "CPU reference: out of memory for layer %s", ir->name);
             break;
         }
-        rc = fg_reference_run(ir, batch, x, p, y, err);
+        rc = fg_reference_run(ir, batch, tensors[b->layer[i].from], p, y, err);
         if (rc == 0 && out != b->output) {
-            if (!(tensors[out] = malloc(sizeof(float) * (size_t)n_out)))
+            if (!(tensors[out] = owned[out] = malloc(sizeof(float) * (size_t)n_out)))
                 rc = fg_fail(err, "CPU reference: out of memory for layer %s", ir->name);
+            /* what the GPU stores: rounded to the block's dtype (to float for fp32), as the
+             * layer reference rounds a half layer's output */
             for (int64_t e = 0; rc == 0 && e < n_out; e++)
-                tensors[out][e] = (float)y[e];
+                owned[out][e] = (float)fg_round_to_dtype(y[e], (int)b->dtype);
         }
         if (y != output)
             free(y);
     }
     for (int t = 0; t < FG_MAX_BLOCK_TENSORS; t++)
-        free(tensors[t]);
+        free(owned[t]);
     return rc;
 }

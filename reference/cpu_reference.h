@@ -41,9 +41,12 @@ double fg_ref_binary(fg_op_kind kind, double a, double b);
  * run order, on the tensors it reads. inputs[t] holds tensor t of the block for t below
  * b->n_inputs ("input", then the extra inputs), batch * sample_count floats each; params[i]
  * holds layer i's parameters (params[i][p] for b->layers[i].params[p]; batched ones are
- * ignored: the block's tensors stand in). Every layer is evaluated in double; the tensors
- * between layers are kept as floats (what the GPU stores). `output` receives the output
- * tensor's batch * sample_count doubles. */
+ * ignored: the block's tensors stand in). Every tensor is in the block's layout (b->layout:
+ * N(D)HWC for "channels_last"). Every layer is evaluated in double; the tensors between
+ * layers are kept as floats rounded to the block's dtype (what the GPU stores), and for a
+ * bf16/fp16 block the inputs are rounded to it first (what the GPU reads), as
+ * fg_layer_run_cpu does for a layer. `output` receives the output tensor's
+ * batch * sample_count doubles, not rounded (the caller rounds them to the dtype). */
 int fg_reference_run_block(const fg_block_ir *b, int64_t batch, const float *const *inputs,
                            const float *const *const *params, double *output, fg_error *err);
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/half.h"
 #include "../gen/block.h"
 #include "api_internal.h"
 #include "handles.h"
@@ -189,6 +190,30 @@ FG_API fg_status fg_block_output_shape(const fg_block *block, int64_t batch, int
 {
     ENTER_BLOCK(block, "fg_block_output_shape");
     fg_status s = shape_out(&block->ir.tensors[block->ir.output].shape, batch, rank, dims, "fg_block_output_shape");
+    fg_handle_release(block);
+    return s;
+}
+
+FG_API fg_status fg_block_dtype(const fg_block *block, const char **dtype, int *element_bytes)
+{
+    ENTER_BLOCK(block, "fg_block_dtype");
+    fg_status s = FG_OK;
+    if (!dtype && !element_bytes)
+        s = fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_block_dtype: dtype and element_bytes are both NULL");
+    if (s == FG_OK && dtype)
+        *dtype = fg_dtype_name(block->ir.dtype);
+    if (s == FG_OK && element_bytes)
+        *element_bytes = fg_dtype_size(block->ir.dtype);
+    fg_handle_release(block);
+    return s;
+}
+
+FG_API fg_status fg_block_layout(const fg_block *block, const char **layout)
+{
+    ENTER_BLOCK(block, "fg_block_layout");
+    fg_status s = layout ? FG_OK : fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_block_layout: layout is NULL");
+    if (s == FG_OK)
+        *layout = fg_layout_name(block->ir.layout);
     fg_handle_release(block);
     return s;
 }
@@ -395,7 +420,8 @@ static fg_status layout_for(const fg_block *b, int64_t batch, uint64_t offsets[F
         int t = b->ir.layer[i].out;
         offsets[t] = at;
         if (t != b->ir.output)
-            at += align256((uint64_t)batch * (uint64_t)fg_shape_sample_count(&b->ir.tensors[t].shape) * sizeof(float));
+            at += align256((uint64_t)batch * (uint64_t)fg_shape_sample_count(&b->ir.tensors[t].shape) *
+                           (uint64_t)fg_dtype_size(b->ir.dtype)); /* a tensor of the block: its dtype */
     }
     uint64_t most = 0;
     for (int i = 0; i < b->ir.n_layers; i++) {
@@ -550,8 +576,10 @@ static fg_status run_cpu_held(fg_block *b, const float *const *inputs, float *ou
     if (s == FG_OK && fg_reference_run_block(&b->ir, batch, inputs, lists, out, &err) != 0)
         s = fg_api_fail_error(FG_ERR_OUT_OF_MEMORY, &err);
     pthread_mutex_unlock(&b->lock);
+    /* the float64 result rounded once to the block's dtype (float, or bf16/fp16 held in a
+     * float), as fg_layer_run_cpu rounds a layer's */
     for (int64_t i = 0; s == FG_OK && i < n_out; i++)
-        output[i] = (float)out[i];
+        output[i] = (float)fg_round_to_dtype(out[i], (int)b->ir.dtype);
     free(out);
     return s;
 }

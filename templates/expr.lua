@@ -109,9 +109,19 @@ function Eval:param_at(p, shape, coords)
   end
   local idx = #terms == 0 and "0" or table.concat(terms, " + ")
   -- a block tensor (a batched parameter: docs/spec.md, "Blocks") holds one value per sample:
-  -- `n`, the sample in scope wherever values are evaluated, picks it; never hoisted
+  -- `n`, the sample in scope wherever values are evaluated, picks it; never hoisted. It is a
+  -- tensor of the block, so it has the layer's dtype and layout (the block's), not a
+  -- parameter's float32 NC(D)HW: channels last, its channel is innermost ([N, C] is the
+  -- same memory either way); bf16/fp16, it is widened where it is loaded
   if param.batched then
-    return string.format("%s[(fg_u64)n * %d + %s]", self.names.param[p], param.count, idx)
+    if lib.io_cl(self.layer) then
+      local pshape = { rank = param.rank + 1, dim = { [0] = 1 } }
+      for pd = 0, param.rank - 1 do pshape.dim[pd + 1] = param.dim[pd] end
+      idx = lib.lin_cl(pshape, coords)
+    end
+    local at = string.format("%s[(fg_u64)n * %d + %s]", self.names.param[p], param.count, idx)
+    if lib.io_half(self.layer) then return "fg_io_load(&" .. at .. ")" end
+    return at
   end
   local text = string.format("%s[%s]", self.names.param[p], idx)
   if channel_only then return self:hoisted("float", text, coords) or text end

@@ -40,7 +40,9 @@ local function signature(layer, plan, pass)
       parts[#parts + 1] = ((stores[idx] or packs) and "float" or "const float") .. " *__restrict__ b" .. idx
     elseif k == "param" then
       names.param[idx] = "p" .. idx
-      parts[#parts + 1] = "const float *__restrict__ p" .. idx
+      -- a block tensor read as an operand (a batched parameter) has the layer input's dtype
+      local ctype = layer.params[idx].batched and lib.io_ctype(layer) or "float"
+      parts[#parts + 1] = "const " .. ctype .. " *__restrict__ p" .. idx
     elseif k == "accum" then
       names.accum[idx] = "a" .. idx
       parts[#parts + 1] = plan.accum_defs[plan.accums[idx].kind].ctype .. " *a" .. idx

@@ -8,11 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/half.h"
 #include "block.h"
 #include "block_specs.h"
 #include "cpu_reference.h"
+#include "fusegen.h"
 #include "spec_loader.h"
 #include "test_util.h"
+#include "tools.h"
 
 static fg_block_ir *load_block(const char *src)
 {
@@ -96,6 +99,55 @@ static void errors(void **state)
     assert_int_not_equal(fg_spec_load_string("blk.lua", src, strlen(src), ir, &err), 0);
     fgt_assert_contains_at(err.msg, "the spec returns a block", __FILE__, __LINE__);
     free(ir);
+}
+
+/* The block fields dtype and layout: the layers' choices and messages, on the block. */
+static void dtype_layout_errors(void **state)
+{
+    (void)state;
+    expect_error("return block \"b\" {\n  input = { \"N\", 4, 6, 6 },\n  dtype = \"half\",\n"
+                 "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:1: block: field 'dtype' must be one of \"fp32\", \"bf16\", \"fp16\"");
+    expect_error("return block \"b\" {\n  input = { \"N\", 4, 6, 6 },\n  layout = \"nhwc\",\n"
+                 "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:1: block: field 'layout' must be one of \"nchw\", \"channels_last\"");
+    expect_error("return block \"b\" {\n  input = { \"N\", 4, 6, 6 },\n  dtpye = \"bf16\",\n"
+                 "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:1: block: unknown field 'dtpye' (did you mean 'dtype'?)");
+    /* a layer's own dtype or layout: every tensor of the block has the block's */
+    expect_error(BLOCK_HDR "  layer \"a\" { dtype = \"bf16\", conv2d { out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:3: layer: field 'dtype' is the block's in a block: write dtype = ... on the block");
+    expect_error(BLOCK_HDR "  layer \"a\" { layout = \"channels_last\", conv2d { out_channels = 4, kernel = 1 } },\n}\n",
+                 "blk.lua:3: layer: field 'layout' is the block's in a block: write layout = ... on the block");
+    /* channels last: every layer's output keeps a channel dim (the layer rule, at its line) */
+    expect_error("return block \"b\" {\n  input = { \"N\", 4, 6, 6 },\n  layout = \"channels_last\",\n"
+                 "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 },\n    max { dim = 1 } },\n}\n",
+                 "blk.lua:5: layout \"channels_last\": the layer output [N, 6, 6] has no channel dim to put last");
+}
+
+/* dtype and layout reach every layer; the block without them is fp32 NC(D)HW. */
+static void dtype_layout_loading(void **state)
+{
+    (void)state;
+    fg_block_ir *b = load_block("return block \"b\" {\n  input = { \"N\", 4, 6, 6 },\n  dtype = \"fp16\",\n"
+                                "  layout = \"channels_last\",\n"
+                                "  layer \"a\" { conv2d { name = \"c1\", out_channels = 4, kernel = 1 } },\n"
+                                "  layer \"b\" { conv2d { name = \"c2\", out_channels = 4, kernel = 3, padding = 1 },\n"
+                                "    add { tensor = \"input\" } },\n}\n");
+    assert_int_equal(b->dtype, FG_DTYPE_FP16);
+    assert_int_equal(b->layout, FG_LAYOUT_CHANNELS_LAST);
+    for (int i = 0; i < b->n_layers; i++) {
+        assert_int_equal(b->layers[i].dtype, FG_DTYPE_FP16);
+        assert_int_equal(b->layers[i].layout, FG_LAYOUT_CHANNELS_LAST);
+        fg_plan *plan = fgt_plan(&b->layers[i], -1);
+        free(plan);
+    }
+    free_block(b);
+    b = load_block(BLOCK_HDR "  layer \"a\" { conv2d { out_channels = 4, kernel = 1 } },\n}\n");
+    assert_int_equal(b->dtype, FG_DTYPE_FP32);
+    assert_int_equal(b->layout, FG_LAYOUT_NCHW);
+    assert_int_equal(b->layers[0].dtype, FG_DTYPE_FP32);
+    free_block(b);
 }
 
 /* Layers listed out of order run in dependency order; tensors and batched params are wired. */
@@ -293,18 +345,21 @@ static void convnext_reference(void **state)
     free_block(b);
 }
 
+/* SD's ResnetBlock2D at 8 channels, 4x4, with block fields `fields` (a string literal). */
+#define SD_BLOCK(fields)                                                                                       \
+    "return block \"sd\" {\n  input = { \"N\", 8, 4, 4 },\n  inputs = { temb = { \"N\", 8 } },\n" fields        \
+    "  layer \"h\" { group_norm { name = \"norm1\", groups = 4 }, silu {},\n"                                    \
+    "    conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"   \
+    "  layer \"out\" { group_norm { name = \"norm2\", groups = 4 }, silu {},\n"                                  \
+    "    conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n"
+
 /* SD's ResnetBlock2D shape: GroupNorm -> SiLU -> conv prologues, a per-sample time
  * embedding [N, C] broadcast over H, W, the residual of the block input. */
 static void sd_reference(void **state)
 {
     (void)state;
     const int64_t batch = 2, c = 8, hw = 4;
-    fg_block_ir *b = load_block(
-        "return block \"sd\" {\n  input = { \"N\", 8, 4, 4 },\n  inputs = { temb = { \"N\", 8 } },\n"
-        "  layer \"h\" { group_norm { name = \"norm1\", groups = 4 }, silu {},\n"
-        "    conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
-        "  layer \"out\" { group_norm { name = \"norm2\", groups = 4 }, silu {},\n"
-        "    conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
+    fg_block_ir *b = load_block(SD_BLOCK(""));
     assert_int_equal(b->n_inputs, 2);
     assert_string_equal(b->tensors[1].name, "temb");
     int64_t n_in = batch * c * hw * hw, n1, n2;
@@ -329,6 +384,111 @@ static void sd_reference(void **state)
     assert_true(worst < 1e-5);
     free(x), free(t), free(y), free(h), free(o);
     free_block(b);
+}
+
+/* 4-D NCHW <-> NHWC (c, hw: channels and positions per sample). */
+static void to_nhwc(const float *x, float *y, int64_t batch, int64_t c, int64_t hw)
+{
+    for (int64_t n = 0; n < batch; n++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++)
+                y[(n * hw + p) * c + ch] = x[(n * c + ch) * hw + p];
+}
+
+static float bf16(double v)
+{
+    return (float)fg_round_to_dtype(v, FG_DTYPE_BF16);
+}
+
+/* The SD block in bf16, channels last, against its layers run apart in fp32 NCHW with the
+ * rounding a bf16 block does by hand: the inputs rounded to bf16, each layer's output
+ * (residual and time embedding added) rounded to bf16. Checks the reference's transposition
+ * of the tensor operands (the residual is NHWC, temb [N, C] either way) and its rounding. */
+static void sd_bf16_channels_last_reference(void **state)
+{
+    (void)state;
+    const int64_t batch = 2, c = 8, hw = 16;
+    fg_block_ir *b = load_block(SD_BLOCK("  dtype = \"bf16\", layout = \"channels_last\",\n"));
+    int64_t n_in = batch * c * hw, n1, n2;
+    float *x = malloc(sizeof(float) * (size_t)n_in), *x_cl = malloc(sizeof(float) * (size_t)n_in);
+    float *t = malloc(sizeof(float) * (size_t)(batch * c));
+    fill(x, n_in, 3);
+    fill(t, batch * c, 5);
+    to_nhwc(x, x_cl, batch, c, hw);
+    const float *inputs[2] = {x_cl, t};
+    double *y = run_block(b, batch, inputs); /* NHWC */
+    for (int64_t i = 0; i < n_in; i++)
+        x[i] = bf16(x[i]);
+    for (int64_t i = 0; i < batch * c; i++)
+        t[i] = bf16(t[i]);
+    float *h = run_layer("return layer \"h\" { input = { \"N\", 8, 4, 4 },\n"
+                         "  group_norm { name = \"norm1\", groups = 4 }, silu {},\n"
+                         "  conv2d { name = \"conv1\", out_channels = 8, kernel = 3, padding = 1 } }\n",
+                         batch, x, &n1);
+    for (int64_t i = 0; i < n1; i++)
+        h[i] = bf16((double)h[i] + (double)t[(i / (hw * c)) * c + (i / hw) % c]);
+    float *o = run_layer("return layer \"o\" { input = { \"N\", 8, 4, 4 },\n"
+                         "  group_norm { name = \"norm2\", groups = 4 }, silu {},\n"
+                         "  conv2d { name = \"conv2\", out_channels = 8, kernel = 3, padding = 1 } }\n",
+                         batch, h, &n2);
+    float *want = malloc(sizeof(float) * (size_t)n_in), *want_cl = malloc(sizeof(float) * (size_t)n_in);
+    for (int64_t i = 0; i < n_in; i++)
+        want[i] = bf16((double)o[i] + (double)x[i]);
+    to_nhwc(want, want_cl, batch, c, hw);
+    /* the hand path rounds each layer's output to float before bf16: at most 1 ulp apart */
+    int64_t exact = 0;
+    for (int64_t i = 0; i < n_in; i++) {
+        double got = bf16(y[i]);
+        assert_true(fabs(got - want_cl[i]) <= fg_dtype_ulp(want_cl[i], FG_DTYPE_BF16));
+        exact += got == want_cl[i];
+    }
+    assert_true(exact >= n_in * 95 / 100);
+    free(x), free(x_cl), free(t), free(y), free(h), free(o), free(want), free(want_cl);
+    free_block(b);
+}
+
+/* The C API of a block with dtype and layout: fg_block_dtype / fg_block_layout, the workspace
+ * in the dtype's element size, and fg_block_run_cpu rounding its output to the dtype. */
+static void dtype_layout_api(void **state)
+{
+    (void)state;
+    fg_context_options o;
+    fg_context_options_init(&o);
+    o.device = -1;
+    fg_context *ctx = NULL;
+    assert_int_equal(fg_context_create(&o, &ctx), FG_OK);
+    size_t ws[2] = {0};
+    for (int half = 0; half < 2; half++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "return block \"b\" {\n  input = { \"N\", 8, 6, 6 },%s\n"
+                 "  layer \"a\" { conv2d { name = \"c1\", out_channels = 16, kernel = 1 } },\n"
+                 "  layer \"b\" { conv2d { name = \"c2\", out_channels = 8, kernel = 1 }, add { tensor = \"input\" } },\n}\n",
+                 half ? " dtype = \"bf16\", layout = \"channels_last\"," : "");
+        fg_block *b = NULL;
+        assert_int_equal(fg_block_load_string(ctx, "blk.lua", src, &b), FG_OK);
+        const char *dtype = NULL, *layout = NULL;
+        int bytes = 0;
+        assert_int_equal(fg_block_dtype(b, &dtype, &bytes), FG_OK);
+        assert_int_equal(fg_block_layout(b, &layout), FG_OK);
+        assert_string_equal(dtype, half ? "bf16" : "fp32");
+        assert_int_equal(bytes, half ? 2 : 4);
+        assert_string_equal(layout, half ? "channels_last" : "nchw");
+        assert_int_equal(fg_block_dtype(b, NULL, NULL), FG_ERR_INVALID_ARGUMENT);
+        assert_int_equal(fg_block_layout(b, NULL), FG_ERR_INVALID_ARGUMENT);
+        assert_int_equal(fg_block_workspace_size(b, 4, &ws[half]), FG_OK);
+        assert_int_equal(fg_tools_block_bind_random(b, 3), FG_OK);
+        float x[2 * 8 * 36], y[2 * 8 * 36];
+        fill(x, 2 * 8 * 36, 9);
+        const float *inputs[1] = {x};
+        assert_int_equal(fg_block_run_cpu(b, inputs, y, 2), FG_OK);
+        for (int i = 0; half && i < 2 * 8 * 36; i++)
+            assert_true(y[i] == bf16(y[i])); /* the output is bf16 values */
+        fg_block_destroy(b);
+    }
+    /* the one tensor between layers ([4, 16, 6, 6]) in 2 bytes instead of 4 (256-byte pieces) */
+    assert_int_equal(ws[0] - ws[1], 4 * 16 * 36 * 2);
+    fg_context_destroy(ctx);
 }
 
 /* The block specs in specs/blocks/ load, and their layers plan for sm_80 and sm_90a. */
@@ -358,6 +518,10 @@ int main(void)
         cmocka_unit_test(convnext_reference),
         cmocka_unit_test(sd_reference),
         cmocka_unit_test(shipped_block_specs),
+        cmocka_unit_test(dtype_layout_errors),
+        cmocka_unit_test(dtype_layout_loading),
+        cmocka_unit_test(sd_bf16_channels_last_reference),
+        cmocka_unit_test(dtype_layout_api),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);

@@ -737,6 +737,54 @@ static void blocks(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* The same block with the block fields dtype and layout: its tensor operands are read in the
+ * block's dtype (widened by fg_io_load) and layout (channels innermost), in the prologue, the
+ * statistics pass and the epilogue, on every engine. */
+static void block_dtypes(void **state)
+{
+    (void)state;
+    static const char *const fields[] = {"dtype = \"bf16\", layout = \"channels_last\"", "dtype = \"fp16\"",
+                                         "layout = \"channels_last\""};
+    static const char *const sm80[] = {"sm_80"};
+    int problems = 0;
+    for (int f = 0; f < 3; f++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "return block \"t\" {\n  input = { \"N\", 8, 10, 10 },\n  inputs = { v = { \"N\", 16 } }, %s,\n"
+                 "  layer \"a\" { mul { tensor = \"input\" }, conv2d { out_channels = 16, kernel = 3, padding = 1 },\n"
+                 "    add { tensor = \"v\" }, group_norm { groups = 4 }, mul { tensor = \"v\" }, relu {} },\n"
+                 "  layer \"b\" { conv2d { name = \"c2\", out_channels = 8, kernel = 1 }, instance_norm {},\n"
+                 "    add { tensor = \"input\" }, sub { tensor = \"input\" } },\n}\n",
+                 fields[f]);
+        fg_block_ir b;
+        fg_error err;
+        if (fg_block_spec_load_string("t.lua", src, strlen(src), &b, &err) != 0)
+            fail_msg("%s", err.msg);
+        for (int l = 0; l < b.n_layers; l++) {
+            fg_layer_ir *ir = &b.layers[l];
+            problems += compile_ir(ir, FG_STRATEGY_MATERIALIZE, sm80, 1);
+            problems += compile_ir(ir, FG_STRATEGY_RECOMPUTE, sm80, 1);
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.engine = FG_ENGINE_PREFER_WGMMA;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s) for sm_90a (wgmma)", ir->name, fields[f]);
+            problems += compile_sm90a(ir, plan, what, NULL);
+            fg_rendered out;
+            assert_int_equal(fg_render(ir, plan, &out, &err), 0);
+            if (b.dtype != FG_DTYPE_FP32)
+                fgt_assert_contains_at(out.source, "fg_io_load(&p", __FILE__, __LINE__);
+            if (b.layout == FG_LAYOUT_CHANNELS_LAST && l == 1) /* the residual [N, 8, 10, 10]: C innermost */
+                fgt_assert_contains_at(out.source, " * 80 + ", __FILE__, __LINE__);
+            fg_rendered_free(&out);
+            free(plan);
+        }
+        fg_block_ir_free(&b);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* What counts as a wgmma warning in NVRTC's log: ptxas's C75xx lines, not a front-end warning
  * in a source whose layer name says wgmma */
 static void wgmma_warning_lines(void **state)
@@ -763,6 +811,7 @@ int main(void)
         cmocka_unit_test(wgmma_warning_lines),
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(blocks),
+        cmocka_unit_test(block_dtypes),
         cmocka_unit_test(wgmma_engine),
         cmocka_unit_test(wgmma_split_k),
         cmocka_unit_test(wgmma_channel_reduction),

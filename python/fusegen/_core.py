@@ -276,6 +276,8 @@ class Layer(_Handle):
     tensor it runs the CPU float64 reference and returns the same kind of object.
     """
 
+    _kind = "layer"  # in messages (Block shares some methods)
+
     def __init__(self, spec: PathLike, context: Optional[Context] = None, name: Optional[str] = None):
         self._handle = None
         self._device_refs: dict[str, Any] = {}  # tensors bound with bind_device, kept alive here
@@ -394,9 +396,17 @@ class Layer(_Handle):
         (imports torch)."""
         import torch
 
-        if self._layout != "channels_last":
+        return self._memory_format_for(len(self.input_shape(1)))
+
+    def _memory_format_for(self, rank):
+        """The torch memory format of a tensor of `rank` in this layout: channels last puts
+        the channel of a 4-D / 5-D tensor last; other ranks (a block's [N, C] input) have one
+        memory order either way."""
+        import torch
+
+        if self._layout != "channels_last" or rank not in (4, 5):
             return torch.contiguous_format
-        return torch.channels_last_3d if len(self.input_shape(1)) == 5 else torch.channels_last
+        return torch.channels_last_3d if rank == 5 else torch.channels_last
 
     def _memory_perm(self, rank):
         """The axes of a logical (N, C, spatial...) array in memory order: (0, 2, .., 1)."""
@@ -561,7 +571,7 @@ class Layer(_Handle):
         want = self.torch_dtype
         if t.dtype != want:
             raise TypeError(
-                f"fusegen: {what} is {t.dtype}, but layer {self.source} takes {want} "
+                f"fusegen: {what} is {t.dtype}, but {self._kind} {self.source} takes {want} "
                 f'(its spec\'s dtype = "{self._dtype}")'
             )
 
@@ -715,8 +725,13 @@ class Block(_Handle):
     device (asynchronously; the block's own workspace, grown as needed: fusegen.torch's
     FusedBlock takes it from torch's allocator instead) and return a new CUDA tensor; NumPy
     arrays or CPU torch tensors run the CPU float64 reference (fg_block_run_cpu) and return
-    the same kind of object. Blocks are float32, NC(D)HW in this version.
+    the same kind of object. Every tensor of the block (its inputs, the time embedding
+    included, and its output) has the block's `dtype` and `layout` (the spec's block fields):
+    a bf16 channels-last block takes torch.bfloat16 tensors in torch.channels_last memory
+    (an [N, C] input is plain contiguous) as they are, without copies, as Layer does.
     """
+
+    _kind = "block"  # in messages
 
     def __init__(self, spec: PathLike, context: Optional[Context] = None, name: Optional[str] = None):
         self._handle = None
@@ -751,6 +766,10 @@ class Block(_Handle):
             iname, rank, dims = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
             _check(L.fg_block_input_info(h, i, 1, ctypes.byref(iname), ctypes.byref(rank), dims))
             self._inputs.append((iname.value.decode(), tuple(dims[d] for d in range(rank.value))))
+        dtype, layout = ctypes.c_char_p(), ctypes.c_char_p()
+        _check(L.fg_block_dtype(h, ctypes.byref(dtype), None))
+        _check(L.fg_block_layout(h, ctypes.byref(layout)))
+        self._dtype, self._layout = dtype.value.decode(), layout.value.decode()
         _check(L.fg_block_layer_count(h, ctypes.byref(count)))
         self._layers = []
         for i in range(count.value):
@@ -792,8 +811,19 @@ class Block(_Handle):
         extra arguments of a call (and of fusegen.torch.FusedBlock's forward)."""
         return [n for n, _ in self._inputs[1:]]
 
-    dtype = "fp32"  # blocks are float32 NC(D)HW in this version
-    layout = "nchw"
+    # the dtype and layout of every tensor of the block, as a layer's input and output
+    dtype = Layer.dtype
+    torch_dtype = Layer.torch_dtype
+    layout = Layer.layout
+    torch_memory_format = Layer.torch_memory_format
+    _memory_format_for = Layer._memory_format_for
+    _memory_perm = Layer._memory_perm
+    _logical_perm = Layer._logical_perm
+    _check_dtype = Layer._check_dtype
+
+    def _channels_last(self, rank):
+        """Whether a tensor of `rank` is held channels last (N(D)HWC) in memory."""
+        return self._layout == "channels_last" and rank >= 3
 
     def input_shape(self, batch: Any, name: str = "input") -> Shape:
         """The shape of input `name` ("input", the block input, or an extra input) for
@@ -980,8 +1010,7 @@ class Block(_Handle):
             for n, t in zip(names, xs):
                 if _torch_if_tensor(t) is None or not t.is_cuda:
                     raise TypeError(f"fusegen: input '{n}' must be a CUDA tensor, like the block input")
-                if t.dtype != torch.float32:
-                    raise TypeError(f"fusegen: input '{n}' is {t.dtype}; block {self.source} takes torch.float32")
+                self._check_dtype(t, f"input '{n}'")
                 if t.device != x.device:
                     raise ValueError(f"fusegen: input '{n}' is on {t.device} but the block input is on {x.device}")
             return self._run_cuda(torch, xs)
@@ -989,16 +1018,25 @@ class Block(_Handle):
             if _torch_if_tensor(t) is not None and t.device.type != "cpu":
                 raise TypeError(f"fusegen: input '{n}' is on {t.device} but the block input is on the CPU")
         if torch is not None:
+            # a half block takes its dtype only (NumPy has no bfloat16: the reference runs on
+            # the values as float32, and its result, rounded to the dtype, comes back in it)
+            for n, t in zip(names, xs):
+                if _torch_if_tensor(t) is not None and (self._dtype != "fp32" or t.dtype == torch.bfloat16):
+                    self._check_dtype(t, f"input '{n}'")
             y = self.run_reference(*[t.detach().cpu().float().numpy() if _torch_if_tensor(t) is not None else t for t in xs])
-            return torch.from_numpy(y)
+            return torch.from_numpy(y).to(self.torch_dtype)
         return self.run_reference(*xs)
 
     def _run_cuda(self, torch, xs):
         self._check_device(xs[0], "the input")
-        xs = [t.contiguous() for t in xs]
-        xs = [t.clone() if t.data_ptr() % 16 else t for t in xs]  # the kernels read 16 bytes at a time
+        # each input in the block's memory format as it is (no copy); any other is converted once
+        xs = [t.contiguous(memory_format=self._memory_format_for(t.dim())) for t in xs]
+        # the kernels read 16 bytes at a time
+        xs = [t.clone(memory_format=self._memory_format_for(t.dim())) if t.data_ptr() % 16 else t for t in xs]
         batch = self._check_shapes([tuple(t.shape) for t in xs])
-        out = torch.empty(self.output_shape(batch), device=xs[0].device, dtype=torch.float32)
+        shape = self.output_shape(batch)
+        out = torch.empty(shape, device=xs[0].device, dtype=self.torch_dtype,
+                          memory_format=self._memory_format_for(len(shape)))
         ptrs = (ctypes.c_void_p * len(xs))(*[t.data_ptr() for t in xs])
         stream = torch.cuda.current_stream(xs[0].device).cuda_stream
         # asynchronous on `stream`; inputs freed when we return are reused by torch's
@@ -1019,16 +1057,25 @@ class Block(_Handle):
 
     def run_reference(self, x: Any, *extra: Any, **named: Any) -> np.ndarray:
         """The CPU float64 reference of the whole block (fg_block_run_cpu) on NumPy arrays
-        (converted to float32); returns a float32 NumPy array. Needs host-bound parameters."""
+        (converted to float32); returns a float32 NumPy array. Needs host-bound parameters.
+        For a bf16/fp16 block the inputs are rounded to the dtype first and each layer's
+        result is rounded to it (still returned as float32). Channels last: the arrays have
+        the logical shape (N, C, spatial...) and any strides, and the result has the logical
+        shape with channels-last strides, as Layer.run_reference."""
         h = self._live_handle()
         arrs = []
         for n, t in zip([n for n, _ in self._inputs], [x] + self._order_inputs(extra, named)):
             a = np.asarray(t)
             if a.dtype.kind != "f":
                 raise TypeError(f"fusegen: input '{n}' has dtype {a.dtype}; expected floating point")
-            arrs.append(np.ascontiguousarray(a, dtype=np.float32))
+            arrs.append(a)
         batch = self._check_shapes([a.shape for a in arrs])
-        out = np.empty(self.output_shape(batch), dtype=np.float32)
-        ptrs = (_P_FLOAT * len(arrs))(*[a.ctypes.data_as(_P_FLOAT) for a in arrs])
-        _check(lib().fg_block_run_cpu(h, ptrs, out.ctypes.data_as(_P_FLOAT), batch))
-        return out
+        # the library reads and writes the block's memory order: N(D)HWC when channels last
+        mem = [np.ascontiguousarray(a.transpose(self._memory_perm(a.ndim)) if self._channels_last(a.ndim) else a,
+                                    dtype=np.float32) for a in arrs]
+        shape = self.output_shape(batch)
+        cl = self._channels_last(len(shape))
+        res = np.empty(tuple(shape[d] for d in self._memory_perm(len(shape))) if cl else shape, dtype=np.float32)
+        ptrs = (_P_FLOAT * len(mem))(*[a.ctypes.data_as(_P_FLOAT) for a in mem])
+        _check(lib().fg_block_run_cpu(h, ptrs, res.ctypes.data_as(_P_FLOAT), batch))
+        return res.transpose(self._logical_perm(len(shape))) if cl else res

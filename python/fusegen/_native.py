@@ -119,6 +119,8 @@ def _declare(lib):
     fn("fg_block_input_count", c_int, c_void_p, p_int)
     fn("fg_block_input_info", c_int, c_void_p, c_int, c_int64, ctypes.POINTER(c_char_p), p_int, p_dims)
     fn("fg_block_output_shape", c_int, c_void_p, c_int64, p_int, p_dims)
+    fn("fg_block_dtype", c_int, c_void_p, ctypes.POINTER(c_char_p), p_int)
+    fn("fg_block_layout", c_int, c_void_p, ctypes.POINTER(c_char_p))
     fn("fg_block_layer_count", c_int, c_void_p, p_int)
     fn("fg_block_layer_name", c_int, c_void_p, c_int, ctypes.POINTER(c_char_p))
     fn("fg_block_param_count", c_int, c_void_p, p_int)

@@ -363,6 +363,11 @@ class _BlockRuntime(_Runtime):
         self.input_names = probe.input_names
         self.in_tails = [tuple(probe.input_shape(1, n)[1:]) for n in ["input"] + self.input_names]
         self.out_tail = tuple(probe.output_shape(1)[1:])
+        # every tensor of the block (the extra inputs too) has its dtype and layout
+        self.dtype = probe.torch_dtype
+        self.dtype_name = probe.dtype
+        self.memory_format_for = probe._memory_format_for  # by rank: an [N, C] input is plain
+        self.out_memory_format = probe._memory_format_for(len(self.out_tail) + 1)
 
     def check_inputs(self, x, extra):
         names = ["input"] + self.input_names
@@ -377,8 +382,11 @@ class _BlockRuntime(_Runtime):
                     f"fusegen: input '{n}' has shape {list(t.shape)}, but block {self.name} takes "
                     f"{['N', *tail]} (N = {x.shape[0]}, the block input's batch)"
                 )
-            if t.dtype != torch.float32:
-                raise TypeError(f"fusegen: input '{n}' is {t.dtype}; blocks take torch.float32 (this version)")
+            if t.dtype != self.dtype:
+                raise TypeError(
+                    f"fusegen: input '{n}' is {t.dtype}, but block {self.name} takes {self.dtype} "
+                    f'(its spec\'s dtype = "{self.dtype_name}")'
+                )
             if t.device != x.device:
                 raise ValueError(f"fusegen: input '{n}' is on {t.device} but the block input is on {x.device}")
 
@@ -405,12 +413,18 @@ class _BlockRuntime(_Runtime):
         with self.lock:
             block = self.layer(index)
             self.bind(index, block, params)
-        xs = [t.detach().contiguous() for t in [x] + list(extra)]
+        # each input in the block's memory format: as it is when already so (no copy)
+        xs = [t.detach().contiguous(memory_format=self.memory_format_for(t.dim())) for t in [x] + list(extra)]
         if index < 0:
-            return torch.from_numpy(block.run_reference(*[t.numpy() for t in xs]))
-        xs = [t.clone() if t.data_ptr() % 16 else t for t in xs]  # the kernels read 16 bytes at a time
+            # NumPy has no bfloat16: the reference on the values as float32, its result (rounded
+            # to the dtype) back in the dtype
+            y = torch.from_numpy(block.run_reference(*[t.float().numpy() for t in xs]))
+            return y.to(self.dtype).contiguous(memory_format=self.out_memory_format)
+        # the kernels read 16 bytes at a time
+        xs = [t.clone(memory_format=self.memory_format_for(t.dim())) if t.data_ptr() % 16 else t for t in xs]
         batch = x.shape[0]
-        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=torch.float32)
+        out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=self.dtype,
+                          memory_format=self.out_memory_format)
         ws_bytes = block.workspace_size(batch)
         # torch's caching allocator, current stream: safe to free on return (stream order)
         ws = torch.empty(ws_bytes, device=x.device, dtype=torch.uint8) if ws_bytes else None
@@ -437,7 +451,7 @@ def _(x, extra, params, spec, instance):
     for n, tail, t in zip(["input"] + rt.input_names, rt.in_tails, [x] + list(extra)):
         if t.dim() != len(tail) + 1 or tuple(t.shape[1:]) != tail:
             raise ValueError(f"fusegen: input '{n}' has shape {list(t.shape)}, but block {rt.name} takes {['N', *tail]}")
-    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=torch.float32)
+    return x.new_empty((x.shape[0],) + rt.out_tail, dtype=rt.dtype).contiguous(memory_format=rt.out_memory_format)
 
 
 def _read_spec(spec, name):
@@ -464,7 +478,10 @@ class FusedBlock(nn.Module):
     forward(x, *extra, **named): the extra inputs (`input_names`: the spec's `inputs`, sorted
     by name) positionally in that order or by name. CUDA tensors: the block's kernels on
     torch's current stream, output and workspace from torch's allocator; CPU tensors: the
-    float64 CPU reference. float32 NC(D)HW only (blocks, this version). Inference only.
+    float64 CPU reference. Every input and the output have the spec's block `dtype` and
+    `layout` (a bf16 channels-last block takes torch.bfloat16 tensors, 4-D/5-D ones in
+    channels_last memory, as they are; temb [N, C] in bf16 too); parameters are float32.
+    Inference only.
     The parameters start at zero (running variances at one): load a state_dict.
 
     What a PyTorch block computes outside the spec (SD's time_emb_proj(silu(temb))) stays a

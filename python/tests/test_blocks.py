@@ -327,5 +327,79 @@ class FusedBlockOnCPU(unittest.TestCase):
             assert_close(self, fused(x, t), want, "specs/blocks/sd_resnet_block.lua")
 
 
+
+def with_fields(spec, fields):
+    """A block spec with block fields (dtype, layout) added after its `input` line."""
+    head, rest = spec.split("\n", 2)[:2], spec.split("\n", 2)[2]
+    return "\n".join(head) + "\n  " + fields + "\n" + rest
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class BlockDtypeLayout(unittest.TestCase):
+    """The block fields dtype and layout on the CPU: fusegen.Block's properties and reference
+    in each layout, FusedBlock on bf16 channels-last CPU tensors, and the op's fake."""
+
+    def setUp(self):
+        self.m = module("sd", 64)
+        self.state = {k: v for k, v in self.m.state_dict().items() if not k.startswith("time_emb_proj")}
+
+    def block(self, fields):
+        b = fusegen.Block(with_fields(SD_SMALL, fields), context=cpu_context(), name="sd.lua")
+        b.load_state_dict(self.state)
+        return b
+
+    def test_properties(self):
+        b = self.block('dtype = "bf16", layout = "channels_last",')
+        self.assertEqual((b.dtype, b.layout), ("bf16", "channels_last"))
+        self.assertEqual(b.torch_dtype, torch.bfloat16)
+        self.assertEqual(b.torch_memory_format, torch.channels_last)
+        plain = self.block("")
+        self.assertEqual((plain.dtype, plain.layout, plain.torch_dtype), ("fp32", "nchw", torch.float32))
+        # the tensors between layers in 2 bytes instead of 4
+        self.assertLess(b.workspace_size(2), plain.workspace_size(2))
+
+    def test_channels_last_reference_is_the_nchw_one(self):
+        x, t = np.random.default_rng(1).standard_normal((2, 64, 8, 8)), np.random.default_rng(2).standard_normal((2, 64))
+        want = self.block("")(x, t)
+        got = self.block('layout = "channels_last",')(x, t)
+        self.assertEqual(got.shape, want.shape)
+        self.assertTrue(got.strides[1] < got.strides[2], "the result has channels-last strides")
+        self.assertTrue(np.allclose(got, want, atol=1e-6, rtol=1e-6))
+
+    def test_bf16_reference_rounds(self):
+        x, t = np.random.default_rng(3).standard_normal((2, 64, 8, 8)), np.random.default_rng(4).standard_normal((2, 64))
+        want = self.block("")(x, t)
+        got = self.block('dtype = "bf16",')(x, t)
+        as_bf16 = torch.from_numpy(np.ascontiguousarray(got)).to(torch.bfloat16).float().numpy()
+        self.assertTrue(np.array_equal(as_bf16, got), "every output value is a bf16 value")
+        self.assertTrue(np.allclose(got, want, atol=5e-2, rtol=5e-2))
+        self.assertFalse(np.array_equal(got, want))
+
+    def test_fused_block_bf16_channels_last_cpu(self):
+        fused = fgt.FusedBlock(with_fields(SD_SMALL, 'dtype = "bf16", layout = "channels_last",'))
+        fused.load_state_dict(self.state)
+        x = torch.randn(2, 64, 8, 8).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        t = torch.randn(2, 64).to(torch.bfloat16)  # temb in the block's dtype too
+        with torch.no_grad():
+            y = fused(x, t)
+            want = copy.deepcopy(self.m).double()
+        self.assertEqual(y.dtype, torch.bfloat16)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last))
+        # the module with temb as the already-projected input: the block's own part
+        h = want.conv1(F.silu(want.norm1(x.double()))) + t.double()[:, :, None, None]
+        ref = x.double() + want.conv2(F.silu(want.norm2(h)))
+        self.assertTrue(torch.allclose(y.double(), ref, atol=5e-2, rtol=5e-2))
+        with self.assertRaisesRegex(TypeError, r"input 'temb' is torch.float32, but block .* takes torch.bfloat16"):
+            fused(x, t.float())
+        torch.library.opcheck(
+            torch.ops.fusegen.block.default, (x, [t], fused._fg_params(), fused._fg_encoded, fused._fg_instance)
+        )
+
+    def test_block_refuses_other_dtype(self):
+        b = self.block('dtype = "fp16",')
+        with self.assertRaisesRegex(TypeError, r"input 'input' is torch.float32, but block sd.lua takes torch.float16"):
+            b(torch.zeros(1, 64, 8, 8), torch.zeros(1, 64, dtype=torch.float16))
+
+
 if __name__ == "__main__":
     unittest.main()

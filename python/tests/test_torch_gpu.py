@@ -350,7 +350,7 @@ if __name__ == "__main__":
 # ---- blocks (fusegen.Block, fusegen.torch.FusedBlock) -------------------------------------------
 
 if CUDA:
-    from test_blocks import BOTTLENECK, SD_SMALL, SPECS, FusedResnetBlock2D, module
+    from test_blocks import BOTTLENECK, SD_SMALL, SPECS, FusedResnetBlock2D, module, with_fields
 
 
 @unittest.skipUnless(CUDA, SKIP)
@@ -465,3 +465,38 @@ class BlocksOnGPU(unittest.TestCase):
             on_cpu = fused(x)
             on_gpu = fused.cuda()(x.cuda())
         assert_close(self, on_gpu, on_cpu.double(), "FusedBlock GPU vs the CPU reference")
+
+
+@unittest.skipUnless(CUDA, SKIP)
+class BlockDtypesOnGPU(unittest.TestCase):
+    """The SD block (test_blocks.py's SD_SMALL, the time embedding projected in PyTorch) with
+    the block fields dtype and layout, through FusedBlock on CUDA tensors of the block's dtype
+    and memory format (taken as they are: the output comes back in them too), against the
+    module in float64. A half block rounds each layer's output to its dtype: bf16 (8 bits) is
+    held to 3e-2, fp16 to 3e-3; fp32 channels last to the fp32 bar, 1e-4."""
+
+    CASES = [
+        ('dtype = "bf16",', torch.bfloat16, torch.contiguous_format, 3e-2),
+        ('dtype = "bf16", layout = "channels_last",', torch.bfloat16, torch.channels_last, 3e-2),
+        ('dtype = "fp16",', torch.float16, torch.contiguous_format, 3e-3),
+        ('layout = "channels_last",', torch.float32, torch.channels_last, 1e-4),
+    ] if CUDA else []
+
+    def test_sd_small(self):
+        m = module("sd", 64)
+        x, t = torch.randn(3, 64, 8, 8), torch.randn(3, 1280)
+        with torch.no_grad():
+            want = copy.deepcopy(m).double()(x.double(), t.double())
+        for fields, dtype, mf, tol in self.CASES:
+            with self.subTest(fields=fields):
+                fused = FusedResnetBlock2D(with_fields(SD_SMALL, fields), 64).cuda()
+                fused.load_state_dict(m.state_dict())
+                fused.time_emb_proj.to(dtype)  # the projection feeds the block its dtype
+                xd = x.cuda().to(dtype).contiguous(memory_format=mf)
+                with torch.no_grad():
+                    y = fused(xd, t.cuda().to(dtype))
+                torch.cuda.synchronize()
+                self.assertEqual(y.dtype, dtype)
+                self.assertTrue(y.is_contiguous(memory_format=mf))
+                err = (y.double().cpu() - want).abs().max().item()
+                self.assertTrue(torch.allclose(y.double().cpu(), want, atol=tol, rtol=tol), f"{fields}: max abs {err:.3g}")

@@ -92,10 +92,7 @@ char *gpu_read_file(const char *path)
     return s;
 }
 
-/* |out - ref| <= tol + tol |ref|, plus 1 ulp of the dtype for a bf16/fp16 output (dtype 1, 2):
- * the reference is rounded to the dtype (fg_layer_run_cpu) and the kernel rounds its fp32
- * result, so near the middle between two values of the dtype they may land on neighbours. */
-static void compare(const float *out, const float *ref, size_t n, double tol, int dtype, gpu_result *r)
+void gpu_compare(const float *out, const float *ref, size_t n, double tol, int dtype, gpu_result *r)
 {
     /* The fp32 bar (1e-4) holds at any input scale for an fp32 layer: that is what the scaled
      * runs check. A looser bar is a tf32 case's: TF32 rounds every input to 10 bits, so its
@@ -197,7 +194,7 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
         goto out;
     }
     r.ok = true;
-    compare(y, ref, (size_t)n_out, tol, dtype, &r);
+    gpu_compare(y, ref, (size_t)n_out, tol, dtype, &r);
 out:
     fg_tools_free(ctx, dx);
     fg_tools_free(ctx, dy);

@@ -39,6 +39,13 @@ gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source,
 gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                              double tol, int out_offset);
 
+/* Compares a GPU output with the reference into r (max_abs, rel_l2, bad, count, nan, pass):
+ * |out - ref| <= tol + tol |ref|, plus 1 ulp of the dtype for a bf16/fp16 output (dtype 1, 2):
+ * the reference is rounded to the dtype (fg_layer_run_cpu, fg_block_run_cpu) and the kernel
+ * rounds its fp32 result, so near the middle between two values of the dtype they may land
+ * on neighbours; a half output at tol 1e-4 also needs rel L2 <= 1e-3. r->ok is left as it is. */
+void gpu_compare(const float *out, const float *ref, size_t n, double tol, int dtype, gpu_result *r);
+
 /* Prints one line for a case's result ("ok" or "FAILED", its errors or why it did not run);
  * true when it failed. */
 bool gpu_report(const char *name, int64_t batch, double tol, const gpu_result *r);

@@ -1,11 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Blocks on the GPU (docs/spec.md, "Blocks"): a ResNet bottleneck (eval BatchNorm, folded),
  * an SD ResnetBlock2D at small channels (GroupNorm -> SiLU -> conv prologues, the time
- * embedding [N, C], the residual) and an nnU-Net stage, each run with fg_block_run and with
- * fg_block_run_workspace at batches 1 and 3, against the block's CPU reference (float64 per
- * layer) within 1e-4 (allclose atol = rtol = 1e-4, and relative L2). Batch 3 catches a tensor
- * read at the wrong sample (every sample but the first would be off). Exits 77 without a
- * GPU. */
+ * embedding [N, C], the residual), an nnU-Net stage (3D) and a ConvNeXt block (depthwise 7x7,
+ * layer_norm over the channels, the layer scale, the residual), each in fp32 NCHW, bf16 NCHW,
+ * bf16 channels last, fp16 NCHW and fp32 channels last (the block fields dtype and layout:
+ * every tensor of the block, the tensor operands included, in them), run with fg_block_run
+ * and with fg_block_run_workspace at batches 1 and 3 on random inputs, outputs poisoned with
+ * NaNs first, against the block's CPU reference (float64 per layer; for a half block the
+ * inputs and each layer's output rounded to the dtype) with the layer harness's bar
+ * (gpu_compare: atol = rtol = 1e-4, plus 1 ulp and rel L2 <= 1e-3 for bf16/fp16). Batch 3
+ * catches a tensor read at the wrong sample (every sample but the first would be off).
+ *
+ * test_gpu_blocks [FILTER]: only the cases whose name ("sd_resnet_block/bf16_cl") contains
+ * FILTER (or $FUSEGEN_TEST_FILTER). Ends with "N cases, M failed"; exits 77 without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +21,7 @@
 #include "../../runtime/random_init.h"
 #include "gpu_harness.h"
 
+/* A block family: its spec with "%s" where the block fields dtype and layout go. */
 typedef struct block_case {
     const char *name;
     const char *source;
@@ -22,7 +30,7 @@ typedef struct block_case {
 static const block_case cases[] = {
     {"resnet_bottleneck",
      "return block \"bottleneck\" {\n"
-     "  input = { \"N\", 64, 14, 14 },\n"
+     "  input = { \"N\", 64, 14, 14 },%s\n"
      "  layer \"a\" { conv2d { name = \"conv1\", out_channels = 16, kernel = 1, bias = false },\n"
      "    batch_norm { name = \"bn1\", stats = \"running\" }, relu {} },\n"
      "  layer \"b\" { conv2d { name = \"conv2\", out_channels = 16, kernel = 3, padding = 1, bias = false },\n"
@@ -32,7 +40,7 @@ static const block_case cases[] = {
      "}\n"},
     {"sd_resnet_block",
      "return block \"sd\" {\n"
-     "  input = { \"N\", 64, 16, 16 },\n"
+     "  input = { \"N\", 64, 16, 16 },%s\n"
      "  inputs = { temb = { \"N\", 64 } },\n"
      "  layer \"h\" { group_norm { name = \"norm1\", groups = 32 }, silu {},\n"
      "    conv2d { name = \"conv1\", out_channels = 64, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
@@ -41,12 +49,32 @@ static const block_case cases[] = {
      "}\n"},
     {"nnunet_stage",
      "return block \"stage\" {\n"
-     "  input = { \"N\", 8, 12, 12, 12 },\n"
+     "  input = { \"N\", 8, 12, 12, 12 },%s\n"
      "  layer \"a\" { conv3d { name = \"conv1\", out_channels = 16, kernel = 3, padding = 1 },\n"
      "    instance_norm { name = \"norm1\", affine = true }, leaky_relu { negative_slope = 0.01 } },\n"
      "  layer \"b\" { conv3d { name = \"conv2\", out_channels = 16, kernel = 3, padding = 1 },\n"
      "    instance_norm { name = \"norm2\", affine = true }, leaky_relu { negative_slope = 0.01 } },\n"
      "}\n"},
+    {"convnext",
+     "return block \"convnext\" {\n"
+     "  input = { \"N\", 32, 14, 14 },%s\n"
+     "  layer \"a\" { conv2d { name = \"dwconv\", out_channels = 32, kernel = 7, padding = 3, groups = 32 },\n"
+     "    layer_norm { name = \"norm\", dim = 1, eps = 1e-6 } },\n"
+     "  layer \"b\" { conv2d { name = \"pwconv1\", out_channels = 128, kernel = 1 }, gelu {} },\n"
+     "  layer \"c\" { conv2d { name = \"pwconv2\", out_channels = 32, kernel = 1 },\n"
+     "    mul { param = \"gamma\", shape = { 32, 1, 1 } }, add { tensor = \"input\" } },\n"
+     "}\n"},
+};
+
+/* The block fields of each variant (inserted after `input`). */
+static const struct {
+    const char *name, *fields;
+} variants[] = {
+    {"fp32", ""},
+    {"bf16", " dtype = \"bf16\","},
+    {"bf16_cl", " dtype = \"bf16\", layout = \"channels_last\","},
+    {"fp16", " dtype = \"fp16\","},
+    {"fp32_cl", " layout = \"channels_last\","},
 };
 
 static int64_t count_of(int rank, const int64_t *dims)
@@ -57,32 +85,38 @@ static int64_t count_of(int rank, const int64_t *dims)
     return n;
 }
 
-/* Runs one case at `batch`; returns true when both runs match the reference. */
-static bool run_case(fg_context *ctx, const block_case *c, int64_t batch)
+/* Runs one case at `batch`; returns the number of failed checks (run, run_workspace: 0 to 2). */
+static int run_case(fg_context *ctx, const char *name, const char *source, int64_t batch)
 {
     fg_block *b = NULL;
     float *x[4] = {0}, *y = NULL, *y2 = NULL, *ref = NULL;
     CUdeviceptr dx[4] = {0}, dy = 0, dws = 0;
-    bool ok = false;
-    int n_inputs = 0, rank;
+    int failed = 2, n_inputs = 0, rank, dtype = 0, elem = 4;
     int64_t dims[FG_MAX_DIMS], counts[4];
     const void *inputs[4];
-    if (fg_block_load_string(ctx, c->name, c->source, &b) != FG_OK) {
-        fprintf(stderr, "%s: load: %s\n", c->name, fg_last_error());
-        return false;
+    const char *dname = "fp32";
+    gpu_result r[2];
+    memset(r, 0, sizeof r);
+    if (fg_block_load_string(ctx, name, source, &b) != FG_OK) {
+        printf("FAILED %-32s: load: %s\n", name, fg_last_error());
+        return 2;
     }
+    fg_block_dtype(b, &dname, &elem);
+    dtype = strcmp(dname, "bf16") == 0 ? 1 : strcmp(dname, "fp16") == 0 ? 2 : 0;
     if (fg_tools_block_bind_random(b, 7) != FG_OK) {
-        fprintf(stderr, "%s: bind: %s\n", c->name, fg_last_error());
+        printf("FAILED %-32s: bind: %s\n", name, fg_last_error());
         goto out;
     }
+    /* the inputs in the block's dtype (rounded on upload, as the reference rounds them) and
+     * layout (random data: the same numbers serve as NC(D)HW or N(D)HWC memory) */
     fg_block_input_count(b, &n_inputs);
     for (int t = 0; t < n_inputs; t++) {
         fg_block_input_info(b, t, batch, NULL, &rank, dims);
         counts[t] = count_of(rank, dims);
         x[t] = malloc(sizeof(float) * (size_t)counts[t]);
         fg_random_uniform(x[t], (size_t)counts[t], 11, 1 + (uint64_t)t, -1.0f, 1.0f);
-        if (fg_tools_alloc(ctx, sizeof(float) * (size_t)counts[t], &dx[t]) != FG_OK ||
-            fg_tools_upload(ctx, dx[t], x[t], sizeof(float) * (size_t)counts[t]) != FG_OK)
+        if (fg_tools_alloc(ctx, (size_t)elem * (size_t)counts[t], &dx[t]) != FG_OK ||
+            fg_tools_upload_io(ctx, dx[t], x[t], (size_t)counts[t], dtype) != FG_OK)
             goto out;
         inputs[t] = (const void *)dx[t];
     }
@@ -91,46 +125,34 @@ static bool run_case(fg_context *ctx, const block_case *c, int64_t batch)
     y = malloc(sizeof(float) * (size_t)n_out);
     y2 = malloc(sizeof(float) * (size_t)n_out);
     ref = malloc(sizeof(float) * (size_t)n_out);
-    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK || fg_tools_fill_nan(ctx, dy, (size_t)n_out) != FG_OK)
+    if (fg_tools_alloc(ctx, (size_t)elem * (size_t)n_out, &dy) != FG_OK ||
+        fg_tools_fill_nan_io(ctx, dy, (size_t)n_out, dtype) != FG_OK)
         goto out;
     if (fg_block_run(b, inputs, (void *)dy, batch, NULL) != FG_OK || fg_tools_synchronize(ctx) != FG_OK ||
-        fg_tools_download(ctx, y, dy, sizeof(float) * (size_t)n_out) != FG_OK) {
-        fprintf(stderr, "%s: run: %s\n", c->name, fg_last_error());
+        fg_tools_download_io(ctx, y, dy, (size_t)n_out, dtype) != FG_OK) {
+        printf("FAILED %-32s: run: %s\n", name, fg_last_error());
         goto out;
     }
-    /* the same on caller-owned workspace */
+    /* the same on caller-owned workspace, the output poisoned again */
     size_t ws = 0;
     if (fg_block_workspace_size(b, batch, &ws) != FG_OK || (ws && fg_tools_alloc(ctx, ws, &dws) != FG_OK) ||
-        fg_tools_fill_nan(ctx, dy, (size_t)n_out) != FG_OK ||
+        fg_tools_fill_nan_io(ctx, dy, (size_t)n_out, dtype) != FG_OK ||
         fg_block_run_workspace(b, inputs, (void *)dy, batch, (void *)dws, ws, NULL) != FG_OK ||
-        fg_tools_synchronize(ctx) != FG_OK || fg_tools_download(ctx, y2, dy, sizeof(float) * (size_t)n_out) != FG_OK) {
-        fprintf(stderr, "%s: run_workspace: %s\n", c->name, fg_last_error());
+        fg_tools_synchronize(ctx) != FG_OK || fg_tools_download_io(ctx, y2, dy, (size_t)n_out, dtype) != FG_OK) {
+        printf("FAILED %-32s: run_workspace: %s\n", name, fg_last_error());
         goto out;
     }
     if (fg_block_run_cpu(b, (const float *const *)x, ref, batch) != FG_OK) {
-        fprintf(stderr, "%s: reference: %s\n", c->name, fg_last_error());
+        printf("FAILED %-32s: reference: %s\n", name, fg_last_error());
         goto out;
     }
-    ok = true;
+    failed = 0;
     for (int pass = 0; pass < 2; pass++) {
-        const float *out = pass ? y2 : y;
-        double max_abs = 0, err2 = 0, ref2 = 0;
-        long long bad = 0;
-        for (int64_t i = 0; i < n_out; i++) {
-            double d = fabs((double)out[i] - (double)ref[i]);
-            if (!(d <= 1e-4 + 1e-4 * fabs((double)ref[i])))
-                bad++;
-            if (d > max_abs || isnan(d))
-                max_abs = isnan(d) ? INFINITY : d;
-            err2 += d * d;
-            ref2 += (double)ref[i] * ref[i];
-        }
-        double rel = sqrt(err2 / (ref2 > 0 ? ref2 : 1));
-        bool pass_ok = bad == 0 && rel <= 1e-4;
-        printf("%-20s batch %lld %-14s max abs %.3g rel L2 %.3g, %lld of %lld outside 1e-4: %s\n", c->name,
-               (long long)batch, pass ? "run_workspace" : "run", max_abs, rel, bad, (long long)n_out,
-               pass_ok ? "PASS" : "FAIL");
-        ok = ok && pass_ok;
+        char what[128];
+        snprintf(what, sizeof what, "%s %s", name, pass ? "run_workspace" : "run");
+        r[pass].ok = true;
+        gpu_compare(pass ? y2 : y, ref, (size_t)n_out, 1e-4, dtype, &r[pass]);
+        failed += gpu_report(what, batch, 1e-4, &r[pass]);
     }
 out:
     for (int t = 0; t < 4; t++) {
@@ -144,19 +166,31 @@ out:
         fg_tools_free(ctx, dws);
     free(y), free(y2), free(ref);
     fg_block_destroy(b);
-    return ok;
+    return failed;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *filter = argc > 1 ? argv[1] : getenv("FUSEGEN_TEST_FILTER");
     fg_context *ctx = gpu_open("test_gpu_blocks");
     if (!ctx)
         return GPU_SKIP;
-    int failed = 0;
+    int n_cases = 0, failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        for (int64_t batch = 1; batch <= 3; batch += 2)
-            failed += !run_case(ctx, &cases[i], batch);
+        for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+            char name[96], source[4096];
+            snprintf(name, sizeof name, "%s/%s", cases[i].name, variants[v].name);
+            if (filter && *filter && !strstr(name, filter))
+                continue;
+            snprintf(source, sizeof source, cases[i].source, variants[v].fields);
+            for (int64_t batch = 1; batch <= 3; batch += 2) {
+                n_cases += 2; /* fg_block_run and fg_block_run_workspace */
+                failed += run_case(ctx, name, source, batch);
+            }
+        }
     gpu_close(ctx);
-    printf("%d failed\n", failed);
-    return failed ? 1 : 0;
+    if (n_cases == 0)
+        printf("no case matches '%s'\n", filter);
+    printf("%d cases, %d failed\n", n_cases, failed);
+    return failed || n_cases == 0 ? 1 : 0;
 }
