@@ -339,9 +339,10 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
 }
 ]]
 
--- One K chunk's wgmmas (the engine's @ISSUE@): TF32 operands (3xTF32 or one product) ...
-M.issue_tf32 = [[
-/* One K chunk's wgmmas into d: per k-step of 8 the small products first (lo.hi, hi.lo) and
+-- One K chunk's wgmmas (the engine's @ISSUE@): TF32 operands (3xTF32 or one product; the same
+-- text, its parts constant and k-step filled, serves half operands in two parts below) ...
+local issue_3parts = [[
+/* One K chunk's wgmmas into d: per k-step of @KSTEP@ the small products first (lo.hi, hi.lo) and
  * hi.hi last; `first` starts d over (scale-d 0). */
 template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R], fgw_u32 sA, fgw_u32 sB, int first)
 {
@@ -352,7 +353,7 @@ template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R]
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
             const int sd = ks == 0 ? !first : 1;
-            if (P == 2) {
+            if (@P@ == 2) {
                 fgw_mma(d[mt], al + 2 * ks, bh + 2 * ks, sd);
                 fgw_mma(d[mt], ah + 2 * ks, bl + 2 * ks, 1);
                 fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, 1);
@@ -363,6 +364,8 @@ template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R]
     }
 }
 ]]
+
+M.issue_tf32 = issue_3parts:gsub("@KSTEP@", "8"):gsub("@P@", "P")
 
 -- ... or half ones: the input one part (exact), the weights hi and lo (fp32 precision) or one
 -- rounded part. A k-step of 16 half elements is 32 bytes, as a TF32 k-step of 8: the
@@ -393,28 +396,10 @@ template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R]
 ]]
 
 -- ... or half ones with the input in two parts (a prologue's fp32 result: hi + lo in the
--- dtype) and the weights in two: 3xTF32's three products, the small ones first, lo.lo dropped
--- (at most u^2 |x w|, u the dtype's unit roundoff: tests/test_half_split.c models the sum).
-M.issue_half_split = [[
-/* One K chunk's wgmmas into d: per k-step of 16 the small products first (x_lo.w_hi,
- * x_hi.w_lo) and x_hi.w_hi last; `first` starts d over (scale-d 0). */
-template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R], fgw_u32 sA, fgw_u32 sB, int first)
-{
-    static_assert(PA == 2 && PB == 2, "the input's lo comes with the weights' lo (fp32 precision)");
-    const unsigned long long bh = fgw_desc(sB), bl = fgw_desc(sB + B_BYTES);
-#pragma unroll
-    for (int mt = 0; mt < WGMT; ++mt) {
-        const unsigned long long ah = fgw_desc(sA + mt * 64 * 128), al = fgw_desc(sA + mt * 64 * 128 + A_BYTES);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-            const int sd = ks == 0 ? !first : 1;
-            fgw_mma(d[mt], al + 2 * ks, bh + 2 * ks, sd);
-            fgw_mma(d[mt], ah + 2 * ks, bl + 2 * ks, 1);
-            fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, 1);
-        }
-    }
-}
-]]
+-- dtype) and the weights in two: 3xTF32's three products on the dtype's k16 (the same
+-- descriptors: a k-step is 32 bytes either way), lo.lo dropped (at most u^2 |x w|, u the
+-- dtype's unit roundoff: tests/test_half_split.c models the sum).
+M.issue_half_split = issue_3parts:gsub("@KSTEP@", "16"):gsub("@P@", "PA")
 
 -- The producer and the consumers' main loop (inside namespace fgw), with the split-K marks
 -- fill_engine fills.

@@ -1386,6 +1386,15 @@ static void wgmma_channel_reduction_not_fused(void **state)
     free(ir);
 }
 
+/* The plan for sm_90a with the conv on wgmma where the shape allows it. */
+static fg_plan *plan_sm90a_wgmma(const fg_layer_ir *ir)
+{
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    return fgt_plan_with(ir, &opts);
+}
+
 /* A half layer (dtype bf16/fp16) on the wgmma engine: the operands are its dtype (the input
  * one exact part of 2-byte elements; the weights hi and lo for fp32 precision, one rounded part
  * for tf32), 64 elements to a K chunk; the buffers and the stage hold 2-byte elements; an
@@ -1413,10 +1422,7 @@ static void wgmma_half_operands(void **state)
                  cases[i].in, depth, cases[i].size, cases[i].size, cases[i].dtype, cases[i].precision,
                  cases[i].spatial, cases[i].out);
         fg_layer_ir *ir = fgt_load_string(src);
-        fg_plan_options opts;
-        fg_plan_options_for_arch(&opts, "sm_90a");
-        opts.engine = FG_ENGINE_PREFER_WGMMA;
-        fg_plan *plan = fgt_plan_with(ir, &opts);
+        fg_plan *plan = plan_sm90a_wgmma(ir);
         const fg_wgmma_tiling *w = &plan->wgmma;
         bool half = cases[i].operand != FG_WGMMA_TF32;
         int el = half ? 2 : 4, taps = cases[i].spatial == 3 ? 27 : 9;
@@ -1509,10 +1515,7 @@ static void wgmma_half_prologue_operands(void **state)
                  "  conv2d { name = \"conv1\", out_channels = 64, kernel = 3, padding = 1 },\n}\n",
                  cases[i].dtype, cases[i].precision, cases[i].layout);
         fg_layer_ir *ir = fgt_load_string(src);
-        fg_plan_options opts;
-        fg_plan_options_for_arch(&opts, "sm_90a");
-        opts.engine = FG_ENGINE_PREFER_WGMMA;
-        fg_plan *plan = fgt_plan_with(ir, &opts);
+        fg_plan *plan = plan_sm90a_wgmma(ir);
         const fg_wgmma_tiling *w = &plan->wgmma;
         bool half = cases[i].operand != FG_WGMMA_TF32;
         int el = half ? 2 : 4;
@@ -1574,10 +1577,7 @@ static void wgmma_half_prologue_operands(void **state)
     fg_layer_ir *ir = fgt_load_string("return layer \"hs\" {\n  input = { \"N\", 256, 14, 14 },\n  dtype = \"bf16\",\n"
                                       "  group_norm { groups = 32, eps = 1e-6 },\n  silu {},\n"
                                       "  conv2d { out_channels = 256, kernel = 3, padding = 1 },\n}\n");
-    fg_plan_options opts;
-    fg_plan_options_for_arch(&opts, "sm_90a");
-    opts.engine = FG_ENGINE_PREFER_WGMMA;
-    fg_plan *plan = fgt_plan_with(ir, &opts);
+    fg_plan *plan = plan_sm90a_wgmma(ir);
     assert_int_equal(plan->wgmma.operand, FG_WGMMA_BF16);
     assert_int_equal(plan->wgmma.a_parts, 2);
     assert_int_equal(plan->wgmma.kch, 36);
