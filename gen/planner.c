@@ -446,18 +446,23 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     for (int i = 0; i < conv->spatial; i++)
         if (conv->padding[i] >= WGMMA_PACKED_BIAS)
             return false;
-    /* A half layer's operands are its dtype (the input exact, the weights rounded, or split
-     * into hi + lo for fp32 precision: planner.h), 2-byte elements, 64 to a 128-byte row;
-     * an fp32 layer's are TF32, 32 to a row, both operands split for fp32 precision. A half
-     * layer with a prologue keeps TF32 operands: its normalized input is no longer a value of
-     * the dtype, and rounding it to one would cost 2^-9 of every input */
-    w->operand = ir->n_pro > 0                  ? FG_WGMMA_TF32
-                 : ir->dtype == FG_DTYPE_BF16 ? FG_WGMMA_BF16
+    /* A half layer's operands are its dtype (the weights rounded, or split into hi + lo for
+     * fp32 precision: planner.h), 2-byte elements, 64 to a 128-byte row; an fp32 layer's are
+     * TF32, 32 to a row, both operands split for fp32 precision. A half input is exact in its
+     * dtype: one part. A half layer with a prologue packs the normalized input, an fp32 value
+     * that is no longer one of the dtype: split as the weights are for fp32 precision (hi.w_hi
+     * + hi.w_lo + lo.w_hi, 3xTF32's three products in the dtype: ~2^-16 of each term in bf16,
+     * tests/test_half_split.c), rounded once for tf32 (as PyTorch's half tensor between the
+     * norm and the conv) */
+    w->operand = ir->dtype == FG_DTYPE_BF16   ? FG_WGMMA_BF16
                  : ir->dtype == FG_DTYPE_FP16 ? FG_WGMMA_F16
                                               : FG_WGMMA_TF32;
     const int el = w->operand == FG_WGMMA_TF32 ? 4 : 2; /* bytes an element */
     w->parts = ir->precision == FG_PRECISION_FP32 ? 2 : 1;
-    w->a_parts = w->operand == FG_WGMMA_TF32 ? w->parts : 1;
+    w->a_parts = w->operand == FG_WGMMA_TF32 || ir->n_pro > 0 ? w->parts : 1;
+    /* the packing pass stages floats where it applies a prologue (its fp32 result), the input
+     * as it is otherwise */
+    const int tile_el = ir->n_pro > 0 ? 4 : el;
     w->kc_elems = 128 / el;
     w->block_acc = w->parts == 2;
     w->nblk = g->cout_g <= 128 ? 1 : (int)ceil_div(g->cout_g, 128);
@@ -465,7 +470,7 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     /* a 16-byte copy of the producer holds one tap's channels: 4 TF32 or 8 half elements */
     w->cp = g->cin_g <= 16 / el ? 16 / el : round_up(g->cin_g, 8);
     w->xc = groups * w->cp;
-    if ((int64_t)WGMMA_PACK_PIXELS * (w->xc + 1) * el > WGMMA_PACK_SMEM)
+    if ((int64_t)WGMMA_PACK_PIXELS * (w->xc + 1) * tile_el > WGMMA_PACK_SMEM)
         return false; /* the packing pass's tile does not fit (more than 376 TF32 input channels, padded) */
     if ((int64_t)g->in[0] * g->in[1] * g->in[2] * w->xc > INT32_MAX)
         return false; /* the producer's offsets within a sample are ints */
@@ -741,7 +746,7 @@ static int add_pack_passes(planner *p)
     if (w->a_parts == 2) {
         b = &plan->buffers[plan->n_buffers];
         b->value = -1;
-        b->per_sample = ipix * w->xc;
+        b->per_sample = ipix * w->xc * el / 4;
         w->packed_lo = plan->n_buffers++;
     }
     b = &plan->buffers[plan->n_buffers];
@@ -1769,7 +1774,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
     }
     if (ir->dtype != FG_DTYPE_FP32) {
         const char *d = fg_dtype_name(ir->dtype);
-        if (plan->wgmma.parts)
+        if (plan->wgmma.parts && ir->n_pro)
+            snprintf(line, sizeof line,
+                     "  dtype %s: the input is read as %s and widened to fp32 where the prologue reads it; the "
+                     "conv's wgmma reads the prologue's fp32 result %s (%s operands, fp32 accumulation); the output "
+                     "is rounded to %s (to nearest even) where it is stored; everything between is fp32",
+                     d, d, plan->wgmma.a_parts == 2 ? "split into hi + lo of the dtype" : "rounded to the dtype",
+                     fg_wgmma_operand_name(plan->wgmma.operand), d);
+        else if (plan->wgmma.parts)
             snprintf(line, sizeof line,
                      "  dtype %s: the conv's wgmma reads the input as %s (%s operands, fp32 accumulation); the "
                      "output is rounded to %s (to nearest even) where it is stored; everything between is fp32",
@@ -1836,7 +1848,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         int len;
         if (ps->kind == FG_PASS_PACK_INPUT || ps->kind == FG_PASS_PACK_WEIGHTS) {
             const fg_wgmma_tiling *w = &plan->wgmma;
-            if (ps->kind == FG_PASS_PACK_INPUT && w->operand != FG_WGMMA_TF32)
+            if (ps->kind == FG_PASS_PACK_INPUT && w->operand != FG_WGMMA_TF32 && ir->n_pro)
+                snprintf(line, sizeof line,
+                         "  pass %d pack     %s: the input through the prologue, channels-innermost, %s %s, into b%d%s", i,
+                         ps->kernel, fg_wgmma_operand_name(w->operand),
+                         w->a_parts == 2 ? "hi and lo (v - hi)" : "rounded to nearest", w->packed_hi,
+                         w->a_parts == 2 ? " and the next" : "");
+            else if (ps->kind == FG_PASS_PACK_INPUT && w->operand != FG_WGMMA_TF32)
                 snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, as %s, into b%d", i,
                          ps->kernel, fg_wgmma_operand_name(w->operand), w->packed_hi);
             else if (ps->kind == FG_PASS_PACK_INPUT)
@@ -1941,8 +1959,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             char how[96];
             if (w->operand == FG_WGMMA_TF32)
                 snprintf(how, sizeof how, "%s", w->parts == 2 ? "3xTF32, chunks accumulated in fp32" : "one TF32 product");
+            else if (w->a_parts == 2)
+                snprintf(how, sizeof how, "%s operands, x_lo.w_hi + x_hi.w_lo + x_hi.w_hi, chunks accumulated in fp32",
+                         op);
             else if (w->parts == 2)
                 snprintf(how, sizeof how, "%s operands, x.w_lo + x.w_hi, chunks accumulated in fp32", op);
+            else if (ir->n_pro)
+                snprintf(how, sizeof how, "%s operands, one product, input and weights rounded to %s", op, op);
             else
                 snprintf(how, sizeof how, "%s operands, one product, weights rounded to %s", op, op);
             snprintf(line, sizeof line,

@@ -40,8 +40,8 @@ typedef enum fg_pass_kind {
     FG_PASS_CUDNN,    /* value 0 by cuDNN's convolution (precision = "tf32"); no generated kernel */
     FG_PASS_RESIDENT, /* the whole layer in one kernel: a cluster keeps a norm's groups in shared memory */
     /* the wgmma engine's operands: the input channels-innermost, split into TF32 hi (and lo)
-     * (a half layer's input as it is), and the weights as the shared-memory images of its B
-     * tiles */
+     * (a half layer's input as it is, or its prologue's result split or rounded into the
+     * dtype), and the weights as the shared-memory images of its B tiles */
     FG_PASS_PACK_INPUT,
     FG_PASS_PACK_WEIGHTS,
     /* the statistics of the prologue's norm (fg_plan.pro_norm) over the layer input: reads the
@@ -172,7 +172,8 @@ typedef struct fg_conv_tiling {
 /* The element type of the wgmma engine's operands (fg_wgmma_tiling.operand). */
 typedef enum fg_wgmma_operand {
     FG_WGMMA_TF32 = 0, /* an fp32 layer: 4-byte elements, wgmma m64nNk8 .tf32 */
-    FG_WGMMA_BF16 = 1, /* a bf16 layer: its input as it is, the weights rounded (and split) to bf16; m64nNk16 */
+    FG_WGMMA_BF16 = 1, /* a bf16 layer: its input as it is (a prologue's result rounded or
+                        * split), the weights rounded (and split) to bf16; m64nNk16 */
     FG_WGMMA_F16 = 2,  /* an fp16 layer, the same in IEEE half */
 } fg_wgmma_operand;
 
@@ -183,9 +184,11 @@ const char *fg_wgmma_operand_name(int operand);
 typedef struct fg_wgmma_tiling {
     /* the weights' parts (B): 2, hi and lo (fp32 precision), 1: one rounded part (tf32); with
      * TF32 operands the input (A) has as many (3xTF32: lo.hi + hi.lo + hi.hi), with half ones
-     * it has one (a_parts): a half input is exact, so fp32 precision is x.w_lo + x.w_hi */
+     * it has one (a_parts): a half input is exact, so fp32 precision is x.w_lo + x.w_hi; but a
+     * half layer with a prologue packs the normalized input, split as the weights are (fp32
+     * precision: x_hi.w_lo + x_lo.w_hi + x_hi.w_hi, the same three products in the dtype) */
     int parts;
-    int a_parts;         /* the input's parts (A): parts for TF32 operands, 1 for half ones */
+    int a_parts;         /* the input's parts (A): parts for TF32 operands and with a prologue, else 1 */
     int operand;         /* an fg_wgmma_operand */
     int kc_elems;        /* K elements per chunk: one 128-byte row, 32 TF32 or 64 half elements */
     int block_acc;       /* 1: each K chunk into a fresh accumulator, added in fp32 */

@@ -23,6 +23,9 @@
 -- is 64 two-byte elements (the same 128-byte rows, swizzle and +32 bytes a k-step), the input
 -- packed as it is (exact), the weights split into hi + lo in the dtype (fp32 precision: x.w_lo
 -- + x.w_hi) or rounded once (tf32). An fp16 weight of magnitude 65520 or more rounds to inf.
+-- With a prologue the packed input is the normalized one, an fp32 value: split into hi + lo in
+-- the dtype too for fp32 precision (a_parts 2: x_lo.w_hi + x_hi.w_lo + x_hi.w_hi, 3xTF32's
+-- products), rounded once for tf32; the same holds there for an fp16 input past 65520.
 --
 -- Every number of the layout (tile, stages, bytes, registers) is the planner's (fg_plan's
 -- wgmma); this file prints them.
@@ -152,7 +155,14 @@ function M.prelude(layer, plan)
   c:line("constexpr int OPIX = OD * OH * OW, IPIX = ID * IH * IW;")
   c:line("/* the planner's tiling (fg_plan wgmma) */")
   local half = M.half(w)
-  if half then
+  if half and w.a_parts == 2 then
+    c:line("/* %s operands: the prologue's fp32 result PA parts, the weights PB parts (hi, lo: fp32 precision) */",
+      M.operand_ptx(w))
+    c:line("constexpr int PA = %d, PB = %d, BLOCK_ACC = %d; /* parts of A and B; chunks accumulated apart */",
+      w.a_parts, w.parts, w.block_acc)
+    c:line("constexpr int CP = %d, XC = %d, KCH = %d; /* packed channels per group, per pixel; K chunks of %d */", w.cp,
+      w.xc, w.kch, w.kc_elems)
+  elseif half then
     c:line("/* %s operands: the input one part (exact in its dtype), the weights PB parts (hi, lo: fp32 precision) */",
       M.operand_ptx(w))
     c:line("constexpr int PA = %d, PB = %d, BLOCK_ACC = %d; /* parts of A and B; chunks accumulated apart */",
@@ -187,7 +197,7 @@ function M.prelude(layer, plan)
     c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
     for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
-  for l in M.fill_engine(M.engine, split, half):gmatch("([^\n]*)\n") do c:line(l) end
+  for l in M.fill_engine(M.engine, split, half, w.a_parts):gmatch("([^\n]*)\n") do c:line(l) end
   c:line("} // namespace fgw")
   return c
 end
@@ -235,11 +245,24 @@ local half_marks = {
   KE = "64",
   UE = "8",
 }
-function M.fill_engine(text, split, half)
+-- Half operands of an input in two parts (a prologue's result split: a_parts 2): the lo part
+-- A_BYTES after hi in the stage, as TF32's.
+local half_split_marks = {
+  XPTR = "        const fg_io *xh = (const fg_io *)xhi + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);\n" ..
+         "        const fg_io *xl = (const fg_io *)xlo + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);",
+  XLO = "                fgw_cp16(dst + A_BYTES, xl + off, ok ? 16u : 0u);",
+  PA = "PA",
+  PB = "PB",
+  KE = "64",
+  UE = "8",
+}
+function M.fill_engine(text, split, half, a_parts)
   local marks = {}
+  local split_a = half and a_parts == 2
   for k, v in pairs(split and split_marks or unsplit_marks) do marks[k] = v end
-  for k, v in pairs(half and half_marks or tf32_marks) do marks[k] = v end
-  marks.ISSUE = (half and M.issue_half or M.issue_tf32):sub(1, -2) -- its last newline is the mark's line's
+  for k, v in pairs(split_a and half_split_marks or half and half_marks or tf32_marks) do marks[k] = v end
+  local issue = split_a and M.issue_half_split or half and M.issue_half or M.issue_tf32
+  marks.ISSUE = issue:sub(1, -2) -- its last newline is the mark's line's
   return (text:gsub("@([%u%d]+)@", function(name)
     local v = marks[name]
     if not v then error("conv_wgmma.lua: unknown engine mark @" .. name .. "@") end
@@ -316,9 +339,10 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
 }
 ]]
 
--- One K chunk's wgmmas (the engine's @ISSUE@): TF32 operands (3xTF32 or one product) ...
-M.issue_tf32 = [[
-/* One K chunk's wgmmas into d: per k-step of 8 the small products first (lo.hi, hi.lo) and
+-- One K chunk's wgmmas (the engine's @ISSUE@): TF32 operands (3xTF32 or one product; the same
+-- text, its parts constant and k-step filled, serves half operands in two parts below) ...
+local issue_3parts = [[
+/* One K chunk's wgmmas into d: per k-step of @KSTEP@ the small products first (lo.hi, hi.lo) and
  * hi.hi last; `first` starts d over (scale-d 0). */
 template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R], fgw_u32 sA, fgw_u32 sB, int first)
 {
@@ -329,7 +353,7 @@ template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R]
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
             const int sd = ks == 0 ? !first : 1;
-            if (P == 2) {
+            if (@P@ == 2) {
                 fgw_mma(d[mt], al + 2 * ks, bh + 2 * ks, sd);
                 fgw_mma(d[mt], ah + 2 * ks, bl + 2 * ks, 1);
                 fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, 1);
@@ -340,6 +364,8 @@ template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R]
     }
 }
 ]]
+
+M.issue_tf32 = issue_3parts:gsub("@KSTEP@", "8"):gsub("@P@", "P")
 
 -- ... or half ones: the input one part (exact), the weights hi and lo (fp32 precision) or one
 -- rounded part. A k-step of 16 half elements is 32 bytes, as a TF32 k-step of 8: the
@@ -368,6 +394,12 @@ template <int R> __device__ __forceinline__ void issue_chunk(float (&d)[WGMT][R]
     }
 }
 ]]
+
+-- ... or half ones with the input in two parts (a prologue's fp32 result: hi + lo in the
+-- dtype) and the weights in two: 3xTF32's three products on the dtype's k16 (the same
+-- descriptors: a k-step is 32 bytes either way), lo.lo dropped (at most u^2 |x w|, u the
+-- dtype's unit roundoff: tests/test_half_split.c models the sum).
+M.issue_half_split = issue_3parts:gsub("@KSTEP@", "16"):gsub("@P@", "PA")
 
 -- The producer and the consumers' main loop (inside namespace fgw), with the split-K marks
 -- fill_engine fills.
@@ -537,11 +569,18 @@ end
 function M.render_pack_input(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
-  if M.half(w) then return M.render_pack_input_half(layer, plan, pass, names, signature) end
+  local half = M.half(w)
+  if half and not prologue.active(layer) then return M.render_pack_input_half(layer, plan, pass, names, signature) end
   local c = lib.code()
   local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
-  c:line("/* pass %d: the input channels-innermost [N][%d][%d][%d][%d groups][%d], TF32 hi%s */", pass.index, g.I[1],
-    g.I[2], g.I[3], g.groups, w.cp, lo and " and lo" or "")
+  if half then
+    c:line("/* pass %d: the input through the prologue, channels-innermost [N][%d][%d][%d][%d groups][%d], %s %s */",
+      pass.index, g.I[1], g.I[2], g.I[3], g.groups, w.cp, M.operand_ptx(w),
+      lo and "hi and lo (v - hi)" or "rounded to nearest")
+  else
+    c:line("/* pass %d: the input channels-innermost [N][%d][%d][%d][%d groups][%d], TF32 hi%s */", pass.index, g.I[1],
+      g.I[2], g.I[3], g.groups, w.cp, lo and " and lo" or "")
+  end
   c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
@@ -551,8 +590,7 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
   c:open("for (int i = t; i < GROUPS * CIN_G * 32; i += 256) {")
   local at = pack_read_index(c, g)
-  -- a bf16/fp16 input comes here only with a prologue (the planner keeps TF32 operands for
-  -- it), widened exactly where loaded
+  -- a bf16/fp16 input comes here only with a prologue, widened exactly where loaded
   local load = g.half and "fg_io_load(xs + " .. at .. ")" or "xs[" .. at .. "]"
   if prologue.active(layer) then
     -- the prologue (prologue.lua) applied to every input element: the packed hi/lo hold the
@@ -586,9 +624,18 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
   c:line("const unsigned long long base = ((unsigned long long)n * IPIX + pix0) * XC;")
   c:open("for (int i = t; i < npix * XC; i += 256) {")
-  c:line("const float v = tile[(i / XC) * (XC + 1) + i % XC], h = fgw_tf32(v);")
-  c:line("%s[base + i] = h;", hi)
-  if lo then c:line("%s[base + i] = fgw_tf32(v - h);", lo) end
+  if half then
+    -- the prologue's fp32 result in the dtype: hi rounded to nearest even, lo the rounded
+    -- remainder (v - hi is exact in fp32), as the weights' split
+    c:line("const float v = tile[(i / XC) * (XC + 1) + i % XC];")
+    c:line("const fg_io h = fg_io_round(v);")
+    c:line("((fg_io *)%s)[base + i] = h;", hi)
+    if lo then c:line("((fg_io *)%s)[base + i] = fg_io_round(v - fg_io_load(&h));", lo) end
+  else
+    c:line("const float v = tile[(i / XC) * (XC + 1) + i % XC], h = fgw_tf32(v);")
+    c:line("%s[base + i] = h;", hi)
+    if lo then c:line("%s[base + i] = fgw_tf32(v - h);", lo) end
+  end
   c:close()
   c:close()
   return c
@@ -822,7 +869,8 @@ function M.render(layer, plan, pass, names, signature)
   local conv = g.conv
   c:line("/* pass %d: conv%dd %d->%d (groups %d) on Hopper tensor cores (%s wgmma), kernel %dx%dx%d, stride %dx%dx%d,",
     pass.index, g.sp, conv.in_shape.dim[1], conv.out_channels, g.groups,
-    M.half(w) and (M.operand_ptx(w) .. (w.parts == 2 and " x.w_lo + x.w_hi" or "")) or w.parts == 2 and "3xTF32" or "TF32",
+    M.half(w) and (M.operand_ptx(w) .. (w.a_parts == 2 and " x_lo.w_hi + x_hi.w_lo + x_hi.w_hi" or
+      w.parts == 2 and " x.w_lo + x.w_hi" or "")) or w.parts == 2 and "3xTF32" or "TF32",
     g.K[1],
     g.K[2], g.K[3], g.S[1], g.S[2], g.S[3])
   c:line(" * padding %dx%dx%d, dilation %dx%dx%d; tiles of %d pixels x %d channels, a ring of %d stages; ops v0..v%d fused */",

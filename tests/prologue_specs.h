@@ -195,6 +195,82 @@ static const prologue_case prologue_cases[] = {
         silu {},
         conv2d { out_channels = 64, kernel = 3, padding = 1 },
     })},
+    /* half layers with a prologue on half wgmma operands (sm_90a): the pack writes the
+     * normalized input split into hi + lo of the dtype (fp32 precision: x_lo.w_hi +
+     * x_hi.w_lo + x_hi.w_hi, the fp32 bar plus an ulp of the dtype) or rounded to it once
+     * (tf32: the v12 bars, 4e-2 bf16, 5e-3 fp16); group and instance norms, padded channels
+     * with groups, channels-last, two channel blocks, split K at batch 1 */
+    {"pro_bf16_gn_silu_tf32_wgmma", "wgmma", 2, 4e-2, PROLOGUE_SPEC(return layer "pro_bf16_gn_silu_tf32_wgmma" {
+        input = { "N", 32, 15, 17 },
+        dtype = "bf16",
+        precision = "tf32",
+        group_norm { groups = 8 },
+        silu {},
+        conv2d { out_channels = 32, kernel = 3, padding = 1 },
+    })},
+    {"pro_fp16_gn_silu_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_fp16_gn_silu_wgmma" {
+        input = { "N", 64, 16, 16 },
+        dtype = "fp16",
+        group_norm { groups = 32, eps = 1e-6 },
+        silu {},
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+    })},
+    {"pro_fp16_gn_silu_tf32_wgmma", "wgmma", 2, 5e-3, PROLOGUE_SPEC(return layer "pro_fp16_gn_silu_tf32_wgmma" {
+        input = { "N", 64, 16, 16 },
+        dtype = "fp16",
+        precision = "tf32",
+        group_norm { groups = 32, eps = 1e-6 },
+        silu {},
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+    })},
+    {"pro_bf16_instance_norm_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_instance_norm_wgmma" {
+        input = { "N", 16, 14, 13 },
+        dtype = "bf16",
+        instance_norm { affine = true },
+        leaky_relu { negative_slope = 0.1 },
+        conv2d { out_channels = 24, kernel = 3, padding = 1, stride = 2 },
+    })},
+    {"pro_fp16_instance_norm_3d_tf32_wgmma", "wgmma", 2, 5e-3,
+     PROLOGUE_SPEC(return layer "pro_fp16_instance_norm_3d_tf32_wgmma" {
+        input = { "N", 8, 6, 10, 12 },
+        dtype = "fp16",
+        precision = "tf32",
+        instance_norm { affine = true },
+        leaky_relu { negative_slope = 0.1 },
+        conv3d { out_channels = 12, kernel = 3, padding = 1, stride = { 1, 2, 2 } },
+    })},
+    {"pro_fp16_relu_gn_mul_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_fp16_relu_gn_mul_wgmma" {
+        input = { "N", 12, 13, 11 },
+        dtype = "fp16",
+        add { scalar = -0.25 },
+        relu {},
+        group_norm { groups = 4 },
+        mul { param = "scale" },
+        gelu {},
+        conv2d { out_channels = 16, kernel = 3, padding = { 2, 1 }, dilation = { 2, 1 }, groups = 2 },
+    })},
+    {"pro_bf16_cl_gn_silu_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_cl_gn_silu_wgmma" {
+        input = { "N", 48, 13, 14 },
+        dtype = "bf16",
+        layout = "channels_last",
+        group_norm { groups = 6 },
+        silu {},
+        conv2d { out_channels = 32, kernel = 3, padding = 1, groups = 2 },
+    })},
+    {"pro_bf16_gn_silu_2blk_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_gn_silu_2blk_wgmma" {
+        input = { "N", 64, 12, 12 },
+        dtype = "bf16",
+        group_norm { groups = 16, eps = 1e-6 },
+        silu {},
+        conv2d { out_channels = 200, kernel = 3, padding = 1 },
+    })},
+    {"pro_bf16_split_k_batch1", "wgmma", 1, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_split_k_batch1" {
+        input = { "N", 256, 14, 14 },
+        dtype = "bf16",
+        group_norm { groups = 32, eps = 1e-6 },
+        silu {},
+        conv2d { out_channels = 256, kernel = 3, padding = 1 },
+    })},
 };
 
 #define N_PROLOGUE_CASES ((int)(sizeof prologue_cases / sizeof *prologue_cases))

@@ -1386,6 +1386,15 @@ static void wgmma_channel_reduction_not_fused(void **state)
     free(ir);
 }
 
+/* The plan for sm_90a with the conv on wgmma where the shape allows it. */
+static fg_plan *plan_sm90a_wgmma(const fg_layer_ir *ir)
+{
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    return fgt_plan_with(ir, &opts);
+}
+
 /* A half layer (dtype bf16/fp16) on the wgmma engine: the operands are its dtype (the input
  * one exact part of 2-byte elements; the weights hi and lo for fp32 precision, one rounded part
  * for tf32), 64 elements to a K chunk; the buffers and the stage hold 2-byte elements; an
@@ -1413,10 +1422,7 @@ static void wgmma_half_operands(void **state)
                  cases[i].in, depth, cases[i].size, cases[i].size, cases[i].dtype, cases[i].precision,
                  cases[i].spatial, cases[i].out);
         fg_layer_ir *ir = fgt_load_string(src);
-        fg_plan_options opts;
-        fg_plan_options_for_arch(&opts, "sm_90a");
-        opts.engine = FG_ENGINE_PREFER_WGMMA;
-        fg_plan *plan = fgt_plan_with(ir, &opts);
+        fg_plan *plan = plan_sm90a_wgmma(ir);
         const fg_wgmma_tiling *w = &plan->wgmma;
         bool half = cases[i].operand != FG_WGMMA_TF32;
         int el = half ? 2 : 4, taps = cases[i].spatial == 3 ? 27 : 9;
@@ -1479,6 +1485,106 @@ static void wgmma_half_operands(void **state)
     assert_int_equal(plan->wgmma.stages, 4);
     assert_int_equal(plan->wgmma.split_k, 4);
     assert_int_equal(splits_at(plan, 1), 4);
+    free(plan);
+    free(ir);
+}
+
+/* A half layer with a prologue on the wgmma engine (GroupNorm -> SiLU -> conv, Stable
+ * Diffusion's ResnetBlock2D): the operands are the layer's dtype, as without a prologue, but
+ * the packed input is the prologue's fp32 result, no longer a value of the dtype: split into hi
+ * and lo for fp32 precision (a_parts 2: x_lo.w_hi + x_hi.w_lo + x_hi.w_hi), rounded once for
+ * tf32 (a_parts 1). The input pack, a block of 256 threads per 32 pixels of each sample,
+ * applies the prologue and writes both parts (2-byte elements); `fusegen plan` says what the
+ * operands are; channels-last and split K keep the same operands. */
+static void wgmma_half_prologue_operands(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *dtype, *precision, *layout;
+        int operand, parts;
+    } cases[] = {
+        {"bf16", "fp32", "nchw", FG_WGMMA_BF16, 2},          {"bf16", "tf32", "nchw", FG_WGMMA_BF16, 1},
+        {"fp16", "fp32", "nchw", FG_WGMMA_F16, 2},           {"fp16", "tf32", "nchw", FG_WGMMA_F16, 1},
+        {"bf16", "fp32", "channels_last", FG_WGMMA_BF16, 2}, {"fp32", "fp32", "nchw", FG_WGMMA_TF32, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "return layer \"hp\" {\n  input = { \"N\", 64, 16, 16 },\n  dtype = \"%s\",\n  precision = \"%s\",\n"
+                 "  layout = \"%s\",\n  group_norm { name = \"norm1\", groups = 32, eps = 1e-6 },\n  silu {},\n"
+                 "  conv2d { name = \"conv1\", out_channels = 64, kernel = 3, padding = 1 },\n}\n",
+                 cases[i].dtype, cases[i].precision, cases[i].layout);
+        fg_layer_ir *ir = fgt_load_string(src);
+        fg_plan *plan = plan_sm90a_wgmma(ir);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        bool half = cases[i].operand != FG_WGMMA_TF32;
+        int el = half ? 2 : 4;
+        assert_int_equal(w->operand, cases[i].operand);
+        assert_int_equal(w->parts, cases[i].parts);
+        assert_int_equal(w->a_parts, cases[i].parts); /* the normalized input split as the weights */
+        assert_int_equal(w->kc_elems, 128 / el);
+        assert_int_equal(w->stage_bytes, w->a_parts * w->a_bytes + w->parts * w->b_bytes);
+        assert_true(w->stages >= 3);
+        assert_int_equal(w->packed_lo >= 0, w->a_parts == 2);
+        int64_t ipix = 16 * 16;
+        assert_int_equal(plan->buffers[w->packed_hi].per_sample, ipix * w->xc * el / 4);
+        if (w->packed_lo >= 0)
+            assert_int_equal(plan->buffers[w->packed_lo].per_sample, ipix * w->xc * el / 4);
+        /* the input pack: 32 pixels a block, per sample; it reads the prologue's statistics and
+         * writes every packed part of the input */
+        const fg_pass *pack = NULL;
+        for (int k = 0; k < plan->n_passes; k++)
+            if (plan->passes[k].kind == FG_PASS_PACK_INPUT)
+                pack = &plan->passes[k];
+        assert_non_null(pack);
+        assert_int_equal(pack->launch.block, 256);
+        assert_int_equal(pack->launch.grid_x, ipix / 32);
+        assert_true(pack->launch.per_sample);
+        bool stats = false, hi = false, lo = false;
+        for (int a = 0; a < pack->n_args; a++) {
+            stats |= pack->args[a].kind == FG_ARG_STATS && pack->args[a].index == plan->pro_accum;
+            hi |= pack->args[a].kind == FG_ARG_BUFFER && pack->args[a].index == w->packed_hi;
+            lo |= pack->args[a].kind == FG_ARG_BUFFER && pack->args[a].index == w->packed_lo;
+        }
+        assert_true(stats && hi);
+        assert_int_equal(lo, w->packed_lo >= 0);
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        if (half) {
+            const char *op = cases[i].operand == FG_WGMMA_BF16 ? "bf16" : "f16";
+            char want[192];
+            snprintf(want, sizeof want, "wgmma tensor cores (%s operands, %s", op,
+                     cases[i].parts == 2 ? "x_lo.w_hi + x_hi.w_lo + x_hi.w_hi"
+                                         : "one product, input and weights rounded to");
+            fgt_assert_contains(t->buf, want);
+            snprintf(want, sizeof want, "the input through the prologue, channels-innermost, %s %s, into b%d", op,
+                     cases[i].parts == 2 ? "hi and lo (v - hi)" : "rounded to nearest", w->packed_hi);
+            fgt_assert_contains(t->buf, want);
+            snprintf(want, sizeof want, "the conv's wgmma reads the prologue's fp32 result %s (%s operands",
+                     cases[i].parts == 2 ? "split into hi + lo of the dtype" : "rounded to the dtype", op);
+            fgt_assert_contains(t->buf, want);
+        } else {
+            fgt_assert_contains(t->buf, "(3xTF32");
+        }
+        free(t);
+        free(plan);
+        free(ir);
+    }
+    /* split K at batch 1 (256 -> 256 on 14x14, bf16): 36 K chunks of 64, a ring of 3 stages of
+     * 64 KB (2 input parts + 2 weight parts of 16 KB): 6 splits, against 4 without a prologue
+     * (one input part, 4 stages) */
+    fg_layer_ir *ir = fgt_load_string("return layer \"hs\" {\n  input = { \"N\", 256, 14, 14 },\n  dtype = \"bf16\",\n"
+                                      "  group_norm { groups = 32, eps = 1e-6 },\n  silu {},\n"
+                                      "  conv2d { out_channels = 256, kernel = 3, padding = 1 },\n}\n");
+    fg_plan *plan = plan_sm90a_wgmma(ir);
+    assert_int_equal(plan->wgmma.operand, FG_WGMMA_BF16);
+    assert_int_equal(plan->wgmma.a_parts, 2);
+    assert_int_equal(plan->wgmma.kch, 36);
+    assert_int_equal(plan->wgmma.stage_bytes, 4 * 16384);
+    assert_int_equal(plan->wgmma.stages, 3);
+    assert_int_equal(plan->wgmma.split_k, 6);
+    assert_int_equal(splits_at(plan, 1), 6);
     free(plan);
     free(ir);
 }
@@ -1666,6 +1772,7 @@ int main(void)
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_half_operands),
+        cmocka_unit_test(wgmma_half_prologue_operands),
         cmocka_unit_test(prologue_statistics_pass),
         cmocka_unit_test(channel_layer_norm_statistics),
     };

@@ -568,6 +568,55 @@ static void prologue_applied_where_staged(void **state)
     }
 }
 
+/* A half layer with a prologue on wgmma: the input pack applies the prologue in fp32 and
+ * writes it in the layer's dtype, split into hi and the rounded remainder lo (fp32 precision)
+ * or rounded once (tf32); the conv multiplies in the dtype, with the input's lo part A_BYTES
+ * after hi in each stage (three products a k-step: x_lo.w_hi, x_hi.w_lo, x_hi.w_hi) or one
+ * part (the same producer and products as a half layer without a prologue). */
+static void half_prologue_packs_the_dtype(void **state)
+{
+    (void)state;
+    for (int dtype = 0; dtype < 2; dtype++) {
+        for (int tf32 = 0; tf32 < 2; tf32++) {
+            char src[512];
+            snprintf(src, sizeof src,
+                     "return layer \"hp\" {\n  input = { \"N\", 64, 16, 16 },\n  dtype = \"%s\",\n  precision = \"%s\",\n"
+                     "  group_norm { groups = 32, eps = 1e-6 },\n  silu {},\n"
+                     "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n}\n",
+                     dtype ? "fp16" : "bf16", tf32 ? "tf32" : "fp32");
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.engine = FG_ENGINE_PREFER_WGMMA;
+            rendered_layer *r = render_ir_with(fgt_load_string(src), &opts);
+            common_checks(r);
+            char *pack = kernel_text(r->src.source, "fg_pass3_pack_input");
+            fgt_assert_contains(pack, "* fg_sigmoid(pro0_xv)");   /* the prologue, in fp32 */
+            fgt_assert_contains(pack, "__shared__ float tile[");  /* its result staged as floats */
+            fgt_assert_contains(pack, "const fg_io h = fg_io_round(v);");
+            fgt_assert_contains(pack, "((fg_io *)b0)[base + i] = h;");
+            if (tf32)
+                fgt_assert_not_contains(pack, "fg_io_round(v - fg_io_load(&h))");
+            else
+                fgt_assert_contains(pack, "((fg_io *)b1)[base + i] = fg_io_round(v - fg_io_load(&h));");
+            fgt_assert_not_contains(pack, "fgw_tf32");
+            const char *s = r->src.source;
+            fgt_assert_contains(s, dtype ? "k16.f32.f16.f16 {" : "k16.f32.bf16.bf16 {");
+            if (tf32) {
+                fgt_assert_contains(s, "constexpr int PA = 1, PB = 1,");
+                fgt_assert_contains(s, "/* (one part of A) */");
+            } else {
+                fgt_assert_contains(s, "constexpr int PA = 2, PB = 2,");
+                fgt_assert_contains(s, "fgw_cp16(dst + A_BYTES, xl + off, ok ? 16u : 0u);");
+                fgt_assert_contains(s, "fgw_mma(d[mt], al + 2 * ks, bh + 2 * ks, sd);");
+                fgt_assert_contains(s, "fgw_mma(d[mt], ah + 2 * ks, bl + 2 * ks, 1);");
+                fgt_assert_contains(s, "fgw_mma(d[mt], ah + 2 * ks, bh + 2 * ks, 1);");
+            }
+            free(pack);
+            free_rendered(r);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -583,6 +632,7 @@ int main(void)
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(prologue_applied_where_staged),
+        cmocka_unit_test(half_prologue_packs_the_dtype),
     };
     char *dir = fgt_tmpdir("render-env");
     fgt_isolate_environment(dir);
