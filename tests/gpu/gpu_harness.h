@@ -45,6 +45,12 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
  * rounds its fp32 result, so near the middle between two values of the dtype they may land
  * on neighbours; a half output at tol 1e-4 also needs rel L2 <= 1e-3. r->ok is left as it is. */
 void gpu_compare(const float *out, const float *ref, size_t n, double tol, int dtype, gpu_result *r);
+/* The same for the output of a chain of `layers` half layers, each rounding its output to the
+ * dtype as the reference's do (test_gpu_blocks): where an exact value lies that close to a
+ * midpoint the two round an ulp apart, and the next layer reads the difference as an input
+ * error, absolute at the scale of the tensor's values (a norm can amplify it): each earlier
+ * layer adds an ulp of the dtype at the output's largest magnitude. */
+void gpu_compare_chain(const float *out, const float *ref, size_t n, double tol, int dtype, int layers, gpu_result *r);
 
 /* Prints one line for a case's result ("ok" or "FAILED", its errors or why it did not run);
  * true when it failed. */
