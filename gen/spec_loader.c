@@ -822,22 +822,32 @@ static void read_input(lua_State *L, walk_ctx *w, int body, int line)
 
 /* The layer record at stack index `rec` into `ir`: its name, fields and ops. In a block
  * (w->block), a layer has `from` instead of `input`, `dtype` and `layout` (the block's). */
+/* Opens a `layer "name" {...}` or `block "name" {...}` record: pushes its line, its body
+ * (*body: the body's stack index) and its name, checked; what the errors name is `what`. */
+static const char *open_record(lua_State *L, walk_ctx *w, int rec, const char *what, int *line, int *body,
+                               size_t *nlen)
+{
+    lua_getfield(L, rec, "line");
+    *line = (int)lua_tointeger(L, -1);
+    lua_getfield(L, rec, "args");
+    *body = lua_gettop(L);
+    lua_getfield(L, *body, "\1name");
+    const char *name = lua_tolstring(L, -1, nlen);
+    w->op_name = what;
+    w->op_line = *line;
+    check_name(L, w, "name", name, *nlen);
+    return name;
+}
+
 static void walk_layer(lua_State *L, walk_ctx *w, int ops, int rec, fg_layer_ir *ir, int index)
 {
     static const char *const block_layer_fields[] = {"from", "precision", "strategy"};
     const char *const *fields = w->block ? block_layer_fields : layer_fields;
     int n_fields = w->block ? COUNT(block_layer_fields) : COUNT(layer_fields);
     w->ir = ir;
-    lua_getfield(L, rec, "line");
-    int line = (int)lua_tointeger(L, -1);
-    lua_getfield(L, rec, "args");
-    int body = lua_gettop(L);
-    lua_getfield(L, body, "\1name");
+    int line, body;
     size_t nlen;
-    const char *lname = lua_tolstring(L, -1, &nlen);
-    w->op_name = "layer";
-    w->op_line = line;
-    check_name(L, w, "name", lname, nlen);
+    const char *lname = open_record(L, w, rec, "layer", &line, &body, &nlen);
     if (w->block) {
         snprintf(ir->name, sizeof ir->name, "%s.%s", w->block->name, lname);
         if (strlen(w->block->name) + 1 + nlen >= sizeof ir->name)
@@ -992,17 +1002,10 @@ static void walk_block(lua_State *L, walk_ctx *w, int ops, int rec)
 {
     static const char *const block_fields[] = {"input", "inputs", "output", "dtype", "layout"};
     fg_block_ir *b = w->block;
-    lua_getfield(L, rec, "line");
-    int line = (int)lua_tointeger(L, -1);
-    b->line = line;
-    lua_getfield(L, rec, "args");
-    int body = lua_gettop(L);
-    lua_getfield(L, body, "\1name");
+    int line, body;
     size_t nlen;
-    const char *bname = lua_tolstring(L, -1, &nlen);
-    w->op_name = "block";
-    w->op_line = line;
-    check_name(L, w, "name", bname, nlen);
+    const char *bname = open_record(L, w, rec, "block", &line, &body, &nlen);
+    b->line = line;
     snprintf(b->name, sizeof b->name, "%s", bname);
     lua_pop(L, 1);
     lua_Unsigned n = lua_rawlen(L, body);
