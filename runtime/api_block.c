@@ -618,6 +618,16 @@ fg_status fg_tools_block_bind_random(fg_block *block, uint64_t seed)
     return s;
 }
 
+fg_layer *fg_tools_block_layer(fg_block *block, int i)
+{
+    fg_api_clear_error();
+    if (!fg_handle_live(block, FG_HANDLE_BLOCK) || i < 0 || i >= block->ir.n_layers) {
+        fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_block_layer: not a live block, or no layer %d", i);
+        return NULL;
+    }
+    return block->layers[i];
+}
+
 double fg_tools_block_reference_work(const fg_block *block, int64_t batch)
 {
     double work = 0;

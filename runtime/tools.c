@@ -2,12 +2,14 @@
 /* runtime/tools.h: what the CLI, the GPU tests and the benchmarks need beyond the public API. */
 #include "tools.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
 #include "handles.h"
+#include "kernel_build.h"
 #include "nvrtc_compiler.h"
 #include "random_init.h"
 #include "../common/half.h"
@@ -101,6 +103,34 @@ fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap
              layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
              layer->prepare_seconds.load * 1e3);
     return FG_OK;
+}
+
+fg_status fg_tools_layer_cached(fg_layer *layer, int *wanted, bool found[2], char keys[2][FG_CACHE_KEY_HEX + 1])
+{
+    fg_status s = check_layer(layer, "fg_tools_layer_cached");
+    if (s != FG_OK)
+        return s;
+    fg_context *ctx = layer->ctx;
+    fg_plan alternative;
+    const fg_plan *plans[2] = {&layer->plan, &alternative};
+    *wanted = 1 + fg_tuning_alternative_plan(layer, &alternative);
+    found[0] = found[1] = false;
+    fg_error err;
+    pthread_mutex_lock(&ctx->lock); /* the identity, as a first prepare sets it */
+    if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
+        s = fg_api_fail_error(FG_ERR_COMPILE, &err);
+    const fg_builder builder = {.cache = &ctx->cache};
+    for (int c = 0; c < *wanted && s == FG_OK; c++) {
+        fg_built built;
+        int hit = fg_build_find(&builder, &layer->ir, plans[c], ctx->arch, &built, &err);
+        if (hit < 0)
+            s = fg_api_fail_error(FG_ERR_IO, &err);
+        found[c] = hit > 0;
+        memcpy(keys[c], hit > 0 ? built.key : built.plan_key, FG_CACHE_KEY_HEX + 1);
+        fg_built_free(&built);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return s;
 }
 
 fg_status fg_tools_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch,
