@@ -29,7 +29,7 @@ static const char usage[] =
     "  run SPEC [--device cpu|gpu] [--random SEED --batch N | --input X] [--weights W] [--out Y] [--check]\n"
     "                             run a layer on random or given tensors\n"
     "  bench SPEC [--batch N] [--iters N] | bench --ceilings\n"
-    "                             time a layer on the GPU against the hardware floor\n"
+    "                             time a layer or a block on the GPU against the hardware floor\n"
     "  ops [--markdown]           list the ops a spec can use, their fields and defaults\n"
     "  export MODULE.py[:CLASS] [-o SPEC]\n"
     "                             write the spec of a PyTorch module (needs the Python package and torch)\n"

@@ -92,6 +92,10 @@ fg_status fg_tools_fill_nan_io(fg_context *ctx, CUdeviceptr p, size_t count, int
 fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr output, int64_t batch, long warmup,
                              long iters, double *times_ms);
 
+/* The same for a block (fg_block_run on `inputs`, fg_block_input_count device pointers). */
+fg_status fg_tools_time_block_runs(fg_block *block, const void *const *inputs, void *output, int64_t batch, long warmup,
+                                   long iters, double *times_ms);
+
 /* The two rates of the hardware floor, measured: fp32 FMA TFLOP/s (an NVRTC-compiled kernel
  * of independent fmaf chains, 8 blocks per SM, best of 4 timed launches) and device copy
  * TB/s (bytes read + written, a device-to-device copy of 2 x L2 bytes, best of 5). */
@@ -101,6 +105,11 @@ fg_status fg_tools_ceilings(fg_context *ctx, double *fma_tflops, double *copy_tb
  * key from the layer that reads it first), the CPU reference's work, and whether a layer's
  * statistics span the batch (then a check needs every sample). */
 fg_status fg_tools_block_bind_random(fg_block *block, uint64_t seed);
+/* fg_block_prepare for runs of `batch` samples (fg_tools_prepare of each layer), and the
+ * summary of how its layers' kernels were prepared: "kernels of 3 layers in 4.1 ms (0
+ * compiled, 3 loaded from the cache)". */
+fg_status fg_tools_block_prepare(fg_block *block, int64_t batch);
+fg_status fg_tools_block_describe_prepare(fg_block *block, char *buf, size_t cap);
 /* The block's i-th layer in run order (owned by the block), or NULL for a dead handle or an
  * index out of range. */
 fg_layer *fg_tools_block_layer(fg_block *block, int i);

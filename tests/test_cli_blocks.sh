@@ -112,5 +112,25 @@ rc=$?
 check "build bad: status" "rc=1" "rc=$rc"
 check "build bad: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block" "$out"
 [ -e "$work/bad" ] && { failed=$((failed + 1)); echo "FAIL build bad: created $work/bad" >&2; }
-echo "cli_blocks: $passed passed, $failed failed"
+# bench on a block: a bad spec is an error before any GPU work (file, line, field; exit 1);
+# the timing itself needs a GPU: its line where there is one, else the driver's error (exit 1)
+out=$("$fusegen" bench --batch 2 "$work/bad.lua" 2>&1)
+rc=$?
+check "bench bad: status" "rc=1" "rc=$rc"
+check "bench bad: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block" "$out"
+out=$("$fusegen" bench --batch 2 --iters 3 --warmup 1 --cache "$work/ship" "$src/specs/blocks/resnet50_bottleneck.lua" 2>&1)
+rc=$?
+skipped=0
+if grep -qF "median" <<<"$out"; then
+  check "bench block: status" "rc=0" "rc=$rc"
+  check "bench block: the layer bench's line" "resnet50_bottleneck on " "$out"
+  check "bench block: batch and median" ", batch 2: median " "$out"
+  check "bench block: prepared" "kernels of 3 layers in " "$out"
+else
+  check "bench block, no GPU: status" "rc=1" "rc=$rc"
+  check "bench block, no GPU: says why" "fusegen: " "$out"
+  skipped=$((skipped + 1))
+  echo "skipped: fusegen bench's timing of a block (no GPU: $(head -1 <<<"$out"))" >&2
+fi
+echo "cli_blocks: $passed passed, $failed failed, $skipped skipped (GPU only)"
 [ "$failed" -eq 0 ]
