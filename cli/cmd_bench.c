@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <getopt.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,8 @@ static const char usage[] =
     "usage: fusegen bench SPEC [--batch N] [--iters N] [--warmup N]\n"
     "       fusegen bench --ceilings\n"
     "\n"
-    "Times the layer's whole forward (all its kernels) with CUDA events on random data, the L2\n"
+    "Times the layer's whole forward (all its kernels), or a block's (all its layers, as\n"
+    "fg_block_run runs them), with CUDA events on random data, the L2\n"
     "cache flushed before each trial and warm-up runs excluded, and reports the median, the\n"
     "spread, achieved FLOP/s and bytes/s, and the fraction of the hardware floor\n"
     "max(conv FLOPs / FMA rate, compulsory bytes / copy bandwidth). The rates are measured in\n"
@@ -47,14 +49,64 @@ static double conv_flops(const fg_layer_ir *ir, int64_t batch)
            taps;
 }
 
-static double compulsory_bytes(const fg_layer_ir *ir, int64_t batch)
+/* The spec's conv FLOPs and compulsory bytes for `batch` samples: its inputs and output once
+ * in its dtype (2 bytes for bf16/fp16), its parameters once in float32 (a block's, shared by
+ * name, once; its tensors between layers count as nothing: they are not compulsory). */
+static void spec_work(const fg_block_ir *spec, int64_t batch, double *flops, double *bytes)
 {
-    /* the input and output in the layer's dtype (2 bytes for bf16/fp16), parameters float32 */
-    double b = (double)fg_dtype_size(ir->dtype) * (double)batch *
-               (double)(fg_shape_sample_count(&ir->input) + fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out));
-    for (int i = 0; i < ir->n_params; i++)
-        b += 4.0 * (double)ir->params[i].count;
-    return b;
+    const fg_layer_ir *first = &spec->layers[0];
+    double samples = 0; /* of the inputs and the output */
+    if (spec->single) {
+        samples = (double)(fg_shape_sample_count(&first->input) + fg_shape_sample_count(&first->ops[first->n_ops - 1].out));
+    } else {
+        for (int t = 0; t < spec->n_inputs; t++)
+            samples += (double)fg_shape_sample_count(&spec->tensors[t].shape);
+        samples += (double)fg_shape_sample_count(&spec->tensors[spec->output].shape);
+    }
+    *bytes = (double)fg_dtype_size(first->dtype) * (double)batch * samples; /* a block's layers have its dtype */
+    *flops = 0;
+    for (int l = 0; l < spec->n_layers; l++) {
+        const fg_layer_ir *ir = &spec->layers[l];
+        *flops += conv_flops(ir, batch);
+        for (int i = 0; i < ir->n_params; i++) {
+            bool seen = ir->params[i].batched; /* a tensor of the block, not a parameter */
+            for (int m = 0; m <= l && !seen; m++)
+                for (int j = 0; j < (m < l ? spec->layers[m].n_params : i) && !seen; j++)
+                    seen = !spec->layers[m].params[j].batched && !strcmp(spec->layers[m].params[j].name, ir->params[i].name);
+            if (!seen)
+                *bytes += 4.0 * (double)ir->params[i].count;
+        }
+    }
+}
+
+/* The spec loaded on the GPU with random parameters and prepared for `batch`: a layer or a
+ * block, either timed by the same loop (runtime/tools.c). */
+typedef struct bench_target {
+    fg_layer *layer;
+    fg_block *block;
+} bench_target;
+
+static fg_status target_load(fg_context *ctx, const fg_block_ir *spec, const char *path, int64_t batch,
+                             bench_target *t, char *prepared, size_t cap)
+{
+    if (spec->single) {
+        fg_status s = fg_layer_load_file(ctx, path, &t->layer);
+        if (s == FG_OK && (s = fg_tools_bind_random(t->layer, 0)) == FG_OK && (s = fg_tools_prepare(t->layer, batch)) == FG_OK)
+            s = fg_tools_describe_prepare(t->layer, prepared, cap);
+        return s;
+    }
+    fg_status s = fg_block_load_file(ctx, path, &t->block);
+    if (s == FG_OK && (s = fg_tools_block_bind_random(t->block, 0)) == FG_OK &&
+        (s = fg_tools_block_prepare(t->block, batch)) == FG_OK)
+        s = fg_tools_block_describe_prepare(t->block, prepared, cap);
+    return s;
+}
+
+static fg_status target_time(const bench_target *t, const void *const *inputs, void *output, int64_t batch,
+                             long warmup, long iters, double *times)
+{
+    return t->layer ? fg_tools_time_runs(t->layer, (CUdeviceptr)inputs[0], (CUdeviceptr)output, batch, warmup, iters, times)
+                    : fg_tools_time_block_runs(t->block, inputs, output, batch, warmup, iters, times);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -111,10 +163,15 @@ int cmd_bench(int argc, char **argv)
     }
     if (!ceilings_only && argc - optind != 1)
         return cli_usage_error("bench", "expects exactly one SPEC (or --ceilings)");
-    int rc = EXIT_FAIL;
+    const char *path = ceilings_only ? NULL : argv[optind];
+    /* the spec first: a bad one is an error whether or not there is a GPU */
+    static fg_block_ir spec;
+    if (path && cli_load_spec(path, &spec) != 0)
+        return EXIT_FAIL;
+    int rc = EXIT_FAIL, n_inputs = path ? (spec.single ? 1 : spec.n_inputs) : 0;
     fg_context *ctx = NULL;
-    fg_layer *layer = NULL;
-    CUdeviceptr dx = 0, dy = 0;
+    bench_target target = {0};
+    CUdeviceptr dx[1 + FG_MAX_BLOCK_INPUTS] = {0}, dy = 0;
     float *x = NULL;
     double *times = NULL;
     fg_context_options copts;
@@ -142,45 +199,63 @@ int cmd_bench(int argc, char **argv)
             goto out;
         }
     }
-    if (fg_layer_load_file(ctx, argv[optind], &layer) != FG_OK) {
+    char prepared[160];
+    if (target_load(ctx, &spec, path, batch, &target, prepared, sizeof prepared) != FG_OK) {
         fprintf(stderr, "%s\n", fg_last_error());
         goto out;
     }
-    const fg_layer_ir *ir = fg_tools_layer_ir(layer);
-    int64_t n_in = batch * fg_shape_sample_count(&ir->input);
-    int64_t n_out = batch * fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
-    if (!(x = malloc(sizeof(float) * (size_t)n_in)) || !(times = malloc(sizeof(double) * (size_t)iters))) {
+    /* random inputs in the spec's dtype, each its own stream of seed 0 (a layer's: stream 1) */
+    const fg_layer_ir *first = &spec.layers[0];
+    const void *inputs[1 + FG_MAX_BLOCK_INPUTS];
+    for (int t = 0; t < n_inputs; t++) {
+        int64_t n = batch * fg_shape_sample_count(spec.single ? &first->input : &spec.tensors[t].shape);
+        free(x);
+        if (!(x = malloc(sizeof(float) * (size_t)n))) {
+            cli_error("out of memory");
+            goto out;
+        }
+        fg_random_uniform(x, (size_t)n, 0, 1 + (uint64_t)t, 0.0f, 1.0f);
+        if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n, &dx[t]) != FG_OK ||
+            fg_tools_upload_io(ctx, dx[t], x, (size_t)n, (int)first->dtype) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            goto out;
+        }
+        inputs[t] = (const void *)dx[t];
+    }
+    int64_t n_out = batch * fg_shape_sample_count(spec.single ? &first->ops[first->n_ops - 1].out
+                                                              : &spec.tensors[spec.output].shape);
+    if (!(times = malloc(sizeof(double) * (size_t)iters))) {
         cli_error("out of memory");
         goto out;
     }
-    fg_random_uniform(x, (size_t)n_in, 0, 1, 0.0f, 1.0f);
-    char prepared[160];
-    if (fg_tools_bind_random(layer, 0) != FG_OK || fg_tools_prepare(layer, batch) != FG_OK ||
-        fg_tools_describe_prepare(layer, prepared, sizeof prepared) != FG_OK ||
-        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_in, &dx) != FG_OK ||
-        fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
-        fg_tools_upload_io(ctx, dx, x, (size_t)n_in, (int)ir->dtype) != FG_OK || /* in the layer's dtype */
-        fg_tools_time_runs(layer, dx, dy, batch, warmup, iters, times) != FG_OK) {
+    if (fg_tools_alloc(ctx, sizeof(float) * (size_t)n_out, &dy) != FG_OK ||
+        target_time(&target, inputs, (void *)dy, batch, warmup, iters, times) != FG_OK) {
         cli_error("%s", fg_last_error());
         goto out;
     }
     qsort(times, (size_t)iters, sizeof *times, cmp_double);
     double med = times[iters / 2], lo = times[iters / 10], hi = times[iters - 1 - iters / 10];
-    double flops = conv_flops(ir, batch), bytes = compulsory_bytes(ir, batch);
+    double flops, bytes;
+    spec_work(&spec, batch, &flops, &bytes);
     double floor_ms = fmax(flops / (fma * 1e12), bytes / (bw * 1e12)) * 1e3;
     printf("%s on %s, batch %ld: median %.4f ms (p10 %.4f, p90 %.4f, %ld runs), %.1f TFLOP/s, %.2f TB/s compulsory, "
            "floor %.4f ms = %.0f%% of the floor's speed; %s\n",
-           ir->name, device.name, batch, med, lo, hi, iters, flops / (med * 1e-3) / 1e12,
+           spec.single ? first->name : spec.name, device.name, batch, med, lo, hi, iters, flops / (med * 1e-3) / 1e12,
            bytes / (med * 1e-3) / 1e12, floor_ms, 100.0 * floor_ms / med, prepared);
     rc = EXIT_OK;
 out:
     if (ctx) {
-        fg_tools_free(ctx, dx);
+        for (int t = 0; t < n_inputs; t++)
+            fg_tools_free(ctx, dx[t]);
         fg_tools_free(ctx, dy);
     }
-    if (layer)
-        fg_layer_destroy(layer);
+    if (target.layer)
+        fg_layer_destroy(target.layer);
+    if (target.block)
+        fg_block_destroy(target.block);
     fg_context_destroy(ctx);
+    if (path)
+        fg_block_ir_free(&spec);
     free(x);
     free(times);
     return rc;

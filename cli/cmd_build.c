@@ -9,22 +9,27 @@
 #include <unistd.h>
 
 #include "../runtime/kernel_build.h"
+#include "../runtime/tools.h"
 #include "cli.h"
 #include "../gen/render.h"
 #include "../common/clock.h"
 
 static const char usage[] =
-    "usage: fusegen build [--arch LIST] [--cache DIR] [-j N] SPEC...\n"
+    "usage: fusegen build [--arch LIST] [--cache DIR] [-j N] [--check] SPEC...\n"
     "\n"
-    "Precompiles the kernels of every SPEC for every architecture into a cache, with no GPU\n"
-    "needed. Kernels already in the cache are not compiled again. Ship DIR with an\n"
-    "application and point FUSEGEN_CACHE_PATH at it.\n"
+    "Precompiles the kernels of every SPEC (a layer, or each layer of a block) for every\n"
+    "architecture into a cache, with no GPU needed, under the keys the runtime looks them up\n"
+    "by. Kernels already in the cache are not compiled again. Ship DIR with an application\n"
+    "and point FUSEGEN_CACHE_PATH at it.\n"
     "\n"
     "options:\n"
     "  --arch LIST     comma-separated architectures (default " CLI_DEFAULT_ARCHS ")\n"
     "  --cache DIR     cache to fill (default: the user cache, $FUSEGEN_CACHE_DIR or\n"
     "                  $XDG_CACHE_HOME/fusegen or ~/.cache/fusegen)\n"
-    "  -j, --jobs N    compile N kernels in parallel (default: the number of CPUs)\n";
+    "  -j, --jobs N    compile N kernels in parallel (default: the number of CPUs)\n"
+    "  --check         compile nothing: load each SPEC as the runtime does (no GPU needed) and\n"
+    "                  say whether the cache holds every kernel set its prepare would load\n"
+    "                  for each architecture; exit 1 if any is missing\n";
 
 #define MAX_ARCHS 8
 #define MAX_SPECS 256
@@ -139,15 +144,75 @@ static void *worker(void *arg)
     }
 }
 
+/* --check: each spec loaded by the runtime on a CPU-only context for each architecture, over
+ * the cache build fills (no shipped caches), and each layer's kernels looked up as its first
+ * prepare would look them up (fg_tools_layer_cached). */
+static int check_cached(const char *cache_dir, const char *dest, char archs[][16], int n_archs, char **paths,
+                        const fg_block_ir *specs, int n_specs)
+{
+    int wanted_all = 0, found_all = 0, rc = EXIT_OK;
+    for (int a = 0; a < n_archs && rc == EXIT_OK; a++) {
+        fg_context_options opts;
+        fg_context_options_init(&opts);
+        opts.device = -1;
+        opts.arch = archs[a];
+        opts.cache_dir = cache_dir;
+        opts.cache_path = "";
+        fg_context *ctx = NULL;
+        if (fg_context_create(&opts, &ctx) != FG_OK) {
+            cli_error("%s", fg_last_error());
+            return EXIT_FAIL;
+        }
+        for (int s = 0; s < n_specs && rc == EXIT_OK; s++) {
+            fg_layer *single = NULL;
+            fg_block *block = NULL;
+            fg_status st = specs[s].single ? fg_layer_load_file(ctx, paths[s], &single)
+                                           : fg_block_load_file(ctx, paths[s], &block);
+            for (int l = 0; l < specs[s].n_layers && st == FG_OK; l++) {
+                fg_layer *layer = single ? single : fg_tools_block_layer(block, l);
+                int wanted = 0;
+                bool found[2];
+                char keys[2][FG_CACHE_KEY_HEX + 1];
+                if ((st = fg_tools_layer_cached(layer, &wanted, found, keys)) != FG_OK)
+                    break;
+                bool all = found[0] && (wanted == 1 || found[1]);
+                printf("%-8s %-7s %s:", all ? "cached" : "MISSING", archs[a], fg_tools_layer_ir(layer)->name);
+                for (int c = 0; c < wanted; c++) {
+                    wanted_all++;
+                    found_all += found[c];
+                    printf("%s %s %.16s", c ? "; the plan timed against it:" : "",
+                           found[c] ? "entry" : "no entry for the plan alias", keys[c]);
+                }
+                printf("\n");
+            }
+            if (st != FG_OK) {
+                fprintf(stderr, "%s\n", fg_last_error());
+                rc = EXIT_FAIL;
+            }
+            if (single)
+                fg_layer_destroy(single);
+            if (block)
+                fg_block_destroy(block);
+        }
+        fg_context_destroy(ctx);
+    }
+    if (rc == EXIT_OK)
+        fprintf(stderr, "%d of the %d kernel sets the runtime would load are in %s%s\n", found_all, wanted_all, dest,
+                found_all < wanted_all ? ": run fusegen build without --check" : "");
+    return rc == EXIT_OK && found_all < wanted_all ? EXIT_FAIL : rc;
+}
+
 int cmd_build(int argc, char **argv)
 {
     static const struct option longopts[] = {{"help", no_argument, 0, 'h'},
                                              {"arch", required_argument, 0, 'a'},
                                              {"cache", required_argument, 0, 'c'},
                                              {"jobs", required_argument, 0, 'j'},
+                                             {"check", no_argument, 0, 'k'},
                                              {0, 0, 0, 0}};
     const char *arch_list = CLI_DEFAULT_ARCHS, *cache_dir = NULL;
     long jobs = sysconf(_SC_NPROCESSORS_ONLN);
+    bool check = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "hj:", longopts, NULL)) != -1) {
@@ -165,6 +230,9 @@ int cmd_build(int argc, char **argv)
         case 'j':
             if ((jobs = cli_parse_positive("build", "-j", optarg, 64)) < 0)
                 return EXIT_USAGE;
+            break;
+        case 'k':
+            check = true;
             break;
         default:
             return cli_usage_error("build", "unknown option");
@@ -204,16 +272,36 @@ int cmd_build(int argc, char **argv)
                     archs[a], major, minor);
     }
 
-    fg_layer_ir *irs = calloc((size_t)n_specs, sizeof *irs);
+    /* every spec as the runtime loads it: a layer, or a block's layers (docs/spec.md, Blocks) */
+    fg_block_ir *specs = calloc((size_t)n_specs, sizeof *specs);
     fg_plan *plan = malloc(2 * sizeof *plan);
-    /* one source per spec and architecture (the plan depends on the architecture), and a
+    fg_rendered *srcs = NULL;
+    work *items = NULL;
+    int rc = EXIT_OK, n_loaded = 0, n_layers = 0, n_items = 0;
+    if (!specs || !plan) {
+        cli_error("out of memory");
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    for (; n_loaded < n_specs; n_loaded++) {
+        if (cli_load_spec(argv[optind + n_loaded], &specs[n_loaded]) != 0) {
+            rc = EXIT_FAIL;
+            goto out;
+        }
+        n_layers += specs[n_loaded].n_layers;
+    }
+    if (check) {
+        rc = check_cached(cache_dir, cache_dir ? cache_dir : cache.user_dir, archs, n_archs, argv + optind, specs,
+                          n_specs);
+        goto out;
+    }
+    /* one source per layer and architecture (the plan depends on the architecture), and a
      * second where the runtime times two plans at the first run (runtime/tuning.h), so that
      * a shipped cache has both */
-    int max_items = 2 * n_specs * n_archs, n_items = 0;
-    fg_rendered *srcs = calloc((size_t)max_items, sizeof *srcs);
-    work *items = calloc((size_t)max_items, sizeof *items);
-    int rc = EXIT_OK;
-    if (!irs || !plan || !srcs || !items) {
+    int max_items = 2 * n_layers * n_archs;
+    srcs = calloc((size_t)max_items, sizeof *srcs);
+    items = calloc((size_t)max_items, sizeof *items);
+    if (!srcs || !items) {
         cli_error("out of memory");
         rc = EXIT_FAIL;
         goto out;
@@ -221,23 +309,26 @@ int cmd_build(int argc, char **argv)
     double t0 = fg_seconds_now();
     for (int s = 0; s < n_specs; s++) {
         for (int a = 0; a < n_archs; a++) {
-            int n_plans = cli_plans_for_cache(argv[optind + s], archs[a], &irs[s], plan);
-            if (n_plans < 0) {
-                rc = EXIT_FAIL;
-                goto out;
-            }
-            for (int k = 0; k < n_plans; k++) {
-                work *w = &items[n_items];
-                if (fg_render(&irs[s], &plan[k], &srcs[n_items], &err) != 0) {
-                    fprintf(stderr, "%s\n", err.msg);
+            for (int l = 0; l < specs[s].n_layers; l++) {
+                const fg_layer_ir *ir = &specs[s].layers[l];
+                int n_plans = cli_plans_for_cache(ir, archs[a], plan);
+                if (n_plans < 0) {
                     rc = EXIT_FAIL;
                     goto out;
                 }
-                fg_plan_key(&cache.identity, &irs[s], &plan[k], archs[a], w->plan_key);
-                w->ir = &irs[s];
-                w->source = srcs[n_items].source;
-                w->arch = archs[a];
-                n_items++;
+                for (int k = 0; k < n_plans; k++) {
+                    work *w = &items[n_items];
+                    if (fg_render(ir, &plan[k], &srcs[n_items], &err) != 0) {
+                        fprintf(stderr, "%s\n", err.msg);
+                        rc = EXIT_FAIL;
+                        goto out;
+                    }
+                    fg_plan_key(&cache.identity, ir, &plan[k], archs[a], w->plan_key);
+                    w->ir = ir;
+                    w->source = srcs[n_items].source;
+                    w->arch = archs[a];
+                    n_items++;
+                }
             }
         }
     }
@@ -249,9 +340,12 @@ int cmd_build(int argc, char **argv)
     p.progress_line = isatty(STDERR_FILENO);
     p.started = t0;
     const char *dest = cache_dir ? cache_dir : cache.user_dir;
-    fprintf(stderr, "building %d kernel set%s (%d spec%s x %d arch%s%s, NVRTC %d.%d) into %s with %ld job%s\n",
-            p.n, p.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", n_archs, n_archs == 1 ? "" : "s",
-            p.n > n_specs * n_archs ? ", and the plans timed against another at the first run" : "", major, minor, dest,
+    char layers[48] = ""; /* a block's layers each have a kernel set */
+    if (n_layers > n_specs)
+        snprintf(layers, sizeof layers, " of %d layers", n_layers);
+    fprintf(stderr, "building %d kernel set%s (%d spec%s%s x %d arch%s%s, NVRTC %d.%d) into %s with %ld job%s\n",
+            p.n, p.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", layers, n_archs, n_archs == 1 ? "" : "s",
+            p.n > n_layers * n_archs ? ", and the plans timed against another at the first run" : "", major, minor, dest,
             jobs, jobs == 1 ? "" : "s");
     int n_threads = (int)(jobs < p.n ? jobs : p.n);
     pthread_t threads[64];
@@ -297,6 +391,8 @@ out:
     free(srcs);
     free(items);
     free(plan);
-    free(irs);
+    for (int s = 0; s < n_loaded; s++)
+        fg_block_ir_free(&specs[s]);
+    free(specs);
     return rc;
 }

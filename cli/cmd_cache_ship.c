@@ -145,28 +145,34 @@ int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output,
     int rc = fg_cache_init(&stage, dir, NULL, &err) != 0 ? (cli_error("%s", err.msg), EXIT_FAIL) : EXIT_OK;
     stage.identity = cache->identity;
     stage.create_mode = 0755;
-    fg_layer_ir *ir = malloc(sizeof *ir);
+    fg_block_ir *spec = calloc(1, sizeof *spec);
     fg_plan *plan = malloc(2 * sizeof *plan);
-    if (!ir || !plan)
+    if (!spec || !plan)
         rc = EXIT_FAIL;
-    int exported = 0;
-    for (int s = 0; s < n_specs && rc == EXIT_OK; s++)
-        for (int a = 0; a < n_archs && rc == EXIT_OK; a++) {
-            /* with the plan the runtime times it against at the first run (runtime/tuning.h),
-             * which `fusegen build` stored too: a shipped cache spares users that compile */
-            int n_plans = cli_plans_for_cache(specs[s], archs[a], ir, plan);
-            if (n_plans < 0) {
-                rc = EXIT_FAIL;
-                break;
-            }
-            for (int k = 0; k < n_plans && rc == EXIT_OK; k++) {
-                if (export_one(cache, &stage, ir, &plan[k], archs[a]) != 0)
-                    rc = EXIT_FAIL;
-                else
-                    exported++;
-            }
+    int exported = 0, n_layers = 0;
+    for (int s = 0; s < n_specs && rc == EXIT_OK; s++) {
+        if (cli_load_spec(specs[s], spec) != 0) { /* a layer, or a block's layers */
+            rc = EXIT_FAIL;
+            break;
         }
-    free(ir);
+        n_layers += spec->n_layers;
+        for (int a = 0; a < n_archs && rc == EXIT_OK; a++)
+            for (int l = 0; l < spec->n_layers && rc == EXIT_OK; l++) {
+                /* with the plan the runtime times it against at the first run (runtime/tuning.h),
+                 * which `fusegen build` stored too: a shipped cache spares users that compile */
+                int n_plans = cli_plans_for_cache(&spec->layers[l], archs[a], plan);
+                if (n_plans < 0)
+                    rc = EXIT_FAIL;
+                for (int k = 0; k < n_plans && rc == EXIT_OK; k++) {
+                    if (export_one(cache, &stage, &spec->layers[l], &plan[k], archs[a]) != 0)
+                        rc = EXIT_FAIL;
+                    else
+                        exported++;
+                }
+            }
+        fg_block_ir_free(spec);
+    }
+    free(spec);
     free(plan);
     if (rc == EXIT_OK) {
         char *const argv[] = {"tar", "-cf", (char *)output, "-C", dir, "--owner=0", "--group=0", "--numeric-owner",
@@ -175,9 +181,12 @@ int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output,
             cli_error("tar could not write %s", output);
             rc = EXIT_FAIL;
         } else {
-            fprintf(stderr, "wrote %s: %d kernel sets (%d specs x %d archs%s) with their plan aliases\n", output,
-                    exported, n_specs, n_archs,
-                    exported > n_specs * n_archs ? ", and the plans timed against another at the first run" : "");
+            char layers[48] = ""; /* a block's layers each have a kernel set */
+            if (n_layers > n_specs)
+                snprintf(layers, sizeof layers, " of %d layers", n_layers);
+            fprintf(stderr, "wrote %s: %d kernel sets (%d specs%s x %d archs%s) with their plan aliases\n", output,
+                    exported, n_specs, layers, n_archs,
+                    exported > n_layers * n_archs ? ", and the plans timed against another at the first run" : "");
         }
     }
     remove_tree(dir);

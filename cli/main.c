@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "../runtime/environment.h"
 #include "../runtime/nvrtc_compiler.h"
+#include "../gen/block.h"
 #include "../gen/spec_loader.h"
 
 static const char usage[] =
@@ -28,7 +29,7 @@ static const char usage[] =
     "  run SPEC [--device cpu|gpu] [--random SEED --batch N | --input X] [--weights W] [--out Y] [--check]\n"
     "                             run a layer on random or given tensors\n"
     "  bench SPEC [--batch N] [--iters N] | bench --ceilings\n"
-    "                             time a layer on the GPU against the hardware floor\n"
+    "                             time a layer or a block on the GPU against the hardware floor\n"
     "  ops [--markdown]           list the ops a spec can use, their fields and defaults\n"
     "  export MODULE.py[:CLASS] [-o SPEC]\n"
     "                             write the spec of a PyTorch module (needs the Python package and torch)\n"
@@ -129,10 +130,27 @@ int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan 
     return memcmp(alternative, plan, sizeof *plan) != 0;
 }
 
-int cli_plans_for_cache(const char *path, const char *arch, fg_layer_ir *ir, fg_plan plans[2])
+int cli_load_spec(const char *path, fg_block_ir *b)
 {
-    if (cli_load_and_plan(path, arch, ir, &plans[0]) != 0)
+    fg_error err;
+    memset(b, 0, sizeof *b);
+    if (fg_block_spec_load_file(path, b, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        fg_block_ir_free(b);
         return -1;
+    }
+    return 0;
+}
+
+int cli_plans_for_cache(const fg_layer_ir *ir, const char *arch, fg_plan plans[2])
+{
+    fg_plan_options opts;
+    cli_plan_options(&opts, arch);
+    fg_error err;
+    if (fg_plan_layer(ir, &opts, &plans[0], &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
     return 1 + cli_alternative_plan(ir, arch, &plans[0], &plans[1], false);
 }
 

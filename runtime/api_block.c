@@ -392,14 +392,39 @@ FG_API fg_status fg_block_bind_safetensors(fg_block *block, const char *path, in
     return s;
 }
 
+/* Each layer's kernels, in run order, as fg_layer_prepare_held loads them for `batch` (0: not
+ * known). The block held. */
+static fg_status prepare_layers(fg_block *block, int64_t batch)
+{
+    fg_status s = FG_OK;
+    for (int i = 0; i < block->ir.n_layers && s == FG_OK; i++)
+        s = fg_layer_prepare_held(block->layers[i], batch);
+    return s;
+}
+
 FG_API fg_status fg_block_prepare(fg_block *block)
 {
     ENTER_BLOCK(block, "fg_block_prepare");
-    fg_status s = FG_OK;
-    for (int i = 0; i < block->ir.n_layers && s == FG_OK; i++)
-        s = fg_layer_prepare(block->layers[i]);
+    fg_status s = prepare_layers(block, 0);
     fg_handle_release(block);
     return s;
+}
+
+fg_status fg_tools_block_prepare(fg_block *block, int64_t batch)
+{
+    ENTER_BLOCK(block, "fg_tools_block_prepare");
+    fg_status s = batch < 1 || batch > INT32_MAX
+                      ? fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                                    "fg_tools_block_prepare: batch must be between 1 and %d (got %lld)", INT32_MAX,
+                                    (long long)batch)
+                      : prepare_layers(block, batch);
+    fg_handle_release(block);
+    return s;
+}
+
+fg_context *fg_block_context(const fg_block *block)
+{
+    return fg_handle_live(block, FG_HANDLE_BLOCK) ? block->ctx : NULL;
 }
 
 static uint64_t align256(uint64_t x)
@@ -616,6 +641,16 @@ fg_status fg_tools_block_bind_random(fg_block *block, uint64_t seed)
     }
     fg_handle_release(block);
     return s;
+}
+
+fg_layer *fg_tools_block_layer(fg_block *block, int i)
+{
+    fg_api_clear_error();
+    if (!fg_handle_live(block, FG_HANDLE_BLOCK) || i < 0 || i >= block->ir.n_layers) {
+        fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_block_layer: not a live block, or no layer %d", i);
+        return NULL;
+    }
+    return block->layers[i];
 }
 
 double fg_tools_block_reference_work(const fg_block *block, int64_t batch)

@@ -104,6 +104,9 @@ fg_status fg_layer_prepare_held(fg_layer *layer, int64_t batch);
  * the context's architecture and registered as a live layer handle. */
 fg_status fg_layer_create_from_ir(fg_context *ctx, const fg_layer_ir *ir, fg_layer **out);
 
+/* The context a live block was loaded on (runtime/tools.c's timing), or NULL. */
+fg_context *fg_block_context(const fg_block *block);
+
 /* Makes the context's CUDA context current on this thread. */
 fg_status fg_api_enter(fg_context *ctx);
 

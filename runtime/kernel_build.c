@@ -230,28 +230,42 @@ int fg_build_record_alias(const fg_builder *builder, const char *plan_key, const
     return fg_cache_store_alias(builder->cache, builder->store_dir, plan_key, b->key, err);
 }
 
+int fg_build_find(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *plan, const char *arch, fg_built *out,
+                  fg_error *err)
+{
+    memset(out, 0, sizeof *out);
+    char key[FG_CACHE_KEY_HEX + 1];
+    fg_cache lookup;
+    if (check_identity(b->cache, err) || lookup_caches(b->cache, b->store_dir, &lookup, err))
+        return -1;
+    fg_plan_key(&b->cache->identity, ir, plan, arch, out->plan_key);
+    if (!fg_cache_lookup_alias(&lookup, out->plan_key, key))
+        return 0;
+    char plan_key[FG_CACHE_KEY_HEX + 1];
+    memcpy(plan_key, out->plan_key, sizeof plan_key);
+    int found = lookup_entry(&lookup, key, arch, ir, plan_key, out, err);
+    if (found > 0)
+        memcpy(out->key, key, sizeof out->key);
+    else /* lookup_entry left there the plan key the entry records, if any */
+        memcpy(out->plan_key, plan_key, sizeof out->plan_key);
+    return found;
+}
+
 int fg_build_layer(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *plan, const char *arch, fg_built *out,
                    fg_error *err)
 {
     fg_cache *cache = b->cache;
     const char *store_dir = b->store_dir;
-    memset(out, 0, sizeof *out);
-    char plan_key[FG_CACHE_KEY_HEX + 1], key[FG_CACHE_KEY_HEX + 1];
-    fg_cache lookup;
-    if (check_identity(cache, err) || lookup_caches(cache, store_dir, &lookup, err))
+    int found = fg_build_find(b, ir, plan, arch, out, err);
+    if (found < 0)
         return -1;
-    fg_plan_key(&cache->identity, ir, plan, arch, plan_key);
-    if (fg_cache_lookup_alias(&lookup, plan_key, key)) {
-        int found = lookup_entry(&lookup, key, arch, ir, plan_key, out, err);
-        if (found < 0)
-            return -1;
-        if (found) {
-            memcpy(out->key, key, sizeof out->key);
-            if (!store_dir)
-                fg_cache_stats_record(cache->user_dir, true, out->compile_seconds);
-            return 0;
-        }
+    if (found) {
+        if (!store_dir)
+            fg_cache_stats_record(cache->user_dir, true, out->compile_seconds);
+        return 0;
     }
+    char plan_key[FG_CACHE_KEY_HEX + 1];
+    memcpy(plan_key, out->plan_key, sizeof plan_key);
     /* no alias, or it names an entry that is gone or bad: render */
     double t0 = fg_seconds_now();
     fg_rendered src;

@@ -62,6 +62,12 @@ void fg_plan_key(const fg_cache_identity *id, const fg_layer_ir *ir, const fg_pl
  * nothing to record. */
 int fg_build_record_alias(const fg_builder *builder, const char *plan_key, const fg_built *b, fg_error *err);
 
+/* 1 with `out` holding the cubin when the plan alias of (ir, plan) for arch names a valid
+ * entry that records exactly that plan (fg_build_layer's lookup: no rendering, no compile),
+ * 0 when not (out->plan_key: the alias key looked up), -1 on an error. */
+int fg_build_find(const fg_builder *b, const fg_layer_ir *ir, const fg_plan *plan, const char *arch, fg_built *out,
+                  fg_error *err);
+
 /* A layer's cubin for arch: through its plan alias when that names a valid entry (no
  * rendering), else renders, fg_build_cubin's, and records the alias (in store_dir, or the
  * user cache) once the entry is in a cache. */

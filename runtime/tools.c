@@ -2,12 +2,14 @@
 /* runtime/tools.h: what the CLI, the GPU tests and the benchmarks need beyond the public API. */
 #include "tools.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
 #include "handles.h"
+#include "kernel_build.h"
 #include "nvrtc_compiler.h"
 #include "random_init.h"
 #include "../common/half.h"
@@ -80,6 +82,13 @@ fg_status fg_tools_prepare(fg_layer *layer, int64_t batch)
     return s;
 }
 
+/* Whether the layer's last prepare compiled kernels: where two plans were timed first
+ * (runtime/tuning.h), it did if either was compiled. */
+static bool prepare_compiled(const fg_layer *layer)
+{
+    return !layer->from_cache || layer->prepare_seconds.tuning == FG_TUNING_COMPILED;
+}
+
 fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap)
 {
     fg_status s = check_layer(layer, "fg_tools_describe_prepare");
@@ -88,19 +97,67 @@ fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap
     char rendering[48] = "found by the plan alias, not rendered";
     if (layer->prepare_seconds.render >= 0)
         snprintf(rendering, sizeof rendering, "rendering %.1f", layer->prepare_seconds.render * 1e3);
-    /* where two plans were timed first (runtime/tuning.h), the kernels were compiled then if
-     * either was */
     fg_tuning_outcome tuning = layer->prepare_seconds.tuning;
-    bool compiled = !layer->from_cache || tuning == FG_TUNING_COMPILED;
     char tuned[96] = "";
     if (tuning != FG_TUNING_NONE)
         snprintf(tuned, sizeof tuned, "two plans %sand timed %.1f, ",
                  tuning == FG_TUNING_COMPILED ? "compiled side by side " : "loaded ", layer->prepare_seconds.tune * 1e3);
     snprintf(buf, cap, "kernels %s in %.1f ms (%s%s, %s %.1f, module load %.1f)",
-             compiled ? "compiled" : "loaded from the cache", layer->prepare_seconds.total * 1e3, tuned, rendering,
-             layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
+             prepare_compiled(layer) ? "compiled" : "loaded from the cache", layer->prepare_seconds.total * 1e3, tuned,
+             rendering, layer->from_cache ? "cache lookup" : "compile", layer->prepare_seconds.build * 1e3,
              layer->prepare_seconds.load * 1e3);
     return FG_OK;
+}
+
+fg_status fg_tools_block_describe_prepare(fg_block *block, char *buf, size_t cap)
+{
+    int n = 0, compiled = 0, tuned = 0;
+    fg_status s = fg_block_layer_count(block, &n);
+    double total = 0;
+    for (int i = 0; i < n && s == FG_OK; i++) {
+        const fg_layer *layer = fg_tools_block_layer(block, i);
+        if (!layer)
+            return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_block_describe_prepare: no layer %d", i);
+        compiled += prepare_compiled(layer);
+        tuned += layer->prepare_seconds.tuning != FG_TUNING_NONE;
+        total += layer->prepare_seconds.total;
+    }
+    if (s != FG_OK)
+        return s;
+    char timed[64] = "";
+    if (tuned)
+        snprintf(timed, sizeof timed, "; %d timed two plans first", tuned);
+    snprintf(buf, cap, "kernels of %d layers in %.1f ms (%d compiled, %d loaded from the cache%s)", n, total * 1e3,
+             compiled, n - compiled, timed);
+    return FG_OK;
+}
+
+fg_status fg_tools_layer_cached(fg_layer *layer, int *wanted, bool found[2], char keys[2][FG_CACHE_KEY_HEX + 1])
+{
+    fg_status s = check_layer(layer, "fg_tools_layer_cached");
+    if (s != FG_OK)
+        return s;
+    fg_context *ctx = layer->ctx;
+    fg_plan alternative;
+    const fg_plan *plans[2] = {&layer->plan, &alternative};
+    *wanted = 1 + fg_tuning_alternative_plan(layer, &alternative);
+    found[0] = found[1] = false;
+    fg_error err;
+    pthread_mutex_lock(&ctx->lock); /* the identity, as a first prepare sets it */
+    if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
+        s = fg_api_fail_error(FG_ERR_COMPILE, &err);
+    const fg_builder builder = {.cache = &ctx->cache};
+    for (int c = 0; c < *wanted && s == FG_OK; c++) {
+        fg_built built;
+        int hit = fg_build_find(&builder, &layer->ir, plans[c], ctx->arch, &built, &err);
+        if (hit < 0)
+            s = fg_api_fail_error(FG_ERR_IO, &err);
+        found[c] = hit > 0;
+        memcpy(keys[c], hit > 0 ? built.key : built.plan_key, FG_CACHE_KEY_HEX + 1);
+        fg_built_free(&built);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return s;
 }
 
 fg_status fg_tools_run_cpu(fg_layer *layer, const float *input, float *output, int64_t batch,
@@ -254,21 +311,21 @@ static fg_status elapsed(const timer *t, double *ms)
     return s;
 }
 
-fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr output, int64_t batch, long warmup,
-                             long iters, double *times_ms)
+/* Times `iters` runs of run(arg, stream) after `warmup` untimed ones, the L2 flushed before
+ * each (fg_tools_time_runs, fg_tools_time_block_runs). */
+static fg_status time_runs(fg_context *ctx, const char *fn, fg_status (*run)(void *arg, CUstream stream), void *arg,
+                           long warmup, long iters, double *times_ms)
 {
-    fg_status s = check_layer(layer, "fg_tools_time_runs");
-    if (s == FG_OK)
-        s = enter_device(layer->ctx, "fg_tools_time_runs");
+    fg_status s = enter_device(ctx, fn);
     timer t;
-    if (s != FG_OK || (s = timer_open(layer->ctx, &t)) != FG_OK)
+    if (s != FG_OK || (s = timer_open(ctx, &t)) != FG_OK)
         return s;
     for (long i = 0; i < warmup + iters && s == FG_OK; i++) {
         s = cuda_status(t.cu->MemsetD8Async(t.flush, (unsigned char)i, t.flush_bytes, t.stream), "flushing the L2");
         if (s == FG_OK)
             s = cuda_status(t.cu->EventRecord(t.start, t.stream), "cuEventRecord");
         if (s == FG_OK)
-            s = fg_layer_run(layer, (const void *)input, (void *)output, batch, t.stream);
+            s = run(arg, t.stream);
         if (s == FG_OK)
             s = cuda_status(t.cu->EventRecord(t.stop, t.stream), "cuEventRecord");
         double ms = 0;
@@ -279,6 +336,41 @@ fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr out
     }
     timer_close(&t);
     return s;
+}
+
+typedef struct timed_run {
+    fg_layer *layer;
+    fg_block *block;
+    const void *const *inputs; /* the block's; a layer's is inputs[0] */
+    void *output;
+    int64_t batch;
+} timed_run;
+
+static fg_status run_timed(void *arg, CUstream stream)
+{
+    const timed_run *r = arg;
+    return r->layer ? fg_layer_run(r->layer, r->inputs[0], r->output, r->batch, stream)
+                    : fg_block_run(r->block, r->inputs, r->output, r->batch, stream);
+}
+
+fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr output, int64_t batch, long warmup,
+                             long iters, double *times_ms)
+{
+    fg_status s = check_layer(layer, "fg_tools_time_runs");
+    const void *inputs[1] = {(const void *)input};
+    timed_run r = {.layer = layer, .inputs = inputs, .output = (void *)output, .batch = batch};
+    return s != FG_OK ? s : time_runs(layer->ctx, "fg_tools_time_runs", run_timed, &r, warmup, iters, times_ms);
+}
+
+fg_status fg_tools_time_block_runs(fg_block *block, const void *const *inputs, void *output, int64_t batch, long warmup,
+                                   long iters, double *times_ms)
+{
+    fg_api_clear_error();
+    fg_context *ctx = fg_block_context(block);
+    if (!ctx)
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_time_block_runs: not a live block (NULL or destroyed)");
+    timed_run r = {.block = block, .inputs = inputs, .output = output, .batch = batch};
+    return time_runs(ctx, "fg_tools_time_block_runs", run_timed, &r, warmup, iters, times_ms);
 }
 
 static const char fma_source[] =

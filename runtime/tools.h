@@ -11,11 +11,13 @@
 #define FG_TOOLS_H
 
 #include <cuda.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "../gen/ir.h"
 #include "../gen/planner.h"
+#include "cache.h"
 #include "fusegen.h"
 
 /* ---- a layer's insides, read-only (they live as long as the layer) ---------------------- */
@@ -36,6 +38,15 @@ fg_status fg_tools_prepare(fg_layer *layer, int64_t batch);
 /* "kernels loaded from the cache in 1.9 ms (rendering 0.7, cache lookup 0.3, module load
  * 0.9)": how the layer's kernels were last prepared, for timing lines. */
 fg_status fg_tools_describe_prepare(const fg_layer *layer, char *buf, size_t cap);
+
+/* Whether fg_layer_prepare would find the layer's kernels for the context's architecture in
+ * the context's caches, looked up as it looks them up (the plan alias of the layer's IR and
+ * plan, naming an entry that records that plan: fg_build_find), with no device, rendering or
+ * compile. *wanted is 1, or 2 where the runtime times another plan at the first prepare
+ * (runtime/tuning.h; counted whatever FUSEGEN_TUNE says, as `fusegen build` stores both);
+ * for each plan c, found[c] says whether it is in the caches and keys[c] is the entry's key,
+ * or the plan alias key looked up in vain. `fusegen build --check`. */
+fg_status fg_tools_layer_cached(fg_layer *layer, int *wanted, bool found[2], char keys[2][FG_CACHE_KEY_HEX + 1]);
 
 /* The CPU reference (fg_layer_run_cpu) calling progress(ctx, fraction done) as it goes, and
  * an estimate of its work beforehand (multiply-adds; reference/cpu_reference.h), so that a
@@ -81,6 +92,10 @@ fg_status fg_tools_fill_nan_io(fg_context *ctx, CUdeviceptr p, size_t count, int
 fg_status fg_tools_time_runs(fg_layer *layer, CUdeviceptr input, CUdeviceptr output, int64_t batch, long warmup,
                              long iters, double *times_ms);
 
+/* The same for a block (fg_block_run on `inputs`, fg_block_input_count device pointers). */
+fg_status fg_tools_time_block_runs(fg_block *block, const void *const *inputs, void *output, int64_t batch, long warmup,
+                                   long iters, double *times_ms);
+
 /* The two rates of the hardware floor, measured: fp32 FMA TFLOP/s (an NVRTC-compiled kernel
  * of independent fmaf chains, 8 blocks per SM, best of 4 timed launches) and device copy
  * TB/s (bytes read + written, a device-to-device copy of 2 x L2 bytes, best of 5). */
@@ -90,6 +105,14 @@ fg_status fg_tools_ceilings(fg_context *ctx, double *fma_tflops, double *copy_tb
  * key from the layer that reads it first), the CPU reference's work, and whether a layer's
  * statistics span the batch (then a check needs every sample). */
 fg_status fg_tools_block_bind_random(fg_block *block, uint64_t seed);
+/* fg_block_prepare for runs of `batch` samples (fg_tools_prepare of each layer), and the
+ * summary of how its layers' kernels were prepared: "kernels of 3 layers in 4.1 ms (0
+ * compiled, 3 loaded from the cache)". */
+fg_status fg_tools_block_prepare(fg_block *block, int64_t batch);
+fg_status fg_tools_block_describe_prepare(fg_block *block, char *buf, size_t cap);
+/* The block's i-th layer in run order (owned by the block), or NULL for a dead handle or an
+ * index out of range. */
+fg_layer *fg_tools_block_layer(fg_block *block, int i);
 double fg_tools_block_reference_work(const fg_block *block, int64_t batch);
 bool fg_tools_block_stats_over_batch(const fg_block *block);
 

@@ -24,24 +24,28 @@ enum {
 static const double TUNING_MARGIN = 0.03;
 static const uint64_t TUNING_BYTES = 1ull << 30; /* input, output and workspace of a timing */
 
+bool fg_tuning_alternative_plan(const fg_layer *layer, fg_plan *out)
+{
+    const fg_context *ctx = layer->ctx;
+    fg_plan_options opts = ctx->plan_options, alternative;
+    fg_plan_options_set_arch(&opts, ctx->arch);
+    fg_error err;
+    /* another engine, nothing else: the layer reads its fold and cuDNN-ness without a lock */
+    return fg_plan_engine_alternative(&layer->ir, &opts, &layer->plan, &alternative) &&
+           fg_plan_layer(&layer->ir, &alternative, out, &err) == 0 && memcmp(out, &layer->plan, sizeof *out) != 0 &&
+           memcmp(&out->fold, &layer->plan.fold, sizeof out->fold) == 0;
+}
+
 fg_layer_candidate *fg_tuning_candidate(const fg_layer *layer)
 {
     const fg_context *ctx = layer->ctx;
     if (!ctx->cu || ctx->env.no_tuning)
         return NULL;
-    fg_plan_options opts = ctx->plan_options, alternative;
-    fg_plan_options_set_arch(&opts, ctx->arch);
-    if (!fg_plan_engine_alternative(&layer->ir, &opts, &layer->plan, &alternative))
-        return NULL;
     fg_layer_candidate *c = calloc(1, sizeof *c);
     fg_error err;
     if (!c)
         return NULL;
-    /* another engine, nothing else: the layer reads its fold and cuDNN-ness without a lock */
-    if (fg_plan_layer(&layer->ir, &alternative, &c->plan, &err) != 0 ||
-        memcmp(&c->plan, &layer->plan, sizeof c->plan) == 0 ||
-        memcmp(&c->plan.fold, &layer->plan.fold, sizeof c->plan.fold) != 0 ||
-        fg_launch_table_init(&c->launch, &layer->ir, &c->plan, &err) != 0) {
+    if (!fg_tuning_alternative_plan(layer, &c->plan) || fg_launch_table_init(&c->launch, &layer->ir, &c->plan, &err) != 0) {
         free(c);
         return NULL;
     }

@@ -16,6 +16,7 @@
 #ifndef FG_TUNING_H
 #define FG_TUNING_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../gen/planner.h"
@@ -30,6 +31,10 @@ typedef struct fg_layer_candidate {
     fg_launch_table launch;
 } fg_layer_candidate;
 
+/* The plan the layer's would be timed against (another conv engine, nothing else) when the
+ * planner left its engine open, whatever the context's device and FUSEGEN_TUNE: true and
+ * *out planned, else false. */
+bool fg_tuning_alternative_plan(const fg_layer *layer, fg_plan *out);
 /* At load: the layer's alternative plan when its engine is open, else NULL (also on any
  * failure to plan it: the planner's choice stands). */
 fg_layer_candidate *fg_tuning_candidate(const fg_layer *layer);

@@ -3,7 +3,9 @@
 # The CLI on block specs (docs/spec.md, "Blocks"): `fusegen plan` prints the wiring, each
 # layer's plan, the block's kernels in run order and its workspace; `fusegen gen -o` writes
 # one source per layer; `fusegen run --device cpu` runs the block's reference and writes its
-# output; a bad block exits 1 with file:line and the field; a plain layer spec is unchanged.
+# output; `fusegen build` precompiles every layer of a block with no GPU, and `build --check`
+# finds them as the runtime would; a bad block exits 1 with file:line and the field; a plain
+# layer spec is unchanged.
 # usage: tests/test_cli_blocks.sh FUSEGEN_BINARY SOURCE_DIR
 set -u
 fusegen=$1
@@ -72,5 +74,63 @@ check "bad run: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor o
 out=$("$fusegen" plan "$src/specs/kb92.lua" 2>&1)
 check "layer: unchanged" "layer kb92_conv2d_groupnorm_tanh_hardswish_residual_logsumexp" "$out"
 if grep -q "^block " <<<"$out"; then failed=$((failed + 1)); echo "FAIL a layer spec printed as a block" >&2; fi
-echo "cli_blocks: $passed passed, $failed failed"
+# build: every layer of every shipped block for both architectures, no GPU; then --check
+# loads each block as the runtime does (a CPU-only context per architecture) and looks each
+# layer's kernels up as its first prepare would: all there, none compiled a second time
+blocks=("$src"/specs/blocks/*.lua)
+n_layers=0
+for s in "${blocks[@]}"; do
+  n_layers=$((n_layers + $("$fusegen" plan --arch sm_80 "$s" 2>&1 | grep -c '^  layer  ')))
+done
+out=$("$fusegen" build --arch sm_90a,sm_80 --cache "$work/ship" "${blocks[@]}" 2>&1)
+rc=$?
+check "build blocks: status" "rc=0" "rc=$rc"
+check "build blocks: counted" "(${#blocks[@]} specs of $n_layers layers x 2 archs" "$out"
+check "build blocks: a block's layer" "resnet50_bottleneck.b sm_80: compiled" "$out"
+check "build blocks: none failed" " 0 failed" "$out"
+out=$("$fusegen" build --check --arch sm_90a,sm_80 --cache "$work/ship" "${blocks[@]}" 2>&1)
+rc=$?
+check "check blocks: status" "rc=0" "rc=$rc"
+check "check blocks: a layer" "cached   sm_90a  sd_resnet_block.out: entry " "$out"
+if grep -q MISSING <<<"$out"; then failed=$((failed + 1)); echo "FAIL check: a layer is missing: $out" >&2; fi
+cached=$(grep -c '^cached ' <<<"$out")
+check "check blocks: every layer of every block" "cached=$((2 * n_layers))" "cached=$cached"
+out=$("$fusegen" build --arch sm_90a,sm_80 --cache "$work/ship" "${blocks[@]}" 2>&1)
+check "build blocks again: nothing to compile" "0 compiled, " "$out"
+# the cache export of a block names every layer's entry and plan alias
+out=$("$fusegen" cache export --arch sm_90a --cache "$work/ship" -o "$work/ship.tar" "$src/specs/blocks/resnet50_bottleneck.lua" 2>&1)
+check "export block" "(1 specs of 3 layers x 1 archs" "$out"
+# --check on an empty cache: each layer missing, exit 1; a layer spec checks as before
+out=$("$fusegen" build --check --arch sm_80 --cache "$work/empty" "$work/blk.lua" 2>&1)
+rc=$?
+check "check empty: status" "rc=1" "rc=$rc"
+check "check empty: a layer" "MISSING  sm_80   blk.b: no entry for the plan alias " "$out"
+check "check empty: summary" "0 of the 3 kernel sets the runtime would load are in $work/empty" "$out"
+# a bad block: file, line and field, exit 1, nothing built
+out=$("$fusegen" build --arch sm_80 --cache "$work/bad" "$work/bad.lua" 2>&1)
+rc=$?
+check "build bad: status" "rc=1" "rc=$rc"
+check "build bad: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block" "$out"
+[ -e "$work/bad" ] && { failed=$((failed + 1)); echo "FAIL build bad: created $work/bad" >&2; }
+# bench on a block: a bad spec is an error before any GPU work (file, line, field; exit 1);
+# the timing itself needs a GPU: its line where there is one, else the driver's error (exit 1)
+out=$("$fusegen" bench --batch 2 "$work/bad.lua" 2>&1)
+rc=$?
+check "bench bad: status" "rc=1" "rc=$rc"
+check "bench bad: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block" "$out"
+out=$("$fusegen" bench --batch 2 --iters 3 --warmup 1 --cache "$work/ship" "$src/specs/blocks/resnet50_bottleneck.lua" 2>&1)
+rc=$?
+skipped=0
+if grep -qF "median" <<<"$out"; then
+  check "bench block: status" "rc=0" "rc=$rc"
+  check "bench block: the layer bench's line" "resnet50_bottleneck on " "$out"
+  check "bench block: batch and median" ", batch 2: median " "$out"
+  check "bench block: prepared" "kernels of 3 layers in " "$out"
+else
+  check "bench block, no GPU: status" "rc=1" "rc=$rc"
+  check "bench block, no GPU: says why" "fusegen: " "$out"
+  skipped=$((skipped + 1))
+  echo "skipped: fusegen bench's timing of a block (no GPU: $(head -1 <<<"$out"))" >&2
+fi
+echo "cli_blocks: $passed passed, $failed failed, $skipped skipped (GPU only)"
 [ "$failed" -eq 0 ]
