@@ -10,20 +10,8 @@
 set -u
 fusegen=$1
 src=$2
-work=$(mktemp -d "${TMPDIR:-/tmp}/fusegen-cli-blocks-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-export FUSEGEN_CACHE_DIR=$work/cache FUSEGEN_CACHE_PATH=
-passed=0
-failed=0
-check() {
-  if grep -qF -- "$2" <<<"$3"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL $1: expected to find: $2" >&2
-    sed 's/^/    /' <<<"$3" | head -30 >&2
-  fi
-}
+CLI_TEST=cli-blocks
+. "$(dirname "$0")/cli_check.sh"
 # layers listed out of order: c reads b and the block input, b reads a
 cat >"$work/blk.lua" <<'LUA'
 return block "blk" {

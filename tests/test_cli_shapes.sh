@@ -7,21 +7,8 @@
 # usage: tests/test_cli_shapes.sh FUSEGEN_BINARY
 set -u
 fusegen=$1
-work=$(mktemp -d "${TMPDIR:-/tmp}/fusegen-cli-shapes-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-export FUSEGEN_CACHE_DIR=$work/cache FUSEGEN_CACHE_PATH=
-passed=0
-failed=0
-# check NAME FRAGMENT TEXT: TEXT contains FRAGMENT
-check() {
-  if grep -qF -- "$2" <<<"$3"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL $1: expected to find: $2" >&2
-    sed 's/^/    /' <<<"$3" | head -20 >&2
-  fi
-}
+CLI_TEST=cli-shapes
+. "$(dirname "$0")/cli_check.sh"
 cat >"$work/pooled.lua" <<'LUA'
 return layer "pooled" {
   input = { "N", 3, 8, 8 },
