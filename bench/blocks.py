@@ -33,7 +33,8 @@ are to absorb (fusegen_parts says which ops, per family).
 fusegen block (every dtype and layout: the spec's block fields dtype and layout): the whole block as one fusegen
 block spec (fusegen.torch.FusedBlock) -- specs/blocks/'s spec of the family when its input
 has the configuration's channels and size (resnet 256 56x56, sd 320 64x64, nnunet 32->64
-64^3; convnext has none), and with --smoke a small spec of the smoke shape written by
+64^3, convnext 96 56x56: its Linear weights and gamma reshaped to the spec's 1x1 convs and
+[C, 1, 1]), and with --smoke a small spec of the smoke shape written by
 block_spec_text. SD's time embedding projection, Linear(silu(temb)), stays in PyTorch: the
 block takes its result.
 
@@ -218,10 +219,11 @@ def fusegen_block(family, base, module, xs, nn, F, torch):
 # ---- fusegen block specs ----------------------------------------------------------------------
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BLOCK_SPECS = {  # family -> the block spec of specs/blocks (fp32 NCHW, one shape each)
+BLOCK_SPECS = {  # family -> the block spec of specs/blocks (one shape each; dtype and layout written per run)
     "resnet": "specs/blocks/resnet50_bottleneck.lua",
     "sd": "specs/blocks/sd_resnet_block.lua",
     "nnunet": "specs/blocks/nnunet_stage.lua",
+    "convnext": "specs/blocks/convnext.lua",
 }
 
 
@@ -260,7 +262,17 @@ def block_spec_text(family, cfg):
              instance_norm {{ name = "norm2", affine = true }}, leaky_relu {{ negative_slope = 0.01 }} }},
 }}
 """
-    return None  # convnext: no block spec (docs/spec.md, "Blocks")
+    if family == "convnext":
+        return f"""return block "smoke_convnext" {{
+  input = {{ "N", {c}, {size} }},
+  layer "a" {{ conv2d {{ name = "dwconv", out_channels = {c}, kernel = 7, padding = 3, groups = {c} }},
+             layer_norm {{ name = "norm", dim = 1, eps = 1e-6 }} }},
+  layer "b" {{ conv2d {{ name = "pwconv1", out_channels = {4 * c}, kernel = 1 }}, gelu {{}} }},
+  layer "c" {{ conv2d {{ name = "pwconv2", out_channels = {c}, kernel = 1 }},
+             mul {{ param = "gamma", shape = {{ {c}, 1, 1 }} }}, add {{ tensor = "input" }} }},
+}}
+"""
+    return None
 
 
 def with_block_fields(text, dname, layout):
@@ -320,7 +332,13 @@ def fusegen_block_spec(family, spec, base, nn, F, torch, device, dtype=None):
 
     text, name = spec
     fused = fgt.FusedBlock(text, name=name)
-    keys = fused.load_state_dict(base.state_dict(), strict=False)
+    state = base.state_dict()
+    if family == "convnext":  # the spec's 1x1 convs and [C, 1, 1] gamma hold the Linears' numbers
+        state = dict(state)
+        for k in ("pwconv1.weight", "pwconv2.weight"):
+            state[k] = state[k][:, :, None, None]
+        state["gamma"] = state["gamma"][:, None, None]
+    keys = fused.load_state_dict(state, strict=False)
     extra = [k for k in keys.unexpected_keys if not (family == "sd" and k.startswith("time_emb_proj."))]
     if keys.missing_keys or extra:
         raise RuntimeError(f"the block spec {name} does not match the module: missing {keys.missing_keys}, unexpected {extra}")
