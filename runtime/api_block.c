@@ -6,6 +6,7 @@
  * output in the block's workspace. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -81,8 +82,11 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
     for (int i = 0; i < b->ir.n_layers; i++) {
         fg_status s = fg_layer_create_from_ir(ctx, &b->ir.layers[i], &b->layers[i]);
         if (s != FG_OK) {
+            /* freeing the layers made so far clears the thread's error: keep the message */
+            fg_error why;
+            snprintf(why.msg, sizeof why.msg, "%s", fg_last_error());
             free_block(b);
-            return s;
+            return fg_api_fail_error(s, &why);
         }
         const fg_layer_ir *ir = &b->ir.layers[i];
         for (int p = 0; p < ir->n_params; p++) {

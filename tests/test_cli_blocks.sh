@@ -58,6 +58,17 @@ check "bad: status" "rc=1" "rc=$rc"
 check "bad: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block: 'inptu' (did you mean 'input'?)" "$out"
 out=$("$fusegen" run --device cpu "$work/bad.lua" 2>&1)
 check "bad run: message" "$work/bad.lua:3: mul: field 'tensor' names no tensor of the block" "$out"
+# a layer after the first that the runtime refuses: its message survives freeing the layers
+# made before it
+cat >"$work/res.lua" <<'LUA'
+return block "res" {
+  input = { "N", 8, 6, 6 },
+  layer "a" { conv2d { name = "c1", out_channels = 8, kernel = 1 } },
+  layer "b" { strategy = "resident", conv2d { name = "c2", out_channels = 8, kernel = 3, padding = 1 } },
+}
+LUA
+out=$("$fusegen" run --device cpu "$work/res.lua" 2>&1)
+check "second layer refused: message" 'strategy "resident" is not possible for this layer' "$out"
 # a plain layer spec prints as before (no block lines)
 out=$("$fusegen" plan "$src/specs/kb92.lua" 2>&1)
 check "layer: unchanged" "layer kb92_conv2d_groupnorm_tanh_hardswish_residual_logsumexp" "$out"
