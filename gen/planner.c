@@ -17,6 +17,7 @@ typedef struct planner {
     bool ready[FG_MAX_OPS];      /* the accumulators op k needs are finalized */
     int auto_cut;                /* "auto" tried recompute after value auto_cut; -1 otherwise */
     bool use_wgmma;              /* the conv runs on the wgmma engine (chosen before chaining) */
+    bool tf32_exact_rule;        /* choose_wgmma left a tf32 conv to the exact engines (tf32_stays_exact) */
 } planner;
 
 static int64_t reduce_extent(const fg_op *op)
@@ -602,14 +603,9 @@ static bool narrow_groups(const fg_layer_ir *ir)
  * TF32_WIDE_GROUP_CHANNELS unless the measured fp32 rule (choose_wgmma) still picks wgmma
  * (float32 layers: a half layer's one product on half operands was not measured against it).
  * Off Hopper the others go to cuDNN with TF32. */
-static bool tf32_stays_exact(const fg_layer_ir *ir, const fg_plan_options *opts, bool use_wgmma)
+static bool tf32_stays_exact(const planner *p)
 {
-    if (ir->precision != FG_PRECISION_TF32 || use_wgmma)
-        return false;
-    conv_geometry g;
-    geometry(&ir->ops[0], &g);
-    return g.cout_g < NARROW_GROUP_CHANNELS ||
-           (opts->wgmma && ir->dtype == FG_DTYPE_FP32 && g.cout_g < TF32_WIDE_GROUP_CHANNELS);
+    return p->ir->precision == FG_PRECISION_TF32 && !p->use_wgmma && (narrow_groups(p->ir) || p->tf32_exact_rule);
 }
 
 /* A caller may prefer an engine where the shape allows it (FUSEGEN_CONV_ENGINE): a knob for
@@ -623,6 +619,8 @@ static bool want_mma(const fg_plan_options *opts)
  * outputs and reductions to feed it (measured, below), and for precision "tf32" unless the groups are narrow
  * (one product, instead of cuDNN and a separate pass); a caller may prefer it
  * (FUSEGEN_CONV_ENGINE=wgmma) or another engine. */
+static bool choose_wgmma_fp32(planner *p, const conv_geometry *gp);
+
 static bool choose_wgmma(planner *p)
 {
     const fg_plan_options *opts = p->opts;
@@ -639,8 +637,20 @@ static bool choose_wgmma(planner *p)
             return false;
         if (g.cout_g >= TF32_WIDE_GROUP_CHANNELS || p->ir->dtype != FG_DTYPE_FP32)
             return true; /* half layers: one product on half operands, not measured against the exact conv */
-        /* 16-31 outputs a group: the exact engines' choice below stands (TF32_WIDE_GROUP_CHANNELS) */
+        /* 16-31 outputs a group: the exact engines' choice below stands (TF32_WIDE_GROUP_CHANNELS);
+         * only here, where wgmma could run the shape and no engine was forced, was it measured
+         * against: elsewhere tf32 keeps cuDNN */
+        p->tf32_exact_rule = !choose_wgmma_fp32(p, &g);
+        return !p->tf32_exact_rule;
     }
+    return choose_wgmma_fp32(p, &g);
+}
+
+/* The fp32 (3xTF32) rule of choose_wgmma: whether wgmma beats the exact engines on this shape. */
+static bool choose_wgmma_fp32(planner *p, const conv_geometry *gp)
+{
+    const fg_plan_options *opts = p->opts;
+    const conv_geometry g = *gp;
     /* fp32 (3xTF32), measured on the H200 with every engine forced on the sweep's 42 shapes
      * (bench/engine-choice.py, bench/NOTES.md v7). wgmma re-reads its im2col rows for every
      * 128-channel block and its K chunks are 32 wide: it wins with wide outputs and long
@@ -1475,7 +1485,7 @@ static fg_pass *first_passes(planner *p, int wanted)
         return NULL;
     /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which
      * is faster there than any TF32 path */
-    plan->tf32_exact = tf32_stays_exact(ir, p->opts, p->use_wgmma);
+    plan->tf32_exact = tf32_stays_exact(p);
     if (cudnn_conv(ir, plan, p->use_wgmma)) {
         /* cuDNN computes value 0 (TF32 tensor cores allowed); the ops after it start from
          * its buffer */

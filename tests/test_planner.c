@@ -1030,6 +1030,10 @@ static void engine_by_arch_and_precision(void **state)
     assert_int_equal(first_pass_with("sm_80", 3, sixteen, "tf32"), FG_PASS_CUDNN);
     assert_int_equal(first_pass_with("sm_90a", 64, "conv2d { out_channels = 16, kernel = 1 }", "tf32"),
                      FG_PASS_CONV);
+    /* ... only where wgmma could run the shape: past 376 input channels (no wgmma tiling) it
+     * stays cuDNN, as it was (the rule's measurements were against wgmma's one product) */
+    assert_int_equal(first_pass_with("sm_90a", 512, "conv2d { out_channels = 16, kernel = 1 }", "tf32"),
+                     FG_PASS_CUDNN);
     /* the input-packing pass transposes 32 pixels of every channel through 48 KB of shared
      * memory: past 376 channels the conv stays on mma.sync */
     assert_int_equal(first_pass_with("sm_90a", 376, wide, "fp32"), FG_PASS_PACK_WEIGHTS);
