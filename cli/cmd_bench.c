@@ -201,7 +201,7 @@ int cmd_bench(int argc, char **argv)
     }
     char prepared[160];
     if (target_load(ctx, &spec, path, batch, &target, prepared, sizeof prepared) != FG_OK) {
-        fprintf(stderr, "%s\n", fg_last_error());
+        cli_error("%s", fg_last_error());
         goto out;
     }
     /* random inputs in the spec's dtype, each its own stream of seed 0 (a layer's: stream 1) */

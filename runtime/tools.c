@@ -140,10 +140,10 @@ fg_status fg_tools_layer_cached(fg_layer *layer, int *wanted, bool found[2], cha
     fg_context *ctx = layer->ctx;
     fg_plan alternative;
     const fg_plan *plans[2] = {&layer->plan, &alternative};
-    *wanted = 1 + fg_tuning_alternative_plan(layer, &alternative);
     found[0] = found[1] = false;
     fg_error err;
-    pthread_mutex_lock(&ctx->lock); /* the identity, as a first prepare sets it */
+    pthread_mutex_lock(&ctx->lock); /* the identity, as a first prepare sets it; the plan it may swap */
+    *wanted = 1 + fg_tuning_alternative_plan(layer, &alternative);
     if (ctx->cache.identity.nvrtc_major == 0 && fg_build_identity(&ctx->cache.identity, &err) != 0)
         s = fg_api_fail_error(FG_ERR_COMPILE, &err);
     const fg_builder builder = {.cache = &ctx->cache};
