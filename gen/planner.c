@@ -471,8 +471,15 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     /* a 16-byte copy of the producer holds one tap's channels: 4 TF32 or 8 half elements */
     w->cp = g->cin_g <= 16 / el ? 16 / el : round_up(g->cin_g, 8);
     w->xc = groups * w->cp;
-    if ((int64_t)WGMMA_PACK_PIXELS * (w->xc + 1) * tile_el > WGMMA_PACK_SMEM)
-        return false; /* the packing pass's tile does not fit (more than 376 TF32 input channels, padded) */
+    /* the packing pass's tile: 32 pixels x pack_xb channels (+1 against bank conflicts); where
+     * all xc do not fit, the fewest channel blocks that do, of equal multiples of 8 */
+    int64_t fit = WGMMA_PACK_SMEM / (WGMMA_PACK_PIXELS * tile_el) - 1;
+    if (w->xc <= fit) {
+        w->pack_xb = w->xc;
+    } else {
+        int64_t blocks = ceil_div(w->xc, fit / 8 * 8);
+        w->pack_xb = (int)round_up(ceil_div(w->xc, blocks), 8);
+    }
     if ((int64_t)g->in[0] * g->in[1] * g->in[2] * w->xc > INT32_MAX)
         return false; /* the producer's offsets within a sample are ints */
     w->kch = (int)ceil_div(g->taps * w->cp, w->kc_elems);
@@ -1617,11 +1624,12 @@ static int assign_geometry(planner *p)
             finalize_launch(plan, q);
             break;
         case FG_PASS_PACK_INPUT: {
-            /* 32 pixels a block, every channel, through shared memory (coalesced both ways) */
+            /* 32 pixels a block, every channel (or pack_xb of them a block along y), through shared
+             * memory (coalesced both ways) */
             int64_t ipix = fg_shape_sample_count(&p->ir->input) / p->ir->input.dim[1];
             q->launch.block = 256;
             q->launch.grid_x = ceil_div(ipix, WGMMA_PACK_PIXELS);
-            q->launch.grid_y = 1;
+            q->launch.grid_y = ceil_div(p->plan->wgmma.xc, p->plan->wgmma.pack_xb); /* channel blocks */
             q->launch.per_sample = true;
             break;
         }
@@ -1880,8 +1888,9 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                 snprintf(line, sizeof line, "  pass %d pack     %s: the weights as the wgmma B tiles' images, into b%d", i,
                          ps->kernel, w ? w->packed_w : -1);
             emit(ctx, line);
-            snprintf(line, sizeof line, "           launch: %d threads, grid %lld x 1 x %s", ps->launch.block,
-                     (long long)ps->launch.grid_x, ps->launch.per_sample ? "N" : "1");
+            snprintf(line, sizeof line, "           launch: %d threads, grid %lld x %lld x %s%s", ps->launch.block,
+                     (long long)ps->launch.grid_x, (long long)ps->launch.grid_y, ps->launch.per_sample ? "N" : "1",
+                     ps->launch.grid_y > 1 ? " (the channels in blocks: too wide for one block's tile)" : "");
             emit(ctx, line);
             continue;
         }

@@ -196,6 +196,9 @@ typedef struct fg_wgmma_tiling {
     int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
     int m_tiles;         /* tiles along a sample's output pixels */
     int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
+    int pack_xb;         /* packed channels of a pixel one block of the input-packing pass
+                          * transposes: xc, or a share of them where 32 pixels x xc channels
+                          * would not fit its 48 KB tile (wide inputs: 384 TF32 channels and up) */
     int kch;             /* K chunks of kc_elems */
     int64_t w_elems;     /* elements of the packed weights (of the operand's type): the pack pass's threads */
     int stages;          /* the ring's depth */

@@ -570,6 +570,7 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
   local half = M.half(w)
+  if w.pack_xb < w.xc then return M.render_pack_input_blocked(layer, plan, pass, names, signature) end
   if half and not prologue.active(layer) then return M.render_pack_input_half(layer, plan, pass, names, signature) end
   local c = lib.code()
   local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
@@ -667,6 +668,83 @@ function M.render_pack_input_half(layer, plan, pass, names, signature)
   c:line("const unsigned long long base = ((unsigned long long)n * IPIX + pix0) * XC;")
   c:line("fg_io *out = (fg_io *)%s;", names.buffer[w.packed_hi])
   c:line("for (int i = t; i < npix * XC; i += 256) out[base + i] = tile[(i / XC) * (XC + 1) + i % XC];")
+  c:close()
+  return c
+end
+
+-- The packing of an input too wide for one block's tile (fg_wgmma_tiling.pack_xb < xc: 384 TF32
+-- channels a pixel and up): each block transposes XB of the XC packed channels (blockIdx.y
+-- picks which) of its 32 pixels, the zero padding channels of a group included, then writes
+-- them into their place of the pixel's row: the same packed operands as the whole-row kernels
+-- (render_pack_input, render_pack_input_half) write, in pieces of XB channels.
+function M.render_pack_input_blocked(layer, plan, pass, names, signature)
+  local w = M.tiling_of(plan)
+  local g = conv_t.geometry(layer)
+  local half = M.half(w)
+  local pro = prologue.active(layer)
+  local raw = half and not pro -- a half input packed as it is
+  local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
+  local c = lib.code()
+  c:line("/* pass %d: the input channels-innermost [N][%d][%d][%d][%d groups][%d], %s, %d of the %d channels of a pixel a block */",
+    pass.index, g.I[1], g.I[2], g.I[3], g.groups, w.cp,
+    raw and "as it is (" .. M.operand_ptx(w) .. ")" or half and (M.operand_ptx(w) .. (lo and " hi and lo (v - hi)" or " rounded to nearest"))
+      or ("TF32 hi" .. (lo and " and lo" or "")), w.pack_xb, w.xc)
+  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
+  c:open("{")
+  c:line("using namespace fgw;")
+  c:line("constexpr int XB = %d; /* packed channels a block */", w.pack_xb)
+  c:line("__shared__ %s tile[32 * (XB + 1)];", raw and "fg_io" or "float")
+  c:line("const int n = batch_base + (int)blockIdx.z, pix0 = (int)blockIdx.x * 32, t = (int)threadIdx.x;")
+  c:line("const int x0 = (int)blockIdx.y * XB, nx = XC - x0 < XB ? XC - x0 : XB; /* this block's packed channels */")
+  c:line("(void)batch;")
+  c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
+  c:open("for (int i = t; i < nx * 32; i += 256) {")
+  -- the packed channel x = group * CP + channel in the group; a padding channel (>= CIN_G) is 0
+  if g.cl then
+    c:line("const int pp = i / nx, x = x0 + i % nx, gr = x / CP, cg = x % CP, ch = gr * CIN_G + cg;")
+  else
+    c:line("const int x = x0 + i / 32, pp = i % 32, gr = x / CP, cg = x % CP, ch = gr * CIN_G + cg;")
+  end
+  local at = g.cl and "(unsigned long long)(pix0 + pp) * (GROUPS * CIN_G) + ch" or "(unsigned long long)ch * IPIX + pix0 + pp"
+  c:line("%s v = 0;", raw and "fg_io" or "float")
+  c:open("if (cg < CIN_G && pix0 + pp < IPIX) {")
+  if pro then
+    -- the prologue (prologue.lua) on every input element, as render_pack_input
+    c:line("const int p = pix0 + pp;")
+    c:line("(void)p; /* the ops' spatial coordinates, when one reads them */")
+    local coords = { [1] = "ch" }
+    if g.sp == 3 then
+      coords[2], coords[3], coords[4] = "p / " .. g.I[2] * g.I[3], "(p / " .. g.I[3] .. ") % " .. g.I[2], "p % " .. g.I[3]
+    else
+      coords[2], coords[3] = "p / " .. g.I[3], "p % " .. g.I[3]
+    end
+    c:line("const float xv = %s;", g.half and "fg_io_load(xs + " .. at .. ")" or "xs[" .. at .. "]")
+    c:line("v = %s;", prologue.apply(c, layer, plan, pass, names, "xv", coords, layer.n_pro))
+  else
+    c:line("v = xs[%s];", at)
+  end
+  c:close()
+  c:line("tile[pp * (XB + 1) + x - x0] = v;")
+  c:close()
+  c:line("__syncthreads();")
+  c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
+  c:line("const unsigned long long base = ((unsigned long long)n * IPIX + pix0) * XC + x0;")
+  c:open("for (int i = t; i < npix * nx; i += 256) {")
+  c:line("const int pp = i / nx, xx = i % nx;")
+  c:line("const unsigned long long at = base + (unsigned long long)pp * XC + xx;")
+  if raw then
+    c:line("((fg_io *)%s)[at] = tile[pp * (XB + 1) + xx];", hi)
+  elseif half then
+    c:line("const float v = tile[pp * (XB + 1) + xx];")
+    c:line("const fg_io h = fg_io_round(v);")
+    c:line("((fg_io *)%s)[at] = h;", hi)
+    if lo then c:line("((fg_io *)%s)[at] = fg_io_round(v - fg_io_load(&h));", lo) end
+  else
+    c:line("const float v = tile[pp * (XB + 1) + xx], h = fgw_tf32(v);")
+    c:line("%s[at] = h;", hi)
+    if lo then c:line("%s[at] = fgw_tf32(v - h);", lo) end
+  end
+  c:close()
   c:close()
   return c
 end

@@ -16,6 +16,7 @@
 #include "channel_norm_specs.h"
 #include "channel_reduce_specs.h"
 #include "prologue_specs.h"
+#include "wide_input_specs.h"
 #include "split_k_specs.h"
 #include "test_util.h"
 
@@ -446,6 +447,41 @@ static void prologues(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* Inputs too wide for one block of the wgmma input pack (tests/wide_input_specs.h): each plans
+ * on wgmma for sm_90a (before, the planner refused wgmma past 383 TF32 channels and the conv ran
+ * on mma.sync), its input pack transposes the channels in several blocks of at most pack_xb,
+ * which cover every packed channel, and every kernel compiles without spills. */
+static void wide_inputs(void **state)
+{
+    (void)state;
+    int problems = 0;
+    for (int i = 0; i < N_WIDE_INPUT_CASES; i++) {
+        fg_layer_ir *ir = fgt_load_string(wide_input_cases[i].source);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        if (!w->parts)
+            fail_msg("%s: not planned on wgmma", ir->name);
+        bool blocked = false;
+        for (int p = 0; p < plan->n_passes; p++) {
+            const fg_pass *ps = &plan->passes[p];
+            if (ps->kind != FG_PASS_PACK_INPUT)
+                continue;
+            blocked = ps->launch.grid_y > 1;
+            if (ps->launch.grid_y * w->pack_xb < w->xc || (ps->launch.grid_y - 1) * w->pack_xb >= w->xc)
+                fail_msg("%s: %lld blocks of %d do not cover %d channels exactly", ir->name,
+                         (long long)ps->launch.grid_y, w->pack_xb, w->xc);
+        }
+        if (!blocked)
+            fail_msg("%s: the input pack is not in channel blocks (pack_xb %d, xc %d)", ir->name, w->pack_xb, w->xc);
+        problems += compile_sm90a(ir, plan, ir->name, "constexpr int XB = "); /* the blocked pack's */
+        free(plan);
+        free(ir);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* layer_norm { dim = 1 } after the conv (tests/channel_norm_specs.h): each case on its engine
  * for sm_80 (but wgmma) and sm_90a; the plan has the case's strategy and conv engine, one
  * statistic per (sample, position) over the channels, and every kernel compiles with NVRTC
@@ -821,6 +857,7 @@ int main(void)
         cmocka_unit_test(half_dtypes),
         cmocka_unit_test(channels_last),
         cmocka_unit_test(prologues),
+        cmocka_unit_test(wide_inputs),
         cmocka_unit_test(channel_layer_norms),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),

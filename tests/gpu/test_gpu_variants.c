@@ -14,6 +14,7 @@
 #include "../channel_norm_specs.h"
 #include "../channel_reduce_specs.h"
 #include "../prologue_specs.h"
+#include "../wide_input_specs.h"
 #include "gpu_harness.h"
 
 typedef struct variant {
@@ -758,6 +759,11 @@ static int dump_specs(const char *dir, int n_random)
         if (!dump_one(dir, prologue_cases[i].name, prologue_cases[i].source))
             return 1;
     }
+    /* inputs too wide for one block of the wgmma input pack (tests/wide_input_specs.h) */
+    for (int i = 0; i < N_WIDE_INPUT_CASES; i++) {
+        if (!dump_one(dir, wide_input_cases[i].name, wide_input_cases[i].source))
+            return 1;
+    }
     if (!dump_one(dir, "many_args", many_args()))
         return 1;
     int drawn = 0, tries = 0;
@@ -848,6 +854,15 @@ int main(int argc, char **argv)
             continue;
         cases++;
         failed += run_on_engine(v->name, v->engine, v->source, v->batch, 1100 + (uint64_t)i, v->tol, 0, "prologue, ");
+    }
+    /* inputs too wide for one block of the wgmma input pack, on wgmma (on sm_90a) */
+    for (int i = 0; i < N_WIDE_INPUT_CASES; i++) {
+        const wide_input_case *v = &wide_input_cases[i];
+        if (!selected(v->name))
+            continue;
+        cases++;
+        failed += run_on_engine(v->name, "wgmma", v->source, v->batch, 1400 + (uint64_t)i, v->tol, 0,
+                                "channels packed in blocks, ");
     }
     if (selected("many_args")) {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);
