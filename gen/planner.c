@@ -434,7 +434,7 @@ static bool layer_has_statistics(const fg_layer_ir *ir)
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
-static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, fg_wgmma_tiling *w)
+static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, fg_wgmma_tiling *w)
 {
     memset(w, 0, sizeof *w);
     if (g->cout_g < 8)
@@ -487,14 +487,15 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     int64_t opix = g->out[0] * g->out[1] * g->out[2];
     bool partials = layer_has_statistics(ir);
     /* two m64 tiles per consumer warpgroup where the registers and at least 3 stages allow it
-     * (twice the rows per weight tile), else one. Live registers: in the main loop the
+     * (twice the rows per weight tile), else one (or one at most: FUSEGEN_WGMMA_M64=1, a knob
+     * for measuring 128-pixel tiles where 256 leave SMs idle at small batches). Live registers: in the main loop the
      * accumulator (and the block accumulator); in the epilogue the accumulator, a statistics
      * partial per channel slot and its working set (estimates: ptxas reports, and the
      * compile test fails on any spill). */
     /* statistics partials gathered across a block's tiles: two fp64 per channel and per
      * consumer warp (two accumulators at most) */
     w->stat_bytes = partials ? 2 * 8 * (int64_t)w->bn * 2 * 8 : 0;
-    for (w->wgmt = 2; w->wgmt >= 1; w->wgmt--) {
+    for (w->wgmt = most_m64 == 1 ? 1 : 2; w->wgmt >= 1; w->wgmt--) {
         int acc = w->wgmt * w->bn / 2;
         int main_loop = acc * (1 + w->block_acc) + 32;
         int epilogue = acc + (partials ? w->bn / 2 : 0) + 48;
@@ -635,7 +636,7 @@ static bool choose_wgmma(planner *p)
         return false;
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, &p->plan->wgmma))
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, &p->plan->wgmma))
         return false;
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
@@ -717,7 +718,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     conv_geometry g;
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
-    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, &w))
+    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, &w))
         return false;
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)

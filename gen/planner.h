@@ -321,6 +321,7 @@ typedef struct fg_plan_options {
     int mma_acc_steps;      /* tensor-core reduction steps per fresh accumulator, 1..64 (0: choose) */
     int conv_tile[4];       /* FMA thread tile: rows, cols, channels, ci unroll (0: choose) */
     int split_k;            /* wgmma: at most this many K splits (1: never split; 0: choose) */
+    int wgmma_m64;          /* wgmma: at most this many m64 tiles per consumer warpgroup, 1..2 (0: choose) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

@@ -95,6 +95,8 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
             warn_ctx);
     env_int("FUSEGEN_SPLIT_K", 1, 64, &opts->split_k, "the most K splits of the wgmma engine, 1 (never) to 64", warn,
             warn_ctx);
+    env_int("FUSEGEN_WGMMA_M64", 1, 2, &opts->wgmma_m64,
+            "the most m64 tiles per wgmma consumer warpgroup, 1 (128-pixel tiles) or 2", warn, warn_ctx);
     v = getenv("FUSEGEN_CONV_TILE");
     if (v && *v) {
         int t[4];

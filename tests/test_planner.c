@@ -1403,6 +1403,29 @@ static fg_plan *plan_sm90a_wgmma(const fg_layer_ir *ir)
  * one exact part of 2-byte elements; the weights hi and lo for fp32 precision, one rounded part
  * for tf32), 64 elements to a K chunk; the buffers and the stage hold 2-byte elements; an
  * fp32 layer keeps TF32 operands; `fusegen plan` says which. */
+/* FUSEGEN_WGMMA_M64=1 (fg_plan_options.wgmma_m64): a half layer that takes two m64 tiles per
+ * consumer warpgroup (256-pixel tiles) takes one (128) */
+static void wgmma_m64_knob(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir = fgt_load_string("return layer \"m\" {\n  input = { \"N\", 64, 56, 56 },\n  dtype = \"bf16\",\n"
+                                      "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n}\n");
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->wgmma.wgmt, 2);
+    assert_int_equal(plan->wgmma.bm, 256);
+    free(plan);
+    opts.wgmma_m64 = 1;
+    plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->wgmma.wgmt, 1);
+    assert_int_equal(plan->wgmma.bm, 128);
+    assert_int_equal(plan->wgmma.m_tiles, 25); /* 3136 pixels */
+    free(plan);
+    free(ir);
+}
+
 static void wgmma_half_operands(void **state)
 {
     (void)state;
@@ -1775,6 +1798,7 @@ int main(void)
         cmocka_unit_test(split_k_forced_and_printed),
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
+        cmocka_unit_test(wgmma_m64_knob),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
         cmocka_unit_test(prologue_statistics_pass),
