@@ -349,6 +349,19 @@ class _Spec(_Handle):
             )
         return arr
 
+    def _bind_device(self, h, name, tensor, shape):
+        """bind_device's last part, once the tensor's dtype and device are checked: its shape
+        (unless `shape` is None: the library names an unknown parameter), then the binding."""
+        if shape is not None and tuple(tensor.shape) != shape:
+            raise ValueError(
+                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but {self._kind} {self.source} "
+                f"needs {list(shape)}"
+            )
+        if not tensor.is_contiguous():
+            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
+        _check(self._api("bind_device")(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
+        self._device_refs[name] = tensor
+
     def _load_state_dict(self, state_dict, strict, ignored):
         """load_state_dict's work. ignored: {state_dict name: shape} of the state accepted,
         shape-checked and left unused (Layer.ignored)."""
@@ -558,15 +571,7 @@ class Layer(_Spec):
         if torch is None or not tensor.is_cuda:
             raise TypeError(f"fusegen: bind_device('{name}') needs a torch CUDA tensor")
         self._check_cuda_tensor(tensor, f"parameter '{name}'", parameter=True)
-        shape = self._param_shape(name)
-        if shape is not None and tuple(tensor.shape) != shape:
-            raise ValueError(
-                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but layer {self.source} needs {list(shape)}"
-            )
-        if not tensor.is_contiguous():
-            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
-        _check(lib().fg_layer_bind_device(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
-        self._device_refs[name] = tensor
+        self._bind_device(h, name, tensor, self._param_shape(name))
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
@@ -883,14 +888,7 @@ class Block(_Spec):
         if tensor.dtype != torch.float32:
             raise TypeError(f"fusegen: parameter '{name}' is {tensor.dtype}; parameters are float32 (block {self.source})")
         self._check_device(tensor, f"parameter '{name}'")
-        if tuple(tensor.shape) != shape:
-            raise ValueError(
-                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but block {self.source} needs {list(shape)}"
-            )
-        if not tensor.is_contiguous():
-            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
-        _check(lib().fg_block_bind_device(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
-        self._device_refs[name] = tensor
+        self._bind_device(h, name, tensor, shape)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
