@@ -265,7 +265,163 @@ def _kind_hint(says, use):
         raise
 
 
-class Layer(_Handle):
+class _Spec(_Handle):
+    """What Layer and Block share: a spec loaded into a context through the C API's
+    fg_<kind>_* functions, and its parameters (`_params`: [(state_dict name, shape)]) with
+    their binding from NumPy arrays, torch tensors, state_dicts and safetensors files.
+    `_kind` ("layer" or "block") names both the functions and the object in messages."""
+
+    _kind = ""  # set by the subclass
+    _hint = ("", "")  # _kind_hint's arguments: what the library says of a spec of the other kind
+
+    def _api(self, fn):
+        """The C API's fg_<kind>_<fn> (fg_layer_prepare, fg_block_prepare, ...)."""
+        return getattr(lib(), f"fg_{self._kind}_{fn}")
+
+    def _load(self, spec, context, name):
+        """__init__'s first part: loads `spec` (see Layer and Block) into `context`."""
+        self._handle = None
+        self._device_refs: dict[str, Any] = {}  # tensors bound with bind_device, kept alive here
+        self.context = context if context is not None else default_context()
+        handle = ctypes.c_void_p()
+        ctx = self.context._live_handle()
+        with _kind_hint(*self._hint):
+            if _looks_like_path(spec):
+                self.source = os.fsdecode(os.fspath(spec))
+                _check(self._api("load_file")(ctx, os.fsencode(self.source), ctypes.byref(handle)))
+            elif isinstance(spec, (str, bytes)):
+                text = spec.encode() if isinstance(spec, str) else spec
+                self.source = name or "<string>"
+                _check(self._api("load_string")(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
+            else:
+                raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+        self._handle = handle.value
+        self.context._adopt(self)
+
+    # -- lifetime
+
+    def close(self) -> None:
+        """Destroys the layer or block (its kernels, workspace and parameter copies).
+        Idempotent."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        self._device_refs.clear()
+        _check(self._api("destroy")(handle))
+
+    # -- parameters
+
+    def _read_params(self):
+        h = self._live_handle()
+        count = ctypes.c_int()
+        _check(self._api("param_count")(h, ctypes.byref(count)))
+        out = []
+        for i in range(count.value):
+            name, rank, dims = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
+            _check(self._api("param_info")(h, i, ctypes.byref(name), ctypes.byref(rank), dims))
+            out.append((name.value.decode(), tuple(dims[d] for d in range(rank.value))))
+        return out
+
+    def _param_shape(self, name):
+        for n, shape in self._params:
+            if n == name:
+                return shape
+        return None
+
+    def _host_copy(self, name, value, shape):
+        """value (torch tensor on any device, NumPy array, nested lists) as a contiguous
+        float32 NumPy array of exactly `shape`. (A block's messages say "layer" too.)"""
+        torch = _torch_if_tensor(value)
+        if torch is not None:
+            # The layer keeps its own copy (host and device), so a CPU staging copy is the
+            # simple safe choice whatever device the tensor is on.
+            if value.is_complex() or value.dtype == torch.bool:
+                raise TypeError(f"fusegen: parameter '{name}' has dtype {value.dtype}; expected a real number type")
+            arr = value.detach().float().contiguous().cpu().numpy()
+        else:
+            arr = np.asarray(value)
+            if arr.dtype.kind not in "fiu":
+                raise TypeError(f"fusegen: parameter '{name}' has dtype {arr.dtype}; expected a real number type")
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if tuple(arr.shape) != tuple(shape):
+            raise ValueError(
+                f"fusegen: parameter '{name}' has shape {list(arr.shape)} but layer {self.source} needs {list(shape)}"
+            )
+        return arr
+
+    def _bind_device(self, h, name, tensor, shape):
+        """bind_device's last part, once the tensor's dtype and device are checked: its shape
+        (unless `shape` is None: the library names an unknown parameter), then the binding."""
+        if shape is not None and tuple(tensor.shape) != shape:
+            raise ValueError(
+                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but {self._kind} {self.source} "
+                f"needs {list(shape)}"
+            )
+        if not tensor.is_contiguous():
+            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
+        _check(self._api("bind_device")(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
+        self._device_refs[name] = tensor
+
+    def _load_state_dict(self, state_dict, strict, ignored):
+        """load_state_dict's work. ignored: {state_dict name: shape} of the state accepted,
+        shape-checked and left unused (Layer.ignored)."""
+        self._live_handle()
+        names = [n for n, _ in self._params]
+        for k, shape in ignored.items():
+            if k in state_dict and tuple(np.shape(state_dict[k])) != shape:
+                raise ValueError(
+                    f"fusegen: '{k}' has shape {list(np.shape(state_dict[k]))} but {self._kind} {self.source} "
+                    f"accepts it (unused) with shape {list(shape)}"
+                )
+        keys = [k for k in state_dict if not k.endswith(".num_batches_tracked") and k not in ignored]
+        missing = [n for n in names if n not in state_dict]
+        unexpected = [k for k in keys if self._param_shape(k) is None]
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append("missing keys: " + ", ".join(repr(k) for k in missing))
+            if unexpected:
+                hints = []
+                for k in unexpected:
+                    near = difflib.get_close_matches(k, missing or names, n=1)
+                    hints.append(repr(k) + (f" (did you mean '{near[0]}'?)" if near else ""))
+                parts.append("unexpected keys: " + ", ".join(hints))
+            raise StateDictError(
+                f"fusegen: the state_dict does not match {self._kind} {self.source}: " + "; ".join(parts),
+                missing,
+                unexpected,
+            )
+        # convert and check everything before binding anything, so an error binds nothing
+        arrays = [(n, self._host_copy(n, state_dict[n], shape)) for n, shape in self._params if n in state_dict]
+        bind_host = self._api("bind_host")
+        for name, arr in arrays:
+            _check(bind_host(self._handle, name.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
+            self._device_refs.pop(name, None)
+        return IncompatibleKeys(missing, unexpected)
+
+    def load_safetensors(self, path: PathLike, allow_extra: bool = False) -> None:
+        """Binds every parameter from a safetensors file of F32 tensors named by state_dict
+        keys (fg_layer_bind_safetensors / fg_block_bind_safetensors). Extra tensors are an
+        error unless allow_extra."""
+        _check(self._api("bind_safetensors")(self._live_handle(), _cstr(path, "path"), 1 if allow_extra else 0))
+        self._device_refs.clear()
+
+    def prepare(self) -> None:
+        """Compiles (or loads from the caches) every kernel (of every layer of a block) now
+        rather than at the first run."""
+        _check(self._api("prepare")(self._live_handle()))
+
+    def workspace_size(self, batch: int) -> int:
+        """Bytes of device workspace a run of `batch` samples needs (fg_layer_workspace_size /
+        fg_block_workspace_size); 0 when none. A layer's: the intermediate values and
+        statistics between its passes; a block's: its layers' outputs but the block's, and
+        the largest layer workspace."""
+        size = ctypes.c_size_t()
+        _check(self._api("workspace_size")(self._live_handle(), int(batch), ctypes.byref(size)))
+        return size.value
+
+
+class Layer(_Spec):
     """A layer spec loaded into a context (fg_layer_load_file / fg_layer_load_string).
 
     spec: a path to a .lua file, or the spec's source text (then `name` stands for it in
@@ -276,27 +432,11 @@ class Layer(_Handle):
     tensor it runs the CPU float64 reference and returns the same kind of object.
     """
 
-    _kind = "layer"  # in messages (Block shares some methods)
+    _kind = "layer"  # fg_layer_*, and in messages (Block shares some methods)
+    _hint = ("returns a block", "fusegen.Block (or fusegen.torch.FusedBlock)")
 
     def __init__(self, spec: PathLike, context: Optional[Context] = None, name: Optional[str] = None):
-        self._handle = None
-        self._device_refs: dict[str, Any] = {}  # tensors bound with bind_device, kept alive here
-        self.context = context if context is not None else default_context()
-        L = lib()
-        handle = ctypes.c_void_p()
-        ctx = self.context._live_handle()
-        with _kind_hint("returns a block", "fusegen.Block (or fusegen.torch.FusedBlock)"):
-            if _looks_like_path(spec):
-                self.source = os.fsdecode(os.fspath(spec))
-                _check(L.fg_layer_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
-            elif isinstance(spec, (str, bytes)):
-                text = spec.encode() if isinstance(spec, str) else spec
-                self.source = name or "<string>"
-                _check(L.fg_layer_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
-            else:
-                raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
-        self._handle = handle.value
-        self.context._adopt(self)
+        self._load(spec, context, name)
         self._params = self._read_params()
         self._ignored = self._read_ignored()
         dtype = ctypes.c_char_p()
@@ -308,14 +448,6 @@ class Layer(_Handle):
 
     # -- lifetime
 
-    def close(self) -> None:
-        """Destroys the layer (its kernels, workspace and parameter copies). Idempotent."""
-        if self._handle is None:
-            return
-        handle, self._handle = self._handle, None
-        self._device_refs.clear()
-        _check(lib().fg_layer_destroy(handle))
-
     def __repr__(self):
         if self.closed:
             return f"<fusegen.Layer {self.source} closed>"
@@ -325,17 +457,6 @@ class Layer(_Handle):
         )
 
     # -- shapes and parameters
-
-    def _read_params(self):
-        L, h = lib(), self._live_handle()
-        count = ctypes.c_int()
-        _check(L.fg_layer_param_count(h, ctypes.byref(count)))
-        out = []
-        for i in range(count.value):
-            name, rank, dims = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
-            _check(L.fg_layer_param_info(h, i, ctypes.byref(name), ctypes.byref(rank), dims))
-            out.append((name.value.decode(), tuple(dims[d] for d in range(rank.value))))
-        return out
 
     def _read_ignored(self):
         L, h = lib(), self._live_handle()
@@ -424,34 +545,7 @@ class Layer(_Handle):
         """The output's shape for `batch` samples (a tuple)."""
         return self._shape(lib().fg_layer_output_shape, batch)
 
-    def _param_shape(self, name):
-        for n, shape in self._params:
-            if n == name:
-                return shape
-        return None
-
     # -- binding
-
-    def _host_copy(self, name, value, shape):
-        """value (torch tensor on any device, NumPy array, nested lists) as a contiguous
-        float32 NumPy array of exactly `shape`."""
-        torch = _torch_if_tensor(value)
-        if torch is not None:
-            # The layer keeps its own copy (host and device), so a CPU staging copy is the
-            # simple safe choice whatever device the tensor is on.
-            if value.is_complex() or value.dtype == torch.bool:
-                raise TypeError(f"fusegen: parameter '{name}' has dtype {value.dtype}; expected a real number type")
-            arr = value.detach().float().contiguous().cpu().numpy()
-        else:
-            arr = np.asarray(value)
-            if arr.dtype.kind not in "fiu":
-                raise TypeError(f"fusegen: parameter '{name}' has dtype {arr.dtype}; expected a real number type")
-            arr = np.ascontiguousarray(arr, dtype=np.float32)
-        if tuple(arr.shape) != tuple(shape):
-            raise ValueError(
-                f"fusegen: parameter '{name}' has shape {list(arr.shape)} but layer {self.source} needs {list(shape)}"
-            )
-        return arr
 
     def bind(self, name: str, value: Any) -> None:
         """Binds one parameter from a NumPy array or a torch tensor (any device): the layer
@@ -477,15 +571,7 @@ class Layer(_Handle):
         if torch is None or not tensor.is_cuda:
             raise TypeError(f"fusegen: bind_device('{name}') needs a torch CUDA tensor")
         self._check_cuda_tensor(tensor, f"parameter '{name}'", parameter=True)
-        shape = self._param_shape(name)
-        if shape is not None and tuple(tensor.shape) != shape:
-            raise ValueError(
-                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but layer {self.source} needs {list(shape)}"
-            )
-        if not tensor.is_contiguous():
-            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
-        _check(lib().fg_layer_bind_device(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
-        self._device_refs[name] = tensor
+        self._bind_device(h, name, tensor, self._param_shape(name))
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
@@ -495,54 +581,7 @@ class Layer(_Handle):
         entries of other modules. strict=True: missing or unexpected keys raise
         StateDictError (a KeyError) naming them; nothing is bound then. Returns
         (missing_keys, unexpected_keys)."""
-        self._live_handle()
-        names = [n for n, _ in self._params]
-        ignored = {n: shape for n, shape, _ in self._ignored}
-        for k, shape in ignored.items():
-            if k in state_dict and tuple(np.shape(state_dict[k])) != shape:
-                raise ValueError(
-                    f"fusegen: '{k}' has shape {list(np.shape(state_dict[k]))} but layer {self.source} accepts it "
-                    f"(unused) with shape {list(shape)}"
-                )
-        keys = [k for k in state_dict if not k.endswith(".num_batches_tracked") and k not in ignored]
-        missing = [n for n in names if n not in state_dict]
-        unexpected = [k for k in keys if self._param_shape(k) is None]
-        if strict and (missing or unexpected):
-            parts = []
-            if missing:
-                parts.append("missing keys: " + ", ".join(repr(k) for k in missing))
-            if unexpected:
-                hints = []
-                for k in unexpected:
-                    near = difflib.get_close_matches(k, missing or names, n=1)
-                    hints.append(repr(k) + (f" (did you mean '{near[0]}'?)" if near else ""))
-                parts.append("unexpected keys: " + ", ".join(hints))
-            raise StateDictError(
-                f"fusegen: the state_dict does not match layer {self.source}: " + "; ".join(parts), missing, unexpected
-            )
-        # convert and check everything before binding anything, so an error binds nothing
-        arrays = [(n, self._host_copy(n, state_dict[n], shape)) for n, shape in self._params if n in state_dict]
-        for name, arr in arrays:
-            _check(lib().fg_layer_bind_host(self._handle, name.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
-            self._device_refs.pop(name, None)
-        return IncompatibleKeys(missing, unexpected)
-
-    def load_safetensors(self, path: PathLike, allow_extra: bool = False) -> None:
-        """Binds every parameter from a safetensors file of F32 tensors named by state_dict
-        keys (fg_layer_bind_safetensors). Extra tensors are an error unless allow_extra."""
-        _check(lib().fg_layer_bind_safetensors(self._live_handle(), _cstr(path, "path"), 1 if allow_extra else 0))
-        self._device_refs.clear()
-
-    def prepare(self) -> None:
-        """Compiles (or loads from the caches) every kernel now rather than at the first run."""
-        _check(lib().fg_layer_prepare(self._live_handle()))
-
-    def workspace_size(self, batch: int) -> int:
-        """Bytes of device workspace a run of `batch` samples needs (fg_layer_workspace_size):
-        the intermediate values and statistics between the layer's passes; 0 when none."""
-        size = ctypes.c_size_t()
-        _check(lib().fg_layer_workspace_size(self._live_handle(), int(batch), ctypes.byref(size)))
-        return size.value
+        return self._load_state_dict(state_dict, strict, {n: shape for n, shape, _ in self._ignored})
 
     def _run_workspace(self, input_ptr: int, output_ptr: int, batch: int, workspace_ptr: int, workspace_bytes: int,
                        stream: int) -> None:
@@ -711,7 +750,7 @@ def library_path() -> str:
 # ---- blocks --------------------------------------------------------------------------------
 
 
-class Block(_Handle):
+class Block(_Spec):
     """A block spec (docs/spec.md, "Blocks": several layers wired in a DAG, residuals, extra
     per-sample inputs such as SD's time embedding) loaded into a context (fg_block_load_*).
 
@@ -731,35 +770,14 @@ class Block(_Handle):
     (an [N, C] input is plain contiguous) as they are, without copies, as Layer does.
     """
 
-    _kind = "block"  # in messages
+    _kind = "block"  # fg_block_*, and in messages
+    _hint = ("returns a layer", "fusegen.Layer (or fusegen.torch.FusedLayer)")
 
     def __init__(self, spec: PathLike, context: Optional[Context] = None, name: Optional[str] = None):
-        self._handle = None
-        self._device_refs: dict[str, Any] = {}  # tensors bound with bind_device, kept alive here
-        self.context = context if context is not None else default_context()
-        L = lib()
-        handle = ctypes.c_void_p()
-        ctx = self.context._live_handle()
-        with _kind_hint("returns a layer", "fusegen.Layer (or fusegen.torch.FusedLayer)"):
-            if _looks_like_path(spec):
-                self.source = os.fsdecode(os.fspath(spec))
-                _check(L.fg_block_load_file(ctx, os.fsencode(self.source), ctypes.byref(handle)))
-            elif isinstance(spec, (str, bytes)):
-                text = spec.encode() if isinstance(spec, str) else spec
-                self.source = name or "<string>"
-                _check(L.fg_block_load_string(ctx, _cstr(name, "name"), text, ctypes.byref(handle)))
-            else:
-                raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
-        self._handle = handle.value
-        self.context._adopt(self)
-        h = self._handle
+        self._load(spec, context, name)
+        self._params = self._read_params()
+        L, h = lib(), self._handle
         count = ctypes.c_int()
-        _check(L.fg_block_param_count(h, ctypes.byref(count)))
-        self._params = []
-        for i in range(count.value):
-            pname, rank, dims = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
-            _check(L.fg_block_param_info(h, i, ctypes.byref(pname), ctypes.byref(rank), dims))
-            self._params.append((pname.value.decode(), tuple(dims[d] for d in range(rank.value))))
         _check(L.fg_block_input_count(h, ctypes.byref(count)))
         self._inputs = []  # [(name, shape at batch 1)], "input" first
         for i in range(count.value):
@@ -778,14 +796,6 @@ class Block(_Handle):
             self._layers.append(lname.value.decode())
 
     # -- lifetime
-
-    def close(self) -> None:
-        """Destroys the block (its layers, workspace and parameter copies). Idempotent."""
-        if self._handle is None:
-            return
-        handle, self._handle = self._handle, None
-        self._device_refs.clear()
-        _check(lib().fg_block_destroy(handle))
 
     def __repr__(self):
         if self.closed:
@@ -844,12 +854,6 @@ class Block(_Handle):
     def _input_list(self):
         return "its inputs: " + ", ".join(f"'{n}' {['N', *s[1:]]}" for n, s in self._inputs)
 
-    def _param_shape(self, name):
-        for n, shape in self._params:
-            if n == name:
-                return shape
-        return None
-
     # -- binding
 
     def _unknown_param(self, name):
@@ -858,9 +862,6 @@ class Block(_Handle):
             "FG_ERR_INVALID_ARGUMENT",
             f"block {self.source} has no parameter '{name}'" + (f" (did you mean '{near[0]}'?)" if near else ""),
         )
-
-    def _host_copy(self, name, value, shape):
-        return Layer._host_copy(self, name, value, shape)  # messages name self.source: the block
 
     def bind(self, name: str, value: Any) -> None:
         """Binds one parameter (in every layer that reads it) from a NumPy array or a torch
@@ -887,14 +888,7 @@ class Block(_Handle):
         if tensor.dtype != torch.float32:
             raise TypeError(f"fusegen: parameter '{name}' is {tensor.dtype}; parameters are float32 (block {self.source})")
         self._check_device(tensor, f"parameter '{name}'")
-        if tuple(tensor.shape) != shape:
-            raise ValueError(
-                f"fusegen: parameter '{name}' has shape {list(tensor.shape)} but block {self.source} needs {list(shape)}"
-            )
-        if not tensor.is_contiguous():
-            raise ValueError(f"fusegen: parameter '{name}' must be contiguous for bind_device")
-        _check(lib().fg_block_bind_device(h, name.encode(), tensor.data_ptr(), tensor.numel() * 4))
-        self._device_refs[name] = tensor
+        self._bind_device(h, name, tensor, shape)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Binds every parameter from a state_dict-like mapping (torch tensors or NumPy
@@ -902,46 +896,7 @@ class Block(_Handle):
         binds the block. '*.num_batches_tracked' entries are accepted and unused. strict=True:
         missing or unexpected keys raise StateDictError naming them, and nothing is bound.
         Returns (missing_keys, unexpected_keys)."""
-        self._live_handle()
-        names = [n for n, _ in self._params]
-        keys = [k for k in state_dict if not k.endswith(".num_batches_tracked")]
-        missing = [n for n in names if n not in state_dict]
-        unexpected = [k for k in keys if self._param_shape(k) is None]
-        if strict and (missing or unexpected):
-            parts = []
-            if missing:
-                parts.append("missing keys: " + ", ".join(repr(k) for k in missing))
-            if unexpected:
-                hints = []
-                for k in unexpected:
-                    near = difflib.get_close_matches(k, missing or names, n=1)
-                    hints.append(repr(k) + (f" (did you mean '{near[0]}'?)" if near else ""))
-                parts.append("unexpected keys: " + ", ".join(hints))
-            raise StateDictError(
-                f"fusegen: the state_dict does not match block {self.source}: " + "; ".join(parts), missing, unexpected
-            )
-        arrays = [(n, self._host_copy(n, state_dict[n], shape)) for n, shape in self._params if n in state_dict]
-        for pname, arr in arrays:
-            _check(lib().fg_block_bind_host(self._handle, pname.encode(), arr.ctypes.data_as(_P_FLOAT), arr.nbytes))
-            self._device_refs.pop(pname, None)
-        return IncompatibleKeys(missing, unexpected)
-
-    def load_safetensors(self, path: PathLike, allow_extra: bool = False) -> None:
-        """Binds every parameter from a safetensors file of F32 tensors named by state_dict
-        keys (fg_block_bind_safetensors). Extra tensors are an error unless allow_extra."""
-        _check(lib().fg_block_bind_safetensors(self._live_handle(), _cstr(path, "path"), 1 if allow_extra else 0))
-        self._device_refs.clear()
-
-    def prepare(self) -> None:
-        """Compiles (or loads from the caches) every layer's kernels now."""
-        _check(lib().fg_block_prepare(self._live_handle()))
-
-    def workspace_size(self, batch: int) -> int:
-        """Bytes of device workspace a run of `batch` samples needs (fg_block_workspace_size):
-        the layers' outputs but the block's, and the largest layer workspace."""
-        size = ctypes.c_size_t()
-        _check(lib().fg_block_workspace_size(self._live_handle(), int(batch), ctypes.byref(size)))
-        return size.value
+        return self._load_state_dict(state_dict, strict, {})
 
     # -- running
 

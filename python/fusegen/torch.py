@@ -72,16 +72,20 @@ class _Runtime:
     def __init__(self, spec, name):
         self.spec, self.name = spec, name
         self.lock = threading.Lock()
-        self.layers = {}  # device index (-1: CPU) -> Layer
+        self.layers = {}  # device index (-1: CPU) -> Layer (_BlockRuntime: Block)
         self.bound = {}  # device index -> [(data_ptr, version) per parameter]
         probe = self.layer(-1)
         self.param_names = [n for n, _ in probe.params]
         self.param_shapes = [tuple(s) for _, s in probe.params]
-        self.ignored = probe.ignored
-        self.in_tail = tuple(probe.input_shape(1)[1:])
-        self.dtype = probe.torch_dtype  # of the input and the output (the spec's dtype)
+        self.dtype = probe.torch_dtype  # of every input and the output (the spec's dtype)
         self.dtype_name = probe.dtype
         self.out_tail = tuple(probe.output_shape(1)[1:])
+        self.describe(probe)
+
+    def describe(self, probe):
+        """What the op needs of the spec beside the above, from its CPU layer `probe`."""
+        self.ignored = probe.ignored
+        self.in_tail = tuple(probe.input_shape(1)[1:])
         self.memory_format = probe.torch_memory_format  # of the input and the output (the spec's layout)
 
     def layer(self, index):
@@ -102,11 +106,15 @@ class _Runtime:
                 f"fusegen: the input is {x.dtype}, but layer {self.name} takes {self.dtype} "
                 f'(its spec\'s dtype = "{self.dtype_name}")'
             )
+        self.check_params(x, params)
+
+    def check_params(self, x, params):
+        kind = self.kind._kind  # "layer" or "block", in messages
         if len(params) != len(self.param_names):
-            raise ValueError(f"fusegen: layer {self.name} takes {len(self.param_names)} parameters, got {len(params)}")
+            raise ValueError(f"fusegen: {kind} {self.name} takes {len(self.param_names)} parameters, got {len(params)}")
         for name, shape, p in zip(self.param_names, self.param_shapes, params):
             if tuple(p.shape) != shape:
-                raise ValueError(f"fusegen: parameter '{name}' has shape {list(p.shape)}, the layer needs {list(shape)}")
+                raise ValueError(f"fusegen: parameter '{name}' has shape {list(p.shape)}, the {kind} needs {list(shape)}")
             if p.dtype != torch.float32:
                 raise TypeError(f"fusegen: parameter '{name}' is {p.dtype}; fusegen runs float32")
             if p.device != x.device:
@@ -132,8 +140,8 @@ class _Runtime:
                 layer.bind(name, p.detach())
         self.bound[index] = now
 
-    def run(self, x, params):
-        self.check_input(x, params)
+    def bound_layer(self, x, params):
+        """(the layer of x's device bound to `params`, the device's index (-1: CPU))."""
         if x.is_cuda:
             index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         elif x.device.type == "cpu":
@@ -143,6 +151,22 @@ class _Runtime:
         with self.lock:
             layer = self.layer(index)
             self.bind(index, layer, params)
+        return layer, index
+
+    def launch(self, layer, inputs, out, batch):
+        """Runs `layer` on the CUDA device of `out` (inputs: device pointers; a block's, a
+        list) with a workspace from torch's caching allocator, on the current stream: freed
+        when this returns, which is safe, since later users of the memory run after these
+        kernels on the same stream."""
+        ws_bytes = layer.workspace_size(batch)
+        ws = torch.empty(ws_bytes, device=out.device, dtype=torch.uint8) if ws_bytes else None
+        stream = torch.cuda.current_stream(out.device).cuda_stream
+        layer._run_workspace(inputs, out.data_ptr(), batch, ws.data_ptr() if ws is not None else 0, ws_bytes, stream)
+        return out
+
+    def run(self, x, params):
+        self.check_input(x, params)
+        layer, index = self.bound_layer(x, params)
         x = x.detach()
         mf = self.memory_format  # a channels-last layer: x as it is when already channels last
         if index < 0:
@@ -153,13 +177,7 @@ class _Runtime:
             x = x.clone(memory_format=mf)
         batch = x.shape[0]
         out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=self.dtype, memory_format=mf)
-        ws_bytes = layer.workspace_size(batch)
-        # from torch's caching allocator, on the current stream: freed when this returns, which
-        # is safe, since later users of the block run after these kernels on the same stream
-        ws = torch.empty(ws_bytes, device=x.device, dtype=torch.uint8) if ws_bytes else None
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        layer._run_workspace(x.data_ptr(), out.data_ptr(), batch, ws.data_ptr() if ws is not None else 0, ws_bytes, stream)
-        return out
+        return self.launch(layer, x.data_ptr(), out, batch)
 
     def close(self):
         if any(i >= 0 for i in self.layers) and torch.cuda.is_available():
@@ -186,7 +204,7 @@ def _runtime(instance, spec, cls=None):
             text = base64.b64decode(spec.encode("ascii"), validate=True).decode("utf-8")
         except (ValueError, UnicodeError):
             raise ValueError(f"fusegen: the op's spec argument is not a base64-encoded spec (layer instance {instance})") from None
-        rt = cls(text, f"fusegen-{'block' if cls is _BlockRuntime else 'layer'}-{instance}.lua")
+        rt = cls(text, f"fusegen-{cls.kind._kind}-{instance}.lua")
         with _lock:
             rt = _runtimes.setdefault(key, rt)
     return rt
@@ -219,30 +237,32 @@ def _(x, params, spec, instance):
     return x.new_empty((x.shape[0],) + rt.out_tail, dtype=rt.dtype).contiguous(memory_format=rt.memory_format)
 
 
-class FusedLayer(nn.Module):
-    """A fusegen layer as an nn.Module (see the module's docstring).
+def _read_spec(spec, name):
+    """(text, name) of a spec given as a .lua path or as its text."""
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec):
+        path = os.fspath(spec)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(), name or path
+        except OSError as e:
+            raise _core.Error("FG_ERR_SPEC", f"{path}: cannot read the spec: {e.strerror}") from None
+    if isinstance(spec, str):
+        return spec, name
+    raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
 
-    spec: a path to a .lua file, or the spec's text (e.g. what fusegen.export returns).
-    name: stands for the spec in messages (default: the file, or '<name of the layer>.lua').
-    The parameters start at zero (running variances at one): load a state_dict.
-    """
 
-    def __init__(self, spec: "str | os.PathLike[str]", name: Optional[str] = None):
-        super().__init__()
-        if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec):
-            path = os.fspath(spec)
-            try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read()
-            except OSError as e:
-                raise _core.Error("FG_ERR_SPEC", f"{path}: cannot read the spec: {e.strerror}") from None
-            name = name or path
-        elif isinstance(spec, str):
-            text = spec
-        else:
-            raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
+class _Fused(nn.Module):
+    """What FusedLayer and FusedBlock share: the spec, its runtime (`_fg_runtime_class`)
+    registered under a fresh instance id for the op's calls, the spec's parameters as the
+    module's, and the runtime's fusegen layer or block for a device."""
+
+    _fg_runtime_class = _Runtime
+
+    def _fg_setup(self, spec, name):
+        """__init__'s common part (after nn.Module's): returns the runtime."""
+        text, name = _read_spec(spec, name)
         instance = next(_instances)
-        rt = _Runtime(text, name or "<string>")
+        rt = self._fg_runtime_class(text, name or "<string>")
         encoded = _encode(text)
         with _lock:
             _runtimes[(instance, encoded)] = rt
@@ -250,16 +270,11 @@ class FusedLayer(nn.Module):
         self._fg_encoded = encoded
         self._fg_instance = instance
         self._fg_names = list(rt.param_names)
-        self._fg_input_tail = rt.in_tail
         self._fg_output_tail = rt.out_tail
         weakref.finalize(self, _release, (instance, encoded))
         for pname, shape in zip(rt.param_names, rt.param_shapes):
             self._register(pname, shape)
-        # what a BatchNorm's state_dict has beside (fg_layer_ignored_info): buffers the op
-        # never reads; a module without them (track_running_stats=False) still loads strictly
-        self._fg_optional = [name for name, _, _ in rt.ignored]
-        for name, shape, dtype in rt.ignored:
-            self._register(name, shape, dtype)
+        return rt
 
     def _register(self, key, shape, dtype="F32"):
         """Registers `key` ('conv.weight', 'bn.running_var', 'scale') under child modules, as
@@ -288,8 +303,9 @@ class FusedLayer(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # A BatchNorm with track_running_stats=False saves no running statistics and no
-        # num_batches_tracked: the buffers the op never reads keep their values instead of
-        # being missing (the children load from this dict after this call).
+        # num_batches_tracked, and a block's batch norms may keep no num_batches_tracked:
+        # the buffers the op never reads (_fg_optional) keep their values instead of being
+        # missing (the children load from this dict after this call).
         for name in self._fg_optional:
             if prefix + name not in state_dict:
                 state_dict[prefix + name] = self.get_buffer(name)
@@ -311,18 +327,16 @@ class FusedLayer(nn.Module):
         """The spec's Lua text."""
         return self._fg_spec
 
-    def input_shape(self, batch: int) -> Tuple[int, ...]:
-        return (batch,) + self._fg_input_tail
-
     def output_shape(self, batch: int) -> Tuple[int, ...]:
         return (batch,) + self._fg_output_tail
 
     def _fg_layer(self, device):
+        """(the runtime's layer or block for `device` (default: the parameters'), its index)"""
         device = torch.device(device) if device is not None else self._fg_params()[0].device
         index = -1
         if device.type == "cuda":
             index = device.index if device.index is not None else torch.cuda.current_device()
-        return _runtime(self._fg_instance, self._fg_encoded).layer(index), index
+        return _runtime(self._fg_instance, self._fg_encoded, self._fg_runtime_class).layer(index), index
 
     def workspace_size(self, batch: int, device: "Optional[torch.device | str]" = None) -> int:
         """Bytes of workspace a CUDA run of `batch` samples takes from torch's allocator (the
@@ -330,11 +344,34 @@ class FusedLayer(nn.Module):
         return self._fg_layer(device)[0].workspace_size(batch)
 
     def prepare(self, device: "Optional[torch.device | str]" = None) -> None:
-        """Compiles or loads the kernels for `device` (default: the parameters' device) now,
-        e.g. before capturing a CUDA graph by hand: loading kernels cannot be captured."""
+        """Compiles or loads the kernels (a block's: every layer's) for `device` (default: the
+        parameters' device) now, e.g. before capturing a CUDA graph by hand: loading kernels
+        cannot be captured."""
         layer, index = self._fg_layer(device)
         if index >= 0:
             layer.prepare()
+
+
+class FusedLayer(_Fused):
+    """A fusegen layer as an nn.Module (see the module's docstring).
+
+    spec: a path to a .lua file, or the spec's text (e.g. what fusegen.export returns).
+    name: stands for the spec in messages (default: the file, or '<name of the layer>.lua').
+    The parameters start at zero (running variances at one): load a state_dict.
+    """
+
+    def __init__(self, spec: "str | os.PathLike[str]", name: Optional[str] = None):
+        super().__init__()
+        rt = self._fg_setup(spec, name)
+        self._fg_input_tail = rt.in_tail
+        # what a BatchNorm's state_dict has beside (fg_layer_ignored_info): buffers the op
+        # never reads; a module without them (track_running_stats=False) still loads strictly
+        self._fg_optional = [name for name, _, _ in rt.ignored]
+        for name, shape, dtype in rt.ignored:
+            self._register(name, shape, dtype)
+
+    def input_shape(self, batch: int) -> Tuple[int, ...]:
+        return (batch,) + self._fg_input_tail
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.fusegen.layer(x, self._fg_params(), self._fg_encoded, self._fg_instance)
@@ -352,20 +389,10 @@ class _BlockRuntime(_Runtime):
 
     kind = _core.Block
 
-    def __init__(self, spec, name):
-        self.spec, self.name = spec, name
-        self.lock = threading.Lock()
-        self.layers = {}  # device index (-1: CPU) -> Block
-        self.bound = {}
-        probe = self.layer(-1)
-        self.param_names = [n for n, _ in probe.params]
-        self.param_shapes = [tuple(s) for _, s in probe.params]
+    def describe(self, probe):
         self.input_names = probe.input_names
         self.in_tails = [tuple(probe.input_shape(1, n)[1:]) for n in ["input"] + self.input_names]
-        self.out_tail = tuple(probe.output_shape(1)[1:])
         # every tensor of the block (the extra inputs too) has its dtype and layout
-        self.dtype = probe.torch_dtype
-        self.dtype_name = probe.dtype
         self.memory_format_for = probe._memory_format_for  # by rank: an [N, C] input is plain
         self.out_memory_format = probe._memory_format_for(len(self.out_tail) + 1)
 
@@ -390,29 +417,10 @@ class _BlockRuntime(_Runtime):
             if t.device != x.device:
                 raise ValueError(f"fusegen: input '{n}' is on {t.device} but the block input is on {x.device}")
 
-    def check_params(self, x, params):
-        if len(params) != len(self.param_names):
-            raise ValueError(f"fusegen: block {self.name} takes {len(self.param_names)} parameters, got {len(params)}")
-        for name, shape, p in zip(self.param_names, self.param_shapes, params):
-            if tuple(p.shape) != shape:
-                raise ValueError(f"fusegen: parameter '{name}' has shape {list(p.shape)}, the block needs {list(shape)}")
-            if p.dtype != torch.float32:
-                raise TypeError(f"fusegen: parameter '{name}' is {p.dtype}; fusegen runs float32")
-            if p.device != x.device:
-                raise ValueError(f"fusegen: parameter '{name}' is on {p.device} but the input is on {x.device}")
-
     def run(self, x, extra, params):
         self.check_inputs(x, extra)
         self.check_params(x, params)
-        if x.is_cuda:
-            index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        elif x.device.type == "cpu":
-            index = -1
-        else:
-            raise ValueError(f"fusegen: tensors on {x.device} are not supported (CUDA or CPU)")
-        with self.lock:
-            block = self.layer(index)
-            self.bind(index, block, params)
+        block, index = self.bound_layer(x, params)
         # each input in the block's memory format: as it is when already so (no copy)
         xs = [t.detach().contiguous(memory_format=self.memory_format_for(t.dim())) for t in [x] + list(extra)]
         if index < 0:
@@ -425,13 +433,7 @@ class _BlockRuntime(_Runtime):
         batch = x.shape[0]
         out = torch.empty((batch,) + self.out_tail, device=x.device, dtype=self.dtype,
                           memory_format=self.out_memory_format)
-        ws_bytes = block.workspace_size(batch)
-        # torch's caching allocator, current stream: safe to free on return (stream order)
-        ws = torch.empty(ws_bytes, device=x.device, dtype=torch.uint8) if ws_bytes else None
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        block._run_workspace([t.data_ptr() for t in xs], out.data_ptr(), batch,
-                             ws.data_ptr() if ws is not None else 0, ws_bytes, stream)
-        return out
+        return self.launch(block, [t.data_ptr() for t in xs], out, batch)
 
 
 @torch.library.custom_op("fusegen::block", mutates_args=())
@@ -454,21 +456,7 @@ def _(x, extra, params, spec, instance):
     return x.new_empty((x.shape[0],) + rt.out_tail, dtype=rt.dtype).contiguous(memory_format=rt.out_memory_format)
 
 
-def _read_spec(spec, name):
-    """(text, name) of a spec given as a .lua path or as its text."""
-    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".lua") and "\n" not in spec):
-        path = os.fspath(spec)
-        try:
-            with open(path, encoding="utf-8") as f:
-                return f.read(), name or path
-        except OSError as e:
-            raise _core.Error("FG_ERR_SPEC", f"{path}: cannot read the spec: {e.strerror}") from None
-    if isinstance(spec, str):
-        return spec, name
-    raise TypeError(f"fusegen: a spec is a path or Lua source text, not {type(spec).__name__}")
-
-
-class FusedBlock(nn.Module):
+class FusedBlock(_Fused):
     """A fusegen block spec (docs/spec.md, "Blocks") as an nn.Module, over the op
     `fusegen::block(Tensor x, Tensor[] extra, Tensor[] params, str spec, int instance)`.
 
@@ -488,35 +476,14 @@ class FusedBlock(nn.Module):
     PyTorch module: subclass FusedBlock, add it, and forward its result (docs/torch.md).
     """
 
-    _register = FusedLayer._register
-    _fg_params = FusedLayer._fg_params
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # a module whose batch norms keep no num_batches_tracked still loads strictly
-        for name in self._fg_optional:
-            if prefix + name not in state_dict:
-                state_dict[prefix + name] = self.get_buffer(name)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    _fg_runtime_class = _BlockRuntime
 
     def __init__(self, spec: "str | os.PathLike[str]", name: Optional[str] = None):
         super().__init__()
-        text, name = _read_spec(spec, name)
-        instance = next(_instances)
-        rt = _BlockRuntime(text, name or "<string>")
-        encoded = _encode(text)
-        with _lock:
-            _runtimes[(instance, encoded)] = rt
-        self._fg_spec = text
-        self._fg_encoded = encoded
-        self._fg_instance = instance
-        self._fg_names = list(rt.param_names)
+        rt = self._fg_setup(spec, name)
         self._fg_input_names = list(rt.input_names)
         self._fg_input_tails = list(rt.in_tails)
-        self._fg_output_tail = rt.out_tail
         self._fg_layers = rt.layer(-1).layers
-        weakref.finalize(self, _release, (instance, encoded))
-        for pname, shape in zip(rt.param_names, rt.param_shapes):
-            self._register(pname, shape)
         # a batch norm on running statistics: the module's state_dict also has its
         # num_batches_tracked, which the block accepts and never reads
         self._fg_optional = []
@@ -528,11 +495,6 @@ class FusedBlock(nn.Module):
                     self._fg_optional.append(extra)
 
     @property
-    def spec(self) -> str:
-        """The spec's Lua text."""
-        return self._fg_spec
-
-    @property
     def input_names(self) -> "list[str]":
         """The extra inputs' names, in the order forward takes them positionally."""
         return list(self._fg_input_names)
@@ -542,26 +504,6 @@ class FusedBlock(nn.Module):
         if name not in names:
             raise ValueError(f"fusegen: the block has no input '{name}' (its inputs: {', '.join(names)})")
         return (batch,) + self._fg_input_tails[names.index(name)]
-
-    def output_shape(self, batch: int) -> Tuple[int, ...]:
-        return (batch,) + self._fg_output_tail
-
-    def _fg_block(self, device):
-        device = torch.device(device) if device is not None else self._fg_params()[0].device
-        index = -1
-        if device.type == "cuda":
-            index = device.index if device.index is not None else torch.cuda.current_device()
-        return _runtime(self._fg_instance, self._fg_encoded, _BlockRuntime).layer(index), index
-
-    def workspace_size(self, batch: int, device: "Optional[torch.device | str]" = None) -> int:
-        """Bytes of workspace a CUDA run of `batch` samples takes from torch's allocator."""
-        return self._fg_block(device)[0].workspace_size(batch)
-
-    def prepare(self, device: "Optional[torch.device | str]" = None) -> None:
-        """Compiles or loads every layer's kernels for `device` (default: the parameters')."""
-        block, index = self._fg_block(device)
-        if index >= 0:
-            block.prepare()
 
     def _fg_order(self, extra, named):
         names = self._fg_input_names
