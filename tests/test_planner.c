@@ -1030,14 +1030,16 @@ static void engine_by_arch_and_precision(void **state)
     assert_int_equal(first_pass_with("sm_80", 3, sixteen, "tf32"), FG_PASS_CUDNN);
     assert_int_equal(first_pass_with("sm_90a", 64, "conv2d { out_channels = 16, kernel = 1 }", "tf32"),
                      FG_PASS_CONV);
-    /* ... only where wgmma could run the shape: past 376 input channels (no wgmma tiling) it
-     * stays cuDNN, as it was (the rule's measurements were against wgmma's one product) */
+    /* ... wide inputs included (the wgmma tiling packs them in channel blocks): 512 -> 16 1x1
+     * follows the fp32 rule too */
     assert_int_equal(first_pass_with("sm_90a", 512, "conv2d { out_channels = 16, kernel = 1 }", "tf32"),
-                     FG_PASS_CUDNN);
-    /* the input-packing pass transposes 32 pixels of every channel through 48 KB of shared
-     * memory: past 376 channels the conv stays on mma.sync */
+                     FG_PASS_CONV);
+    /* the input-packing pass transposes 32 pixels of 383 TF32 channels at most through its 48
+     * KB of shared memory, wider inputs in channel blocks: wgmma either way (it had been
+     * mma.sync past 376 channels) */
     assert_int_equal(first_pass_with("sm_90a", 376, wide, "fp32"), FG_PASS_PACK_WEIGHTS);
-    assert_int_equal(first_pass_with("sm_90a", 377, wide, "fp32"), FG_PASS_CONV);
+    assert_int_equal(first_pass_with("sm_90a", 377, wide, "fp32"), FG_PASS_PACK_WEIGHTS);
+    assert_int_equal(first_pass_with("sm_90a", 1024, wide, "fp32"), FG_PASS_PACK_WEIGHTS);
 }
 
 /* Where the runtime times two engines at the first run (fg_plan_engine_alternative): fp32 on
