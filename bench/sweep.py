@@ -127,6 +127,13 @@ ENTRIES = [
     E("c320_320_k3p1", 320, 320, (64, 64), 3, padding=1, batch=2),
     E("c256_256_k1", 256, 256, (28, 28), 1, batch=64),
     E("c256_256_k3p1_7", 256, 256, (7, 7), 3, padding=1, batch=32),
+    # wide inputs (past the wgmma input pack's one-block tile: v18) and images past 991 pixels
+    # a side (the producer's 10-bit coordinates): ConvNeXt's and ResNet's projections, SD's
+    # 640-channel stage, a full-resolution VAE-decoder conv
+    E("c384_96_k1", 384, 96, (56, 56), 1, batch=32),
+    E("c1024_256_k1", 1024, 256, (14, 14), 1, batch=32),
+    E("c640_640_k3p1", 640, 640, (32, 32), 3, padding=1, batch=2),
+    E("c64_64_k3p1_1024", 64, 64, (1024, 1024), 3, padding=1, batch=1),
     # 3D: KB79/KB23-like, nnU-Net stages, video stems, pointwise, depthwise
     E("c3d_3_16_k3", 3, 16, (16, 32, 32), 3, batch=128),
     E("c3d_3_24_k3", 3, 24, (24, 32, 32), 3, batch=128),

@@ -412,8 +412,7 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_o
 enum {
     MAX_BLOCK_SMEM = 227 * 1024, /* opt-in shared memory of one block on sm_90 */
     WGMMA_MAX_STAGES = 8,
-    WGMMA_PACKED_BIAS = 32,    /* the producer packs a row's origin coordinates + this bias in 10 bits */
-    WGMMA_MAX_COORD = 1023 - 32,
+    WGMMA_PACKED_BIAS = 32,    /* the producer packs a row's origin coordinates + this bias into one word */
     WGMMA_PACK_PIXELS = 32,    /* pixels the input-packing pass transposes per block (conv_wgmma.lua's tile), through */
     WGMMA_PACK_SMEM = 48 * 1024, /* a static shared array: at most 48 KB */
 };
@@ -439,10 +438,23 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     memset(w, 0, sizeof *w);
     if (g->cout_g < 8)
         return false;
-    for (int i = 0; i < 3; i++)
-        if (g->in[i] > WGMMA_MAX_COORD || (g->k[i] - 1) * g->d[i] > WGMMA_MAX_COORD ||
-            g->out[i] * g->s[i] > WGMMA_MAX_COORD)
-            return false;
+    /* The producer keeps each A row's origin (d, h, w) + WGMMA_PACKED_BIAS in one 32-bit word:
+     * 10 bits a coordinate, or for a 2D conv (d is always 0) 16 bits each of (h, w) where an
+     * image is past the 10 bits (1024 pixels and up: SDXL's VAE decoder, full-resolution
+     * segmentation); the sources of images that fit 10 bits are unchanged. */
+    bool flat = g->in[0] == 1 && g->k[0] == 1 && g->out[0] == 1 &&
+                (ir->ops[0].spatial < 3 || ir->ops[0].padding[0] == 0); /* no depth to check */
+    w->coord_bits = 0;
+    for (int bits = 10; bits <= 16 && !w->coord_bits; bits += 6) {
+        int64_t most = ((int64_t)1 << bits) - 1 - WGMMA_PACKED_BIAS;
+        bool fits = bits == 10 || flat;
+        for (int i = 0; i < 3; i++)
+            fits = fits && g->in[i] <= most && (g->k[i] - 1) * g->d[i] <= most && g->out[i] * g->s[i] <= most;
+        if (fits)
+            w->coord_bits = bits;
+    }
+    if (!w->coord_bits)
+        return false; /* a 3D image past 991 pixels along a dimension */
     const fg_op *conv = &ir->ops[0];
     for (int i = 0; i < conv->spatial; i++)
         if (conv->padding[i] >= WGMMA_PACKED_BIAS)

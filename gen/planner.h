@@ -200,6 +200,7 @@ typedef struct fg_wgmma_tiling {
                           * transposes: xc, or a share of them where 32 pixels x xc channels
                           * would not fit its 48 KB tile (wide inputs: 384 TF32 channels and up) */
     int kch;             /* K chunks of kc_elems */
+    int coord_bits;      /* bits a coordinate of the producer's packed row origins: 10, or 16 (2D) */
     int64_t w_elems;     /* elements of the packed weights (of the operand's type): the pack pass's threads */
     int stages;          /* the ring's depth */
     int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */

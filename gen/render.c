@@ -367,6 +367,7 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "operand", w->operand);
     set_int(L, "kc_elems", w->kc_elems);
     set_int(L, "pack_xb", w->pack_xb);
+    set_int(L, "coord_bits", w->coord_bits);
     set_int(L, "w_elems", w->w_elems);
     set_int(L, "block_acc", w->block_acc);
     set_int(L, "bn", w->bn);

@@ -180,14 +180,22 @@ function M.prelude(layer, plan)
     w.a_bytes, w.b_bytes, w.stage_bytes, w.bar_offset)
   c:line("constexpr int CONSREG = %d, PRODREG = %d;", w.consumer_regs, w.producer_regs)
   c:line("constexpr int RPT = BM / 16; /* A rows each producer thread copies per chunk */")
-  c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (10 bits each) */")
+  if w.coord_bits == 16 then
+    c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (h, w: 16 bits each) */")
+  else
+    c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (10 bits each) */")
+  end
   if half then
     c:line("static_assert(STAGE_BYTES == PA * A_BYTES + PB * B_BYTES && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
     c:line("static_assert(CP % 8 == 0, \"a 16-byte copy holds 8 channels of one tap\");")
   else
     c:line("static_assert(STAGE_BYTES == P * (A_BYTES + B_BYTES) && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
   end
-  c:line("static_assert(ID + CB < 1024 && IH + CB < 1024 && IW + CB < 1024, \"packed coordinates\");")
+  if w.coord_bits == 16 then
+    c:line("static_assert(ID == 1 && KD == 1 && OD == 1 && PD == 0 && IH + CB < 65536 && IW + CB < 65536, \"packed coordinates\");")
+  else
+    c:line("static_assert(ID + CB < 1024 && IH + CB < 1024 && IW + CB < 1024, \"packed coordinates\");")
+  end
   local split = w.split_k > 1
   if split then
     c:line("/* split K: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL; a partial")
@@ -197,7 +205,7 @@ function M.prelude(layer, plan)
     c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
     for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
-  for l in M.fill_engine(M.engine, split, half, w.a_parts):gmatch("([^\n]*)\n") do c:line(l) end
+  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits):gmatch("([^\n]*)\n") do c:line(l) end
   c:line("} // namespace fgw")
   return c
 end
@@ -256,8 +264,23 @@ local half_split_marks = {
   KE = "64",
   UE = "8",
 }
-function M.fill_engine(text, split, half, a_parts)
+-- The producer's packed row origins (fg_wgmma_tiling.coord_bits): (d, h, w) in 10 bits each (the
+-- text as it always was), or a 2D conv's (h, w) in 16 bits each.
+local coord10_marks = {
+  CPACK = "((fgw_u32)(z0 + CB) << 20) | ((fgw_u32)(y0 + CB) << 10) | (fgw_u32)(x0 + CB)",
+  CNONE = "0x3FFFFFFFu",
+  CX = "(crd & 1023u)",
+  CY = "((crd >> 10) & 1023u)",
+}
+local coord16_marks = {
+  CPACK = "((fgw_u32)(y0 + CB) << 16) | (fgw_u32)(x0 + CB); (void)z0",
+  CNONE = "0xFFFFFFFFu",
+  CX = "(crd & 0xFFFFu)",
+  CY = "(crd >> 16)",
+}
+function M.fill_engine(text, split, half, a_parts, coord_bits)
   local marks = {}
+  for k, v in pairs(coord_bits == 16 and coord16_marks or coord10_marks) do marks[k] = v end
   local split_a = half and a_parts == 2
   for k, v in pairs(split and split_marks or unsplit_marks) do marks[k] = v end
   for k, v in pairs(split_a and half_split_marks or half and half_marks or tf32_marks) do marks[k] = v end
@@ -457,10 +480,10 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
                 const int oh = rem / OW, ow = rem - oh * OW;
                 const int z0 = od * SD - PD, y0 = oh * SH - PH, x0 = ow * SW - PW;
                 roff[j] = ((z0 * IH + y0) * IW + x0) * XC + tl.g * CP;
-                rcrd[j] = ((fgw_u32)(z0 + CB) << 20) | ((fgw_u32)(y0 + CB) << 10) | (fgw_u32)(x0 + CB);
+                rcrd[j] = @CPACK@;
             } else {
                 roff[j] = 0;
-                rcrd[j] = 0x3FFFFFFFu; /* every field out of range */
+                rcrd[j] = @CNONE@; /* every field out of range */
             }
         }
         const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (@PB@ * BN * 32);
@@ -479,8 +502,8 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
             for (int j = 0; j < RPT; ++j) {
                 const int r = r0 + 16 * j;
                 const fgw_u32 crd = rcrd[j];
-                bool ok = kval && (fgw_u32)((int)(crd & 1023u) - CB + dx) < (fgw_u32)IW &&
-                          (fgw_u32)((int)((crd >> 10) & 1023u) - CB + dy) < (fgw_u32)IH;
+                bool ok = kval && (fgw_u32)((int)@CX@ - CB + dx) < (fgw_u32)IW &&
+                          (fgw_u32)((int)@CY@ - CB + dy) < (fgw_u32)IH;
                 if (ID > 1 || KD > 1 || PD > 0) ok = ok && (fgw_u32)((int)(crd >> 20) - CB + dz) < (fgw_u32)ID;
                 const int off = ok ? roff[j] + tapoff : 0;
                 const fgw_u32 dst = sA + r * 128 + ((seg ^ (r & 7)) << 4);

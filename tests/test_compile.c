@@ -16,7 +16,7 @@
 #include "channel_norm_specs.h"
 #include "channel_reduce_specs.h"
 #include "prologue_specs.h"
-#include "wide_input_specs.h"
+#include "wgmma_reach_specs.h"
 #include "split_k_specs.h"
 #include "test_util.h"
 
@@ -447,16 +447,18 @@ static void prologues(void **state)
     assert_int_equal(problems, 0);
 }
 
-/* Inputs too wide for one block of the wgmma input pack (tests/wide_input_specs.h): each plans
- * on wgmma for sm_90a (before, the planner refused wgmma past 383 TF32 channels and the conv ran
- * on mma.sync), its input pack transposes the channels in several blocks of at most pack_xb,
- * which cover every packed channel, and every kernel compiles without spills. */
-static void wide_inputs(void **state)
+/* Shapes past a former limit of the wgmma engine (tests/wgmma_reach_specs.h): each plans on
+ * wgmma for sm_90a (before, the planner refused it and the conv ran on mma.sync) the way its
+ * case names -- an input pack in several channel blocks of at most pack_xb that cover every
+ * packed channel exactly, or 16-bit packed coordinates -- and every kernel compiles without
+ * spills. */
+static void wgmma_reach(void **state)
 {
     (void)state;
     int problems = 0;
-    for (int i = 0; i < N_WIDE_INPUT_CASES; i++) {
-        fg_layer_ir *ir = fgt_load_string(wide_input_cases[i].source);
+    for (int i = 0; i < N_WGMMA_REACH_CASES; i++) {
+        const wgmma_reach_case *v = &wgmma_reach_cases[i];
+        fg_layer_ir *ir = fgt_load_string(v->source);
         fg_plan_options opts;
         fg_plan_options_for_arch(&opts, "sm_90a");
         fg_plan *plan = fgt_plan_with(ir, &opts);
@@ -473,9 +475,17 @@ static void wide_inputs(void **state)
                 fail_msg("%s: %lld blocks of %d do not cover %d channels exactly", ir->name,
                          (long long)ps->launch.grid_y, w->pack_xb, w->xc);
         }
-        if (!blocked)
-            fail_msg("%s: the input pack is not in channel blocks (pack_xb %d, xc %d)", ir->name, w->pack_xb, w->xc);
-        problems += compile_sm90a(ir, plan, ir->name, "constexpr int XB = "); /* the blocked pack's */
+        const char *needle;
+        if (!strcmp(v->reach, "channel blocks")) {
+            if (!blocked)
+                fail_msg("%s: the input pack is not in channel blocks (pack_xb %d, xc %d)", ir->name, w->pack_xb, w->xc);
+            needle = "constexpr int XB = "; /* the blocked pack's */
+        } else {
+            if (w->coord_bits != 16 || blocked)
+                fail_msg("%s: coordinates in %d bits, pack blocked %d", ir->name, w->coord_bits, (int)blocked);
+            needle = "(crd >> 16)";
+        }
+        problems += compile_sm90a(ir, plan, ir->name, needle);
         free(plan);
         free(ir);
     }
@@ -857,7 +867,7 @@ int main(void)
         cmocka_unit_test(half_dtypes),
         cmocka_unit_test(channels_last),
         cmocka_unit_test(prologues),
-        cmocka_unit_test(wide_inputs),
+        cmocka_unit_test(wgmma_reach),
         cmocka_unit_test(channel_layer_norms),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),

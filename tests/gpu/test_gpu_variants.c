@@ -14,7 +14,7 @@
 #include "../channel_norm_specs.h"
 #include "../channel_reduce_specs.h"
 #include "../prologue_specs.h"
-#include "../wide_input_specs.h"
+#include "../wgmma_reach_specs.h"
 #include "gpu_harness.h"
 
 typedef struct variant {
@@ -759,9 +759,9 @@ static int dump_specs(const char *dir, int n_random)
         if (!dump_one(dir, prologue_cases[i].name, prologue_cases[i].source))
             return 1;
     }
-    /* inputs too wide for one block of the wgmma input pack (tests/wide_input_specs.h) */
-    for (int i = 0; i < N_WIDE_INPUT_CASES; i++) {
-        if (!dump_one(dir, wide_input_cases[i].name, wide_input_cases[i].source))
+    /* shapes past a former limit of the wgmma engine (tests/wgmma_reach_specs.h) */
+    for (int i = 0; i < N_WGMMA_REACH_CASES; i++) {
+        if (!dump_one(dir, wgmma_reach_cases[i].name, wgmma_reach_cases[i].source))
             return 1;
     }
     if (!dump_one(dir, "many_args", many_args()))
@@ -855,14 +855,15 @@ int main(int argc, char **argv)
         cases++;
         failed += run_on_engine(v->name, v->engine, v->source, v->batch, 1100 + (uint64_t)i, v->tol, 0, "prologue, ");
     }
-    /* inputs too wide for one block of the wgmma input pack, on wgmma (on sm_90a) */
-    for (int i = 0; i < N_WIDE_INPUT_CASES; i++) {
-        const wide_input_case *v = &wide_input_cases[i];
+    /* shapes past a former limit of the wgmma engine, on wgmma (on sm_90a) */
+    for (int i = 0; i < N_WGMMA_REACH_CASES; i++) {
+        const wgmma_reach_case *v = &wgmma_reach_cases[i];
         if (!selected(v->name))
             continue;
+        char what[64];
+        snprintf(what, sizeof what, "%s, ", v->reach);
         cases++;
-        failed += run_on_engine(v->name, "wgmma", v->source, v->batch, 1400 + (uint64_t)i, v->tol, 0,
-                                "channels packed in blocks, ");
+        failed += run_on_engine(v->name, "wgmma", v->source, v->batch, 1400 + (uint64_t)i, v->tol, 0, what);
     }
     if (selected("many_args")) {
         gpu_result r = gpu_check_spec(ctx, "many_args", many_args(), 3, 777, 1e-4);

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Layers past a limit the wgmma engine once had, so that they ran on mma.sync:
+ *   - "channel blocks": an input too wide for one block of the input-packing pass (32 pixels x
+ *     every packed channel of a pixel in a 48 KB tile: more than 383 TF32 or 767 half channels,
+ *     padding included), whose pass now transposes the channels in blocks
+ *     (fg_wgmma_tiling.pack_xb; templates/conv_wgmma.lua, render_pack_input_blocked). The
+ *     cases check a block boundary inside a group's padding channels, channels last, a half
+ *     input packed as it is, a half input through a prologue (fp32 values split into hi and
+ *     lo), precision tf32;
+ *   - "16-bit coordinates": a 2D image of 992 pixels or more along a side, past the producer's
+ *     10-bit packed row origins (fg_wgmma_tiling.coord_bits): padding, stride, dilation and
+ *     channels last at the far edges.
+ * The compile test plans each on wgmma for sm_90a and asserts the plan took the way named
+ * (tests/test_compile.c); the GPU test runs them against the CPU float64 reference in a
+ * context preferring wgmma (tests/gpu/test_gpu_variants.c). */
+#ifndef FG_TEST_WGMMA_REACH_SPECS_H
+#define FG_TEST_WGMMA_REACH_SPECS_H
+
+#include <stdint.h>
+
+typedef struct wgmma_reach_case {
+    const char *name;
+    const char *reach; /* "channel blocks" or "16-bit coordinates" */
+    int64_t batch;
+    double tol; /* fp32: against float64; a half dtype: plus 1 ulp of it (gpu_harness.h) */
+    const char *source;
+} wgmma_reach_case;
+
+#define WGMMA_REACH_SPEC(...) #__VA_ARGS__
+
+static const wgmma_reach_case wgmma_reach_cases[] = {
+    /* ConvNeXt's second pointwise conv (384 -> 96) with its layer scale: 384 TF32 channels, two
+     * blocks of 192 */
+    {"wide_fp32_1x1_384", "channel blocks", 2, 1e-4, WGMMA_REACH_SPEC(return layer "wide_fp32_1x1_384" {
+        input = { "N", 384, 13, 11 },
+        conv2d { out_channels = 96, kernel = 1 },
+        mul { param = "gamma", shape = { 96, 1, 1 } },
+    })},
+    /* 3 groups of 130 channels, each padded to 136: 408 packed channels in blocks of 208, the
+     * first block ending inside the second group */
+    {"wide_fp32_groups_padded_3x3", "channel blocks", 2, 1e-4, WGMMA_REACH_SPEC(return layer "wide_fp32_groups_padded_3x3" {
+        input = { "N", 390, 9, 10 },
+        conv2d { out_channels = 96, kernel = 3, padding = 1, groups = 3 },
+        relu {},
+    })},
+    /* channels last, 3x3 with stride 2, 3 blocks of 344 (the last 336) */
+    {"wide_fp32_channels_last_1024", "channel blocks", 1, 1e-4, WGMMA_REACH_SPEC(return layer "wide_fp32_channels_last_1024" {
+        input = { "N", 1024, 7, 9 },
+        layout = "channels_last",
+        conv2d { out_channels = 64, kernel = 3, stride = 2, padding = 1 },
+        gelu {},
+    })},
+    /* a bf16 input packed as it is: 800 channels in two blocks of 400 */
+    {"wide_bf16_1x1_800", "channel blocks", 2, 1e-4, WGMMA_REACH_SPEC(return layer "wide_bf16_1x1_800" {
+        input = { "N", 800, 10, 10 },
+        dtype = "bf16",
+        conv2d { out_channels = 128, kernel = 1 },
+    })},
+    /* fp16 through a prologue (GroupNorm -> SiLU, Stable Diffusion's 640-channel stage): the
+     * normalized fp32 values split into hi and lo, 640 channels in two blocks of 320 */
+    {"wide_fp16_gn_silu_conv_640", "channel blocks", 1, 1e-4, WGMMA_REACH_SPEC(return layer "wide_fp16_gn_silu_conv_640" {
+        input = { "N", 640, 8, 8 },
+        dtype = "fp16",
+        group_norm { groups = 32, eps = 1e-6 },
+        silu {},
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+    })},
+    /* precision tf32, one TF32 part: 512 channels in two blocks of 256 (the TF32 bar) */
+    {"wide_tf32_1x1_512", "channel blocks", 2, 5e-3, WGMMA_REACH_SPEC(return layer "wide_tf32_1x1_512" {
+        input = { "N", 512, 12, 12 },
+        precision = "tf32",
+        conv2d { out_channels = 128, kernel = 1 },
+        relu {},
+    })},
+    /* 1100 pixels wide, 1030 high, padded: both coordinates past 10 bits */
+    {"big_fp32_3x3_1100", "16-bit coordinates", 1, 1e-4, WGMMA_REACH_SPEC(return layer "big_fp32_3x3_1100" {
+        input = { "N", 8, 1030, 1100 },
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+        relu {},
+    })},
+    /* a tall bf16 channels-last image with stride 2 */
+    {"big_bf16_cl_stride2_tall", "16-bit coordinates", 2, 1e-4, WGMMA_REACH_SPEC(return layer "big_bf16_cl_stride2_tall" {
+        input = { "N", 16, 2101, 40 },
+        dtype = "bf16",
+        layout = "channels_last",
+        conv2d { out_channels = 32, kernel = 3, stride = 2, padding = 1 },
+    })},
+    /* a long row with a dilated 5x5 kernel and padding 4 at both ends */
+    {"big_fp32_dilated_row_1500", "16-bit coordinates", 1, 1e-4, WGMMA_REACH_SPEC(return layer "big_fp32_dilated_row_1500" {
+        input = { "N", 8, 24, 1500 },
+        conv2d { out_channels = 16, kernel = 5, dilation = 2, padding = 4 },
+        gelu {},
+    })},
+};
+
+#define N_WGMMA_REACH_CASES ((int)(sizeof wgmma_reach_cases / sizeof *wgmma_reach_cases))
+
+#endif
