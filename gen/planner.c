@@ -773,6 +773,10 @@ static int add_pack_passes(planner *p)
     b->value = -1;
     b->per_sample = ipix * w->xc * el / 4;
     w->packed_hi = plan->n_buffers++;
+    conv_geometry g;
+    geometry(&ir->ops[0], &g);
+    w->input_direct = w->operand != FG_WGMMA_TF32 && w->a_parts == 1 && ir->n_pro == 0 &&
+                      ir->layout == FG_LAYOUT_CHANNELS_LAST && w->cp == g.cin_g;
     if (w->a_parts == 2) {
         b = &plan->buffers[plan->n_buffers];
         b->value = -1;
@@ -1886,8 +1890,9 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          w->a_parts == 2 ? "hi and lo (v - hi)" : "rounded to nearest", w->packed_hi,
                          w->a_parts == 2 ? " and the next" : "");
             else if (ps->kind == FG_PASS_PACK_INPUT && w->operand != FG_WGMMA_TF32)
-                snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, as %s, into b%d", i,
-                         ps->kernel, fg_wgmma_operand_name(w->operand), w->packed_hi);
+                snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, as %s, into b%d%s", i,
+                         ps->kernel, fg_wgmma_operand_name(w->operand), w->packed_hi,
+                         w->input_direct ? " (skipped where the input is 16-byte aligned: it already is that)" : "");
             else if (ps->kind == FG_PASS_PACK_INPUT)
                 snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, TF32 hi%s, into b%d%s", i,
                          ps->kernel, w && w->packed_lo >= 0 ? " and lo" : "", w ? w->packed_hi : -1,

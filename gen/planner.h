@@ -208,6 +208,11 @@ typedef struct fg_wgmma_tiling {
     int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
     int consumer_regs, producer_regs; /* setmaxnreg */
     int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
+    /* 1: the layer input already is the packed A operand (a half, channels-last input with no
+     * prologue, one part, no padding channels: [N][pixel][groups][cp] in its dtype): where it
+     * is 16-byte aligned the launcher gives the conv the input for buffer packed_hi and skips
+     * the input-packing pass (fg_launch_input_direct); elsewhere the pass packs it as always */
+    int input_direct;
     /* Split K, for grids too small to fill the GPU: a tile's K chunks are shared by up to
      * split_k CTAs (work units of the persistent loop), each writing its fp32 partial tile to
      * the workspace; the last to arrive on the tile's counter adds every partial in split

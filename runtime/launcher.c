@@ -139,6 +139,7 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
         lp->block = (unsigned)ps->launch.block;
         lp->smem_bytes = (unsigned)ps->launch.smem_bytes;
         lp->per_sample = ps->launch.per_sample;
+        lp->pack_input = ps->kind == FG_PASS_PACK_INPUT;
         lp->persistent = ps->launch.persistent;
         lp->split = ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && plan->wgmma.split_k > 1;
         lp->n_zero = ps->n_zero;
@@ -211,7 +212,14 @@ int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layo
     return 0;
 }
 
-static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m)
+bool fg_launch_input_direct(const fg_launch_table *t, CUdeviceptr input)
+{
+    return t->wgmma.parts && t->wgmma.input_direct && t->wgmma.packed_hi >= 0 && input % 16 == 0;
+}
+
+/* The pointer for argument `a`; `direct_buffer` is the buffer the input stands in for (-1:
+ * none, fg_launch_input_direct). */
+static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m, int direct_buffer)
 {
     switch (a->kind) {
     case FG_ARG_INPUT:
@@ -219,6 +227,8 @@ static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m)
     case FG_ARG_OUTPUT:
         return m->output;
     case FG_ARG_BUFFER:
+        if (a->index == direct_buffer)
+            return m->input;
         return m->workspace + m->layout.buffer_offset[a->index];
     case FG_ARG_PARAM:
         return m->params[a->index];
@@ -246,8 +256,11 @@ int fg_launch_clear_counters(const fg_cuda *cu, const fg_launch_table *t, const 
 int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
                   const fg_launch_memory *mem, int64_t batch, CUstream stream, fg_error *err)
 {
+    const int direct_buffer = fg_launch_input_direct(t, mem->input) ? t->wgmma.packed_hi : -1;
     for (int i = 0; i < t->n_passes; i++) {
         const fg_launch_pass *lp = &t->passes[i];
+        if (lp->pack_input && direct_buffer >= 0)
+            continue; /* the input already is the packed operand */
         for (int z = 0; z < lp->n_zero; z++) {
             int a = lp->zero[z];
             CUresult r = cu->MemsetD32Async(mem->workspace + mem->layout.accum_offset[a], t->clear_pattern[a],
@@ -271,7 +284,7 @@ int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction 
             } else if (arg->kind == FG_ARG_BATCH_BASE) {
                 lp->values[a] = &batch_base;
             } else {
-                lp->ptrs[a] = arg_pointer(arg, mem);
+                lp->ptrs[a] = arg_pointer(arg, mem, direct_buffer);
                 lp->values[a] = &lp->ptrs[a];
             }
         }

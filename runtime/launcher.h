@@ -30,6 +30,7 @@ typedef struct fg_launch_pass {
     char kernel[64];
     unsigned grid_x, grid_y, block, smem_bytes;
     bool per_sample;          /* grid.z covers the batch */
+    bool pack_input;          /* the wgmma input-packing pass (skipped where fg_launch_input_direct) */
     bool persistent;          /* grid_x is one sample's tiles: min(grid_x * batch, SMs) blocks walk them */
     bool split;               /* the wgmma conv with split K: min(tiles x splits, SMs) blocks walk the
                                * (tile, split) units, fg_wgmma_splits(&table->wgmma, tiles) splits */
@@ -69,6 +70,11 @@ typedef struct fg_launch_layout {
     uint64_t accum_offset[FG_MAX_ACCUMS], accum_bytes[FG_MAX_ACCUMS];
     uint64_t stats_offset[FG_MAX_ACCUMS];
 } fg_launch_layout;
+
+/* Whether a run on `input` skips the input-packing pass and gives the conv the input itself
+ * for the packed operand (fg_wgmma_tiling.input_direct): where the plan allows it and the
+ * input is 16-byte aligned (the producer's cp.async copies 16 bytes at a time). */
+bool fg_launch_input_direct(const fg_launch_table *t, CUdeviceptr input);
 
 /* -1 when the workspace for `batch` samples would not fit in 64 bits. */
 int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layout *out, fg_error *err);

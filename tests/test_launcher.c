@@ -173,6 +173,58 @@ static void split_k_workspace(void **state)
     free(ir);
 }
 
+/* Where a run reads a channels-last half input as the wgmma engine's packed operand
+ * (fg_launch_input_direct): only for such an input with no prologue and no padding channels,
+ * and only where it is 16-byte aligned; the plan's input-packing pass is still there for the
+ * other runs. */
+static bool direct_for(const char *body, CUdeviceptr input)
+{
+    char src[1024];
+    snprintf(src, sizeof src, "return layer \"d\" {\n%s\n}\n", body);
+    fg_layer_ir *ir = fgt_load_string(src);
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    fg_launch_table t;
+    fg_error err = {{0}};
+    if (fg_launch_table_init(&t, ir, plan, &err) != 0)
+        fail_msg("%s", err.msg);
+    bool packs = false;
+    for (int i = 0; i < t.n_passes; i++)
+        packs |= t.passes[i].pack_input;
+    bool direct = fg_launch_input_direct(&t, input);
+    if (direct && !packs)
+        fail_msg("a direct input with no packing pass to skip: %s", body);
+    fg_launch_table_free(&t);
+    free(plan);
+    free(ir);
+    return direct;
+}
+
+static void input_direct(void **state)
+{
+    (void)state;
+    const char *cl_bf16 = "input = { \"N\", 64, 14, 14 }, dtype = \"bf16\", layout = \"channels_last\",\n"
+                          "conv2d { out_channels = 64, kernel = 3, padding = 1 }";
+    assert_true(direct_for(cl_bf16, 0x10000));
+    assert_true(direct_for(cl_bf16, 0x10010));
+    assert_false(direct_for(cl_bf16, 0x10002)); /* one bf16 element off 16 bytes */
+    assert_false(direct_for(cl_bf16, 0x10008));
+    /* NCHW, fp32 (TF32 hi and lo), a prologue, padding channels (12 -> 16): packed */
+    assert_false(direct_for("input = { \"N\", 64, 14, 14 }, dtype = \"bf16\",\n"
+                            "conv2d { out_channels = 64, kernel = 3, padding = 1 }",
+                            0x10000));
+    assert_false(direct_for("input = { \"N\", 64, 14, 14 }, layout = \"channels_last\",\n"
+                            "conv2d { out_channels = 64, kernel = 3, padding = 1 }",
+                            0x10000));
+    assert_false(direct_for("input = { \"N\", 64, 14, 14 }, dtype = \"bf16\", layout = \"channels_last\",\n"
+                            "group_norm { groups = 8 }, conv2d { out_channels = 64, kernel = 3, padding = 1 }",
+                            0x10000));
+    assert_false(direct_for("input = { \"N\", 12, 14, 14 }, dtype = \"fp16\", layout = \"channels_last\",\n"
+                            "conv2d { out_channels = 64, kernel = 3, padding = 1 }",
+                            0x10000));
+}
+
 int main(void)
 {
     char *dir = fgt_tmpdir("launcher");
@@ -181,6 +233,7 @@ int main(void)
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(bad_plans_refused),
         cmocka_unit_test(split_k_workspace),
+        cmocka_unit_test(input_direct),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);

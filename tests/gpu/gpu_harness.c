@@ -161,6 +161,12 @@ gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source,
 gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                              double tol, int out_offset)
 {
+    return gpu_check_spec_offsets(ctx, name, source, batch, seed, tol, 0, out_offset);
+}
+
+gpu_result gpu_check_spec_offsets(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
+                                  double tol, int in_offset, int out_offset)
+{
     gpu_result r;
     memset(&r, 0, sizeof r);
     fg_layer *layer = NULL;
@@ -187,15 +193,15 @@ gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *sour
         snprintf(r.error, sizeof r.error, "bind: %s", fg_last_error());
         goto out;
     }
-    if (fg_tools_alloc(ctx, elem * (size_t)n_in, &dx) != FG_OK ||
+    if (fg_tools_alloc(ctx, elem * (size_t)(n_in + in_offset), &dx) != FG_OK ||
         fg_tools_alloc(ctx, elem * (size_t)(n_out + out_offset), &dy) != FG_OK ||
-        fg_tools_upload_io(ctx, dx, x, (size_t)n_in, dtype) != FG_OK ||
+        fg_tools_upload_io(ctx, dx + elem * (size_t)in_offset, x, (size_t)n_in, dtype) != FG_OK ||
         fg_tools_fill_nan_io(ctx, dy, (size_t)(n_out + out_offset), dtype) != FG_OK) {
         snprintf(r.error, sizeof r.error, "device buffers: %s", fg_last_error());
         goto out;
     }
     CUdeviceptr out = dy + elem * (size_t)out_offset;
-    if (fg_layer_run(layer, (void *)dx, (void *)out, batch, NULL) != FG_OK) {
+    if (fg_layer_run(layer, (void *)(dx + elem * (size_t)in_offset), (void *)out, batch, NULL) != FG_OK) {
         snprintf(r.error, sizeof r.error, "run: %s", fg_last_error());
         goto out;
     }

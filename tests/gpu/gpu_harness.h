@@ -38,6 +38,11 @@ gpu_result gpu_check_spec(fg_context *ctx, const char *name, const char *source,
  * for float32). */
 gpu_result gpu_check_spec_at(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
                              double tol, int out_offset);
+/* The same with the input read from `in_offset` elements into its allocation too (an input
+ * that is not 16-byte aligned: the wgmma engine then packs even a channels-last half input,
+ * fg_launch_input_direct). */
+gpu_result gpu_check_spec_offsets(fg_context *ctx, const char *name, const char *source, int64_t batch, uint64_t seed,
+                                  double tol, int in_offset, int out_offset);
 
 /* Compares a GPU output with the reference into r (max_abs, rel_l2, bad, count, nan, pass):
  * |out - ref| <= tol + tol |ref|, plus 1 ulp of the dtype for a bf16/fp16 output (dtype 1, 2):

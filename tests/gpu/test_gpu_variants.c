@@ -636,13 +636,13 @@ static fg_context *engine_context(const char *engine)
 /* One case in a context preferring `engine` (NULL: the planner's choice), its output written
  * at `out_offset` elements of the dtype; `what` ("channels last, ") goes into its line.
  * Returns 1 when it failed. The bar: tol against float64 (plus 1 ulp of a half dtype). */
-static int run_on_engine(const char *name, const char *engine, const char *source, int64_t batch, uint64_t seed,
-                         double tol, int out_offset, const char *what)
+static int run_on_engine_at(const char *name, const char *engine, const char *source, int64_t batch, uint64_t seed,
+                            double tol, int in_offset, int out_offset, const char *what)
 {
     fg_context *ectx = engine_context(engine);
     if (!ectx)
         return 1;
-    gpu_result r = gpu_check_spec_at(ectx, name, source, batch, seed, tol, out_offset);
+    gpu_result r = gpu_check_spec_offsets(ectx, name, source, batch, seed, tol, in_offset, out_offset);
     fg_context_destroy(ectx);
     if (!r.ok)
         printf("FAILED %-32s: %s\n", name, r.error);
@@ -653,6 +653,34 @@ static int run_on_engine(const char *name, const char *engine, const char *sourc
                r.rel_l2, r.bad, r.count, tol, r.nan ? " (NaN)" : "");
     return !r.ok || !r.pass;
 }
+
+static int run_on_engine(const char *name, const char *engine, const char *source, int64_t batch, uint64_t seed,
+                         double tol, int out_offset, const char *what)
+{
+    return run_on_engine_at(name, engine, source, batch, seed, tol, 0, out_offset, what);
+}
+
+/* A channels-last half input with no prologue and no padding channels is the wgmma engine's
+ * packed operand as it is: aligned, the conv reads it directly (no packing pass); one element
+ * off 16 bytes, the packing pass runs as for any other input (fg_launch_input_direct). Each
+ * case runs both ways. */
+static const half_variant direct_inputs[] = {
+    {"direct_bf16_cl_1x1", "wgmma", 2, 0, 1e-4, SPEC(return layer "direct_bf16_cl_1x1" {
+        input = { "N", 64, 14, 15 },
+        dtype = "bf16",
+        layout = "channels_last",
+        conv2d { out_channels = 96, kernel = 1 },
+        relu {},
+    })},
+    {"direct_fp16_cl_3x3_groups_tf32", "wgmma", 3, 1, 5e-3, SPEC(return layer "direct_fp16_cl_3x3_groups_tf32" {
+        input = { "N", 32, 17, 13 },
+        dtype = "fp16",
+        layout = "channels_last",
+        precision = "tf32",
+        conv2d { out_channels = 64, kernel = 3, padding = 1, groups = 2 },
+        group_norm { groups = 4 },
+    })},
+};
 
 /* More kernel parameters in one pass than a fixed 48-slot table held (hardening round 2):
  * runs correctly */
@@ -759,6 +787,10 @@ static int dump_specs(const char *dir, int n_random)
         if (!dump_one(dir, prologue_cases[i].name, prologue_cases[i].source))
             return 1;
     }
+    for (size_t i = 0; i < sizeof direct_inputs / sizeof *direct_inputs; i++) {
+        if (!dump_one(dir, direct_inputs[i].name, direct_inputs[i].source))
+            return 1;
+    }
     /* shapes past a former limit of the wgmma engine (tests/wgmma_reach_specs.h) */
     for (int i = 0; i < N_WGMMA_REACH_CASES; i++) {
         if (!dump_one(dir, wgmma_reach_cases[i].name, wgmma_reach_cases[i].source))
@@ -854,6 +886,16 @@ int main(int argc, char **argv)
             continue;
         cases++;
         failed += run_on_engine(v->name, v->engine, v->source, v->batch, 1100 + (uint64_t)i, v->tol, 0, "prologue, ");
+    }
+    for (size_t i = 0; i < sizeof direct_inputs / sizeof *direct_inputs; i++) {
+        const half_variant *v = &direct_inputs[i];
+        if (!selected(v->name))
+            continue;
+        cases += 2;
+        failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1500 + i, v->tol, 0, v->out_offset,
+                                   "input read directly where aligned, ");
+        failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1500 + i, v->tol, 1, v->out_offset,
+                                   "input 2 bytes off 16, packed, ");
     }
     /* shapes past a former limit of the wgmma engine, on wgmma (on sm_90a) */
     for (int i = 0; i < N_WGMMA_REACH_CASES; i++) {
