@@ -461,6 +461,7 @@ static void wgmma_reach(void **state)
         fg_layer_ir *ir = fgt_load_string(v->source);
         fg_plan_options opts;
         fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.engine = FG_ENGINE_PREFER_WGMMA; /* as the GPU test runs them (a short K would take mma.sync) */
         fg_plan *plan = fgt_plan_with(ir, &opts);
         const fg_wgmma_tiling *w = &plan->wgmma;
         if (!w->parts)

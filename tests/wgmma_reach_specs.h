@@ -10,7 +10,7 @@
  *   - "16-bit coordinates": a 2D image of 992 pixels or more along a side, past the producer's
  *     10-bit packed row origins (fg_wgmma_tiling.coord_bits): padding, stride, dilation and
  *     channels last at the far edges.
- * The compile test plans each on wgmma for sm_90a and asserts the plan took the way named
+ * The compile test plans each on wgmma (preferred, as the GPU test runs them) for sm_90a and asserts the plan took the way named
  * (tests/test_compile.c); the GPU test runs them against the CPU float64 reference in a
  * context preferring wgmma (tests/gpu/test_gpu_variants.c). */
 #ifndef FG_TEST_WGMMA_REACH_SPECS_H
