@@ -67,7 +67,7 @@ struct fg_block {
     bool graphs_off;        /* FUSEGEN_NO_GRAPHS, a cuDNN layer, or a failed capture */
     bool caller_graphs_off; /* runs on caller-owned workspace: their key kept changing */
     int captures_in_a_row;  /* captures by runs on caller-owned workspace since the last replay */
-    long captures, graph_runs, plain_runs; /* how runs went (the GPU tests) */
+    long captures, graph_runs, plain_runs; /* fg_tools_block_graph_counts */
 };
 
 #define ENTER_BLOCK(block, fn)                                                                                  \
@@ -897,3 +897,19 @@ bool fg_tools_block_stats_over_batch(const fg_block *block)
     return false;
 }
 
+fg_status fg_tools_block_graph_counts(fg_block *block, fg_tools_block_graphs *out)
+{
+    ENTER_BLOCK(block, "fg_tools_block_graph_counts");
+    fg_status s = out ? FG_OK : fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_block_graph_counts: out is NULL");
+    if (s == FG_OK) {
+        pthread_mutex_lock(&block->lock);
+        *out = (fg_tools_block_graphs){.captures = block->captures,
+                                       .graph_runs = block->graph_runs,
+                                       .plain_runs = block->plain_runs,
+                                       .off = block->graphs_off,
+                                       .caller_off = block->caller_graphs_off};
+        pthread_mutex_unlock(&block->lock);
+    }
+    fg_handle_release(block);
+    return s;
+}
