@@ -266,17 +266,42 @@ fail:
     return false;
 }
 
-/* What a run must have done: +1 to one of the counts (or to a capture and a graph run), and
- * whether graphs are off after it. */
+/* Loads the block, binds random parameters (seed 7, as run_case) and sets up batch 1; false,
+ * said, on failure. */
+static bool fixture_open(graph_fixture *f, fg_context *ctx, const char *name, const char *source)
+{
+    *f = (graph_fixture){.ctx = ctx, .name = name};
+    if (fg_block_load_string(ctx, name, source, &f->b) != FG_OK || fg_tools_block_bind_random(f->b, 7) != FG_OK) {
+        printf("FAILED %-32s graph: load: %s\n", name, fg_last_error());
+        return false;
+    }
+    fg_block_input_count(f->b, &f->n_inputs);
+    fg_block_layer_count(f->b, &f->n_layers);
+    return fixture_batch(f, 1);
+}
+
+/* What a run must have done: +1 to one of the counts (a capture adds a graph run too). */
 typedef enum { REPLAY, CAPTURE, PLAIN } graph_step;
 
-/* Poisons output `out`, runs (on the block's workspace or the fixture's), compares with the
- * reference and checks the counts against `step`; returns the number of failures (0, 1). */
-static int check_graph_run(graph_fixture *f, const char *what, int out, bool own, graph_step step, bool off,
-                           bool caller_off)
+/* A run of the sequence: into output `out`, on the block's workspace (own) or the fixture's,
+ * doing `step`, after which graphs are off for caller-owned workspace or not. */
+typedef struct graph_run {
+    const char *what;
+    int out;
+    bool own;
+    graph_step step;
+    bool caller_off;
+} graph_run;
+
+/* Poisons the output, runs, compares with the reference and checks the counts against the
+ * step and `off` (graphs off for the block); returns the number of failures (0, 1). */
+static int check_graph_run(graph_fixture *f, const graph_run *run, bool off)
 {
     char name[160];
-    snprintf(name, sizeof name, "%s graph: %s", f->name, what);
+    snprintf(name, sizeof name, "%s graph: %s", f->name, run->what);
+    int out = run->out;
+    bool own = run->own;
+    graph_step step = run->step;
     const void *inputs[4] = {(const void *)f->dx[0], (const void *)f->dx[1], (const void *)f->dx[2],
                              (const void *)f->dx[3]};
     void *y = (void *)f->dy[out];
@@ -302,7 +327,7 @@ static int check_graph_run(graph_fixture *f, const char *what, int out, bool own
     want.graph_runs += step != PLAIN;
     want.plain_runs += step == PLAIN;
     want.off = off;
-    want.caller_off = caller_off;
+    want.caller_off = run->caller_off;
     if (now.captures != want.captures || now.graph_runs != want.graph_runs || now.plain_runs != want.plain_runs ||
         now.off != want.off || now.caller_off != want.caller_off) {
         printf("FAILED %-32s: %ld captures, %ld graph runs, %ld plain runs, graphs %s, on caller workspace %s; "
@@ -313,6 +338,15 @@ static int check_graph_run(graph_fixture *f, const char *what, int out, bool own
         failed = 1;
     }
     f->seen = now;
+    return failed;
+}
+
+/* check_graph_run for each of n runs, counting them as cases. */
+static int check_graph_runs(graph_fixture *f, const graph_run *runs, size_t n, bool off, int *n_cases)
+{
+    int failed = 0;
+    for (size_t i = 0; i < n; i++, (*n_cases)++)
+        failed += check_graph_run(f, &runs[i], off);
     return failed;
 }
 
@@ -354,46 +388,21 @@ static int rebind_a_parameter(graph_fixture *f)
 /* The sequence of runs of the file's comment on one block; returns the number of failures. */
 static int graph_case(fg_context *ctx, const char *name, const char *source, int *n_cases)
 {
-    graph_fixture f = {.ctx = ctx, .name = name};
+    graph_fixture f;
     int failed = 0;
-    if (fg_block_load_string(ctx, name, source, &f.b) != FG_OK || fg_tools_block_bind_random(f.b, 7) != FG_OK) {
-        printf("FAILED %-32s graph: load: %s\n", name, fg_last_error());
-        (*n_cases)++;
-        fg_block_destroy(f.b);
-        return 1;
-    }
-    fg_block_input_count(f.b, &f.n_inputs);
-    fg_block_layer_count(f.b, &f.n_layers);
-    if (!fixture_batch(&f, 1)) {
+    if (!fixture_open(&f, ctx, name, source)) {
         (*n_cases)++;
         failed = 1;
         goto out;
     }
-    static const struct {
-        const char *what;
-        int out;
-        bool own;
-        graph_step step;
-        bool caller_off;
-    } first[] = {
+    static const graph_run first[] = {
         {"first run (prepares)", 0, true, PLAIN, false},
         {"second run (captures)", 0, true, CAPTURE, false},
         {"same pointers (replays)", 0, true, REPLAY, false},
         {"another output", 1, true, CAPTURE, false},
         {"another output again", 1, true, REPLAY, false},
     };
-    for (size_t i = 0; i < sizeof first / sizeof *first; i++, (*n_cases)++)
-        failed += check_graph_run(&f, first[i].what, first[i].out, first[i].own, first[i].step, false,
-                                  first[i].caller_off);
-    (*n_cases)++;
-    failed += rebind_a_parameter(&f);
-    static const struct {
-        const char *what;
-        int out;
-        bool own;
-        graph_step step;
-        bool caller_off;
-    } second[] = {
+    static const graph_run after_bind[] = {
         {"after the bind", 1, true, CAPTURE, false},
         {"after the bind again", 1, true, REPLAY, false},
         {"caller workspace", 0, false, CAPTURE, false},
@@ -407,16 +416,21 @@ static int graph_case(fg_context *ctx, const char *name, const char *source, int
         {"own workspace after them", 0, true, CAPTURE, true},
         {"own workspace after them again", 0, true, REPLAY, true},
     };
-    for (size_t i = 0; i < sizeof second / sizeof *second; i++, (*n_cases)++)
-        failed += check_graph_run(&f, second[i].what, second[i].out, second[i].own, second[i].step, false,
-                                  second[i].caller_off);
     /* another batch: new inputs and outputs, a larger workspace of the block's own */
-    (*n_cases) += 2;
-    if (!fixture_batch(&f, 3))
+    static const graph_run batch_3[] = {
+        {"batch 3", 0, true, CAPTURE, true},
+        {"batch 3 again", 0, true, REPLAY, true},
+    };
+    failed += check_graph_runs(&f, first, sizeof first / sizeof *first, false, n_cases);
+    (*n_cases)++;
+    failed += rebind_a_parameter(&f);
+    failed += check_graph_runs(&f, after_bind, sizeof after_bind / sizeof *after_bind, false, n_cases);
+    if (!fixture_batch(&f, 3)) {
+        (*n_cases)++;
         failed++;
-    else
-        failed += check_graph_run(&f, "batch 3", 0, true, CAPTURE, false, true) +
-                  check_graph_run(&f, "batch 3 again", 0, true, REPLAY, false, true);
+    } else {
+        failed += check_graph_runs(&f, batch_3, sizeof batch_3 / sizeof *batch_3, false, n_cases);
+    }
 out:
     fixture_free_buffers(&f);
     fg_block_destroy(f.b);
@@ -445,23 +459,19 @@ static int no_graphs_case(const char *name, const char *source, int *n_cases)
         (*n_cases)++;
         return 1;
     }
-    graph_fixture f = {.ctx = ctx, .name = name};
+    static const graph_run runs[] = {
+        {"FUSEGEN_NO_GRAPHS=1", 0, true, PLAIN, false},
+        {"FUSEGEN_NO_GRAPHS=1 again", 0, true, PLAIN, false},
+        {"FUSEGEN_NO_GRAPHS=1 caller workspace", 0, false, PLAIN, false},
+    };
+    graph_fixture f;
     int failed = 0;
-    if (fg_block_load_string(ctx, name, source, &f.b) != FG_OK || fg_tools_block_bind_random(f.b, 7) != FG_OK) {
-        printf("FAILED %-32s no graphs: load: %s\n", name, fg_last_error());
+    if (!fixture_open(&f, ctx, name, source)) {
         (*n_cases)++;
         failed = 1;
     } else {
-        fg_block_input_count(f.b, &f.n_inputs);
-        fg_block_layer_count(f.b, &f.n_layers);
         f.seen.off = true;
-        (*n_cases) += 3;
-        if (!fixture_batch(&f, 1))
-            failed = 1;
-        else
-            failed += check_graph_run(&f, "FUSEGEN_NO_GRAPHS=1", 0, true, PLAIN, true, false) +
-                      check_graph_run(&f, "FUSEGEN_NO_GRAPHS=1 again", 0, true, PLAIN, true, false) +
-                      check_graph_run(&f, "FUSEGEN_NO_GRAPHS=1 caller workspace", 0, false, PLAIN, true, false);
+        failed += check_graph_runs(&f, runs, sizeof runs / sizeof *runs, true, n_cases);
     }
     fixture_free_buffers(&f);
     fg_block_destroy(f.b);
