@@ -14,12 +14,36 @@
 #include "../common/half.h"
 #include "../gen/block.h"
 #include "api_internal.h"
+#include "graph_capture.h"
 #include "handles.h"
 #include "random_init.h"
 #include "tools.h"
 #include "safetensors.h"
 
 #define FG_BLOCK_MAX_PARAMS (FG_MAX_PARAMS * 4)
+
+/* What a block's captured graph bakes in, so that it is replayed only for a run that would
+ * launch exactly what it holds: every tensor of the block (the inputs and output the caller
+ * gives; the layer outputs in the workspace, at offsets that follow the batch; from these
+ * run_layers points the tensor operands' bindings, which it sets without bumping a
+ * generation), the workspace (the layers' scratch lies there), the batch (grids, offsets),
+ * each layer's binding generation (every bind of a parameter bumps it, a folded batch norm's
+ * recomputation included) and each layer's loaded kernels (the module its first prepare
+ * loaded, after tuning chose its plan; it never changes after). Zero-filled before it is set,
+ * so that memcmp compares it. */
+typedef struct block_graph_key {
+    int64_t batch;
+    CUdeviceptr tensors[FG_MAX_BLOCK_TENSORS];
+    CUdeviceptr workspace;
+    unsigned generations[FG_MAX_BLOCK_LAYERS];
+    CUmodule modules[FG_MAX_BLOCK_LAYERS];
+} block_graph_key;
+
+/* Runs on caller-owned workspace stop capturing after this many captures in a row (no
+ * replay between them): fusegen.torch hands over a workspace and an output from torch's
+ * allocator on every call, whose pointers may alternate from one call to the next, and a
+ * capture and instantiation costs far more than the launches it would save. */
+enum { CALLER_CAPTURES_IN_A_ROW_MAX = 3 };
 
 struct fg_block {
     fg_context *ctx;
@@ -30,9 +54,20 @@ struct fg_block {
     struct {
         int layer, param;
     } params[FG_BLOCK_MAX_PARAMS];
-    pthread_mutex_t lock; /* one run at a time: the block's workspace */
+    pthread_mutex_t lock; /* one run at a time: the block's workspace, its graph */
     CUdeviceptr workspace;
     size_t workspace_bytes;
+    CUevent done;         /* recorded after each run on the block's workspace; a run on */
+    CUstream last_stream; /* another stream waits for it (as a layer's own runs do) */
+    /* The whole block's launches captured as one CUDA graph and replayed while its key
+     * matches (one launch instead of one per pass and memset of every layer). */
+    CUgraphExec graph;
+    CUstream capture_stream;
+    block_graph_key graph_key;
+    bool graphs_off;        /* FUSEGEN_NO_GRAPHS, a cuDNN layer, or a failed capture */
+    bool caller_graphs_off; /* runs on caller-owned workspace: their key kept changing */
+    int captures_in_a_row;  /* captures by runs on caller-owned workspace since the last replay */
+    long captures, graph_runs, plain_runs; /* fg_tools_block_graph_counts */
 };
 
 #define ENTER_BLOCK(block, fn)                                                                                  \
@@ -44,11 +79,18 @@ struct fg_block {
 
 static void free_block(fg_block *b)
 {
+    const fg_cuda *cu = b->ctx->cu;
+    if (cu && b->graph) /* before the layers unload the kernels it launches */
+        cu->GraphExecDestroy(b->graph);
     for (int i = 0; i < b->ir.n_layers; i++)
         if (b->layers[i])
             fg_layer_destroy(b->layers[i]);
-    if (b->workspace && b->ctx->cu)
-        b->ctx->cu->MemFree(b->workspace);
+    if (cu && b->capture_stream)
+        cu->StreamDestroy(b->capture_stream);
+    if (cu && b->done)
+        cu->EventDestroy(b->done);
+    if (b->workspace && cu)
+        cu->MemFree(b->workspace);
     fg_block_ir_free(&b->ir);
     free(b);
 }
@@ -101,6 +143,11 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
             }
         }
     }
+    /* a cuDNN call is not captured reliably (its algorithm search runs at the first call);
+     * has_cudnn is the same in every plan a layer may adopt */
+    b->graphs_off = ctx->env.no_graphs;
+    for (int i = 0; i < b->ir.n_layers; i++)
+        b->graphs_off = b->graphs_off || b->layers[i]->has_cudnn;
     pthread_mutex_init(&b->lock, NULL);
     if (fg_handle_add(b, FG_HANDLE_BLOCK) != 0) {
         pthread_mutex_destroy(&b->lock);
@@ -139,8 +186,8 @@ FG_API fg_status fg_block_destroy(fg_block *block)
     fg_api_clear_error();
     if (fg_handle_remove(block, FG_HANDLE_BLOCK, NULL) != 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_block_destroy: not a live block (NULL or destroyed)");
-    if (block->workspace && block->ctx->cu) {
-        /* the last run may still read it */
+    if ((block->workspace || block->graph || block->done) && block->ctx->cu) {
+        /* the last run may still read the workspace and the parameters, or run the graph */
         block->ctx->cu->CtxSetCurrent(block->ctx->cuctx);
         block->ctx->cu->CtxSynchronize();
     }
@@ -306,6 +353,11 @@ static fg_status bind_held(fg_block *b, const char *fn, const char *name, const 
                            name ? name : "(NULL)");
     pthread_mutex_lock(&b->lock); /* not under a run of the block */
     fg_status s = FG_OK;
+    /* nor under one still on the GPU: the bind frees the parameter's old device copy, and
+     * the layers' own wait (their `done` event) knows nothing of the block's runs (runs on
+     * caller-owned workspace record no event: the caller orders them) */
+    if (b->done && (s = fg_api_enter(b->ctx)) == FG_OK && b->ctx->cu->EventSynchronize(b->done) != CUDA_SUCCESS)
+        s = fg_api_fail(FG_ERR_CUDA, "%s: the block's last run failed on the GPU", fn);
     for (int i = 0; i < b->ir.n_layers && s == FG_OK; i++)
         if (layer_reads(b, i, name))
             s = host ? fg_layer_bind_host(b->layers[i], name, data, bytes)
@@ -479,37 +531,199 @@ FG_API fg_status fg_block_workspace_size(const fg_block *block, int64_t batch, s
     return s;
 }
 
-/* The layers in order on `stream`, with the block lock held. */
-static fg_status run_layers(fg_block *b, const void *const *inputs, void *output, int64_t batch, CUdeviceptr ws,
-                            const uint64_t *offsets, uint64_t scratch, uint64_t scratch_bytes, void *stream)
-{
+/* One run's memory: every tensor of the block (the inputs, the layer outputs: the block's
+ * output or a slice of the workspace) and the layers' scratch. */
+typedef struct block_run {
+    int64_t batch;
     CUdeviceptr tensors[FG_MAX_BLOCK_TENSORS];
+    CUdeviceptr workspace, scratch; /* scratch: 0 when no layer needs any */
+    uint64_t scratch_bytes;
+    fg_status status; /* of run_layers, when a capture enqueues it */
+} block_run;
+
+static fg_status place_tensors(const fg_block *b, const void *const *inputs, void *output, int64_t batch,
+                               CUdeviceptr ws, const uint64_t *offsets, uint64_t scratch, uint64_t scratch_bytes,
+                               block_run *run)
+{
+    memset(run, 0, sizeof *run);
     for (int t = 0; t < b->ir.n_inputs; t++) {
         if (!inputs[t])
             return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "block %s: input %d ('%s') is NULL", b->ir.name, t,
                                b->ir.tensors[t].name);
-        tensors[t] = (CUdeviceptr)inputs[t];
+        run->tensors[t] = (CUdeviceptr)inputs[t];
     }
     for (int i = 0; i < b->ir.n_layers; i++) {
         int t = b->ir.layer[i].out;
-        tensors[t] = t == b->ir.output ? (CUdeviceptr)output : ws + offsets[t];
+        run->tensors[t] = t == b->ir.output ? (CUdeviceptr)output : ws + offsets[t];
     }
+    run->batch = batch;
+    run->workspace = ws;
+    run->scratch = scratch_bytes ? ws + scratch : 0;
+    run->scratch_bytes = scratch_bytes;
+    return FG_OK;
+}
+
+/* The layers in order on `stream`, each pass and memset launched, with the block lock held. */
+static fg_status run_layers(fg_block *b, const block_run *run, CUstream stream)
+{
     fg_status s = FG_OK;
     for (int i = 0; i < b->ir.n_layers && s == FG_OK; i++) {
         fg_layer *layer = b->layers[i];
         /* the tensor operands: bindings to the tensors of this run (no bind is in flight: the
-         * block lock is held, and the layers are the block's own) */
+         * block lock is held, and the layers are the block's own). Set in place, without
+         * bumping the layer's binding generation: the block's graph key holds the tensors. */
         pthread_rwlock_wrlock(&layer->bindings_lock);
         for (int p = 0; p < layer->ir.n_params; p++)
             if (layer->ir.params[p].batched) {
-                layer->params[p].device = tensors[layer->ir.params[p].tensor];
+                layer->params[p].device = run->tensors[layer->ir.params[p].tensor];
                 layer->params[p].bound = true;
             }
         pthread_rwlock_unlock(&layer->bindings_lock);
-        s = fg_layer_run_workspace(layer, (const void *)tensors[b->ir.layer[i].from], (void *)tensors[b->ir.layer[i].out],
-                                   batch, scratch_bytes ? (void *)(ws + scratch) : NULL, scratch_bytes, stream);
+        s = fg_layer_run_workspace(layer, (const void *)run->tensors[b->ir.layer[i].from],
+                                   (void *)run->tensors[b->ir.layer[i].out], run->batch, (void *)run->scratch,
+                                   run->scratch_bytes, stream);
     }
     return s;
+}
+
+/* The key of a graph of this run into *key; false while a layer is not prepared yet. A first
+ * prepare may time two plans (runtime/tuning.h) and swaps the layer's plan, launch table and
+ * kernels: that run launches each pass, as before graphs, and the next one captures, when
+ * every layer's kernels are final. */
+static bool graph_key_for(fg_block *b, const block_run *run, block_graph_key *key)
+{
+    memset(key, 0, sizeof *key);
+    key->batch = run->batch;
+    memcpy(key->tensors, run->tensors, sizeof key->tensors);
+    key->workspace = run->workspace;
+    bool prepared = true;
+    pthread_mutex_lock(&b->ctx->lock); /* a prepare in another thread sets the module under it */
+    for (int i = 0; i < b->ir.n_layers && prepared; i++) {
+        key->modules[i] = b->layers[i]->module;
+        prepared = key->modules[i] != NULL;
+    }
+    pthread_mutex_unlock(&b->ctx->lock);
+    /* binds of the block's layers go through bind_held, under the block lock held here */
+    for (int i = 0; i < b->ir.n_layers; i++)
+        key->generations[i] = b->layers[i]->binding_generation;
+    return prepared;
+}
+
+/* Whether `stream` is being captured, by the caller (torch.cuda.graph, cudaStreamBeginCapture):
+ * then the run enqueues plain launches, which become nodes of the caller's graph. A query that
+ * fails counts as a capture (on the legacy stream, cuStreamIsCapturing fails while another
+ * stream captures), as the tuning counts it. */
+static bool stream_capturing(const fg_cuda *cu, CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return cu->StreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+typedef struct block_capture {
+    fg_block *block;
+    block_run *run;
+} block_capture;
+
+static int enqueue_block_launches(void *arg, CUstream stream)
+{
+    block_capture *c = arg;
+    c->run->status = run_layers(c->block, c->run, stream);
+    return c->run->status == FG_OK ? 0 : -1;
+}
+
+/* The run as one graph launch, captured first when the graph was made for another key; false
+ * when it is to launch each pass instead (graphs off, a layer not prepared, a capture of the
+ * caller's in progress, too many captures in a row on caller-owned workspace, a failed
+ * capture: *capture_failed). Block lock held. */
+static bool run_as_graph(fg_block *b, block_run *run, bool own, CUstream stream, bool *capture_failed, fg_status *s)
+{
+    const fg_cuda *cu = b->ctx->cu;
+    block_graph_key key;
+    *capture_failed = false;
+    if (b->graphs_off || (!own && b->caller_graphs_off) || stream_capturing(cu, stream) ||
+        !graph_key_for(b, run, &key))
+        return false;
+    if (!b->graph || memcmp(&key, &b->graph_key, sizeof key) != 0) {
+        if (!own && b->captures_in_a_row >= CALLER_CAPTURES_IN_A_ROW_MAX) {
+            b->caller_graphs_off = true;
+            fg_context_log(b->ctx, FG_LOG_INFO,
+                           "block %s: its pointers changed on %d runs in a row on caller-owned workspace: these runs "
+                           "now launch each pass (capturing each time would cost more than it saves)",
+                           b->ir.name, b->captures_in_a_row);
+            return false;
+        }
+        block_capture capture = {.block = b, .run = run};
+        if (fg_graph_capture(cu, &b->capture_stream, enqueue_block_launches, &capture, &b->graph) != 0) {
+            *capture_failed = true;
+            return false;
+        }
+        b->graph_key = key;
+        b->captures++;
+        if (!own) /* the block's own workspace and buffers the caller keeps are stable */
+            b->captures_in_a_row++;
+    } else {
+        b->captures_in_a_row = 0;
+    }
+    CUresult r = cu->GraphLaunch(b->graph, stream);
+    if (r != CUDA_SUCCESS) {
+        fg_error err;
+        fg_cuda_fail(&err, r, "launching the block's CUDA graph");
+        *s = fg_api_fail_error(FG_ERR_CUDA, &err);
+    } else {
+        b->graph_runs++;
+        *s = FG_OK;
+    }
+    return true;
+}
+
+/* The run, as a graph or pass by pass, block lock held. */
+static fg_status run_block(fg_block *b, block_run *run, bool own, CUstream stream)
+{
+    bool capture_failed;
+    fg_status s;
+    if (run_as_graph(b, run, own, stream, &capture_failed, &s))
+        return s;
+    s = run_layers(b, run, stream);
+    if (s == FG_OK)
+        b->plain_runs++;
+    /* A capture that failed where the plain launches work is the capture's failure: not
+     * retried, the block launches each pass from now on. Where they fail too, the run was at
+     * fault (an unbound parameter...): its error is returned and a later run captures. */
+    if (capture_failed && s == FG_OK) {
+        b->graphs_off = true;
+        fg_context_log(b->ctx, FG_LOG_INFO,
+                       "block %s: its runs could not be captured as a CUDA graph: they launch each pass", b->ir.name);
+    }
+    return s;
+}
+
+/* Runs on the block's workspace share it: a run queued on another stream than the last one
+ * waits for the last one on the GPU (api_layer.c's run_locked does the same for a layer). */
+static fg_status order_after_last_run(fg_block *b, CUstream stream)
+{
+    if (!b->done || stream == b->last_stream)
+        return FG_OK;
+    CUresult r = b->ctx->cu->StreamWaitEvent(stream, b->done, 0);
+    if (r == CUDA_SUCCESS)
+        return FG_OK;
+    fg_error err;
+    fg_cuda_fail(&err, r, "ordering this run after the block's previous one (cuStreamWaitEvent)");
+    return fg_api_fail_error(FG_ERR_CUDA, &err);
+}
+
+static fg_status record_run_end(fg_block *b, CUstream stream)
+{
+    const fg_cuda *cu = b->ctx->cu;
+    CUresult r = b->done ? CUDA_SUCCESS : cu->EventCreate(&b->done, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS)
+        r = cu->EventRecord(b->done, stream);
+    if (r != CUDA_SUCCESS) {
+        fg_error err;
+        fg_cuda_fail(&err, r, "recording the end of the block's run (cuEventRecord)");
+        return fg_api_fail_error(FG_ERR_CUDA, &err);
+    }
+    b->last_stream = stream;
+    return FG_OK;
 }
 
 static fg_status run_held(fg_block *b, const void *const *inputs, void *output, int64_t batch, void *workspace,
@@ -546,9 +760,18 @@ static fg_status run_held(fg_block *b, const void *const *inputs, void *output, 
                         "fg_block_run_workspace: block %s needs %llu bytes of 256-byte aligned workspace for batch %lld, "
                         "got %zu (fg_block_workspace_size)",
                         b->ir.name, (unsigned long long)total, (long long)batch, workspace_bytes);
+    } else {
+        s = fg_api_enter(b->ctx);
     }
+    block_run run;
     if (s == FG_OK)
-        s = run_layers(b, inputs, output, batch, ws, offsets, scratch, scratch_bytes, stream);
+        s = place_tensors(b, inputs, output, batch, ws, offsets, scratch, scratch_bytes, &run);
+    if (s == FG_OK && own)
+        s = order_after_last_run(b, (CUstream)stream);
+    if (s == FG_OK)
+        s = run_block(b, &run, own, (CUstream)stream);
+    if (s == FG_OK && own)
+        s = record_run_end(b, (CUstream)stream);
     pthread_mutex_unlock(&b->lock);
     return s;
 }
@@ -672,4 +895,21 @@ bool fg_tools_block_stats_over_batch(const fg_block *block)
             if (block->layers[i]->plan.accums[a].over_batch)
                 return true;
     return false;
+}
+
+fg_status fg_tools_block_graph_counts(fg_block *block, fg_tools_block_graphs *out)
+{
+    ENTER_BLOCK(block, "fg_tools_block_graph_counts");
+    fg_status s = out ? FG_OK : fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_tools_block_graph_counts: out is NULL");
+    if (s == FG_OK) {
+        pthread_mutex_lock(&block->lock);
+        *out = (fg_tools_block_graphs){.captures = block->captures,
+                                       .graph_runs = block->graph_runs,
+                                       .plain_runs = block->plain_runs,
+                                       .off = block->graphs_off,
+                                       .caller_off = block->caller_graphs_off};
+        pthread_mutex_unlock(&block->lock);
+    }
+    fg_handle_release(block);
+    return s;
 }

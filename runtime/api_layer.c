@@ -10,6 +10,7 @@
 #include "../gen/spec_loader.h"
 #include "../reference/cpu_reference.h"
 #include "api_internal.h"
+#include "graph_capture.h"
 #include "handles.h"
 #include "kernel_build.h"
 #include "launcher.h"
@@ -792,34 +793,27 @@ static bool graph_matches(const fg_layer *layer, const fg_launch_memory *mem, in
            layer->graph_generation == layer->binding_generation;
 }
 
+/* What a capture of the layer's launches enqueues: fg_launch_run, as a plain run calls it. */
+typedef struct layer_launches {
+    fg_layer *layer;
+    const fg_launch_memory *mem;
+    int64_t batch;
+} layer_launches;
+
+static int enqueue_layer_launches(void *arg, CUstream stream)
+{
+    const layer_launches *l = arg;
+    fg_error err;
+    return fg_launch_run(l->layer->ctx->cu, &l->layer->launch, l->layer->functions, l->mem, l->batch, stream, &err);
+}
+
 /* Captures the plan's launches (and the memsets that clear its statistics) into a CUDA graph
- * on a private stream; the caller's stream then runs it with one launch. */
+ * (runtime/graph_capture.h); the caller's stream then runs it with one launch. */
 static int capture_graph(fg_layer *layer, const fg_launch_memory *mem, int64_t batch)
 {
-    const fg_cuda *cu = layer->ctx->cu;
-    fg_error err;
-    if (layer->graph) {
-        cu->GraphExecDestroy(layer->graph);
-        layer->graph = NULL;
-    }
-    if (!layer->capture_stream && cu->StreamCreate(&layer->capture_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+    layer_launches launches = {.layer = layer, .mem = mem, .batch = batch};
+    if (fg_graph_capture(layer->ctx->cu, &layer->capture_stream, enqueue_layer_launches, &launches, &layer->graph) != 0)
         return -1;
-    if (cu->StreamBeginCapture(layer->capture_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS)
-        return -1;
-    int rc = fg_launch_run(cu, &layer->launch, layer->functions, mem, batch, layer->capture_stream, &err);
-    CUgraph graph = NULL;
-    CUresult r = cu->StreamEndCapture(layer->capture_stream, &graph);
-    if (rc != 0 || r != CUDA_SUCCESS || !graph) {
-        if (graph)
-            cu->GraphDestroy(graph);
-        return -1;
-    }
-    r = cu->GraphInstantiate(&layer->graph, graph, 0);
-    cu->GraphDestroy(graph);
-    if (r != CUDA_SUCCESS) {
-        layer->graph = NULL;
-        return -1;
-    }
     layer->graph_batch = batch;
     layer->graph_input = mem->input;
     layer->graph_output = mem->output;

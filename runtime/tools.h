@@ -116,4 +116,15 @@ fg_layer *fg_tools_block_layer(fg_block *block, int i);
 double fg_tools_block_reference_work(const fg_block *block, int64_t batch);
 bool fg_tools_block_stats_over_batch(const fg_block *block);
 
+/* How a block's GPU runs went so far (runtime/api_block.c), for the GPU tests: the CUDA graphs
+ * of the whole block captured, the runs that launched one (a capture's own run included),
+ * the runs that launched each pass instead; whether graphs are off for every run
+ * (FUSEGEN_NO_GRAPHS, a cuDNN layer, a failed capture) and for runs on caller-owned workspace
+ * (their pointers kept changing). */
+typedef struct fg_tools_block_graphs {
+    long captures, graph_runs, plain_runs;
+    bool off, caller_off;
+} fg_tools_block_graphs;
+fg_status fg_tools_block_graph_counts(fg_block *block, fg_tools_block_graphs *out);
+
 #endif

@@ -12,6 +12,16 @@
  * ulp at the output's scale, and rel L2 <= 1e-3). Batch 3
  * catches a tensor read at the wrong sample (every sample but the first would be off).
  *
+ * Then the block's CUDA graph (runtime/api_block.c), on the fp32 bottleneck (a folded batch
+ * norm) and SD block (statistics cleared by memsets, an extra input): a sequence of runs that
+ * each must replay the graph, capture it again or launch each pass, as the counts of
+ * fg_tools_block_graph_counts say, and each must match the reference (output poisoned
+ * first): the first run (it prepares the layers: launched pass by pass), the same pointers
+ * twice, another output, a parameter bound again to other values (the reference changes),
+ * another batch, caller-owned workspace, caller-owned workspace with outputs that alternate
+ * (graphs stop there after 3 captures in a row, not for the block's own runs), and a context
+ * created with FUSEGEN_NO_GRAPHS=1 (every run pass by pass).
+ *
  * test_gpu_blocks [FILTER]: only the cases whose name ("sd_resnet_block/bf16_cl") contains
  * FILTER (or $FUSEGEN_TEST_FILTER). Ends with "N cases, M failed"; exits 77 without a GPU. */
 #include <math.h>
@@ -177,6 +187,298 @@ out:
     return failed;
 }
 
+/* ---- the block's CUDA graph ------------------------------------------------------------ */
+
+/* A block, its inputs at one batch, two outputs, caller-owned workspace, and the reference
+ * of its bindings now. */
+typedef struct graph_fixture {
+    fg_context *ctx;
+    const char *name;
+    fg_block *b;
+    int n_inputs, n_layers;
+    int64_t batch, n_out;
+    float *x[4], *y, *ref;
+    CUdeviceptr dx[4], dy[2], dws;
+    size_t ws_bytes;
+    fg_tools_block_graphs seen; /* the counts after the last checked run */
+} graph_fixture;
+
+static void fixture_free_buffers(graph_fixture *f)
+{
+    for (int t = 0; t < 4; t++) {
+        free(f->x[t]);
+        f->x[t] = NULL;
+        if (f->dx[t])
+            fg_tools_free(f->ctx, f->dx[t]);
+        f->dx[t] = 0;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (f->dy[k])
+            fg_tools_free(f->ctx, f->dy[k]);
+        f->dy[k] = 0;
+    }
+    if (f->dws)
+        fg_tools_free(f->ctx, f->dws);
+    f->dws = 0;
+    free(f->y), free(f->ref);
+    f->y = f->ref = NULL;
+}
+
+static bool fixture_reference(graph_fixture *f)
+{
+    if (fg_block_run_cpu(f->b, (const float *const *)f->x, f->ref, f->batch) == FG_OK)
+        return true;
+    printf("FAILED %-32s: reference: %s\n", f->name, fg_last_error());
+    return false;
+}
+
+/* New random inputs, outputs and workspace for `batch`, and their reference. The old buffers
+ * are freed first, so the new ones may lie at the same addresses: a graph's key tells them
+ * apart by the batch. */
+static bool fixture_batch(graph_fixture *f, int64_t batch)
+{
+    int rank;
+    int64_t dims[FG_MAX_DIMS];
+    fixture_free_buffers(f);
+    f->batch = batch;
+    for (int t = 0; t < f->n_inputs; t++) {
+        fg_block_input_info(f->b, t, batch, NULL, &rank, dims);
+        int64_t n = count_of(rank, dims);
+        f->x[t] = malloc(sizeof(float) * (size_t)n);
+        fg_random_uniform(f->x[t], (size_t)n, 13 + (uint64_t)batch, 1 + (uint64_t)t, -1.0f, 1.0f);
+        if (fg_tools_alloc(f->ctx, sizeof(float) * (size_t)n, &f->dx[t]) != FG_OK ||
+            fg_tools_upload(f->ctx, f->dx[t], f->x[t], sizeof(float) * (size_t)n) != FG_OK)
+            goto fail;
+    }
+    fg_block_output_shape(f->b, batch, &rank, dims);
+    f->n_out = count_of(rank, dims);
+    f->y = malloc(sizeof(float) * (size_t)f->n_out);
+    f->ref = malloc(sizeof(float) * (size_t)f->n_out);
+    for (int k = 0; k < 2; k++)
+        if (fg_tools_alloc(f->ctx, sizeof(float) * (size_t)f->n_out, &f->dy[k]) != FG_OK)
+            goto fail;
+    if (fg_block_workspace_size(f->b, batch, &f->ws_bytes) != FG_OK ||
+        (f->ws_bytes && fg_tools_alloc(f->ctx, f->ws_bytes, &f->dws) != FG_OK))
+        goto fail;
+    return fixture_reference(f);
+fail:
+    printf("FAILED %-32s: device buffers: %s\n", f->name, fg_last_error());
+    return false;
+}
+
+/* Loads the block, binds random parameters (seed 7, as run_case) and sets up batch 1; false,
+ * said, on failure. */
+static bool fixture_open(graph_fixture *f, fg_context *ctx, const char *name, const char *source)
+{
+    *f = (graph_fixture){.ctx = ctx, .name = name};
+    if (fg_block_load_string(ctx, name, source, &f->b) != FG_OK || fg_tools_block_bind_random(f->b, 7) != FG_OK) {
+        printf("FAILED %-32s graph: load: %s\n", name, fg_last_error());
+        return false;
+    }
+    fg_block_input_count(f->b, &f->n_inputs);
+    fg_block_layer_count(f->b, &f->n_layers);
+    return fixture_batch(f, 1);
+}
+
+/* What a run must have done: +1 to one of the counts (a capture adds a graph run too). */
+typedef enum { REPLAY, CAPTURE, PLAIN } graph_step;
+
+/* A run of the sequence: into output `out`, on the block's workspace (own) or the fixture's,
+ * doing `step`, after which graphs are off for caller-owned workspace or not. */
+typedef struct graph_run {
+    const char *what;
+    int out;
+    bool own;
+    graph_step step;
+    bool caller_off;
+} graph_run;
+
+/* Poisons the output, runs, compares with the reference and checks the counts against the
+ * step and `off` (graphs off for the block); returns the number of failures (0, 1). */
+static int check_graph_run(graph_fixture *f, const graph_run *run, bool off)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s graph: %s", f->name, run->what);
+    int out = run->out;
+    bool own = run->own;
+    graph_step step = run->step;
+    const void *inputs[4] = {(const void *)f->dx[0], (const void *)f->dx[1], (const void *)f->dx[2],
+                             (const void *)f->dx[3]};
+    void *y = (void *)f->dy[out];
+    if (fg_tools_fill_nan(f->ctx, f->dy[out], (size_t)f->n_out) != FG_OK ||
+        (own ? fg_block_run(f->b, inputs, y, f->batch, NULL)
+             : fg_block_run_workspace(f->b, inputs, y, f->batch, (void *)f->dws, f->ws_bytes, NULL)) != FG_OK ||
+        fg_tools_synchronize(f->ctx) != FG_OK ||
+        fg_tools_download(f->ctx, f->y, f->dy[out], sizeof(float) * (size_t)f->n_out) != FG_OK) {
+        printf("FAILED %-32s: %s\n", name, fg_last_error());
+        return 1;
+    }
+    gpu_result r;
+    memset(&r, 0, sizeof r);
+    r.ok = true;
+    gpu_compare_chain(f->y, f->ref, (size_t)f->n_out, 1e-4, 0, f->n_layers, &r);
+    int failed = gpu_report(name, f->batch, 1e-4, &r);
+    fg_tools_block_graphs now, want = f->seen;
+    if (fg_tools_block_graph_counts(f->b, &now) != FG_OK) {
+        printf("FAILED %-32s: %s\n", name, fg_last_error());
+        return 1;
+    }
+    want.captures += step == CAPTURE;
+    want.graph_runs += step != PLAIN;
+    want.plain_runs += step == PLAIN;
+    want.off = off;
+    want.caller_off = run->caller_off;
+    if (now.captures != want.captures || now.graph_runs != want.graph_runs || now.plain_runs != want.plain_runs ||
+        now.off != want.off || now.caller_off != want.caller_off) {
+        printf("FAILED %-32s: %ld captures, %ld graph runs, %ld plain runs, graphs %s, on caller workspace %s; "
+               "expected %ld, %ld, %ld, %s, %s\n",
+               name, now.captures, now.graph_runs, now.plain_runs, now.off ? "off" : "on",
+               now.caller_off ? "off" : "on", want.captures, want.graph_runs, want.plain_runs, want.off ? "off" : "on",
+               want.caller_off ? "off" : "on");
+        failed = 1;
+    }
+    f->seen = now;
+    return failed;
+}
+
+/* check_graph_run for each of n runs, counting them as cases. */
+static int check_graph_runs(graph_fixture *f, const graph_run *runs, size_t n, bool off, int *n_cases)
+{
+    int failed = 0;
+    for (size_t i = 0; i < n; i++, (*n_cases)++)
+        failed += check_graph_run(f, &runs[i], off);
+    return failed;
+}
+
+/* Binds the last layer's first parameter (a conv weight or a norm's scale) to other random
+ * values in every layer that reads it, and takes the new reference: it must differ from the
+ * old one, or a replay of a stale graph could pass. */
+static int rebind_a_parameter(graph_fixture *f)
+{
+    fg_layer *last = fg_tools_block_layer(f->b, f->n_layers - 1);
+    const char *pname = NULL;
+    int rank = 0;
+    int64_t dims[FG_MAX_DIMS];
+    if (!last || fg_layer_param_info(last, 0, &pname, &rank, dims) != FG_OK) {
+        printf("FAILED %-32s graph: rebind: %s\n", f->name, fg_last_error());
+        return 1;
+    }
+    size_t n = (size_t)count_of(rank, dims);
+    float *values = malloc(sizeof(float) * n), *old_ref = malloc(sizeof(float) * (size_t)f->n_out);
+    fg_random_uniform(values, n, 99, 1, -0.25f, 0.25f);
+    memcpy(old_ref, f->ref, sizeof(float) * (size_t)f->n_out);
+    int failed = 0;
+    if (fg_block_bind_host(f->b, pname, values, sizeof(float) * n) != FG_OK) {
+        printf("FAILED %-32s graph: rebind '%s': %s\n", f->name, pname, fg_last_error());
+        failed = 1;
+    } else if (!fixture_reference(f)) {
+        failed = 1;
+    } else {
+        double most = 0;
+        for (int64_t i = 0; i < f->n_out; i++)
+            most = fmax(most, fabs((double)f->ref[i] - (double)old_ref[i]));
+        printf("%s %-32s graph: '%s' bound again: the reference moves by up to %.3g\n", most > 1e-2 ? "ok    " : "FAILED",
+               f->name, pname, most);
+        failed = most <= 1e-2;
+    }
+    free(values), free(old_ref);
+    return failed;
+}
+
+/* The sequence of runs of the file's comment on one block; returns the number of failures. */
+static int graph_case(fg_context *ctx, const char *name, const char *source, int *n_cases)
+{
+    graph_fixture f;
+    int failed = 0;
+    if (!fixture_open(&f, ctx, name, source)) {
+        (*n_cases)++;
+        failed = 1;
+        goto out;
+    }
+    static const graph_run first[] = {
+        {"first run (prepares)", 0, true, PLAIN, false},
+        {"second run (captures)", 0, true, CAPTURE, false},
+        {"same pointers (replays)", 0, true, REPLAY, false},
+        {"another output", 1, true, CAPTURE, false},
+        {"another output again", 1, true, REPLAY, false},
+    };
+    static const graph_run after_bind[] = {
+        {"after the bind", 1, true, CAPTURE, false},
+        {"after the bind again", 1, true, REPLAY, false},
+        {"caller workspace", 0, false, CAPTURE, false},
+        {"caller workspace again", 0, false, REPLAY, false},
+        /* outputs that alternate: three captures in a row, then pass by pass */
+        {"caller workspace, output 1", 1, false, CAPTURE, false},
+        {"caller workspace, output 0", 0, false, CAPTURE, false},
+        {"caller workspace, output 1 again", 1, false, CAPTURE, false},
+        {"caller workspace, output 0 again", 0, false, PLAIN, true},
+        {"caller workspace, same output", 0, false, PLAIN, true},
+        {"own workspace after them", 0, true, CAPTURE, true},
+        {"own workspace after them again", 0, true, REPLAY, true},
+    };
+    /* another batch: new inputs and outputs, a larger workspace of the block's own */
+    static const graph_run batch_3[] = {
+        {"batch 3", 0, true, CAPTURE, true},
+        {"batch 3 again", 0, true, REPLAY, true},
+    };
+    failed += check_graph_runs(&f, first, sizeof first / sizeof *first, false, n_cases);
+    (*n_cases)++;
+    failed += rebind_a_parameter(&f);
+    failed += check_graph_runs(&f, after_bind, sizeof after_bind / sizeof *after_bind, false, n_cases);
+    if (!fixture_batch(&f, 3)) {
+        (*n_cases)++;
+        failed++;
+    } else {
+        failed += check_graph_runs(&f, batch_3, sizeof batch_3 / sizeof *batch_3, false, n_cases);
+    }
+out:
+    fixture_free_buffers(&f);
+    fg_block_destroy(f.b);
+    return failed;
+}
+
+/* The same block in a context created under FUSEGEN_NO_GRAPHS=1 (the environment is read
+ * when a context is created): every run launches each pass. */
+static int no_graphs_case(const char *name, const char *source, int *n_cases)
+{
+    const char *was = getenv("FUSEGEN_NO_GRAPHS");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("FUSEGEN_NO_GRAPHS", "1", 1);
+    fg_context_options o;
+    fg_context_options_init(&o);
+    o.cache_dir = gpu_cache_dir();
+    fg_context *ctx = NULL;
+    fg_status s = fg_context_create(&o, &ctx);
+    if (saved)
+        setenv("FUSEGEN_NO_GRAPHS", saved, 1);
+    else
+        unsetenv("FUSEGEN_NO_GRAPHS");
+    free(saved);
+    if (s != FG_OK) {
+        printf("FAILED %-32s no graphs: context: %s\n", name, fg_last_error());
+        (*n_cases)++;
+        return 1;
+    }
+    static const graph_run runs[] = {
+        {"FUSEGEN_NO_GRAPHS=1", 0, true, PLAIN, false},
+        {"FUSEGEN_NO_GRAPHS=1 again", 0, true, PLAIN, false},
+        {"FUSEGEN_NO_GRAPHS=1 caller workspace", 0, false, PLAIN, false},
+    };
+    graph_fixture f;
+    int failed = 0;
+    if (!fixture_open(&f, ctx, name, source)) {
+        (*n_cases)++;
+        failed = 1;
+    } else {
+        f.seen.off = true;
+        failed += check_graph_runs(&f, runs, sizeof runs / sizeof *runs, true, n_cases);
+    }
+    fixture_free_buffers(&f);
+    fg_block_destroy(f.b);
+    fg_context_destroy(ctx);
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
     const char *filter = argc > 1 ? argv[1] : getenv("FUSEGEN_TEST_FILTER");
@@ -196,6 +498,17 @@ int main(int argc, char **argv)
                 failed += run_case(ctx, name, source, batch);
             }
         }
+    /* the graph sequence on the fp32 bottleneck and SD block ("resnet_bottleneck/fp32 graph") */
+    for (size_t i = 0; i < 2; i++) {
+        char name[96], label[128], source[4096];
+        snprintf(name, sizeof name, "%s/fp32", cases[i].name);
+        snprintf(label, sizeof label, "%s graph", name);
+        if (filter && *filter && !strstr(label, filter))
+            continue;
+        snprintf(source, sizeof source, cases[i].source, variants[0].fields);
+        failed += graph_case(ctx, name, source, &n_cases);
+        failed += no_graphs_case(name, source, &n_cases);
+    }
     gpu_close(ctx);
     if (n_cases == 0)
         printf("no case matches '%s'\n", filter);
