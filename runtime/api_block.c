@@ -41,9 +41,13 @@ typedef struct block_graph_key {
 
 /* Runs on caller-owned workspace stop capturing after this many captures in a row (no
  * replay between them): fusegen.torch hands over a workspace and an output from torch's
- * allocator on every call, whose pointers may alternate from one call to the next, and a
- * capture and instantiation costs far more than the launches it would save. */
-enum { CALLER_CAPTURES_IN_A_ROW_MAX = 3 };
+ * allocator on every call, and a capture and instantiation costs far more than the launches
+ * it would save. A block keeps BLOCK_GRAPH_SLOTS graphs (the least recently used one is
+ * captured over): in a loop `y = block(x)` the old y is alive during the call, so two outputs
+ * alternate, and each has its graph. A capture that fails where the plain launches work is
+ * retried on later runs, up to CAPTURE_FAILURES_MAX in a row (another thread's synchronization
+ * during the capture invalidates it, and that passes). */
+enum { CALLER_CAPTURES_IN_A_ROW_MAX = 3, BLOCK_GRAPH_SLOTS = 2, CAPTURE_FAILURES_MAX = 3 };
 
 struct fg_block {
     fg_context *ctx;
@@ -61,10 +65,12 @@ struct fg_block {
     CUstream last_stream; /* another stream waits for it (as a layer's own runs do) */
     /* The whole block's launches captured as one CUDA graph and replayed while its key
      * matches (one launch instead of one per pass and memset of every layer). */
-    CUgraphExec graph;
+    CUgraphExec graphs[BLOCK_GRAPH_SLOTS];
+    block_graph_key graph_keys[BLOCK_GRAPH_SLOTS];
+    unsigned long graph_used[BLOCK_GRAPH_SLOTS]; /* the run count at each slot's last use */
     CUstream capture_stream;
-    block_graph_key graph_key;
-    bool graphs_off;        /* FUSEGEN_NO_GRAPHS, a cuDNN layer, or a failed capture */
+    bool graphs_off;        /* FUSEGEN_NO_GRAPHS, a cuDNN layer, or failed captures */
+    int capture_failures;   /* captures failed in a row where the plain launches worked */
     bool caller_graphs_off; /* runs on caller-owned workspace: their key kept changing */
     int captures_in_a_row;  /* captures by runs on caller-owned workspace since the last replay */
     long captures, graph_runs, plain_runs; /* fg_tools_block_graph_counts */
@@ -80,8 +86,9 @@ struct fg_block {
 static void free_block(fg_block *b)
 {
     const fg_cuda *cu = b->ctx->cu;
-    if (cu && b->graph) /* before the layers unload the kernels it launches */
-        cu->GraphExecDestroy(b->graph);
+    for (int i = 0; i < BLOCK_GRAPH_SLOTS; i++)
+        if (cu && b->graphs[i]) /* before the layers unload the kernels they launch */
+            cu->GraphExecDestroy(b->graphs[i]);
     for (int i = 0; i < b->ir.n_layers; i++)
         if (b->layers[i])
             fg_layer_destroy(b->layers[i]);
@@ -186,7 +193,7 @@ FG_API fg_status fg_block_destroy(fg_block *block)
     fg_api_clear_error();
     if (fg_handle_remove(block, FG_HANDLE_BLOCK, NULL) != 0)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_block_destroy: not a live block (NULL or destroyed)");
-    if ((block->workspace || block->graph || block->done) && block->ctx->cu) {
+    if ((block->workspace || block->graphs[0] || block->done) && block->ctx->cu) {
         /* the last run may still read the workspace and the parameters, or run the graph */
         block->ctx->cu->CtxSetCurrent(block->ctx->cuctx);
         block->ctx->cu->CtxSynchronize();
@@ -643,7 +650,15 @@ static bool run_as_graph(fg_block *b, block_run *run, bool own, CUstream stream,
     if (b->graphs_off || (!own && b->caller_graphs_off) || stream_capturing(cu, stream) ||
         !graph_key_for(b, run, &key))
         return false;
-    if (!b->graph || memcmp(&key, &b->graph_key, sizeof key) != 0) {
+    /* the slot whose graph was made for this key, else the empty or least recently used one */
+    int slot = -1, victim = 0;
+    for (int i = 0; i < BLOCK_GRAPH_SLOTS && slot < 0; i++) {
+        if (b->graphs[i] && memcmp(&key, &b->graph_keys[i], sizeof key) == 0)
+            slot = i;
+        else if (!b->graphs[i] || (b->graphs[victim] && b->graph_used[i] < b->graph_used[victim]))
+            victim = i;
+    }
+    if (slot < 0) {
         if (!own && b->captures_in_a_row >= CALLER_CAPTURES_IN_A_ROW_MAX) {
             b->caller_graphs_off = true;
             fg_context_log(b->ctx, FG_LOG_INFO,
@@ -653,18 +668,21 @@ static bool run_as_graph(fg_block *b, block_run *run, bool own, CUstream stream,
             return false;
         }
         block_capture capture = {.block = b, .run = run};
-        if (fg_graph_capture(cu, &b->capture_stream, enqueue_block_launches, &capture, &b->graph) != 0) {
+        if (fg_graph_capture(cu, &b->capture_stream, enqueue_block_launches, &capture, &b->graphs[victim]) != 0) {
             *capture_failed = true;
             return false;
         }
-        b->graph_key = key;
+        slot = victim;
+        memcpy(&b->graph_keys[slot], &key, sizeof key);
         b->captures++;
+        b->capture_failures = 0;
         if (!own) /* the block's own workspace and buffers the caller keeps are stable */
             b->captures_in_a_row++;
     } else {
         b->captures_in_a_row = 0;
     }
-    CUresult r = cu->GraphLaunch(b->graph, stream);
+    b->graph_used[slot] = (unsigned long)(b->captures + b->graph_runs + b->plain_runs) + 1;
+    CUresult r = cu->GraphLaunch(b->graphs[slot], stream);
     if (r != CUDA_SUCCESS) {
         fg_error err;
         fg_cuda_fail(&err, r, "launching the block's CUDA graph");
@@ -686,13 +704,19 @@ static fg_status run_block(fg_block *b, block_run *run, bool own, CUstream strea
     s = run_layers(b, run, stream);
     if (s == FG_OK)
         b->plain_runs++;
-    /* A capture that failed where the plain launches work is the capture's failure: not
-     * retried, the block launches each pass from now on. Where they fail too, the run was at
+    /* A capture that failed where the plain launches work is the capture's failure (its
+     * message is not this run's error): retried on later runs, and after CAPTURE_FAILURES_MAX
+     * in a row the block launches each pass from then on. Where they fail too, the run was at
      * fault (an unbound parameter...): its error is returned and a later run captures. */
     if (capture_failed && s == FG_OK) {
-        b->graphs_off = true;
-        fg_context_log(b->ctx, FG_LOG_INFO,
-                       "block %s: its runs could not be captured as a CUDA graph: they launch each pass", b->ir.name);
+        fg_api_clear_error();
+        if (++b->capture_failures >= CAPTURE_FAILURES_MAX) {
+            b->graphs_off = true;
+            fg_context_log(b->ctx, FG_LOG_INFO,
+                           "block %s: its runs could not be captured as a CUDA graph %d times in a row: they launch "
+                           "each pass",
+                           b->ir.name, b->capture_failures);
+        }
     }
     return s;
 }
@@ -746,8 +770,10 @@ static fg_status run_held(fg_block *b, const void *const *inputs, void *output, 
             CUresult r = cu->CtxSynchronize();
             if (r == CUDA_SUCCESS && b->workspace)
                 r = cu->MemFree(b->workspace);
-            b->workspace = 0;
-            b->workspace_bytes = 0;
+            if (r == CUDA_SUCCESS) { /* else the old workspace stays the block's (freed with it) */
+                b->workspace = 0;
+                b->workspace_bytes = 0;
+            }
             if (r == CUDA_SUCCESS && (r = cu->MemAlloc(&b->workspace, total)) == CUDA_SUCCESS)
                 b->workspace_bytes = total;
             if (r != CUDA_SUCCESS)
@@ -766,11 +792,15 @@ static fg_status run_held(fg_block *b, const void *const *inputs, void *output, 
     block_run run;
     if (s == FG_OK)
         s = place_tensors(b, inputs, output, batch, ws, offsets, scratch, scratch_bytes, &run);
-    if (s == FG_OK && own)
+    /* Inside a capture of the caller's the run's launches become nodes of the caller's graph:
+     * an event recorded there could not be waited on outside that graph (a later bind's wait
+     * would fail), and the caller's graph orders its own replays */
+    bool ordered = own && s == FG_OK && !stream_capturing(b->ctx->cu, (CUstream)stream);
+    if (s == FG_OK && ordered)
         s = order_after_last_run(b, (CUstream)stream);
     if (s == FG_OK)
         s = run_block(b, &run, own, (CUstream)stream);
-    if (s == FG_OK && own)
+    if (s == FG_OK && ordered)
         s = record_run_end(b, (CUstream)stream);
     pthread_mutex_unlock(&b->lock);
     return s;

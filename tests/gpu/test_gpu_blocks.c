@@ -17,9 +17,10 @@
  * each must replay the graph, capture it again or launch each pass, as the counts of
  * fg_tools_block_graph_counts say, and each must match the reference (output poisoned
  * first): the first run (it prepares the layers: launched pass by pass), the same pointers
- * twice, another output, a parameter bound again to other values (the reference changes),
- * another batch, caller-owned workspace, caller-owned workspace with outputs that alternate
- * (graphs stop there after 3 captures in a row, not for the block's own runs), and a context
+ * twice, another output and back (the block keeps two graphs), a parameter bound again to
+ * other values (the reference changes), another batch, caller-owned workspace, caller-owned
+ * workspace with three outputs in turn (two graphs cannot hold them: graphs stop there after 3
+ * captures in a row, not for the block's own runs), and a context
  * created with FUSEGEN_NO_GRAPHS=1 (every run pass by pass).
  *
  * test_gpu_blocks [FILTER]: only the cases whose name ("sd_resnet_block/bf16_cl") contains
@@ -198,7 +199,7 @@ typedef struct graph_fixture {
     int n_inputs, n_layers;
     int64_t batch, n_out;
     float *x[4], *y, *ref;
-    CUdeviceptr dx[4], dy[2], dws;
+    CUdeviceptr dx[4], dy[3], dws; /* three outputs: the block keeps two graphs */
     size_t ws_bytes;
     fg_tools_block_graphs seen; /* the counts after the last checked run */
 } graph_fixture;
@@ -212,7 +213,7 @@ static void fixture_free_buffers(graph_fixture *f)
             fg_tools_free(f->ctx, f->dx[t]);
         f->dx[t] = 0;
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         if (f->dy[k])
             fg_tools_free(f->ctx, f->dy[k]);
         f->dy[k] = 0;
@@ -254,7 +255,7 @@ static bool fixture_batch(graph_fixture *f, int64_t batch)
     f->n_out = count_of(rank, dims);
     f->y = malloc(sizeof(float) * (size_t)f->n_out);
     f->ref = malloc(sizeof(float) * (size_t)f->n_out);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         if (fg_tools_alloc(f->ctx, sizeof(float) * (size_t)f->n_out, &f->dy[k]) != FG_OK)
             goto fail;
     if (fg_block_workspace_size(f->b, batch, &f->ws_bytes) != FG_OK ||
@@ -401,18 +402,20 @@ static int graph_case(fg_context *ctx, const char *name, const char *source, int
         {"same pointers (replays)", 0, true, REPLAY, false},
         {"another output", 1, true, CAPTURE, false},
         {"another output again", 1, true, REPLAY, false},
+        {"the first output again (its graph kept)", 0, true, REPLAY, false},
     };
     static const graph_run after_bind[] = {
         {"after the bind", 1, true, CAPTURE, false},
         {"after the bind again", 1, true, REPLAY, false},
         {"caller workspace", 0, false, CAPTURE, false},
         {"caller workspace again", 0, false, REPLAY, false},
-        /* outputs that alternate: three captures in a row, then pass by pass */
+        /* three outputs in turn, more than the two graphs hold: three captures in a row, then
+         * pass by pass */
         {"caller workspace, output 1", 1, false, CAPTURE, false},
-        {"caller workspace, output 0", 0, false, CAPTURE, false},
-        {"caller workspace, output 1 again", 1, false, CAPTURE, false},
-        {"caller workspace, output 0 again", 0, false, PLAIN, true},
-        {"caller workspace, same output", 0, false, PLAIN, true},
+        {"caller workspace, output 2", 2, false, CAPTURE, false},
+        {"caller workspace, output 0 again", 0, false, CAPTURE, false},
+        {"caller workspace, output 1 again", 1, false, PLAIN, true},
+        {"caller workspace, same output", 1, false, PLAIN, true},
         {"own workspace after them", 0, true, CAPTURE, true},
         {"own workspace after them again", 0, true, REPLAY, true},
     };
