@@ -498,16 +498,22 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     w->b_bytes = (int64_t)w->bn * 128;
     int64_t opix = g->out[0] * g->out[1] * g->out[2];
     bool partials = layer_has_statistics(ir);
-    /* two m64 tiles per consumer warpgroup where the registers and at least 3 stages allow it
-     * (twice the rows per weight tile), else one (or one at most: FUSEGEN_WGMMA_M64=1, a knob
-     * for measuring 128-pixel tiles where 256 leave SMs idle at small batches). Live registers: in the main loop the
+    /* TF32 operands: two m64 tiles per consumer warpgroup where the registers and at least 3
+     * stages allow it (twice the rows per weight tile), else one. Half operands: one (128-pixel
+     * tiles), measured (bench/NOTES.md v19: FUSEGEN_WGMMA_M64=1 against the planner's 256-pixel
+     * tiles): the ResNet-50 bottleneck in bf16 ran 33 % faster at batch 1 (13 CTAs for a 56x56
+     * sample at 256 pixels), 10 % at batch 32 and 128, equal at 8; a 64->128 3x3 on 256x256 at
+     * batch 64 and SD's GN->SiLU->conv at batch 2 and 8 equal. FUSEGEN_WGMMA_M64 (1 or 2) caps
+     * either. Live registers: in the main loop the
      * accumulator (and the block accumulator); in the epilogue the accumulator, a statistics
      * partial per channel slot and its working set (estimates: ptxas reports, and the
      * compile test fails on any spill). */
     /* statistics partials gathered across a block's tiles: two fp64 per channel and per
      * consumer warp (two accumulators at most) */
     w->stat_bytes = partials ? 2 * 8 * (int64_t)w->bn * 2 * 8 : 0;
-    for (w->wgmt = most_m64 == 1 ? 1 : 2; w->wgmt >= 1; w->wgmt--) {
+    if (most_m64 == 0)
+        most_m64 = w->operand == FG_WGMMA_TF32 ? 2 : 1;
+    for (w->wgmt = most_m64; w->wgmt >= 1; w->wgmt--) {
         int acc = w->wgmt * w->bn / 2;
         int main_loop = acc * (1 + w->block_acc) + 32;
         int epilogue = acc + (partials ? w->bn / 2 : 0) + 48;

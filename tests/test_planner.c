@@ -1405,8 +1405,8 @@ static fg_plan *plan_sm90a_wgmma(const fg_layer_ir *ir)
  * one exact part of 2-byte elements; the weights hi and lo for fp32 precision, one rounded part
  * for tf32), 64 elements to a K chunk; the buffers and the stage hold 2-byte elements; an
  * fp32 layer keeps TF32 operands; `fusegen plan` says which. */
-/* FUSEGEN_WGMMA_M64=1 (fg_plan_options.wgmma_m64): a half layer that takes two m64 tiles per
- * consumer warpgroup (256-pixel tiles) takes one (128) */
+/* The m64 tiles per consumer warpgroup: one (128-pixel tiles) for half operands, two (256)
+ * for TF32 ones where they fit; FUSEGEN_WGMMA_M64 (fg_plan_options.wgmma_m64) caps either */
 static void wgmma_m64_knob(void **state)
 {
     (void)state;
@@ -1415,15 +1415,28 @@ static void wgmma_m64_knob(void **state)
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
     opts.engine = FG_ENGINE_PREFER_WGMMA;
+    /* half operands: 128-pixel tiles by default (measured: v19), 256 on request */
     fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->wgmma.wgmt, 1);
+    assert_int_equal(plan->wgmma.bm, 128);
+    assert_int_equal(plan->wgmma.m_tiles, 25); /* 3136 pixels */
+    free(plan);
+    opts.wgmma_m64 = 2;
+    plan = fgt_plan_with(ir, &opts);
     assert_int_equal(plan->wgmma.wgmt, 2);
     assert_int_equal(plan->wgmma.bm, 256);
+    free(plan);
+    free(ir);
+    /* TF32 operands (float32, precision tf32: one product's registers): 256 by default, 128 on request */
+    ir = fgt_load_string("return layer \"t\" {\n  input = { \"N\", 64, 56, 56 },\n  precision = \"tf32\",\n"
+                         "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n}\n");
+    opts.wgmma_m64 = 0;
+    plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->wgmma.wgmt, 2);
     free(plan);
     opts.wgmma_m64 = 1;
     plan = fgt_plan_with(ir, &opts);
     assert_int_equal(plan->wgmma.wgmt, 1);
-    assert_int_equal(plan->wgmma.bm, 128);
-    assert_int_equal(plan->wgmma.m_tiles, 25); /* 3136 pixels */
     free(plan);
     free(ir);
 }
