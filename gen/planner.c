@@ -433,9 +433,14 @@ static bool layer_has_statistics(const fg_layer_ir *ir)
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
-static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, fg_wgmma_tiling *w)
+static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, fg_wgmma_tiling *w,
+                         const char **why)
 {
     memset(w, 0, sizeof *w);
+    const char *unused;
+    if (!why)
+        why = &unused;
+    *why = "fewer than 8 output channels a group";
     if (g->cout_g < 8)
         return false;
     /* The producer keeps each A row's origin (d, h, w) + WGMMA_PACKED_BIAS in one 32-bit word:
@@ -453,9 +458,11 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         if (fits)
             w->coord_bits = bits;
     }
+    *why = "a 3D conv with an image past 991 pixels along a dimension (the producer's 10-bit coordinates)";
     if (!w->coord_bits)
-        return false; /* a 3D image past 991 pixels along a dimension */
+        return false;
     const fg_op *conv = &ir->ops[0];
+    *why = "padding of 32 or more";
     for (int i = 0; i < conv->spatial; i++)
         if (conv->padding[i] >= WGMMA_PACKED_BIAS)
             return false;
@@ -492,8 +499,9 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         int64_t blocks = ceil_div(w->xc, fit / 8 * 8);
         w->pack_xb = (int)round_up(ceil_div(w->xc, blocks), 8);
     }
+    *why = "a packed input of 2^31 elements or more a sample (the producer's offsets are ints)";
     if ((int64_t)g->in[0] * g->in[1] * g->in[2] * w->xc > INT32_MAX)
-        return false; /* the producer's offsets within a sample are ints */
+        return false;
     w->kch = (int)ceil_div(g->taps * w->cp, w->kc_elems);
     w->b_bytes = (int64_t)w->bn * 128;
     int64_t opix = g->out[0] * g->out[1] * g->out[2];
@@ -530,8 +538,10 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         w->producer_regs = producer > 168 ? 168 : producer;
         break;
     }
+    *why = "no tile fits the registers and shared memory with 3 stages";
     if (w->wgmt < 1)
         return false;
+    *why = NULL;
     w->m_tiles = (int)ceil_div(opix, w->bm);
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->bar_offset = w->stat_offset + w->stat_bytes;
@@ -654,8 +664,12 @@ static bool choose_wgmma(planner *p)
         return false;
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, &p->plan->wgmma))
+    const char *why = NULL;
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, &p->plan->wgmma, &why)) {
+        /* said by fusegen plan: a limit of the engine, not a measured choice */
+        snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
+    }
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
     if (p->ir->precision == FG_PRECISION_TF32) {
@@ -736,7 +750,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     conv_geometry g;
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
-    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, &w))
+    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)
@@ -1804,6 +1818,11 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         "resident (one kernel; a cluster keeps each norm group in shared memory)"};
     snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes, strategies[plan->strategy]);
     emit(ctx, line);
+    if (plan->wgmma_refused[0]) {
+        snprintf(line, sizeof line, "  the conv is on %s: wgmma cannot run it (%s)", fg_plan_conv_engine_name(plan),
+                 plan->wgmma_refused);
+        emit(ctx, line);
+    }
     if (plan->tf32_exact) {
         conv_geometry g;
         geometry(&ir->ops[0], &g);

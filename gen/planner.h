@@ -302,6 +302,9 @@ typedef struct fg_plan {
      * there (narrow groups; on sm_90a, fewer than 32 outputs a group: gen/planner.c,
      * tf32_stays_exact) -- no cuDNN pass, no wgmma */
     bool tf32_exact;
+    /* on sm_90a, where the wgmma engine cannot tile the conv (a limit of it, not a measured
+     * choice): why, for `fusegen plan`; empty otherwise */
+    char wgmma_refused[128];
 } fg_plan;
 
 /* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the

@@ -1441,6 +1441,36 @@ static void wgmma_m64_knob(void **state)
     free(ir);
 }
 
+/* Where the wgmma engine cannot tile a conv on sm_90a, the plan says why (fusegen plan prints
+ * it): a limit of the engine, not the measured choice, which leaves it empty. */
+static void wgmma_refusal_said(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *layer, *why; /* NULL: wgmma runs it, or the measured rule chose */
+    } cases[] = {
+        {"input = { \"N\", 16, 4, 1000, 8 }, conv3d { out_channels = 32, kernel = 3 }", "3D conv with an image past 991"},
+        {"input = { \"N\", 16, 40, 40 }, conv2d { out_channels = 32, kernel = 3, padding = 32 }", "padding of 32"},
+        {"input = { \"N\", 16, 40, 40 }, conv2d { out_channels = 16, kernel = 3, groups = 4 }", "fewer than 8 output"},
+        {"input = { \"N\", 16, 1100, 1030 }, conv2d { out_channels = 64, kernel = 3, padding = 1 }", NULL},
+        {"input = { \"N\", 640, 16, 16 }, conv2d { out_channels = 64, kernel = 3, padding = 1 }", NULL},
+        {"input = { \"N\", 3, 40, 40 }, conv2d { out_channels = 16, kernel = 3 }", NULL}, /* mma.sync, measured */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char src[512];
+        snprintf(src, sizeof src, "return layer \"r\" {\n  %s,\n}\n", cases[i].layer);
+        fg_layer_ir *ir = fgt_load_string(src);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        if (cases[i].why ? !strstr(plan->wgmma_refused, cases[i].why) : plan->wgmma_refused[0] != 0)
+            fail_msg("%s: wgmma_refused is '%s', expected '%s'", cases[i].layer, plan->wgmma_refused,
+                     cases[i].why ? cases[i].why : "");
+        free(plan);
+        free(ir);
+    }
+}
+
 static void wgmma_half_operands(void **state)
 {
     (void)state;
@@ -1814,6 +1844,7 @@ int main(void)
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_m64_knob),
+        cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
         cmocka_unit_test(prologue_statistics_pass),
