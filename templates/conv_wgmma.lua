@@ -586,6 +586,38 @@ local function pack_read_index(c, g)
   return "(unsigned long long)ch * IPIX + pix0 + pp"
 end
 
+-- The prologue (prologue.lua) on the input element `load` of pixel pix0 + pp, into v: the
+-- packed hi/lo hold the normalized input (the conv's padding is the producer's zero fill, after it)
+local function pack_apply_prologue(c, layer, plan, pass, names, g, load)
+  c:line("const int p = pix0 + pp;")
+  c:line("(void)p; /* the ops' spatial coordinates, when one reads them */")
+  local coords = { [1] = "ch" }
+  if g.sp == 3 then
+    coords[2], coords[3], coords[4] = "p / " .. g.I[2] * g.I[3], "(p / " .. g.I[3] .. ") % " .. g.I[2], "p % " .. g.I[3]
+  else
+    coords[2], coords[3] = "p / " .. g.I[3], "p % " .. g.I[3]
+  end
+  c:line("const float xv = %s;", load)
+  c:line("v = %s;", prologue.apply(c, layer, plan, pass, names, "xv", coords, layer.n_pro))
+end
+
+-- The store of a packed fp32 value (the tile's element `value`) at element `at` of the packed
+-- operands hi (and lo): TF32 hi = tf32(v), lo = tf32(v - hi); half ones (a prologue's result in
+-- the dtype) hi rounded to nearest even, lo the rounded remainder (v - hi is exact in fp32), as
+-- the weights' split
+local function pack_store_split(c, half, hi, lo, value, at)
+  if half then
+    c:line("const float v = %s;", value)
+    c:line("const fg_io h = fg_io_round(v);")
+    c:line("((fg_io *)%s)[%s] = h;", hi, at)
+    if lo then c:line("((fg_io *)%s)[%s] = fg_io_round(v - fg_io_load(&h));", lo, at) end
+  else
+    c:line("const float v = %s, h = fgw_tf32(v);", value)
+    c:line("%s[%s] = h;", hi, at)
+    if lo then c:line("%s[%s] = fgw_tf32(v - h);", lo, at) end
+  end
+end
+
 -- The input of an fp32 layer, channels-innermost: [N][D][H][W][groups][CP] hi (and lo), the
 -- channels of a group padded with zeros; 32 pixels a block through shared memory. (A half
 -- layer's operands are its dtype: render_pack_input_half.)
@@ -621,16 +653,7 @@ function M.render_pack_input(layer, plan, pass, names, signature)
     -- normalized input; the conv's padding is the producer's zero fill, after it
     c:line("float v = 0.0f;")
     c:open("if (pix0 + pp < IPIX) {")
-    c:line("const int p = pix0 + pp;")
-    c:line("(void)p; /* the ops' spatial coordinates, when one reads them */")
-    local coords = { [1] = "ch" }
-    if g.sp == 3 then
-      coords[2], coords[3], coords[4] = "p / " .. g.I[2] * g.I[3], "(p / " .. g.I[3] .. ") % " .. g.I[2], "p % " .. g.I[3]
-    else
-      coords[2], coords[3] = "p / " .. g.I[3], "p % " .. g.I[3]
-    end
-    c:line("const float xv = %s;", load)
-    c:line("v = %s;", prologue.apply(c, layer, plan, pass, names, "xv", coords, layer.n_pro))
+    pack_apply_prologue(c, layer, plan, pass, names, g, load)
     c:close()
     c:line("tile[pp * (XC + 1) + gr * CP + cg] = v;")
   else
@@ -648,18 +671,7 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
   c:line("const unsigned long long base = ((unsigned long long)n * IPIX + pix0) * XC;")
   c:open("for (int i = t; i < npix * XC; i += 256) {")
-  if half then
-    -- the prologue's fp32 result in the dtype: hi rounded to nearest even, lo the rounded
-    -- remainder (v - hi is exact in fp32), as the weights' split
-    c:line("const float v = tile[(i / XC) * (XC + 1) + i % XC];")
-    c:line("const fg_io h = fg_io_round(v);")
-    c:line("((fg_io *)%s)[base + i] = h;", hi)
-    if lo then c:line("((fg_io *)%s)[base + i] = fg_io_round(v - fg_io_load(&h));", lo) end
-  else
-    c:line("const float v = tile[(i / XC) * (XC + 1) + i % XC], h = fgw_tf32(v);")
-    c:line("%s[base + i] = h;", hi)
-    if lo then c:line("%s[base + i] = fgw_tf32(v - h);", lo) end
-  end
+  pack_store_split(c, half, hi, lo, "tile[(i / XC) * (XC + 1) + i % XC]", "base + i")
   c:close()
   c:close()
   return c
@@ -732,17 +744,7 @@ function M.render_pack_input_blocked(layer, plan, pass, names, signature)
   c:line("%s v = 0;", raw and "fg_io" or "float")
   c:open("if (cg < CIN_G && pix0 + pp < IPIX) {")
   if pro then
-    -- the prologue (prologue.lua) on every input element, as render_pack_input
-    c:line("const int p = pix0 + pp;")
-    c:line("(void)p; /* the ops' spatial coordinates, when one reads them */")
-    local coords = { [1] = "ch" }
-    if g.sp == 3 then
-      coords[2], coords[3], coords[4] = "p / " .. g.I[2] * g.I[3], "(p / " .. g.I[3] .. ") % " .. g.I[2], "p % " .. g.I[3]
-    else
-      coords[2], coords[3] = "p / " .. g.I[3], "p % " .. g.I[3]
-    end
-    c:line("const float xv = %s;", g.half and "fg_io_load(xs + " .. at .. ")" or "xs[" .. at .. "]")
-    c:line("v = %s;", prologue.apply(c, layer, plan, pass, names, "xv", coords, layer.n_pro))
+    pack_apply_prologue(c, layer, plan, pass, names, g, g.half and "fg_io_load(xs + " .. at .. ")" or "xs[" .. at .. "]")
   else
     c:line("v = xs[%s];", at)
   end
@@ -757,15 +759,8 @@ function M.render_pack_input_blocked(layer, plan, pass, names, signature)
   c:line("const unsigned long long at = base + (unsigned long long)pp * XC + xx;")
   if raw then
     c:line("((fg_io *)%s)[at] = tile[pp * (XB + 1) + xx];", hi)
-  elseif half then
-    c:line("const float v = tile[pp * (XB + 1) + xx];")
-    c:line("const fg_io h = fg_io_round(v);")
-    c:line("((fg_io *)%s)[at] = h;", hi)
-    if lo then c:line("((fg_io *)%s)[at] = fg_io_round(v - fg_io_load(&h));", lo) end
   else
-    c:line("const float v = tile[pp * (XB + 1) + xx], h = fgw_tf32(v);")
-    c:line("%s[at] = h;", hi)
-    if lo then c:line("%s[at] = fgw_tf32(v - h);", lo) end
+    pack_store_split(c, half, hi, lo, "tile[pp * (XB + 1) + xx]", "at")
   end
   c:close()
   c:close()
