@@ -19,7 +19,11 @@ exact fp32):
   convnext  a ConvNeXt block: depthwise 7x7 -> LayerNorm over channels -> Linear(C, 4C) -> GELU ->
             Linear(4C, C) -> layer scale -> + x
 Speed: median of CUDA-event timings with the L2 flushed before each (bench/compare_torch.py's
-method). Accuracy: max abs and relative L2 error against the same block in float64 (the bar
+method). One Python call between two events times the CPU where its Python and launches take
+longer than the GPU work (batches 1-8): for configurations of at most --graph-batch samples each
+mode is also timed captured in a CUDA graph and replayed (compare_torch.time_graph; the key
+gets " graph"), the peer of torch.compile's reduce-overhead mode, for PyTorch and fusegen alike;
+a mode that cannot be captured records its error under that key. Accuracy: max abs and relative L2 error against the same block in float64 (the bar
 issue 14 sets for fusegen's half precision is "at least as good as PyTorch's in that dtype",
 these numbers). This is the table fusegen's block work is to beat (issue 14: >= 1.3x the
 fastest PyTorch configuration in bf16/fp16, >= 2x torch.compile fp32 with TF32 off).
@@ -456,7 +460,7 @@ def run(args):
     device = "cpu" if args.smoke else "cuda"
     configs = SMOKE if args.smoke else CONFIGS
     if not args.smoke:
-        from compare_torch import Precision, accuracy, summarize, time_cuda
+        from compare_torch import Precision, accuracy, summarize, time_cuda, time_graph
 
         prec = Precision(torch)
         flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
@@ -543,9 +547,29 @@ def run(args):
                             if prec:
                                 prec.set("default")
                         entry["impls"][key] = r
-                        t = f"{r['median_ms']:.3f} ms" if "median_ms" in r else ("" if "error" not in r else r["error"])
-                        err = f"max err {r['max_abs_err']:.2g}, rel L2 {r['rel_l2_err']:.2g}" if "max_abs_err" in r else ""
-                        print(f"{entry['block']:<28} {key:<30} {t:>12}  {err}", flush=True)
+                        if not args.smoke and "median_ms" in r and cfg["batch"] <= args.graph_batch:
+                            # the same call captured in a CUDA graph: the GPU's time alone
+                            g = {k: v for k, v in r.items() if k not in ("median_ms", "p10_ms", "p90_ms")}
+                            try:
+                                if prec:
+                                    prec.set(flags)
+                                with torch.no_grad():
+                                    g.update(summarize(time_graph(torch, lambda: fn_mod(*xs), args.iters, 3, flush)))
+                                g.pop("times_ms", None)
+                            except Exception as e:
+                                g = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+                            finally:
+                                if prec:
+                                    prec.set("default")
+                            entry["impls"][key + " graph"] = g
+                        for k in (key, key + " graph"):
+                            if k not in entry["impls"]:
+                                continue
+                            rk = entry["impls"][k]
+                            t = f"{rk['median_ms']:.3f} ms" if "median_ms" in rk else rk.get("error", "")
+                            err = (f"max err {rk['max_abs_err']:.2g}, rel L2 {rk['rel_l2_err']:.2g}"
+                                   if "max_abs_err" in rk else "")
+                            print(f"{entry['block']:<28} {k:<36} {t:>12}  {err}", flush=True)
     return results
 
 
@@ -643,6 +667,8 @@ def main():
     ap.add_argument("--layouts", default="nchw,cl")
     ap.add_argument("--compile", choices=("both", "none"), default="both")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--graph-batch", type=int, default=8,
+                    help="also time each mode in a CUDA graph for configurations of at most this batch (0: never)")
     ap.add_argument("--deadline-s", type=float, default=0, help="start no block after this many seconds")
     ap.add_argument("--configs", default=None,
                     help="only these configurations of each family, by index (e.g. 0,1; default: all)")

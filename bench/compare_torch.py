@@ -609,6 +609,24 @@ def time_cuda(torch, fn, iters, warmup, flush):
     return times
 
 
+def time_graph(torch, fn, iters, warmup, flush):
+    """time_cuda's list for fn() captured once in a CUDA graph and replayed: the GPU's time
+    without the Python and launch work of each call, which at batches 1-8 can exceed the GPU
+    work (PyTorch's reduce-overhead mode does this for a compiled model; a fusegen op is
+    capturable once its kernels are loaded, which the warm-up does). Warm-up on a side stream,
+    as torch.cuda.graph asks; raises where fn cannot be captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_cuda(torch, graph.replay, iters, warmup, flush)
+
+
 def summarize(times):
     s = sorted(times)
     n = len(s)
