@@ -362,8 +362,7 @@ int fg_arch_sm(const char *arch);
 /* Whether the architecture is Hopper's arch-specific target (sm_90a): wgmma, setmaxnreg. */
 bool fg_arch_has_wgmma(const char *arch);
 
-
-
+/* The plan as `fusegen plan` prints it, a line at a time through emit (gen/plan_print.c). */
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
                    void *ctx);
 

@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `fusegen plan`'s account of a plan (fg_plan_print, gen/planner.h): the passes, what each
+ * computes, stores and feeds, the engines' tilings and launch geometry, and the reasons the
+ * planner records (a tf32 conv left to the exact engines, wgmma refused, split K). Reads the
+ * plan only: gen/planner.c makes it. */
+#include "planner.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *accum_kind_name(fg_accum_kind k)
+{
+    return fg_accum_defs[k].describe;
+}
+
+/* Split K (the rule at wgmma_split): how many splits, at which batches, and why. */
+static void print_split(const fg_wgmma_tiling *w, int64_t tiles, void (*emit)(void *ctx, const char *line), void *ctx)
+{
+    char line[1024];
+    snprintf(line, sizeof line,
+             "           split K in up to %d: a sample's %" PRId64 " tiles fill %" PRId64 " of %d SMs, so up to %d CTAs "
+             "share a tile's %d K chunks (>= %d each); each writes an fp32 partial, the last to arrive adds them in "
+             "split order and runs the epilogue",
+             w->split_k, tiles, tiles, w->split_fill, w->split_k, w->kch, w->split_min_chunks);
+    emit(ctx, line);
+    int len = snprintf(line, sizeof line, "           splits by batch (tiles x splits <= %d):", w->split_fill);
+    for (int64_t n = 1; len < 900; n *= 2) {
+        int s = fg_wgmma_splits(w, n * tiles);
+        len += snprintf(line + len, sizeof line - (size_t)len, " N=%" PRId64 ": %d%s", n, s, s > 1 ? "," : "");
+        if (s == 1) {
+            len += snprintf(line + len, sizeof line - (size_t)len, " (and larger: none)");
+            break;
+        }
+    }
+    emit(ctx, line);
+}
+
+void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
+                   void *ctx)
+{
+    char line[1024];
+    static const char *const strategies[] = {
+        "materialize (the value before each statistic is stored once)",
+        "recompute (the conv runs twice, no intermediate)",
+        "resident (one kernel; a cluster keeps each norm group in shared memory)"};
+    snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes, strategies[plan->strategy]);
+    emit(ctx, line);
+    if (plan->wgmma_refused[0]) {
+        snprintf(line, sizeof line, "  the conv is on %s: wgmma cannot run it (%s)", fg_plan_conv_engine_name(plan),
+                 plan->wgmma_refused);
+        emit(ctx, line);
+    }
+    if (plan->tf32_exact) {
+        snprintf(line, sizeof line,
+                 "  precision tf32: %s computes the conv exactly; with %lld outputs a group one TF32 product is no "
+                 "faster (measured; gen/planner.c, tf32_stays_exact)",
+                 fg_plan_conv_engine_name(plan), (long long)(ir->ops[0].out_channels / ir->ops[0].groups));
+        emit(ctx, line);
+    }
+    if (ir->dtype != FG_DTYPE_FP32) {
+        const char *d = fg_dtype_name(ir->dtype);
+        if (plan->wgmma.parts && ir->n_pro)
+            snprintf(line, sizeof line,
+                     "  dtype %s: the input is read as %s and widened to fp32 where the prologue reads it; the "
+                     "conv's wgmma reads the prologue's fp32 result %s (%s operands, fp32 accumulation); the output "
+                     "is rounded to %s (to nearest even) where it is stored; everything between is fp32",
+                     d, d, plan->wgmma.a_parts == 2 ? "split into hi + lo of the dtype" : "rounded to the dtype",
+                     fg_wgmma_operand_name(plan->wgmma.operand), d);
+        else if (plan->wgmma.parts)
+            snprintf(line, sizeof line,
+                     "  dtype %s: the conv's wgmma reads the input as %s (%s operands, fp32 accumulation); the "
+                     "output is rounded to %s (to nearest even) where it is stored; everything between is fp32",
+                     d, d, fg_wgmma_operand_name(plan->wgmma.operand), d);
+        else
+            snprintf(line, sizeof line,
+                     "  dtype %s: the input is read as %s and widened to fp32 where the conv loads it; the output is "
+                     "rounded to %s (to nearest even) where it is stored; everything between is fp32",
+                     d, d, d);
+        emit(ctx, line);
+        if (ir->precision == FG_PRECISION_TF32 && !plan->wgmma.parts && !plan->tf32_exact) {
+            snprintf(line, sizeof line,
+                     "  precision tf32 with dtype %s: cuDNN's conv (fp32 only) is not used; %s computes the conv "
+                     "(as exact as fp32)",
+                     d, fg_plan_conv_engine_name(plan));
+            emit(ctx, line);
+        }
+    }
+    if (ir->layout == FG_LAYOUT_CHANNELS_LAST) {
+        snprintf(line, sizeof line,
+                 "  layout channels_last: the input is read as N%sC and the output written as N%sC (channels "
+                 "innermost); every buffer between is NC%s",
+                 ir->input.rank == 5 ? "DHW" : "HW", ir->input.rank == 5 ? "DHW" : "HW",
+                 ir->input.rank == 5 ? "DHW" : "HW");
+        emit(ctx, line);
+        if (ir->precision == FG_PRECISION_TF32 && ir->dtype == FG_DTYPE_FP32 && !plan->wgmma.parts &&
+            !plan->tf32_exact) {
+            snprintf(line, sizeof line,
+                     "  precision tf32 with layout channels_last: cuDNN's conv (NCHW only here) is not used; %s "
+                     "computes the conv (as exact as fp32)",
+                     fg_plan_conv_engine_name(plan));
+            emit(ctx, line);
+        }
+    }
+    if (ir->n_pro) {
+        bool wg = plan->wgmma.parts != 0;
+        int len = snprintf(line, sizeof line, "  prologue: pro0..pro%d applied to each input element %s (padding stays "
+                                              "zero); no tensor holds the normalized input",
+                           ir->n_pro - 1,
+                           wg ? "as the wgmma input pack writes it (the packed hi/lo hold the normalized input)"
+                              : "as the conv stages it in shared memory");
+        if (plan->pro_norm >= 0)
+            snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d by a pass over the input",
+                     plan->pro_norm);
+        emit(ctx, line);
+        if (ir->precision == FG_PRECISION_TF32 && !wg && !plan->tf32_exact) {
+            snprintf(line, sizeof line,
+                     "  precision tf32 with a prologue: cuDNN's conv (it reads the raw input) is not used; %s computes "
+                     "the conv (as exact as fp32)",
+                     fg_plan_conv_engine_name(plan));
+            emit(ctx, line);
+        }
+    }
+    if (plan->fold.op >= 0) {
+        const fg_op *bn = &ir->ops[plan->fold.op];
+        snprintf(line, sizeof line,
+                 "  folded: %s %s (v%d, line %d) into the conv's weights and bias, computed in float64 when they "
+                 "are bound; the kernels read v%d as v%d",
+                 fg_op_kind_name(bn->kind), bn->name, plan->fold.op, bn->line, plan->fold.op, plan->fold.op - 1);
+        emit(ctx, line);
+    }
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *ps = &plan->passes[i];
+        int len;
+        if (ps->kind == FG_PASS_PACK_INPUT || ps->kind == FG_PASS_PACK_WEIGHTS) {
+            const fg_wgmma_tiling *w = &plan->wgmma;
+            if (ps->kind == FG_PASS_PACK_INPUT && w->operand != FG_WGMMA_TF32 && ir->n_pro)
+                snprintf(line, sizeof line,
+                         "  pass %d pack     %s: the input through the prologue, channels-innermost, %s %s, into b%d%s", i,
+                         ps->kernel, fg_wgmma_operand_name(w->operand),
+                         w->a_parts == 2 ? "hi and lo (v - hi)" : "rounded to nearest", w->packed_hi,
+                         w->a_parts == 2 ? " and the next" : "");
+            else if (ps->kind == FG_PASS_PACK_INPUT && w->operand != FG_WGMMA_TF32)
+                snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, as %s, into b%d%s", i,
+                         ps->kernel, fg_wgmma_operand_name(w->operand), w->packed_hi,
+                         w->input_direct ? " (skipped where the input is 16-byte aligned: it already is that)" : "");
+            else if (ps->kind == FG_PASS_PACK_INPUT)
+                snprintf(line, sizeof line, "  pass %d pack     %s: the input channels-innermost, TF32 hi%s, into b%d%s", i,
+                         ps->kernel, w && w->packed_lo >= 0 ? " and lo" : "", w ? w->packed_hi : -1,
+                         w && w->packed_lo >= 0 ? " and the next" : "");
+            else if (w->operand != FG_WGMMA_TF32)
+                snprintf(line, sizeof line,
+                         "  pass %d pack     %s: the weights as the wgmma B tiles' images, %s %s, into b%d", i,
+                         ps->kernel, fg_wgmma_operand_name(w->operand),
+                         w->parts == 2 ? "hi and lo (w - hi)" : "rounded to nearest", w->packed_w);
+            else
+                snprintf(line, sizeof line, "  pass %d pack     %s: the weights as the wgmma B tiles' images, into b%d", i,
+                         ps->kernel, w ? w->packed_w : -1);
+            emit(ctx, line);
+            snprintf(line, sizeof line, "           launch: %d threads, grid %lld x %lld x %s%s", ps->launch.block,
+                     (long long)ps->launch.grid_x, (long long)ps->launch.grid_y, ps->launch.per_sample ? "N" : "1",
+                     ps->launch.grid_y > 1 ? " (the channels in blocks: too wide for one block's tile)" : "");
+            emit(ctx, line);
+            continue;
+        }
+        if (ps->kind == FG_PASS_PRO_STATS) {
+            const fg_accum *a = &plan->accums[plan->pro_accum];
+            const fg_op *norm = &ir->pro[plan->pro_norm];
+            snprintf(line, sizeof line,
+                     "  pass %d pro_stat %s: reads the input%s, feeds s%d (%s of the input for pro%d %s, %lld keys of "
+                     "%lld elements per sample%s)",
+                     i, ps->kernel, plan->pro_norm ? " through the prologue ops before its norm" : "",
+                     plan->pro_accum, accum_kind_name(a->kind), plan->pro_norm, fg_op_kind_name(norm->kind),
+                     (long long)a->keys_per_sample, (long long)a->count_per_sample, a->over_batch ? ", over the batch" : "");
+            emit(ctx, line);
+            snprintf(line, sizeof line, "           launch: %d threads, grid %lld x 1 x N", ps->launch.block,
+                     (long long)ps->launch.grid_x);
+            emit(ctx, line);
+            continue;
+        }
+        if (ps->kind == FG_PASS_FINALIZE) {
+            const fg_accum *a = &plan->accums[ps->finalize_accum];
+            if (a->prologue)
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: statistics s%d of the input for pro%d (%s)", i,
+                               "finalize", ps->kernel, ps->finalize_accum, a->op, fg_op_kind_name(ir->pro[a->op].kind));
+            else
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: statistics s%d of v%d for op %d (%s)", i,
+                               "finalize", ps->kernel, ps->finalize_accum, a->value, a->op,
+                               fg_op_kind_name(ir->ops[a->op].kind));
+        } else {
+            const char *from = ps->kind == FG_PASS_CONV ? "conv" : "";
+            if (ps->kind == FG_PASS_RESIDENT) {
+                const struct fg_resident *r = &ps->res;
+                snprintf(line, sizeof line,
+                         "  pass %d resident %s: conv v0..v%d kept in shared memory, statistics of op %d over "
+                         "clusters of %d CTAs, then v%d..v%d, writes the output",
+                         i, ps->kernel, r->norm_op - 1, r->norm_op, r->cluster, r->norm_op, ps->last);
+                emit(ctx, line);
+                snprintf(line, sizeof line,
+                         "           a cluster owns %d channels (norm groups of %d) of one sample; each CTA %lld rows, "
+                         "%lld floats per channel",
+                         r->channel_block, r->channel_group, (long long)((r->rows + r->cluster - 1) / r->cluster),
+                         (long long)r->slice);
+                emit(ctx, line);
+                const fg_conv_tiling *t = &ps->conv;
+                snprintf(line, sizeof line,
+                         "           conv tiles %dx%d outputs, %dx%d outputs x %d channels per thread, %d input channels "
+                         "staged at a time",
+                         t->tile[1], t->tile[2], t->thread_h, t->thread_w, t->thread_co, t->ci_chunk);
+                emit(ctx, line);
+                snprintf(line, sizeof line, "           launch: %d threads, grid %lld x %lld x N, %d B shared",
+                         ps->launch.block, (long long)ps->launch.grid_x, (long long)ps->launch.grid_y,
+                         ps->launch.smem_bytes);
+                emit(ctx, line);
+                continue;
+            }
+            if (ps->kind == FG_PASS_CUDNN) {
+                snprintf(line, sizeof line, "  pass %d cudnn    cuDNN's convolution (TF32 allowed) computes v0%s", i,
+                         ps->store_output ? " and writes the output" : ", stored in b0");
+                emit(ctx, line);
+                continue;
+            }
+            char src[32];
+            if (ps->source_buffer >= 0)
+                snprintf(src, sizeof src, "buffer b%d (v%d)", ps->source_buffer, plan->buffers[ps->source_buffer].value);
+            else
+                snprintf(src, sizeof src, "%s", ps->kind == FG_PASS_CONV ? "the input" : "statistics");
+            if (ps->first <= ps->last)
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: reads %s, computes %s v%d..v%d inline", i,
+                               ps->kind == FG_PASS_CONV ? "conv" : "map", ps->kernel, src, from, ps->first, ps->last);
+            else
+                len = snprintf(line, sizeof line, "  pass %d %-8s %s: reads %s again", i, "map", ps->kernel, src);
+            if (ps->store_output)
+                len += snprintf(line + len, sizeof line - (size_t)len, ", writes the output");
+            if (ps->store_buffer >= 0)
+                len += snprintf(line + len, sizeof line - (size_t)len, ", stores v%d in b%d", ps->domain,
+                                ps->store_buffer);
+            for (int f = 0; f < ps->n_feeds; f++)
+                len += snprintf(line + len, sizeof line - (size_t)len, ", feeds s%d (%s of v%d)", ps->feeds[f],
+                                accum_kind_name(plan->accums[ps->feeds[f]].kind), plan->accums[ps->feeds[f]].value);
+        }
+        emit(ctx, line);
+        const fg_launch *l = &ps->launch;
+        if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA) {
+            const fg_wgmma_tiling *w = &plan->wgmma;
+            const char *op = fg_wgmma_operand_name(w->operand);
+            char how[96];
+            if (w->operand == FG_WGMMA_TF32)
+                snprintf(how, sizeof how, "%s", w->parts == 2 ? "3xTF32, chunks accumulated in fp32" : "one TF32 product");
+            else if (w->a_parts == 2)
+                snprintf(how, sizeof how, "%s operands, x_lo.w_hi + x_hi.w_lo + x_hi.w_hi, chunks accumulated in fp32",
+                         op);
+            else if (w->parts == 2)
+                snprintf(how, sizeof how, "%s operands, x.w_lo + x.w_hi, chunks accumulated in fp32", op);
+            else if (ir->n_pro)
+                snprintf(how, sizeof how, "%s operands, one product, input and weights rounded to %s", op, op);
+            else
+                snprintf(how, sizeof how, "%s operands, one product, weights rounded to %s", op, op);
+            snprintf(line, sizeof line,
+                     "           wgmma tensor cores (%s): tiles of %d pixels x %d channels, %d m64 tiles per consumer "
+                     "warpgroup, %d K chunks of %d, a ring of %d stages; persistent blocks",
+                     how, w->bm, w->bn, w->wgmt, w->kch, w->kc_elems, w->stages);
+            emit(ctx, line);
+            if (ps->chan_reduce >= 0) {
+                const fg_op *red = &ir->ops[ps->chan_reduce];
+                snprintf(line, sizeof line,
+                         "           v%d (%s over the channels) in the epilogue: a tile holds all %d channels of its "
+                         "pixels, reduced in each thread's registers and across the 4 lanes of a quad; v%d is never "
+                         "stored",
+                         ps->chan_reduce, fg_op_kind_name(red->kind), (int)ir->ops[0].out_channels, ps->chan_reduce - 1);
+                emit(ctx, line);
+            }
+            if (w->split_k > 1)
+                print_split(w, ps->launch.grid_x, emit, ctx);
+        } else if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_MMA) {
+            const fg_conv_tiling *t = &ps->conv;
+            snprintf(line, sizeof line,
+                     "           3xTF32 tensor cores: tile %dx%dx%d outputs x %d channels per block; %dx%d outputs x "
+                     "%d channels per warp; %d tiles per block; %d input channels staged at a time, %s steps",
+                     t->tile[0], t->tile[1], t->tile[2], t->co_tile, t->warp_rows, t->warp_ntw * 8,
+                     t->warp_mt * 16, t->tiles_per_block, t->ci_chunk,
+                     t->k_blocked ? "(8 channels, tap)" : "(channel x tap) / 8");
+            emit(ctx, line);
+        } else if (ps->kind == FG_PASS_CONV) {
+            const fg_conv_tiling *t = &ps->conv;
+            snprintf(line, sizeof line,
+                     "           tile %dx%dx%d outputs x %d channels per block; %dx%d outputs x %d channels per "
+                     "thread; %d input channels staged at a time, unrolled x%d",
+                     t->tile[0], t->tile[1], t->tile[2], t->co_tile, t->thread_h, t->thread_w, t->thread_co,
+                     t->ci_chunk, t->ci_unroll);
+            emit(ctx, line);
+        }
+        snprintf(line, sizeof line, "           launch: %d threads, grid %" PRId64 " x %" PRId64 " x %s, %d B shared",
+                 l->block, l->grid_x, l->grid_y, l->per_sample ? "N" : "1", l->smem_bytes);
+        emit(ctx, line);
+    }
+    for (int i = 0; i < plan->n_buffers; i++) {
+        if (plan->wgmma.split_k > 1 && i == plan->wgmma.split_counters)
+            snprintf(line, sizeof line, "  buffer b%d: split K's arrival counters, %" PRId64 " words (zero between launches)",
+                     i, plan->buffers[i].fixed);
+        else if (plan->wgmma.split_k > 1 && i == plan->wgmma.split_partials)
+            snprintf(line, sizeof line, "  buffer b%d: split K's partial tiles, %d of %" PRId64 " floats", i,
+                     plan->wgmma.split_fill, plan->wgmma.split_slot);
+        else if (plan->buffers[i].value < 0)
+            snprintf(line, sizeof line, "  buffer b%d: a packed operand, %" PRId64 " floats per sample + %" PRId64, i,
+                     plan->buffers[i].per_sample, plan->buffers[i].fixed);
+        else
+            snprintf(line, sizeof line, "  buffer b%d: v%d, %" PRId64 " floats per sample", i, plan->buffers[i].value,
+                     plan->buffers[i].per_sample);
+        emit(ctx, line);
+    }
+    for (int i = 0; i < plan->n_accums; i++) {
+        const fg_accum *a = &plan->accums[i];
+        char of[48];
+        if (a->prologue)
+            snprintf(of, sizeof of, "the input (for pro%d)", a->op);
+        else
+            snprintf(of, sizeof of, "v%d", a->value);
+        snprintf(line, sizeof line, "  statistics s%d: %s of %s, %" PRId64 " per %s over %" PRId64 " elements each", i,
+                 accum_kind_name(a->kind), of, a->keys_per_sample, a->over_batch ? "layer (whole batch)" : "sample",
+                 a->count_per_sample);
+        emit(ctx, line);
+    }
+}
