@@ -490,6 +490,10 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     /* a 16-byte copy of the producer holds one tap's channels: 4 TF32 or 8 half elements */
     w->cp = g->cin_g <= 16 / el ? 16 / el : round_up(g->cin_g, 8);
     w->xc = groups * w->cp;
+    /* a channels-last half input with no prologue and no padding channels is the packed operand
+     * as it is (planner.h, input_direct) */
+    w->input_direct = w->operand != FG_WGMMA_TF32 && w->a_parts == 1 && ir->n_pro == 0 &&
+                      ir->layout == FG_LAYOUT_CHANNELS_LAST && w->cp == g->cin_g;
     /* the packing pass's tile: 32 pixels x pack_xb channels (+1 against bank conflicts); where
      * all xc do not fit, the fewest channel blocks that do, of equal multiples of 8 */
     int64_t fit = WGMMA_PACK_SMEM / (WGMMA_PACK_PIXELS * tile_el) - 1;
@@ -793,10 +797,6 @@ static int add_pack_passes(planner *p)
     b->value = -1;
     b->per_sample = ipix * w->xc * el / 4;
     w->packed_hi = plan->n_buffers++;
-    conv_geometry g;
-    geometry(&ir->ops[0], &g);
-    w->input_direct = w->operand != FG_WGMMA_TF32 && w->a_parts == 1 && ir->n_pro == 0 &&
-                      ir->layout == FG_LAYOUT_CHANNELS_LAST && w->cp == g.cin_g;
     if (w->a_parts == 2) {
         b = &plan->buffers[plan->n_buffers];
         b->value = -1;

@@ -642,12 +642,13 @@ static int enqueue_block_launches(void *arg, CUstream stream)
  * when it is to launch each pass instead (graphs off, a layer not prepared, a capture of the
  * caller's in progress, too many captures in a row on caller-owned workspace, a failed
  * capture: *capture_failed). Block lock held. */
-static bool run_as_graph(fg_block *b, block_run *run, bool own, CUstream stream, bool *capture_failed, fg_status *s)
+static bool run_as_graph(fg_block *b, block_run *run, bool own, bool capturing, CUstream stream, bool *capture_failed,
+                         fg_status *s)
 {
     const fg_cuda *cu = b->ctx->cu;
     block_graph_key key;
     *capture_failed = false;
-    if (b->graphs_off || (!own && b->caller_graphs_off) || stream_capturing(cu, stream) ||
+    if (b->graphs_off || (!own && b->caller_graphs_off) || capturing ||
         !graph_key_for(b, run, &key))
         return false;
     /* the slot whose graph was made for this key, else the empty or least recently used one */
@@ -694,12 +695,13 @@ static bool run_as_graph(fg_block *b, block_run *run, bool own, CUstream stream,
     return true;
 }
 
-/* The run, as a graph or pass by pass, block lock held. */
-static fg_status run_block(fg_block *b, block_run *run, bool own, CUstream stream)
+/* The run, as a graph or pass by pass, block lock held; `capturing`: the caller is capturing
+ * `stream` (stream_capturing). */
+static fg_status run_block(fg_block *b, block_run *run, bool own, bool capturing, CUstream stream)
 {
     bool capture_failed;
     fg_status s;
-    if (run_as_graph(b, run, own, stream, &capture_failed, &s))
+    if (run_as_graph(b, run, own, capturing, stream, &capture_failed, &s))
         return s;
     s = run_layers(b, run, stream);
     if (s == FG_OK)
@@ -795,11 +797,12 @@ static fg_status run_held(fg_block *b, const void *const *inputs, void *output, 
     /* Inside a capture of the caller's the run's launches become nodes of the caller's graph:
      * an event recorded there could not be waited on outside that graph (a later bind's wait
      * would fail), and the caller's graph orders its own replays */
-    bool ordered = own && s == FG_OK && !stream_capturing(b->ctx->cu, (CUstream)stream);
+    const bool capturing = s == FG_OK && stream_capturing(b->ctx->cu, (CUstream)stream);
+    const bool ordered = own && !capturing;
     if (s == FG_OK && ordered)
         s = order_after_last_run(b, (CUstream)stream);
     if (s == FG_OK)
-        s = run_block(b, &run, own, (CUstream)stream);
+        s = run_block(b, &run, own, capturing, (CUstream)stream);
     if (s == FG_OK && ordered)
         s = record_run_end(b, (CUstream)stream);
     pthread_mutex_unlock(&b->lock);
