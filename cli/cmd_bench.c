@@ -68,14 +68,9 @@ static void spec_work(const fg_block_ir *spec, int64_t batch, double *flops, dou
     for (int l = 0; l < spec->n_layers; l++) {
         const fg_layer_ir *ir = &spec->layers[l];
         *flops += conv_flops(ir, batch);
-        for (int i = 0; i < ir->n_params; i++) {
-            bool seen = ir->params[i].batched; /* a tensor of the block, not a parameter */
-            for (int m = 0; m <= l && !seen; m++)
-                for (int j = 0; j < (m < l ? spec->layers[m].n_params : i) && !seen; j++)
-                    seen = !spec->layers[m].params[j].batched && !strcmp(spec->layers[m].params[j].name, ir->params[i].name);
-            if (!seen)
+        for (int i = 0; i < ir->n_params; i++)
+            if (fg_block_param_first_use(spec, l, i))
                 *bytes += 4.0 * (double)ir->params[i].count;
-        }
     }
 }
 

@@ -13,6 +13,18 @@ void fg_block_ir_free(fg_block_ir *b)
     b->n_layers = 0;
 }
 
+bool fg_block_param_first_use(const fg_block_ir *b, int layer, int param)
+{
+    const fg_param *mine = &b->layers[layer].params[param];
+    if (mine->batched)
+        return false;
+    for (int m = 0; m <= layer; m++)
+        for (int j = 0; j < (m < layer ? b->layers[m].n_params : param); j++)
+            if (!b->layers[m].params[j].batched && !strcmp(b->layers[m].params[j].name, mine->name))
+                return false;
+    return true;
+}
+
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i)
 {
     if (b->single)

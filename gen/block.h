@@ -68,6 +68,12 @@ void fg_block_ir_free(fg_block_ir *b);
 /* The layer's name inside the block ("a" of "bottleneck.a"). */
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i);
 
+/* Whether parameter `param` of layer `layer` is the block's own parameter at its first use: not
+ * a tensor operand of the block (batched), and no earlier layer, nor an earlier parameter of
+ * this one, reads a parameter of that name (the block binds a name once, in every layer that
+ * reads it). */
+bool fg_block_param_first_use(const fg_block_ir *b, int layer, int param);
+
 /* A human-readable description: the tensors, the layers, their wiring (fusegen plan). */
 void fg_block_print(const fg_block_ir *b, void (*emit)(void *ctx, const char *line), void *ctx);
 

@@ -139,12 +139,7 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
         }
         const fg_layer_ir *ir = &b->ir.layers[i];
         for (int p = 0; p < ir->n_params; p++) {
-            if (ir->params[p].batched)
-                continue;
-            bool seen = false;
-            for (int q = 0; q < b->n_params && !seen; q++)
-                seen = !strcmp(b->ir.layers[b->params[q].layer].params[b->params[q].param].name, ir->params[p].name);
-            if (!seen && b->n_params < FG_BLOCK_MAX_PARAMS) {
+            if (fg_block_param_first_use(&b->ir, i, p) && b->n_params < FG_BLOCK_MAX_PARAMS) {
                 b->params[b->n_params].layer = i;
                 b->params[b->n_params++].param = p;
             }
