@@ -85,6 +85,18 @@ __device__ __forceinline__ void fgw_cp_arrive(fgw_u32 bar)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void fgw_cp_wait_all(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/* the barrier's current phase also waits for `bytes` bytes of bulk copies (fgw_bulk_copy) */
+__device__ __forceinline__ void fgw_mbar_expect_tx(fgw_u32 bar, fgw_u32 bytes)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* one contiguous global -> shared copy by the TMA unit (no tensor map: a plain byte range,
+ * 16-byte aligned, a multiple of 16 bytes), its bytes counted on the barrier as they land */
+__device__ __forceinline__ void fgw_bulk_copy(fgw_u32 dst, const void *src, fgw_u32 bytes, fgw_u32 bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
 /* cp.async writes through the generic proxy, wgmma reads through the async proxy */
 __device__ __forceinline__ void fgw_fence_proxy_async(void) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void fgw_wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -188,8 +200,10 @@ function M.prelude(layer, plan)
   if half then
     c:line("static_assert(STAGE_BYTES == PA * A_BYTES + PB * B_BYTES && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
     c:line("static_assert(CP % 8 == 0, \"a 16-byte copy holds 8 channels of one tap\");")
+    c:line("constexpr int B_CHUNK_BYTES = PB * B_BYTES; /* a stage's B parts: one bulk copy */")
   else
     c:line("static_assert(STAGE_BYTES == P * (A_BYTES + B_BYTES) && A_BYTES == BM * 128 && B_BYTES == BN * 128, \"layout\");")
+    c:line("constexpr int B_CHUNK_BYTES = P * B_BYTES; /* a stage's B parts: one bulk copy */")
   end
   if w.coord_bits == 16 then
     c:line("static_assert(ID == 1 && KD == 1 && OD == 1 && PD == 0 && IH + CB < 65536 && IW + CB < 65536, \"packed coordinates\");")
@@ -234,13 +248,12 @@ local split_marks = {
         "     * before this unit's, less kc0) */",
 }
 -- The operand marks: TF32 operands (the text as it always was) or half ones (one input part of
--- 2-byte elements, 64 to a chunk; the weights' PB parts).
+-- 2-byte elements, 64 to a chunk).
 local tf32_marks = {
   XPTR = "        const float *xh = xhi + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);\n" ..
          "        const float *xl = P == 2 ? xlo + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC) : xlo;",
   XLO = "                if (P == 2) fgw_cp16(dst + A_BYTES, xl + off, ok ? 16u : 0u);",
   PA = "P",
-  PB = "P",
   KE = "32",
   UE = "4",
 }
@@ -249,7 +262,6 @@ local half_marks = {
          "        (void)xlo; /* the input is one part: exact in its dtype */",
   XLO = "                /* (one part of A) */",
   PA = "PA",
-  PB = "PB",
   KE = "64",
   UE = "8",
 }
@@ -260,7 +272,6 @@ local half_split_marks = {
          "        const fg_io *xl = (const fg_io *)xlo + (unsigned long long)tl.n * ((unsigned long long)IPIX * XC);",
   XLO = "                fgw_cp16(dst + A_BYTES, xl + off, ok ? 16u : 0u);",
   PA = "PA",
-  PB = "PB",
   KE = "64",
   UE = "8",
 }
@@ -454,9 +465,11 @@ __device__ __forceinline__ void tile_range(int ntiles, int *begin, int *end)
 }
 
 /* The producer warpgroup: thread t copies 16-byte unit (t & 7) of rows (t >> 3) + 16 j of every
- * A chunk (the im2col rows, zero-filled outside the input) into the swizzled stage, and a share
- * of the B chunk (a ready-made image); one noinc arrival per thread on the stage's full barrier
- * when its copies have landed. */
+ * A chunk (the im2col rows, zero-filled outside the input) into the swizzled stage; one noinc
+ * arrival per thread on the stage's full barrier when its copies have landed. The B chunk is a
+ * ready-made image, contiguous in the packed weights: thread 0 has the TMA unit copy it in one
+ * bulk copy, whose bytes the full barrier waits for too (bench/NOTES.md v20: 128 threads' 16-byte
+ * copies took issue slots from the consumers). */
 __device__ __forceinline__ void producer(const float *__restrict__ xhi, const float *__restrict__ xlo,
                                          const float *__restrict__ wimg, int ntiles, fgw_u32 sbase, fgw_u32 bar_full,
                                          fgw_u32 bar_empty)
@@ -486,18 +499,24 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
                 rcrd[j] = @CNONE@; /* every field out of range */
             }
         }
-        const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (@PB@ * BN * 32);
+        const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (B_CHUNK_BYTES / 4);
 #pragma unroll 1
         for (int kc = @KC0@; kc < @KC1@; ++kc, ++it) {
             const int s = it % STAGES;
             fgw_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+            const fgw_u32 sA = sbase + s * STAGE_BYTES;
+            if (t == 0) {
+                /* before this thread's arrival below, so the phase cannot complete without B */
+                fgw_mbar_expect_tx(bar_full + 8 * s, B_CHUNK_BYTES);
+                fgw_bulk_copy(sA + @PA@ * A_BYTES, wtile + (unsigned long long)kc * (B_CHUNK_BYTES / 4), B_CHUNK_BYTES,
+                              bar_full + 8 * s);
+            }
             const int k = kc * @KE@ + seg * @UE@;
             const int tap = k / CP, ch = k - tap * CP;
             const int kd = tap / (KH * KW), kh = (tap / KW) % KH, kw = tap % KW;
             const int dz = kd * DD, dy = kh * DH, dx = kw * DW;
             const int tapoff = ((dz * IH + dy) * IW + dx) * XC + ch;
             const bool kval = tap < TAPS;
-            const fgw_u32 sA = sbase + s * STAGE_BYTES;
 #pragma unroll
             for (int j = 0; j < RPT; ++j) {
                 const int r = r0 + 16 * j;
@@ -510,10 +529,6 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
                 fgw_cp16(dst, xh + off, ok ? 16u : 0u);
 @XLO@
             }
-            const float *wsrc = wtile + (unsigned long long)kc * (@PB@ * BN * 32);
-            const fgw_u32 sB = sA + @PA@ * A_BYTES;
-#pragma unroll
-            for (int i = t; i < @PB@ * BN * 8; i += 128) fgw_cp16(sB + i * 16, wsrc + i * 4, 16u);
             fgw_cp_arrive(bar_full + 8 * s);
         }
     }
