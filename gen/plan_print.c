@@ -258,8 +258,9 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                 snprintf(how, sizeof how, "%s operands, one product, weights rounded to %s", op, op);
             snprintf(line, sizeof line,
                      "           wgmma tensor cores (%s): tiles of %d pixels x %d channels, %d m64 tiles per consumer "
-                     "warpgroup, %d K chunks of %d, a ring of %d stages; persistent blocks",
-                     how, w->bm, w->bn, w->wgmt, w->kch, w->kc_elems, w->stages);
+                     "warpgroup, %d K chunks of %d, a ring of %d stages; persistent blocks%s",
+                     how, w->bm, w->bn, w->wgmt, w->kch, w->kc_elems, w->stages,
+                     w->multicast == 2 ? " in pairs (clusters of 2) that share each weight chunk by TMA multicast" : "");
             emit(ctx, line);
             if (ps->chan_reduce >= 0) {
                 const fg_op *red = &ir->ops[ps->chan_reduce];

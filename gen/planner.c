@@ -615,6 +615,14 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
     w->flag_offset = w->bar_offset + 16 * (int64_t)w->stages + 16;
 }
 
+/* Whether the conv pass's CTAs pair up to share B chunks (fg_wgmma_tiling.multicast): where
+ * every tile reads the same B sequence -- one channel block of one group, no split K -- and
+ * the caller asks for it (FUSEGEN_WGMMA_MULTICAST=2; off by default until measured). */
+static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int groups)
+{
+    w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 ? 2 : 1;
+}
+
 /* Output channels per group below which a tensor-core conv wastes most of each MMA (the
  * narrowest wgmma and mma.sync tiles are 8 or 16 channels wide): depthwise and 4-channel
  * groups. The sweep (bench/NOTES.md v6) measured them 3-28x slower on wgmma in tf32 than
@@ -1523,8 +1531,10 @@ static fg_pass *first_passes(planner *p, int wanted)
     p->use_wgmma = choose_wgmma(p);
     if (!p->use_wgmma) /* choose_wgmma may have tiled it before choosing another engine */
         memset(&plan->wgmma, 0, sizeof plan->wgmma);
-    if (p->use_wgmma)
+    if (p->use_wgmma) {
         wgmma_split(p->opts, &plan->wgmma, (int64_t)plan->wgmma.m_tiles * plan->wgmma.nblk * ir->ops[0].groups);
+        wgmma_multicast(p->opts, &plan->wgmma, (int)ir->ops[0].groups);
+    }
     if (p->use_wgmma && add_pack_passes(p))
         return NULL;
     /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which

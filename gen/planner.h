@@ -213,6 +213,11 @@ typedef struct fg_wgmma_tiling {
      * is 16-byte aligned the launcher gives the conv the input for buffer packed_hi and skips
      * the input-packing pass (fg_launch_input_direct); elsewhere the pass packs it as always */
     int input_direct;
+    /* 2: the conv pass runs in clusters of two CTAs that share each B chunk (one TMA multicast
+     * copy of half of it by each; conv_wgmma.lua's multicast_engine), so the pair reads the
+     * weights from L2 once; only where every tile reads the same B sequence (one channel
+     * block, one group, no split K). 1: every CTA copies its own. */
+    int multicast;
     /* Split K, for grids too small to fill the GPU: a tile's K chunks are shared by up to
      * split_k CTAs (work units of the persistent loop), each writing its fp32 partial tile to
      * the workspace; the last to arrive on the tile's counter adds every partial in split
@@ -331,6 +336,7 @@ typedef struct fg_plan_options {
     int conv_tile[4];       /* FMA thread tile: rows, cols, channels, ci unroll (0: choose) */
     int split_k;            /* wgmma: at most this many K splits (1: never split; 0: choose) */
     int wgmma_m64;          /* wgmma: at most this many m64 tiles per consumer warpgroup, 1..2 (0: choose) */
+    int wgmma_multicast;    /* wgmma: 2 shares B chunks between the CTAs of a pair where it can, 1 never (0: choose) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

@@ -370,6 +370,7 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "coord_bits", w->coord_bits);
     set_int(L, "w_elems", w->w_elems);
     set_int(L, "block_acc", w->block_acc);
+    set_int(L, "multicast", w->multicast);
     set_int(L, "bn", w->bn);
     set_int(L, "nblk", w->nblk);
     set_int(L, "wgmt", w->wgmt);

@@ -97,6 +97,8 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
             warn_ctx);
     env_int("FUSEGEN_WGMMA_M64", 1, 2, &opts->wgmma_m64,
             "the most m64 tiles per wgmma consumer warpgroup, 1 (128-pixel tiles) or 2", warn, warn_ctx);
+    env_int("FUSEGEN_WGMMA_MULTICAST", 1, 2, &opts->wgmma_multicast,
+            "1 (each wgmma CTA copies its weights) or 2 (pairs of CTAs share them)", warn, warn_ctx);
     v = getenv("FUSEGEN_CONV_TILE");
     if (v && *v) {
         int t[4];

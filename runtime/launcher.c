@@ -302,6 +302,9 @@ int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction 
             if (mem->sm_count <= 0) /* one block would be correct but ~100x slow: say so */
                 return fg_fail(err, "pass %d is persistent but the run gave no multiprocessor count", i);
             gx = (unsigned)(tiles < mem->sm_count ? tiles : mem->sm_count);
+            /* whole clusters of two (a CTA without tiles runs empty steps), within the SMs */
+            if (t->wgmma.multicast == 2 && gx % 2)
+                gx = gx == 1 || gx < (unsigned)mem->sm_count ? gx + 1 : gx - 1;
         }
         for (int64_t base = 0; base < chunks; base += MAX_GRID_Z) {
             batch_base = (int)base;

@@ -219,7 +219,12 @@ function M.prelude(layer, plan)
     c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
     for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
-  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits):gmatch("([^\n]*)\n") do c:line(l) end
+  if w.multicast == 2 then
+    for l in M.multicast_engine:gmatch("([^\n]*)\n") do c:line(l) end
+  end
+  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast):gmatch("([^\n]*)\n") do
+    c:line(l)
+  end
   c:line("} // namespace fgw")
   return c
 end
@@ -289,8 +294,31 @@ local coord16_marks = {
   CX = "(crd & 0xFFFFu)",
   CY = "(crd >> 16)",
 }
-function M.fill_engine(text, split, half, a_parts, coord_bits)
+-- The B chunk's copy and the release of a stage: one CTA's (the text as it always was), or
+-- a pair's (fg_wgmma_tiling.multicast 2: M.multicast_engine's helpers).
+local solo_marks = {
+  BCOPY = table.concat({
+    "            if (t == 0) {",
+    "                /* before this thread's arrival below, so the phase cannot complete without B */",
+    "                fgw_mbar_expect_tx(bar_full + 8 * s, B_CHUNK_BYTES);",
+    "                fgw_bulk_copy(sA + @PA@ * A_BYTES, wtile + (unsigned long long)kc * (B_CHUNK_BYTES / 4), B_CHUNK_BYTES,",
+    "                              bar_full + 8 * s);",
+    "            }",
+  }, "\n"),
+  PTAIL = false, -- (no line)
+  RELEASE = "fgw_mbar_arrive",
+}
+local pair_marks = {
+  BCOPY = "            if (t == 0) pair_copy_b(sA + @PA@ * A_BYTES, wtile, kc, bar_full + 8 * s);",
+  PTAIL = "    producer_pair_tail(it, wimg, ntiles, sbase, bar_full, bar_empty);",
+  RELEASE = "pair_release",
+}
+function M.fill_engine(text, split, half, a_parts, coord_bits, multicast)
   local marks = {}
+  for k, v in pairs(multicast == 2 and pair_marks or solo_marks) do marks[k] = v end
+  -- the copy's text holds a mark of its own
+  text = text:gsub("@BCOPY@", function() return marks.BCOPY end)
+  text = text:gsub("@PTAIL@\n", function() return marks.PTAIL and marks.PTAIL .. "\n" or "" end)
   for k, v in pairs(coord_bits == 16 and coord16_marks or coord10_marks) do marks[k] = v end
   local split_a = half and a_parts == 2
   for k, v in pairs(split and split_marks or unsplit_marks) do marks[k] = v end
@@ -303,6 +331,76 @@ function M.fill_engine(text, split, half, a_parts, coord_bits)
     return v
   end))
 end
+
+-- A pair's helpers (fg_wgmma_tiling.multicast 2; inside namespace fgw, before the engine).
+M.multicast_engine = [[
+/* The two CTAs of a cluster share every B chunk: each has the TMA unit copy one half of it
+ * into the same stage of both (multicast), so the pair reads B from L2 once; a stage is free
+ * again when the consumers of both CTAs have released it. Every tile reads the same sequence
+ * of B chunks (one channel block, one group, no split K), so the pair's ring steps match one
+ * to one; the CTA with fewer tiles runs the difference as empty steps (its half of B, no A). */
+__device__ __forceinline__ fgw_u32 pair_rank(void)
+{
+    fgw_u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+/* every thread of both CTAs: barriers initialized before the peer uses them, and no CTA exits
+ * while the peer may still write its shared memory or arrive on its barriers */
+__device__ __forceinline__ void pair_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+/* the ring steps of the pair: the larger of its CTAs' tiles (tile_range's split) x KCH */
+__device__ __forceinline__ int pair_steps(int ntiles)
+{
+    const int per = (ntiles + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int first = ((int)blockIdx.x & ~1) * per; /* the pair's first tile; the even CTA's range is full */
+    const int tiles = ntiles - first < per ? ntiles - first : per;
+    return tiles > 0 ? tiles * KCH : 0;
+}
+/* this CTA's half of B chunk kc (of the image at wtile) into both CTAs' stage at dst, counted
+ * on the barrier at `bar` in each; this CTA's barrier waits for both halves */
+__device__ __forceinline__ void pair_copy_b(fgw_u32 dst, const float *wtile, int kc, fgw_u32 bar)
+{
+    constexpr int HALF = B_CHUNK_BYTES / 2;
+    static_assert(HALF % 16 == 0, "a bulk copy moves 16-byte units");
+    const fgw_u32 rank = pair_rank();
+    fgw_mbar_expect_tx(bar, B_CHUNK_BYTES);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
+                 ::"r"(dst + rank * HALF), "l"(wtile + (unsigned long long)kc * (B_CHUNK_BYTES / 4) + rank * (HALF / 4)),
+                 "r"(HALF), "r"(bar), "h"((unsigned short)3) : "memory");
+}
+/* a consumer warp's release of a stage: to this CTA's producer and to the peer's */
+__device__ __forceinline__ void pair_release(fgw_u32 bar)
+{
+    fgw_mbar_arrive(bar);
+    fgw_u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(pair_rank() ^ 1u));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+/* the producer's empty steps from `it` to the pair's count: its half of each B chunk */
+__device__ __forceinline__ void producer_pair_tail(int it, const float *wimg, int ntiles, fgw_u32 sbase,
+                                                   fgw_u32 bar_full, fgw_u32 bar_empty)
+{
+    for (const int total = pair_steps(ntiles); it < total; ++it) {
+        const int s = it % STAGES;
+        fgw_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+        if (threadIdx.x == 0)
+            pair_copy_b(sbase + s * STAGE_BYTES + (STAGE_BYTES - B_CHUNK_BYTES), wimg, it % KCH, bar_full + 8 * s);
+        fgw_mbar_arrive(bar_full + 8 * s);
+    }
+}
+/* the consumers' empty steps from `it` to the pair's count: wait for each stage, release it */
+__device__ __forceinline__ void consumer_pair_tail(int it, int ntiles, fgw_u32 bar_full, fgw_u32 bar_empty)
+{
+    for (const int total = pair_steps(ntiles); it < total; ++it) {
+        const int s = it % STAGES;
+        fgw_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
+        if ((threadIdx.x & 31) == 0) pair_release(bar_empty + 8 * s);
+    }
+}
+]]
 
 -- Split K's helpers (inside namespace fgw, before the engine).
 M.split_engine = [[
@@ -505,12 +603,7 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
             const int s = it % STAGES;
             fgw_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
             const fgw_u32 sA = sbase + s * STAGE_BYTES;
-            if (t == 0) {
-                /* before this thread's arrival below, so the phase cannot complete without B */
-                fgw_mbar_expect_tx(bar_full + 8 * s, B_CHUNK_BYTES);
-                fgw_bulk_copy(sA + @PA@ * A_BYTES, wtile + (unsigned long long)kc * (B_CHUNK_BYTES / 4), B_CHUNK_BYTES,
-                              bar_full + 8 * s);
-            }
+@BCOPY@
             const int k = kc * @KE@ + seg * @UE@;
             const int tap = k / CP, ch = k - tap * CP;
             const int kd = tap / (KH * KW), kh = (tap / KW) % KH, kw = tap % KW;
@@ -532,6 +625,7 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
             fgw_cp_arrive(bar_full + 8 * s);
         }
     }
+@PTAIL@
     fgw_cp_wait_all();
 }
 
@@ -568,7 +662,7 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[mt][i] = kc == @KC0@ ? tmp[mt][i] : acc[mt][i] + tmp[mt][i];
             fence_all(acc);
-            if (lane == 0) fgw_mbar_arrive(bar_empty + 8 * s);
+            if (lane == 0) @RELEASE@(bar_empty + 8 * s);
         } else {
             /* one accumulator; one chunk's wgmma group kept in flight */
             fence_all(acc);
@@ -577,13 +671,13 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
             fgw_wgmma_commit();
             fence_all(acc);
             fgw_wgmma_wait<1>();
-            if (kc > @KC0@ && lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
+            if (kc > @KC0@ && lane == 0) @RELEASE@(bar_empty + 8 * ((it - 1) % STAGES));
         }
     }
     if (!BLOCK_ACC) {
         fgw_wgmma_wait<0>();
         fence_all(acc);
-        if (lane == 0) fgw_mbar_arrive(bar_empty + 8 * ((it0 + @KC1@ - 1) % STAGES));
+        if (lane == 0) @RELEASE@(bar_empty + 8 * ((it0 + @KC1@ - 1) % STAGES));
     }
 }
 ]]
@@ -986,7 +1080,9 @@ function M.render(layer, plan, pass, names, signature)
     g.K[2], g.K[3], g.S[1], g.S[2], g.S[3])
   c:line(" * padding %dx%dx%d, dilation %dx%dx%d; tiles of %d pixels x %d channels, a ring of %d stages; ops v0..v%d fused */",
     g.P[1], g.P[2], g.P[3], g.Dl[1], g.Dl[2], g.Dl[3], w.bm, w.bn, w.stages, pass.last)
-  c:line("extern \"C\" __global__ void __launch_bounds__(384, 1) %s(%s)", pass.kernel, signature)
+  local pair = w.multicast == 2
+  c:line("extern \"C\" __global__ void __launch_bounds__(384, 1) %s%s(%s)", pair and "__cluster_dims__(2, 1, 1) " or "",
+    pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
   c:line("extern __shared__ __align__(1024) unsigned char fgw_smem[];")
@@ -997,17 +1093,22 @@ function M.render(layer, plan, pass, names, signature)
   c:open("if (threadIdx.x == 0) {")
   c:open("for (int s = 0; s < STAGES; ++s) {")
   c:line("fgw_mbar_init(bar_full + 8 * s, 128); /* one arrival per producer thread */")
-  c:line("fgw_mbar_init(bar_empty + 8 * s, 8);  /* one per consumer warp */")
+  if pair then
+    c:line("fgw_mbar_init(bar_empty + 8 * s, 16); /* one per consumer warp of either CTA */")
+  else
+    c:line("fgw_mbar_init(bar_empty + 8 * s, 8);  /* one per consumer warp */")
+  end
   c:close()
   c:line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");")
   c:close()
-  c:line("__syncthreads();")
+  c:line(pair and "pair_sync();" or "__syncthreads();")
   c:line("const int wgi = (int)threadIdx.x >> 7;")
   c:open("if (wgi == 0) {")
   c:line("if constexpr (PRODREG < 168) asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\" ::\"n\"(PRODREG));")
   local lo = w.packed_lo >= 0 and names.buffer[w.packed_lo] or "nullptr"
   c:line("producer(%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.buffer[w.packed_hi], lo,
     names.buffer[w.packed_w])
+  if pair then c:line("pair_sync();") end
   c:line("return;")
   c:close()
   c:line("if constexpr (CONSREG > 168) asm volatile(\"setmaxnreg.inc.sync.aligned.u32 %0;\" ::\"n\"(CONSREG));")
@@ -1145,6 +1246,10 @@ function M.render(layer, plan, pass, names, signature)
   end
   c:close()
   if across then flush("fed_n >= 0") end
+  if pair then
+    c:line("consumer_pair_tail(end > begin ? (end - begin) * KCH : 0, ntiles, bar_full, bar_empty);")
+    c:line("pair_sync();")
+  end
   c:close()
   return c
 end

@@ -1441,6 +1441,60 @@ static void wgmma_m64_knob(void **state)
     free(ir);
 }
 
+/* CTA pairs sharing B chunks (fg_wgmma_tiling.multicast): only on request
+ * (FUSEGEN_WGMMA_MULTICAST=2), and only where every tile reads the same B sequence: one
+ * channel block (<= 128 output channels), one group, no split K. The source says so. */
+static void wgmma_multicast_where_b_is_shared(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conv;
+        int multicast;
+    } cases[] = {
+        {"conv2d { out_channels = 128, kernel = 3, padding = 1 }", 2},
+        {"conv2d { out_channels = 256, kernel = 3, padding = 1 }", 1},            /* two channel blocks */
+        {"conv2d { out_channels = 128, kernel = 3, padding = 1, groups = 2 }", 1}, /* two groups */
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "return layer \"m\" {\n  input = { \"N\", 64, 128, 128 },\n  %s,\n}\n", cases[i].conv);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        opts.wgmma_multicast = 0;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.multicast, 1); /* off by default */
+        free(plan);
+        opts.wgmma_multicast = 2;
+        plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.split_k, 1);
+        assert_int_equal(plan->wgmma.multicast, cases[i].multicast);
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        if (cases[i].multicast == 2) {
+            fgt_assert_contains(src.source, "__cluster_dims__(2, 1, 1)");
+            fgt_assert_contains(src.source, "pair_copy_b(sA + P * A_BYTES, wtile, kc, bar_full + 8 * s);");
+            fgt_assert_contains(src.source, "fgw_mbar_init(bar_empty + 8 * s, 16);");
+        } else {
+            fgt_assert_not_contains(src.source, "__cluster_dims__");
+            fgt_assert_not_contains(src.source, "pair_");
+        }
+        fg_rendered_free(&src);
+        free(plan);
+        free(ir);
+    }
+    /* a small layer splits K: no pairs */
+    fg_layer_ir *ir = fgt_load_string("return layer \"s\" {\n  input = { \"N\", 512, 7, 7 },\n"
+                                      "  conv2d { out_channels = 128, kernel = 3, padding = 1 },\n}\n");
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_true(plan->wgmma.split_k > 1);
+    assert_int_equal(plan->wgmma.multicast, 1);
+    free(plan);
+    free(ir);
+}
+
 /* Where the wgmma engine cannot tile a conv on sm_90a, the plan says why (fusegen plan prints
  * it): a limit of the engine, not the measured choice, which leaves it empty. */
 static void wgmma_refusal_said(void **state)
@@ -1844,6 +1898,7 @@ int main(void)
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_m64_knob),
+        cmocka_unit_test(wgmma_multicast_where_b_is_shared),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
