@@ -333,17 +333,6 @@ out:
 
 /* ---- the block ---------------------------------------------------------------------------- */
 
-static const char *const bottleneck =
-    "return block \"bottleneck\" {\n"
-    "  input = { \"N\", 64, 14, 14 },\n"
-    "  layer \"a\" { conv2d { name = \"conv1\", out_channels = 16, kernel = 1, bias = false },\n"
-    "    batch_norm { name = \"bn1\", stats = \"running\" }, relu {} },\n"
-    "  layer \"b\" { conv2d { name = \"conv2\", out_channels = 16, kernel = 3, padding = 1, bias = false },\n"
-    "    batch_norm { name = \"bn2\", stats = \"running\" }, relu {} },\n"
-    "  layer \"c\" { conv2d { name = \"conv3\", out_channels = 64, kernel = 1, bias = false },\n"
-    "    batch_norm { name = \"bn3\", stats = \"running\" }, add { tensor = \"input\" }, relu {} },\n"
-    "}\n";
-
 /* A run of the block (poisoned output first) against its reference, with what the graph
  * counts say it did: `captures` and `replays` each grew by that much. */
 static void block_run(fg_context *ctx, fg_block *b, CUdeviceptr dx, CUdeviceptr dy, const float *x, float *y,
@@ -382,7 +371,9 @@ static void block_rebind(fg_context *ctx)
     CUdeviceptr dx = 0, dy = 0;
     int n_layers = 0, rank;
     int64_t dims[FG_MAX_DIMS];
-    if (fg_block_load_string(ctx, "bottleneck.lua", bottleneck, &b) != FG_OK || fg_block_layer_count(b, &n_layers) != FG_OK) {
+    char source[2048];
+    snprintf(source, sizeof source, GPU_BOTTLENECK_SPEC, ""); /* fp32 NCHW */
+    if (fg_block_load_string(ctx, "bottleneck.lua", source, &b) != FG_OK || fg_block_layer_count(b, &n_layers) != FG_OK) {
         n_cases++;
         failed(name, "load");
         goto out;
