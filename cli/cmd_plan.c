@@ -43,10 +43,20 @@ static int plan_block(const fg_block_ir *b, const char *arch)
         fg_plan_print(&b->layers[i], &plans[i], print_line, NULL);
     }
     printf("\nblock kernels, in order on one stream:\n");
-    int k = 0;
+    int k = 0, packs = 0;
+    for (int i = 0; i < b->n_layers; i++)
+        for (int p = 0; p < plans[i].n_passes; p++) {
+            if (plans[i].passes[p].kind == FG_PASS_PACK_WEIGHTS)
+                packs++; /* not a run's: below */
+            else
+                printf("  %2d  %-12s %s\n", k++, fg_block_ir_layer_name(b, i), plans[i].passes[p].kernel);
+        }
+    if (packs)
+        printf("packed once at bind, not in a run (each layer its own image of its conv's weights):\n");
     for (int i = 0; i < b->n_layers; i++)
         for (int p = 0; p < plans[i].n_passes; p++)
-            printf("  %2d  %-12s %s\n", k++, fg_block_ir_layer_name(b, i), plans[i].passes[p].kernel);
+            if (plans[i].passes[p].kind == FG_PASS_PACK_WEIGHTS)
+                printf("      %-12s %s\n", fg_block_ir_layer_name(b, i), plans[i].passes[p].kernel);
     /* (the tensors of the block have its dtype: fp32 blocks keep the words they always had) */
     const bool fp32 = b->dtype == FG_DTYPE_FP32;
     const char *elements = fp32 ? "floats" : b->dtype == FG_DTYPE_BF16 ? "bf16 values" : "fp16 values";

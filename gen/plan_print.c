@@ -150,12 +150,15 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          w && w->packed_lo >= 0 ? " and the next" : "");
             else if (w->operand != FG_WGMMA_TF32)
                 snprintf(line, sizeof line,
-                         "  pass %d pack     %s: the weights as the wgmma B tiles' images, %s %s, into b%d", i,
-                         ps->kernel, fg_wgmma_operand_name(w->operand),
+                         "  pass %d pack     %s: the weights as the wgmma B tiles' images, %s %s, into b%d; packed "
+                         "once at bind (or at the prepare after it), not in a run",
+                         i, ps->kernel, fg_wgmma_operand_name(w->operand),
                          w->parts == 2 ? "hi and lo (w - hi)" : "rounded to nearest", w->packed_w);
             else
-                snprintf(line, sizeof line, "  pass %d pack     %s: the weights as the wgmma B tiles' images, into b%d", i,
-                         ps->kernel, w ? w->packed_w : -1);
+                snprintf(line, sizeof line,
+                         "  pass %d pack     %s: the weights as the wgmma B tiles' images, into b%d; packed once at "
+                         "bind (or at the prepare after it), not in a run",
+                         i, ps->kernel, w->packed_w);
             emit(ctx, line);
             snprintf(line, sizeof line, "           launch: %d threads, grid %lld x %lld x %s%s", ps->launch.block,
                      (long long)ps->launch.grid_x, (long long)ps->launch.grid_y, ps->launch.per_sample ? "N" : "1",
@@ -302,6 +305,10 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         else if (plan->wgmma.split_k > 1 && i == plan->wgmma.split_partials)
             snprintf(line, sizeof line, "  buffer b%d: split K's partial tiles, %d of %" PRId64 " floats", i,
                      plan->wgmma.split_fill, plan->wgmma.split_slot);
+        else if (plan->wgmma.parts && i == plan->wgmma.packed_w)
+            snprintf(line, sizeof line,
+                     "  buffer b%d: the packed weights, %" PRId64 " floats, the layer's own, not in the workspace",
+                     i, plan->buffers[i].fixed);
         else if (plan->buffers[i].value < 0)
             snprintf(line, sizeof line, "  buffer b%d: a packed operand, %" PRId64 " floats per sample + %" PRId64, i,
                      plan->buffers[i].per_sample, plan->buffers[i].fixed);

@@ -143,8 +143,12 @@ FG_API fg_status fg_layer_ignored_info(const fg_layer *layer, int index, const c
 /* Binds one parameter to caller-owned device memory (float32, contiguous, `bytes` must
  * equal its size). The memory must stay valid while the layer runs. A parameter a folded
  * batch_norm is computed from (the conv's weight and bias, the norm's parameters and
- * running statistics: `fusegen plan` says "folded") is read once, here: after changing its
- * memory, bind it again. */
+ * running statistics: `fusegen plan` says "folded") is read once, here; so is the conv's
+ * weight (or the folded one) where the conv runs on Hopper's wgmma engine, which packs it
+ * into an image of the layer's own (`fusegen plan`: "packed once at bind"; before the
+ * layer's first prepare, at that prepare): after changing its memory, bind it again. Such
+ * a bind waits for the device (cuCtxSynchronize), so that writes queued on any stream are
+ * read. */
 FG_API fg_status fg_layer_bind_device(fg_layer *layer, const char *name, const void *device_ptr, size_t bytes);
 /* Binds one parameter from host memory; the layer keeps a copy (on the device too when the
  * context has one). */
@@ -154,7 +158,8 @@ FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const flo
 FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, int allow_extra);
 
 /* Compiles (or loads from the caches) every kernel of the layer now instead of at the first
- * run. Needs a context with a device. */
+ * run, and packs a wgmma conv's weight if it is bound (later binds pack it themselves: runs
+ * never do). Needs a context with a device. */
 FG_API fg_status fg_layer_prepare(fg_layer *layer);
 
 /* Runs the layer on `batch` samples: `input` and `output` are device pointers (contiguous
@@ -164,15 +169,18 @@ FG_API fg_status fg_layer_prepare(fg_layer *layer);
 FG_API fg_status fg_layer_run(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream);
 
 /* The device workspace (bytes) a run of `batch` samples needs for the layer's intermediate
- * values and statistics; 0 when it keeps none. */
+ * values and statistics; 0 when it keeps none. (A wgmma conv's packed weights are the
+ * layer's own memory, not in it.) */
 FG_API fg_status fg_layer_workspace_size(const fg_layer *layer, int64_t batch, size_t *bytes);
 
 /* fg_layer_run on caller-owned workspace: `workspace` is device memory of at least
  * fg_layer_workspace_size(batch) bytes, 256-byte aligned (NULL when that size is 0). The
  * layer allocates nothing, records no event and replays no graph of its own: each pass is
  * launched on `stream`, so the call may be captured into the caller's CUDA graph (prepare
- * the layer first: compiling and loading kernels cannot be captured), and runs on different
- * streams with different workspaces may overlap. The workspace must stay untouched until
+ * the layer first, its parameters bound: compiling and loading kernels and packing a wgmma
+ * conv's weights cannot be captured, and a run on a stream being captured whose weights are
+ * not packed yet fails with FG_ERR_INVALID_ARGUMENT), and runs on different streams with
+ * different workspaces may overlap. The workspace must stay untouched until
  * the run is done on `stream` (a stream-ordered allocator, like PyTorch's, does that by
  * itself). Not for layers whose conv runs in cuDNN (precision "tf32"): FG_ERR_INVALID_ARGUMENT. */
 FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void *output, int64_t batch,
@@ -223,7 +231,8 @@ FG_API fg_status fg_block_layer_name(const fg_block *block, int index, const cha
 FG_API fg_status fg_block_param_count(const fg_block *block, int *count);
 FG_API fg_status fg_block_param_info(const fg_block *block, int index, const char **name, int *rank,
                                      int64_t dims[FG_MAX_DIMS]);
-/* As fg_layer_bind_host / _device / _safetensors, for every layer that reads `name`. */
+/* As fg_layer_bind_host / _device / _safetensors, for every layer that reads `name` (each
+ * wgmma layer packing its own image of a weight it reads, at this bind). */
 FG_API fg_status fg_block_bind_host(fg_block *block, const char *name, const float *data, size_t bytes);
 FG_API fg_status fg_block_bind_device(fg_block *block, const char *name, const void *device_ptr, size_t bytes);
 FG_API fg_status fg_block_bind_safetensors(fg_block *block, const char *path, int allow_extra);

@@ -28,15 +28,18 @@
  * run_layers points the tensor operands' bindings, which it sets without bumping a
  * generation), the workspace (the layers' scratch lies there), the batch (grids, offsets),
  * each layer's binding generation (every bind of a parameter bumps it, a folded batch norm's
- * recomputation included) and each layer's loaded kernels (the module its first prepare
- * loaded, after tuning chose its plan; it never changes after). Zero-filled before it is set,
- * so that memcmp compares it. */
+ * recomputation and a wgmma conv's weight pack included), each layer's loaded kernels (the
+ * module its first prepare loaded, after tuning chose its plan; it never changes after) and
+ * each wgmma layer's packed weights (written outside any graph: at a bind, or at the prepare
+ * that loaded the kernels; the address stays). Zero-filled before it is set, so that memcmp
+ * compares it. */
 typedef struct block_graph_key {
     int64_t batch;
     CUdeviceptr tensors[FG_MAX_BLOCK_TENSORS];
     CUdeviceptr workspace;
     unsigned generations[FG_MAX_BLOCK_LAYERS];
     CUmodule modules[FG_MAX_BLOCK_LAYERS];
+    CUdeviceptr packed_w[FG_MAX_BLOCK_LAYERS];
 } block_graph_key;
 
 /* Runs on caller-owned workspace stop capturing after this many captures in a row (no
@@ -602,6 +605,7 @@ static bool graph_key_for(fg_block *b, const block_run *run, block_graph_key *ke
     pthread_mutex_lock(&b->ctx->lock); /* a prepare in another thread sets the module under it */
     for (int i = 0; i < b->ir.n_layers && prepared; i++) {
         key->modules[i] = b->layers[i]->module;
+        key->packed_w[i] = b->layers[i]->packed_w;
         prepared = key->modules[i] != NULL;
     }
     pthread_mutex_unlock(&b->ctx->lock);
@@ -609,16 +613,6 @@ static bool graph_key_for(fg_block *b, const block_run *run, block_graph_key *ke
     for (int i = 0; i < b->ir.n_layers; i++)
         key->generations[i] = b->layers[i]->binding_generation;
     return prepared;
-}
-
-/* Whether `stream` is being captured, by the caller (torch.cuda.graph, cudaStreamBeginCapture):
- * then the run enqueues plain launches, which become nodes of the caller's graph. A query that
- * fails counts as a capture (on the legacy stream, cuStreamIsCapturing fails while another
- * stream captures), as the tuning counts it. */
-static bool stream_capturing(const fg_cuda *cu, CUstream stream)
-{
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    return cu->StreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 typedef struct block_capture {
@@ -691,7 +685,8 @@ static bool run_as_graph(fg_block *b, block_run *run, bool own, bool capturing, 
 }
 
 /* The run, as a graph or pass by pass, block lock held; `capturing`: the caller is capturing
- * `stream` (stream_capturing). */
+ * `stream` (fg_stream_capturing: the run enqueues plain launches, which become nodes of the
+ * caller's graph). */
 static fg_status run_block(fg_block *b, block_run *run, bool own, bool capturing, CUstream stream)
 {
     bool capture_failed;
@@ -792,7 +787,7 @@ static fg_status run_held(fg_block *b, const void *const *inputs, void *output, 
     /* Inside a capture of the caller's the run's launches become nodes of the caller's graph:
      * an event recorded there could not be waited on outside that graph (a later bind's wait
      * would fail), and the caller's graph orders its own replays */
-    const bool capturing = s == FG_OK && stream_capturing(b->ctx->cu, (CUstream)stream);
+    const bool capturing = s == FG_OK && fg_stream_capturing(b->ctx->cu, (CUstream)stream);
     const bool ordered = own && !capturing;
     if (s == FG_OK && ordered)
         s = order_after_last_run(b, (CUstream)stream);

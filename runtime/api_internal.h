@@ -71,6 +71,15 @@ struct fg_layer {
     } prepare_seconds;
     CUdeviceptr workspace;
     size_t workspace_bytes;
+    /* A wgmma conv's weights as its B tiles' images (launcher.h, fg_launch_pack_weights): the
+     * layer's own memory, outside the workspace, allocated at the first pack and kept at that
+     * address (a caller's captured graph holds it). Packed once per binding of the weight the
+     * pack reads (the conv's, or the folded one): by that bind, or where the kernels were not
+     * loaded yet, by the prepare (or first run) after it; never by a run. packed_current: it
+     * holds the image of the weight bound now. Both written under the context's lock, with
+     * the bindings lock held (a bind's for writing, a prepare's or run's for reading). */
+    CUdeviceptr packed_w;
+    bool packed_current;
     pthread_mutex_t lock;   /* one run at a time: runs share the workspace */
     pthread_rwlock_t bindings_lock; /* runs read the parameter bindings (shared), binds replace them */
     CUevent done;           /* recorded after each run; a run on another stream waits for it */
@@ -80,7 +89,7 @@ struct fg_layer {
     CUgraphExec graph;
     CUstream capture_stream;
     int64_t graph_batch;
-    CUdeviceptr graph_input, graph_output, graph_workspace;
+    CUdeviceptr graph_input, graph_output, graph_workspace, graph_packed_w;
     unsigned binding_generation, graph_generation; /* bumped by every bind */
     bool graphs_off;        /* FUSEGEN_NO_GRAPHS, a cuDNN pass, or a failed capture */
 };

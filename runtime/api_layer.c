@@ -263,12 +263,103 @@ static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b,
     return s;
 }
 
+/* The wgmma conv's weights packed from binding `w` (the conv's weight, or the folded one)
+ * into the layer's image (fg_layer.packed_w), finished on the GPU before this returns, so
+ * that a run on any stream sees it. Caller-owned device memory is read after
+ * cuCtxSynchronize, as the fold reads it back: writes queued on any stream are seen. The
+ * pack writes new memory first; the first image is kept as it is, a later one is copied over
+ * the image in place once every run in flight on any stream is done with it (runs on
+ * caller-owned workspace record no event), so that the image's address never changes. On
+ * failure the image is as it was (stale only where the copy failed: packed_current).
+ * Context lock held, bindings lock held (no run of the layer is being enqueued), the kernels
+ * loaded. */
+static fg_status pack_weights(fg_layer *layer, const fg_param_binding *w)
+{
+    const fg_cuda *cu = layer->ctx->cu;
+    const uint64_t bytes = fg_launch_packed_bytes(&layer->launch);
+    CUdeviceptr params[FG_MAX_KERNEL_PARAMS] = {0}, scratch = 0;
+    params[layer->launch.conv_weight] = w->device;
+    CUstream stream = NULL;
+    fg_error err;
+    int rc = 0;
+    CUresult r = w->host ? CUDA_SUCCESS : cu->CtxSynchronize();
+    if (r == CUDA_SUCCESS)
+        r = cu->MemAlloc(&scratch, bytes);
+    if (r == CUDA_SUCCESS)
+        r = cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    if (r == CUDA_SUCCESS)
+        rc = fg_launch_pack_weights(cu, &layer->launch, layer->functions, params, scratch, stream, &err);
+    if (r == CUDA_SUCCESS && rc == 0)
+        r = cu->StreamSynchronize(stream);
+    if (r == CUDA_SUCCESS && rc == 0 && !layer->packed_w) {
+        layer->packed_w = scratch;
+        scratch = 0;
+    } else if (r == CUDA_SUCCESS && rc == 0) {
+        layer->packed_current = false; /* until the copy is whole */
+        r = cu->CtxSynchronize();
+        if (r == CUDA_SUCCESS)
+            r = cu->MemcpyDtoDAsync(layer->packed_w, scratch, bytes, stream);
+        if (r == CUDA_SUCCESS)
+            r = cu->StreamSynchronize(stream);
+    }
+    if (stream)
+        cu->StreamDestroy(stream);
+    if (scratch)
+        cu->MemFree(scratch);
+    if (r == CUDA_SUCCESS && rc == 0) {
+        layer->packed_current = true;
+        return FG_OK;
+    }
+    if (r != CUDA_SUCCESS)
+        fg_cuda_fail(&err, r, "packing the wgmma conv's weights");
+    return fg_api_fail(r == CUDA_ERROR_OUT_OF_MEMORY ? FG_ERR_OUT_OF_MEMORY : FG_ERR_CUDA, "layer %s: %s",
+                       layer->ir.name, err.msg);
+}
+
+/* At a bind of `w`, the binding the weight pack is to read (the conv's weight, or the folded
+ * one): packed now where the kernels are loaded; elsewhere (or while a fold waits for its
+ * last parameter) the image is stale until a prepare or run packs it. Bindings lock held
+ * for writing. */
+static fg_status repack_for_bind(fg_layer *layer, const fg_param_binding *w)
+{
+    fg_status s = FG_OK;
+    pthread_mutex_lock(&layer->ctx->lock); /* the kernels and the plan a prepare settles */
+    if (layer->module && layer->launch.packed_w >= 0 && w->bound)
+        s = pack_weights(layer, w);
+    else
+        layer->packed_current = false;
+    pthread_mutex_unlock(&layer->ctx->lock);
+    return s;
+}
+
+/* Where the image is not the bound weight's (the kernels were loaded after the bind), packs
+ * it: at a prepare, or at a run on `stream` -- unless that stream is being captured, which
+ * fails, naming the layer, rather than put a one-time pack into the caller's graph.
+ * Context lock held, bindings lock held for reading, the kernels loaded. */
+static fg_status ensure_packed(fg_layer *layer, bool run, CUstream stream)
+{
+    if (layer->launch.packed_w < 0 || layer->packed_current)
+        return FG_OK;
+    const fg_param_binding *w = &layer->params[layer->launch.conv_weight];
+    if (!w->bound)
+        return FG_OK; /* packed when it is bound; a run refuses unbound parameters first */
+    if (run && fg_stream_capturing(layer->ctx->cu, stream))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "layer %s: its wgmma conv's weights are not packed yet, and a run on a stream being "
+                           "captured cannot pack them (a one-time pass the graph would replay): prepare the layer "
+                           "(fg_layer_prepare, or a run) after binding its parameters, before capturing",
+                           layer->ir.name);
+    return pack_weights(layer, w);
+}
+
 /* Puts `b` (its copies now the layer's) in place of parameter i's binding, and when the
- * parameter feeds a folded batch_norm, the folded weight and bias recomputed with it: all
- * together, so that no run sees a fold of older values; on failure nothing changes and b's
- * copies are freed. Runs read the bindings (a CPU run its host copy, a GPU run its device
- * copy, asynchronously): the swap waits for the runs in flight in other threads (the
- * bindings lock) and for the GPU to finish the last one, then frees the old copies. */
+ * parameter feeds a folded batch_norm, the folded weight and bias recomputed with it, and
+ * when it is what a wgmma conv's weight pack reads (the weight, or the folded one), the
+ * packed image: all together, so that no run sees a fold or an image of older values; on
+ * failure nothing changes and the new copies are freed. Runs read the bindings (a CPU run
+ * its host copy, a GPU run its device copy, asynchronously): the swap waits for the runs in
+ * flight in other threads (the bindings lock) and for the GPU to finish the last one, then
+ * frees the old copies. */
 static fg_status replace_binding(fg_layer *layer, int i, fg_param_binding *b)
 {
     const fg_bn_fold *fold = &layer->fold;
@@ -276,6 +367,12 @@ static fg_status replace_binding(fg_layer *layer, int i, fg_param_binding *b)
     pthread_rwlock_wrlock(&layer->bindings_lock);
     bool refold = fg_bn_fold_reads(fold, i);
     fg_status s = refold ? compute_fold(layer, i, b, &w, &bias) : FG_OK;
+    if (s == FG_OK && (refold || i == layer->ir.ops[0].weight_param))
+        s = repack_for_bind(layer, refold ? &w : b);
+    if (s != FG_OK && refold) {
+        free_binding(layer, &w); /* (unbound and empty where the fold failed) */
+        free_binding(layer, &bias);
+    }
     if (s == FG_OK) {
         wait_for_gpu_runs(layer);
         release_binding(layer, i);
@@ -312,6 +409,8 @@ FG_API fg_status fg_layer_destroy(fg_layer *layer)
         cu->EventDestroy(layer->done);
     if (cu && layer->workspace)
         cu->MemFree(layer->workspace);
+    if (cu && layer->packed_w)
+        cu->MemFree(layer->packed_w);
     if (cu && layer->module)
         cu->ModuleUnload(layer->module);
     fg_cudnn_conv_destroy(layer->cudnn);
@@ -753,9 +852,13 @@ fg_status fg_layer_prepare_held(fg_layer *layer, int64_t batch)
     fg_status s = fg_api_enter(layer->ctx);
     if (s != FG_OK)
         return s;
+    pthread_rwlock_rdlock(&layer->bindings_lock); /* the weight pack reads the weight's binding */
     pthread_mutex_lock(&layer->ctx->lock);
     s = prepare_locked(layer, batch, NULL);
+    if (s == FG_OK)
+        s = ensure_packed(layer, false, NULL);
     pthread_mutex_unlock(&layer->ctx->lock);
+    pthread_rwlock_unlock(&layer->bindings_lock);
     return s;
 }
 
@@ -790,7 +893,7 @@ static bool graph_matches(const fg_layer *layer, const fg_launch_memory *mem, in
 {
     return layer->graph && layer->graph_batch == batch && layer->graph_input == mem->input &&
            layer->graph_output == mem->output && layer->graph_workspace == mem->workspace &&
-           layer->graph_generation == layer->binding_generation;
+           layer->graph_packed_w == mem->packed_w && layer->graph_generation == layer->binding_generation;
 }
 
 /* What a capture of the layer's launches enqueues: fg_launch_run, as a plain run calls it. */
@@ -818,11 +921,13 @@ static int capture_graph(fg_layer *layer, const fg_launch_memory *mem, int64_t b
     layer->graph_input = mem->input;
     layer->graph_output = mem->output;
     layer->graph_workspace = mem->workspace;
+    layer->graph_packed_w = mem->packed_w;
     layer->graph_generation = layer->binding_generation;
     return 0;
 }
 
-static fg_status run_locked(fg_layer *layer, const void *input, void *output, int64_t batch, CUstream stream)
+static fg_status run_locked(fg_layer *layer, const void *input, void *output, int64_t batch, CUdeviceptr packed_w,
+                            CUstream stream)
 {
     const fg_cuda *cu = layer->ctx->cu;
     fg_error err;
@@ -865,6 +970,7 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     mem.input = (CUdeviceptr)input;
     mem.output = (CUdeviceptr)output;
     mem.workspace = layer->workspace;
+    mem.packed_w = packed_w;
     mem.cudnn = layer->cudnn;
     mem.sm_count = layer->ctx->sm_count;
     mem.counters_zero = true; /* zeroed when allocated, above */
@@ -905,14 +1011,18 @@ static fg_status check_run_args(const char *fn, const void *input, const void *o
     return FG_OK;
 }
 
-/* What every GPU run needs before launching, the caller holding bindings_lock for reading:
- * every parameter bound, the kernels prepared. */
-static fg_status bound_and_prepared(fg_layer *layer, int64_t batch, CUstream stream)
+/* What every GPU run on `stream` needs before launching, the caller holding bindings_lock
+ * for reading: every parameter bound, the kernels prepared, a wgmma conv's weights packed
+ * (*packed_w: their image, which stays as it is until a bind). */
+static fg_status bound_and_prepared(fg_layer *layer, int64_t batch, CUstream stream, CUdeviceptr *packed_w)
 {
     fg_status s = check_bound(layer, false);
     if (s == FG_OK) {
         pthread_mutex_lock(&layer->ctx->lock);
         s = prepare_locked(layer, batch, stream);
+        if (s == FG_OK)
+            s = ensure_packed(layer, true, stream);
+        *packed_w = layer->packed_w;
         pthread_mutex_unlock(&layer->ctx->lock);
     }
     return s;
@@ -924,9 +1034,10 @@ static fg_status run_held(fg_layer *layer, const void *input, void *output, int6
     if (s != FG_OK || (s = fg_api_enter(layer->ctx)) != FG_OK)
         return s;
     pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
-    if ((s = bound_and_prepared(layer, batch, (CUstream)stream)) == FG_OK) {
+    CUdeviceptr packed_w = 0;
+    if ((s = bound_and_prepared(layer, batch, (CUstream)stream, &packed_w)) == FG_OK) {
         pthread_mutex_lock(&layer->lock);
-        s = run_locked(layer, input, output, batch, (CUstream)stream);
+        s = run_locked(layer, input, output, batch, packed_w, (CUstream)stream);
         pthread_mutex_unlock(&layer->lock);
     }
     pthread_rwlock_unlock(&layer->bindings_lock);
@@ -1012,7 +1123,7 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
         return s;
     pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
     /* the layout of the plan the prepare settled on (at most `needed` bytes) */
-    if ((s = bound_and_prepared(layer, batch, (CUstream)stream)) == FG_OK &&
+    if ((s = bound_and_prepared(layer, batch, (CUstream)stream, &mem.packed_w)) == FG_OK &&
         fg_launch_layout_for(&layer->launch, batch, &mem.layout, &err) != 0)
         s = fg_api_fail_error(FG_ERR_INVALID_ARGUMENT, &err);
     if (s == FG_OK) {

@@ -72,6 +72,8 @@ static void load(const char *preferred)
     SYM(GraphLaunch, "cuGraphLaunch");
     SYM(GraphExecDestroy, "cuGraphExecDestroy");
     SYM(GraphDestroy, "cuGraphDestroy");
+    SYM(GraphGetNodes, "cuGraphGetNodes");
+    SYM(GraphNodeGetType, "cuGraphNodeGetType");
     SYM(GetErrorName, "cuGetErrorName");
     SYM(GetErrorString, "cuGetErrorString");
 #undef SYM

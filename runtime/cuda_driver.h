@@ -49,6 +49,8 @@ typedef struct fg_cuda {
     CUresult (*GraphLaunch)(CUgraphExec, CUstream);
     CUresult (*GraphExecDestroy)(CUgraphExec);
     CUresult (*GraphDestroy)(CUgraph);
+    CUresult (*GraphGetNodes)(CUgraph, CUgraphNode *, size_t *);      /* the GPU tests count a graph's */
+    CUresult (*GraphNodeGetType)(CUgraphNode, CUgraphNodeType *);     /* kernels */
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
 } fg_cuda;

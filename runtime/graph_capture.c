@@ -33,3 +33,10 @@ int fg_graph_capture(const fg_cuda *cu, CUstream *capture_stream, fg_enqueue_fn 
     }
     return 0;
 }
+
+bool fg_stream_capturing(const fg_cuda *cu, CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return !cu->StreamIsCapturing || cu->StreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
+           status != CU_STREAM_CAPTURE_STATUS_NONE;
+}

@@ -7,6 +7,8 @@
 #ifndef FG_GRAPH_CAPTURE_H
 #define FG_GRAPH_CAPTURE_H
 
+#include <stdbool.h>
+
 #include "cuda_driver.h"
 
 /* Enqueues a run's work on `stream`: 0, or -1 (the enqueuer keeps its own error). */
@@ -21,5 +23,11 @@ typedef int (*fg_enqueue_fn)(void *arg, CUstream stream);
  * failed. */
 int fg_graph_capture(const fg_cuda *cu, CUstream *capture_stream, fg_enqueue_fn enqueue, void *arg,
                      CUgraphExec *exec);
+
+/* Whether `stream` is being captured, by the caller (torch.cuda.graph, cudaStreamBeginCapture):
+ * then a run may only enqueue what the caller's graph is to hold -- no timing, no one-time
+ * work, no synchronization. A query that fails counts as a capture (on the legacy stream,
+ * cuStreamIsCapturing fails while another stream captures). */
+bool fg_stream_capturing(const fg_cuda *cu, CUstream stream);
 
 #endif

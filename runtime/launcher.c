@@ -82,6 +82,23 @@ static int check_plan(const fg_layer_ir *ir, const fg_plan *plan, fg_error *err)
          plan->buffers[w->split_partials].fixed < (int64_t)w->split_fill * w->split_slot))
         return fg_fail(err, "layer %s: the plan's split-K buffers (%d and %d of %d) do not fit its %d splits", ir->name,
                        w->split_counters, w->split_partials, plan->n_buffers, w->split_k);
+    /* the weight pack's image lies outside the workspace: one buffer of fixed size, which a
+     * pack pass writes and only the packs do (a run never launches them) */
+    int packs = 0;
+    for (int i = 0; i < plan->n_passes; i++) {
+        const fg_pass *ps = &plan->passes[i];
+        if (ps->kind == FG_PASS_PACK_WEIGHTS)
+            packs++;
+        for (int a = 0; a < ps->n_args && w->parts; a++)
+            if (ps->args[a].kind == FG_ARG_BUFFER && ps->args[a].index == w->packed_w &&
+                ps->kind != FG_PASS_PACK_WEIGHTS && !(ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA))
+                return fg_fail(err, "layer %s: pass %d (%s) reads the packed weights (buffer %d) but is no wgmma conv",
+                               ir->name, i, ps->kernel, w->packed_w);
+    }
+    if (packs && (packs != 1 || !w->parts || w->packed_w < 0 || w->packed_w >= plan->n_buffers ||
+                  plan->buffers[w->packed_w].per_sample != 0 || plan->buffers[w->packed_w].fixed < 1))
+        return fg_fail(err, "layer %s: the plan's weight pack (%d passes, buffer %d of %d) does not fit its wgmma tiling",
+                       ir->name, packs, w->packed_w, plan->n_buffers);
     const fg_op *conv = &ir->ops[0];
     if (conv->weight_param < 0 || conv->weight_param >= ir->n_params ||
         (conv->bias && (conv->bias_param < 0 || conv->bias_param >= ir->n_params)))
@@ -108,6 +125,7 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
     t->conv_weight = fg_plan_conv_params(ir, plan, &t->conv_bias);
     t->wgmma = plan->wgmma;
     t->split_counters = plan->wgmma.split_k > 1 ? plan->wgmma.split_counters : -1;
+    t->packed_w = -1;
     for (int i = 0; i < plan->n_buffers; i++) {
         t->buffers[i].per_sample = (uint64_t)plan->buffers[i].per_sample * 4; /* floats */
         t->buffers[i].fixed = (uint64_t)plan->buffers[i].fixed * 4;
@@ -140,6 +158,9 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
         lp->smem_bytes = (unsigned)ps->launch.smem_bytes;
         lp->per_sample = ps->launch.per_sample;
         lp->pack_input = ps->kind == FG_PASS_PACK_INPUT;
+        lp->pack_weights = ps->kind == FG_PASS_PACK_WEIGHTS;
+        if (lp->pack_weights)
+            t->packed_w = plan->wgmma.packed_w; /* check_plan: in range, of fixed size */
         lp->persistent = ps->launch.persistent;
         lp->split = ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && plan->wgmma.split_k > 1;
         lp->n_zero = ps->n_zero;
@@ -190,6 +211,11 @@ static bool place(uint64_t *off, const fg_launch_piece *p, uint64_t batch, uint6
     return true;
 }
 
+uint64_t fg_launch_packed_bytes(const fg_launch_table *t)
+{
+    return t->packed_w >= 0 ? t->buffers[t->packed_w].fixed : 0;
+}
+
 int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layout *out, fg_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -201,7 +227,7 @@ int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layo
     if (first >= 0)
         ok = t->buffers[first].per_sample == 0 && place(&off, &t->buffers[first], n, &out->buffer_offset[first], NULL);
     for (int i = 0; i < t->n_buffers && ok; i++)
-        if (i != first)
+        if (i != first && i != t->packed_w) /* the packed weights are the layer's own */
             ok = place(&off, &t->buffers[i], n, &out->buffer_offset[i], NULL);
     for (int i = 0; i < t->n_accums && ok; i++)
         ok = place(&off, &t->accums[i], n, &out->accum_offset[i], &out->accum_bytes[i]) &&
@@ -219,7 +245,8 @@ bool fg_launch_input_direct(const fg_launch_table *t, CUdeviceptr input)
 
 /* The pointer for argument `a`; `direct_buffer` is the buffer the input stands in for (-1:
  * none, fg_launch_input_direct). */
-static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m, int direct_buffer)
+static CUdeviceptr arg_pointer(const fg_launch_table *t, const fg_arg *a, const fg_launch_memory *m,
+                               int direct_buffer)
 {
     switch (a->kind) {
     case FG_ARG_INPUT:
@@ -229,6 +256,8 @@ static CUdeviceptr arg_pointer(const fg_arg *a, const fg_launch_memory *m, int d
     case FG_ARG_BUFFER:
         if (a->index == direct_buffer)
             return m->input;
+        if (a->index == t->packed_w)
+            return m->packed_w;
         return m->workspace + m->layout.buffer_offset[a->index];
     case FG_ARG_PARAM:
         return m->params[a->index];
@@ -253,71 +282,96 @@ int fg_launch_clear_counters(const fg_cuda *cu, const fg_launch_table *t, const 
     return r == CUDA_SUCCESS ? 0 : fg_cuda_fail(err, r, "clearing the split-K counters (cuMemsetD32Async)");
 }
 
+/* Enqueues pass i's memsets and kernel (or cuDNN's conv) for `batch` samples. */
+static int launch_pass(const fg_cuda *cu, const fg_launch_table *t, int i, const CUfunction *functions,
+                       const fg_launch_memory *mem, int64_t batch, int direct_buffer, CUstream stream, fg_error *err)
+{
+    const fg_launch_pass *lp = &t->passes[i];
+    for (int z = 0; z < lp->n_zero; z++) {
+        int a = lp->zero[z];
+        CUresult r = cu->MemsetD32Async(mem->workspace + mem->layout.accum_offset[a], t->clear_pattern[a],
+                                        mem->layout.accum_bytes[a] / 4, stream);
+        if (r != CUDA_SUCCESS)
+            return fg_cuda_fail(err, r, "clearing statistics (cuMemsetD32Async)");
+    }
+    if (lp->cudnn) {
+        CUdeviceptr y = lp->store_output ? mem->output : mem->workspace + mem->layout.buffer_offset[lp->store_buffer];
+        CUdeviceptr bias = t->conv_bias >= 0 ? mem->params[t->conv_bias] : 0;
+        return fg_cudnn_conv_run(mem->cudnn, batch, mem->input, mem->params[t->conv_weight], bias, y, stream, err) != 0
+                   ? -1
+                   : 0;
+    }
+    int batch_base = 0;
+    for (int a = 0; a < lp->n_args; a++) {
+        const fg_arg *arg = &lp->args[a];
+        if (arg->kind == FG_ARG_BATCH) {
+            lp->ints[a] = (int)batch;
+            lp->values[a] = &lp->ints[a];
+        } else if (arg->kind == FG_ARG_BATCH_BASE) {
+            lp->values[a] = &batch_base;
+        } else {
+            lp->ptrs[a] = arg_pointer(t, arg, mem, direct_buffer);
+            lp->values[a] = &lp->ptrs[a];
+        }
+    }
+    int64_t chunks = lp->per_sample ? batch : 1;
+    unsigned gx = lp->grid_x;
+    if (lp->split && !mem->counters_zero && fg_launch_clear_counters(cu, t, mem, stream, err) != 0)
+        return -1;
+    if (lp->persistent) {
+        /* one block per multiprocessor (or per work unit, when there are fewer): each walks
+         * the batch's tiles, grid_x of them per sample, or with split K its (tile, split)
+         * units */
+        int64_t tiles = (int64_t)lp->grid_x * batch;
+        if (lp->split)
+            tiles *= fg_wgmma_splits(&t->wgmma, tiles);
+        if (mem->sm_count <= 0) /* one block would be correct but ~100x slow: say so */
+            return fg_fail(err, "pass %d is persistent but the run gave no multiprocessor count", i);
+        gx = (unsigned)(tiles < mem->sm_count ? tiles : mem->sm_count);
+        /* whole clusters of two (a CTA without tiles runs empty steps), within the SMs */
+        if (t->wgmma.multicast == 2 && gx % 2)
+            gx = gx == 1 || gx < (unsigned)mem->sm_count ? gx + 1 : gx - 1;
+    }
+    for (int64_t base = 0; base < chunks; base += MAX_GRID_Z) {
+        batch_base = (int)base;
+        unsigned gz = (unsigned)(chunks - base < MAX_GRID_Z ? chunks - base : MAX_GRID_Z);
+        CUresult r = cu->LaunchKernel(functions[i], gx, lp->grid_y, gz, lp->block, 1, 1, lp->smem_bytes, stream,
+                                      lp->values, NULL);
+        if (r != CUDA_SUCCESS) {
+            char what[128];
+            snprintf(what, sizeof what, "launching %s", lp->kernel);
+            return fg_cuda_fail(err, r, what);
+        }
+    }
+    return 0;
+}
+
 int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
                   const fg_launch_memory *mem, int64_t batch, CUstream stream, fg_error *err)
 {
+    if (t->packed_w >= 0 && !mem->packed_w)
+        return fg_fail(err, "the wgmma conv's packed weights are not written (fg_launch_pack_weights)");
     const int direct_buffer = fg_launch_input_direct(t, mem->input) ? t->wgmma.packed_hi : -1;
     for (int i = 0; i < t->n_passes; i++) {
         const fg_launch_pass *lp = &t->passes[i];
-        if (lp->pack_input && direct_buffer >= 0)
-            continue; /* the input already is the packed operand */
-        for (int z = 0; z < lp->n_zero; z++) {
-            int a = lp->zero[z];
-            CUresult r = cu->MemsetD32Async(mem->workspace + mem->layout.accum_offset[a], t->clear_pattern[a],
-                                            mem->layout.accum_bytes[a] / 4, stream);
-            if (r != CUDA_SUCCESS)
-                return fg_cuda_fail(err, r, "clearing statistics (cuMemsetD32Async)");
-        }
-        if (lp->cudnn) {
-            CUdeviceptr y = lp->store_output ? mem->output : mem->workspace + mem->layout.buffer_offset[lp->store_buffer];
-            CUdeviceptr bias = t->conv_bias >= 0 ? mem->params[t->conv_bias] : 0;
-            if (fg_cudnn_conv_run(mem->cudnn, batch, mem->input, mem->params[t->conv_weight], bias, y, stream, err) != 0)
-                return -1;
-            continue;
-        }
-        int batch_base = 0;
-        for (int a = 0; a < lp->n_args; a++) {
-            const fg_arg *arg = &lp->args[a];
-            if (arg->kind == FG_ARG_BATCH) {
-                lp->ints[a] = (int)batch;
-                lp->values[a] = &lp->ints[a];
-            } else if (arg->kind == FG_ARG_BATCH_BASE) {
-                lp->values[a] = &batch_base;
-            } else {
-                lp->ptrs[a] = arg_pointer(arg, mem, direct_buffer);
-                lp->values[a] = &lp->ptrs[a];
-            }
-        }
-        int64_t chunks = lp->per_sample ? batch : 1;
-        unsigned gx = lp->grid_x;
-        if (lp->split && !mem->counters_zero && fg_launch_clear_counters(cu, t, mem, stream, err) != 0)
+        if (lp->pack_weights || (lp->pack_input && direct_buffer >= 0))
+            continue; /* packed at bind; the input already is the packed operand */
+        if (launch_pass(cu, t, i, functions, mem, batch, direct_buffer, stream, err) != 0)
             return -1;
-        if (lp->persistent) {
-            /* one block per multiprocessor (or per work unit, when there are fewer): each walks
-             * the batch's tiles, grid_x of them per sample, or with split K its (tile, split)
-             * units */
-            int64_t tiles = (int64_t)lp->grid_x * batch;
-            if (lp->split)
-                tiles *= fg_wgmma_splits(&t->wgmma, tiles);
-            if (mem->sm_count <= 0) /* one block would be correct but ~100x slow: say so */
-                return fg_fail(err, "pass %d is persistent but the run gave no multiprocessor count", i);
-            gx = (unsigned)(tiles < mem->sm_count ? tiles : mem->sm_count);
-            /* whole clusters of two (a CTA without tiles runs empty steps), within the SMs */
-            if (t->wgmma.multicast == 2 && gx % 2)
-                gx = gx == 1 || gx < (unsigned)mem->sm_count ? gx + 1 : gx - 1;
-        }
-        for (int64_t base = 0; base < chunks; base += MAX_GRID_Z) {
-            batch_base = (int)base;
-            unsigned gz = (unsigned)(chunks - base < MAX_GRID_Z ? chunks - base : MAX_GRID_Z);
-            CUresult r = cu->LaunchKernel(functions[i], gx, lp->grid_y, gz, lp->block, 1, 1, lp->smem_bytes,
-                                          stream, lp->values, NULL);
-            if (r != CUDA_SUCCESS) {
-                char what[128];
-                snprintf(what, sizeof what, "launching %s", lp->kernel);
-                return fg_cuda_fail(err, r, what);
-            }
-        }
     }
+    return 0;
+}
+
+int fg_launch_pack_weights(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
+                           const CUdeviceptr *params, CUdeviceptr packed_w, CUstream stream, fg_error *err)
+{
+    fg_launch_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.params = params;
+    mem.packed_w = packed_w;
+    for (int i = 0; i < t->n_passes; i++)
+        if (t->passes[i].pack_weights && launch_pass(cu, t, i, functions, &mem, 1, -1, stream, err) != 0)
+            return -1;
     return 0;
 }
 

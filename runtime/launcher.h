@@ -5,7 +5,10 @@
  * array: a plan the launcher cannot launch is refused there, with a message naming the pass.
  * A run then scales the workspace pieces by the batch (fg_launch_layout), clears the
  * accumulators each pass feeds, passes each kernel its arguments in the plan's order and
- * splits the batch into launches of at most 65535 samples (grid.z). */
+ * splits the batch into launches of at most 65535 samples (grid.z). One pass is not a run's:
+ * the wgmma engine's weight pack (FG_PASS_PACK_WEIGHTS) writes an image of the weights that
+ * only a bind changes, into memory of the layer's own outside the workspace
+ * (fg_launch_pack_weights). */
 #ifndef FG_LAUNCHER_H
 #define FG_LAUNCHER_H
 
@@ -31,6 +34,7 @@ typedef struct fg_launch_pass {
     unsigned grid_x, grid_y, block, smem_bytes;
     bool per_sample;          /* grid.z covers the batch */
     bool pack_input;          /* the wgmma input-packing pass (skipped where fg_launch_input_direct) */
+    bool pack_weights;        /* the wgmma weight pack: fg_launch_pack_weights, never a run */
     bool persistent;          /* grid_x is one sample's tiles: min(grid_x * batch, SMs) blocks walk them */
     bool split;               /* the wgmma conv with split K: min(tiles x splits, SMs) blocks walk the
                                * (tile, split) units, fg_wgmma_splits(&table->wgmma, tiles) splits */
@@ -57,6 +61,10 @@ typedef struct fg_launch_table {
      * it needs clearing only where the memory is not known to hold zeros (fg_launch_memory's
      * counters_zero). */
     int split_counters;
+    /* the wgmma conv's packed weights (fg_wgmma_tiling.packed_w), -1 when none: a buffer of
+     * the plan that the layout leaves out of the workspace; the kernels read the image at
+     * fg_launch_memory.packed_w, fg_launch_packed_bytes long */
+    int packed_w;
 } fg_launch_table;
 
 /* Builds and checks the table; -1 with err naming what the launcher cannot launch. */
@@ -76,6 +84,9 @@ typedef struct fg_launch_layout {
  * input is 16-byte aligned (the producer's cp.async copies 16 bytes at a time). */
 bool fg_launch_input_direct(const fg_launch_table *t, CUdeviceptr input);
 
+/* The bytes of the packed weights' image (fg_launch_table.packed_w); 0 when none. */
+uint64_t fg_launch_packed_bytes(const fg_launch_table *t);
+
 /* -1 when the workspace for `batch` samples would not fit in 64 bits. */
 int fg_launch_layout_for(const fg_launch_table *t, int64_t batch, fg_launch_layout *out, fg_error *err);
 
@@ -83,6 +94,7 @@ typedef struct fg_launch_memory {
     CUdeviceptr input, output;
     const CUdeviceptr *params;  /* table->n_params bound parameters */
     CUdeviceptr workspace;
+    CUdeviceptr packed_w;       /* the packed weights' image (fg_launch_pack_weights wrote it); 0: none */
     fg_launch_layout layout;    /* for this batch */
     fg_cudnn_conv *cudnn;       /* for a cuDNN pass */
     int sm_count;               /* the device's multiprocessors (persistent passes) */
@@ -101,9 +113,16 @@ int fg_launch_clear_counters(const fg_cuda *cu, const fg_launch_table *t, const 
  * the dynamic shared memory above 48 KB that each asks for allowed. */
 int fg_module_functions(const fg_cuda *cu, CUmodule module, const fg_plan *plan, CUfunction *functions, fg_error *err);
 
-/* Enqueues every pass. functions[i] is pass i's kernel (unused for cuDNN passes). The
- * table's scratch arrays are used: one launch of a table at a time (the layer's lock). */
+/* Enqueues every pass but the weight pack (the image at mem->packed_w is read as it is).
+ * functions[i] is pass i's kernel (unused for cuDNN passes). The table's scratch arrays are
+ * used: one launch of a table at a time (the layer's lock). */
 int fg_launch_run(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
                   const fg_launch_memory *mem, int64_t batch, CUstream stream, fg_error *err);
+
+/* Enqueues the weight pack alone (nothing when the plan has none): the conv's weight,
+ * params[t->conv_weight], as the B tiles' images into `packed_w` (fg_launch_packed_bytes).
+ * The same one-launch-at-a-time rule as fg_launch_run. */
+int fg_launch_pack_weights(const fg_cuda *cu, const fg_launch_table *t, const CUfunction *functions,
+                           const CUdeviceptr *params, CUdeviceptr packed_w, CUstream stream, fg_error *err);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "graph_capture.h"
 #include "kernel_build.h"
 #include "random_init.h"
 #include "../common/half.h"
@@ -104,6 +105,7 @@ typedef struct timing {
     CUmodule module[2];
     CUfunction functions[2][FG_MAX_PASSES];
     CUdeviceptr input, output, workspace, params[FG_MAX_KERNEL_PARAMS];
+    CUdeviceptr packed_w[2]; /* a wgmma candidate's packed weights, packed once before the runs */
     int n_params;
     CUstream stream;
     CUevent ev[2][WARM_UP_RUNS + TIMED_RUNS][2];
@@ -122,8 +124,8 @@ static void release(timing *t)
                 if (t->ev[c][r][e])
                     cu->EventDestroy(t->ev[c][r][e]);
     }
-    CUdeviceptr *bufs[] = {&t->input, &t->output, &t->workspace};
-    for (int i = 0; i < 3; i++)
+    CUdeviceptr *bufs[] = {&t->input, &t->output, &t->workspace, &t->packed_w[0], &t->packed_w[1]};
+    for (int i = 0; i < 5; i++)
         if (*bufs[i])
             cu->MemFree(*bufs[i]);
     for (int i = 0; i < t->n_params; i++)
@@ -230,11 +232,22 @@ static int time_candidates(fg_layer *layer, const fg_launch_table *launch[2], co
         for (int k = 0; k < WARM_UP_RUNS + TIMED_RUNS && r == CUDA_SUCCESS; k++)
             for (int e = 0; e < 2 && r == CUDA_SUCCESS; e++)
                 r = cu->EventCreate(&t.ev[c][k][e], CU_EVENT_DEFAULT);
+    /* a wgmma candidate's weights are packed once, as a bind packs them, outside the timing:
+     * its runs read the image */
+    for (int c = 0; c < 2 && r == CUDA_SUCCESS; c++) {
+        uint64_t bytes = fg_launch_packed_bytes(launch[c]);
+        if (bytes && (r = cu->MemAlloc(&t.packed_w[c], bytes)) == CUDA_SUCCESS &&
+            fg_launch_pack_weights(cu, launch[c], t.functions[c], t.params, t.packed_w[c], t.stream, err) != 0) {
+            release(&t);
+            return -1;
+        }
+    }
     if (r != CUDA_SUCCESS) {
         release(&t);
         return fg_cuda_fail(err, r, "setting up the timing of two plans");
     }
     for (int c = 0; c < 2; c++) {
+        mem[c].packed_w = t.packed_w[c];
         mem[c].input = t.input;
         mem[c].output = t.output;
         mem[c].workspace = t.workspace;
@@ -361,11 +374,8 @@ fg_tuning_outcome fg_tuning_decide(fg_layer *layer, int64_t batch, CUstream stre
             }
         }
     }
-    /* never inside a capture: only a stream known not to be capturing is timed on (on the
-     * legacy stream, cuStreamIsCapturing fails while another stream captures) */
-    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    if (!cu->StreamIsCapturing || cu->StreamIsCapturing(stream, &capturing) != CUDA_SUCCESS ||
-        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+    /* never inside a capture: only a stream known not to be capturing is timed on */
+    if (fg_stream_capturing(cu, stream))
         return keep_planners(layer, alt, FG_LOG_INFO, "its first run is inside (or beside) a stream capture");
     /* the timing owns the GPU: work the caller queued before this run finishes first (a
      * non-blocking stream would overlap the timed runs) */

@@ -491,6 +491,58 @@ static void dtype_layout_api(void **state)
     fg_context_destroy(ctx);
 }
 
+/* The workspace a wgmma layer's run needs (fg_layer_workspace_size, in a CPU-only context
+ * planning for sm_90a with FUSEGEN_CONV_ENGINE=wgmma) holds its buffers but the packed
+ * weights, which are the layer's own (written at bind): exactly the other pieces, 256-byte
+ * aligned; a block's is its tensors between layers and the largest of its layers'. */
+static void packed_weights_outside_the_workspace(void **state)
+{
+    (void)state;
+    setenv("FUSEGEN_CONV_ENGINE", "wgmma", 1); /* read when the context is created */
+    fg_context_options o;
+    fg_context_options_init(&o);
+    o.device = -1;
+    o.arch = "sm_90a";
+    fg_context *ctx = NULL;
+    fg_status s = fg_context_create(&o, &ctx);
+    unsetenv("FUSEGEN_CONV_ENGINE");
+    assert_int_equal(s, FG_OK);
+    fg_block *b = NULL;
+    assert_int_equal(fg_block_load_string(ctx, "bottleneck.lua",
+                                          "return block \"bottleneck\" {\n  input = { \"N\", 64, 14, 14 },\n"
+                                          "  layer \"a\" { conv2d { name = \"c1\", out_channels = 16, kernel = 1 }, relu {} },\n"
+                                          "  layer \"b\" { conv2d { name = \"c2\", out_channels = 16, kernel = 3, padding = 1 } },\n"
+                                          "  layer \"c\" { conv2d { name = \"c3\", out_channels = 64, kernel = 1 },\n"
+                                          "    add { tensor = \"input\" } },\n}\n",
+                                          &b),
+                     FG_OK);
+    for (int64_t batch = 1; batch <= 3; batch += 2) {
+        size_t most = 0;
+        for (int i = 0; i < 3; i++) {
+            fg_layer *layer = fg_tools_block_layer(b, i);
+            const fg_plan *plan = fg_tools_layer_plan(layer);
+            const int packed = plan->wgmma.packed_w;
+            assert_true(plan->wgmma.parts > 0 && packed >= 0 && plan->buffers[packed].fixed > 0);
+            uint64_t want = 0;
+            for (int k = 0; k < plan->n_buffers; k++)
+                if (k != packed)
+                    want += (4 * (uint64_t)(plan->buffers[k].per_sample * batch + plan->buffers[k].fixed) + 255) & ~255ull;
+            assert_int_equal(plan->n_accums, 0);
+            size_t got = 0;
+            assert_int_equal(fg_layer_workspace_size(layer, batch, &got), FG_OK);
+            assert_int_equal(got, want);
+            most = got > most ? got : most;
+        }
+        size_t block_ws = 0;
+        assert_int_equal(fg_block_workspace_size(b, batch, &block_ws), FG_OK);
+        /* a's and b's outputs ([N, 16, 14, 14] floats, 256-byte pieces), then the scratch */
+        uint64_t tensor = ((uint64_t)batch * 16 * 14 * 14 * 4 + 255) & ~255ull;
+        assert_int_equal(block_ws, 2 * tensor + ((most + 255) & ~(size_t)255));
+    }
+    fg_block_destroy(b);
+    fg_context_destroy(ctx);
+}
+
 /* The block specs in specs/blocks/ load, and their layers plan for sm_80 and sm_90a. */
 static void shipped_block_specs(void **state)
 {
@@ -522,6 +574,7 @@ int main(void)
         cmocka_unit_test(dtype_layout_loading),
         cmocka_unit_test(sd_bf16_channels_last_reference),
         cmocka_unit_test(dtype_layout_api),
+        cmocka_unit_test(packed_weights_outside_the_workspace),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);

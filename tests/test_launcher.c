@@ -5,15 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_capture.h"
 #include "launcher.h"
 #include "split_k_specs.h"
 #include "test_util.h"
+
+static uint64_t align256(uint64_t x)
+{
+    return (x + 255) & ~(uint64_t)255;
+}
 
 /* The table's workspace layout for every batch, against the plan: each buffer holds its
  * floats per sample times the batch plus its fixed floats, each accumulator its keys (per
  * sample, or once for statistics over the batch) times the monoid's bytes per key, then 8
  * bytes of finalized statistics per key; every piece 256-byte aligned, in the plan's order,
- * none overlapping the next, the total covering the last. */
+ * none overlapping the next, the total exactly their aligned sizes -- all but a wgmma conv's
+ * packed weights, which are the layer's own (fg_launch_packed_bytes), not the workspace's. */
 static void layout_matches_the_plan(const fg_layer_ir *ir, const fg_plan *plan)
 {
     fg_launch_table t;
@@ -25,11 +32,16 @@ static void layout_matches_the_plan(const fg_layer_ir *ir, const fg_plan *plan)
         const uint64_t n = (uint64_t)batches[b];
         fg_launch_layout got;
         assert_int_equal(fg_launch_layout_for(&t, batches[b], &got, &err), 0);
-        uint64_t end = 0; /* where the previous piece ends */
+        uint64_t end = 0, sum = 0; /* where the previous piece ends; the pieces' aligned sizes */
         for (int i = 0; i < plan->n_buffers; i++) {
             uint64_t bytes = 4 * ((uint64_t)plan->buffers[i].per_sample * n + (uint64_t)plan->buffers[i].fixed);
+            if (i == t.packed_w) {
+                assert_int_equal(fg_launch_packed_bytes(&t), bytes);
+                continue;
+            }
             assert_true(got.buffer_offset[i] % 256 == 0 && got.buffer_offset[i] >= end);
             end = got.buffer_offset[i] + bytes;
+            sum += align256(bytes);
         }
         for (int i = 0; i < plan->n_accums; i++) {
             const fg_accum *a = &plan->accums[i];
@@ -39,8 +51,10 @@ static void layout_matches_the_plan(const fg_layer_ir *ir, const fg_plan *plan)
             end = got.accum_offset[i] + got.accum_bytes[i];
             assert_true(got.stats_offset[i] % 256 == 0 && got.stats_offset[i] >= end);
             end = got.stats_offset[i] + keys * 8;
+            sum += align256(got.accum_bytes[i]) + align256(keys * 8);
         }
         assert_true(got.total >= end && got.total < end + 256);
+        assert_int_equal(got.total, sum);
     }
     fg_launch_table_free(&t);
 }
@@ -157,7 +171,7 @@ static void split_k_workspace(void **state)
         assert_int_equal(fg_launch_layout_for(&t, batches[b], &got, &err), 0);
         assert_int_equal(got.buffer_offset[w->split_counters], 0);
         for (int i = 0; i < plan->n_buffers; i++)
-            if (i != w->split_counters)
+            if (i != w->split_counters && i != t.packed_w) /* (the packed weights: the layer's own) */
                 assert_true(got.buffer_offset[i] >= 4 * (uint64_t)w->split_fill);
     }
     fg_launch_table_free(&t);
@@ -225,6 +239,165 @@ static void input_direct(void **state)
                             0x10000));
 }
 
+/* A driver that launches nothing: it records which kernels a launch enqueues (the table's
+ * scratch holds the pointers each was given) and answers capture queries as told. */
+static struct {
+    int n;
+    CUfunction launched[FG_MAX_PASSES * 2];
+    CUresult capture_result;
+    CUstreamCaptureStatus capture_status;
+} fake;
+
+static CUresult fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned smem, CUstream stream, void **params, void **extra)
+{
+    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)stream, (void)params, (void)extra;
+    if (fake.n < FG_MAX_PASSES * 2)
+        fake.launched[fake.n++] = f;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_memset(CUdeviceptr p, unsigned v, size_t n, CUstream stream)
+{
+    (void)p, (void)v, (void)n, (void)stream;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_is_capturing(CUstream stream, CUstreamCaptureStatus *status)
+{
+    (void)stream;
+    *status = fake.capture_status;
+    return fake.capture_result;
+}
+
+static CUresult fake_error_name(CUresult r, const char **s)
+{
+    (void)r;
+    *s = "CUDA_ERROR_FAKE";
+    return CUDA_SUCCESS;
+}
+
+/* The pointer pass i was last given for its argument naming buffer `buffer` (0: none). */
+static CUdeviceptr buffer_arg(const fg_launch_table *t, int i, int buffer)
+{
+    for (int a = 0; a < t->passes[i].n_args; a++)
+        if (t->passes[i].args[a].kind == FG_ARG_BUFFER && t->passes[i].args[a].index == buffer)
+            return t->passes[i].ptrs[a];
+    return 0;
+}
+
+/* The wgmma engine's weight pack is the layer's, once per bind, not a run's: fg_launch_run
+ * enqueues every pass but it and gives the conv the image at mem->packed_w (refusing a run
+ * without one), fg_launch_pack_weights enqueues it alone, reading the conv weight's binding
+ * and writing that image; the image is no piece of the workspace; a plan whose pack does
+ * not fit its tiling is refused. fp32 (TF32 hi and lo) and bf16 operands. */
+static void weights_packed_outside_runs(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "input = { \"N\", 64, 14, 14 },\nconv2d { out_channels = 64, kernel = 3, padding = 1 }, relu {}",
+        "input = { \"N\", 64, 14, 14 }, dtype = \"bf16\",\nconv2d { out_channels = 64, kernel = 3, padding = 1 }",
+    };
+    fg_cuda cu;
+    memset(&cu, 0, sizeof cu);
+    cu.LaunchKernel = fake_launch;
+    cu.MemsetD32Async = fake_memset;
+    cu.GetErrorName = fake_error_name;
+    cu.GetErrorString = fake_error_name;
+    for (size_t c = 0; c < sizeof bodies / sizeof *bodies; c++) {
+        char src[1024];
+        snprintf(src, sizeof src, "return layer \"p\" {\n%s\n}\n", bodies[c]);
+        fg_layer_ir *ir = fgt_load_string(src);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.engine = FG_ENGINE_PREFER_WGMMA;
+        fg_plan *plan = fgt_plan_with(ir, &opts), *bad = malloc(sizeof *bad);
+        assert_non_null(bad);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        assert_true(w->parts > 0);
+        layout_matches_the_plan(ir, plan);
+        fg_launch_table t;
+        fg_error err = {{0}};
+        assert_int_equal(fg_launch_table_init(&t, ir, plan, &err), 0);
+        assert_int_equal(t.packed_w, w->packed_w);
+        assert_int_equal(fg_launch_packed_bytes(&t), 4 * (uint64_t)plan->buffers[w->packed_w].fixed);
+        int pack = -1, conv = -1;
+        CUfunction functions[FG_MAX_PASSES];
+        for (int i = 0; i < t.n_passes; i++) {
+            functions[i] = (CUfunction)(uintptr_t)(0x100 + i);
+            assert_int_equal(t.passes[i].pack_weights, plan->passes[i].kind == FG_PASS_PACK_WEIGHTS);
+            if (t.passes[i].pack_weights)
+                pack = i;
+            if (plan->passes[i].kind == FG_PASS_CONV)
+                conv = i;
+        }
+        assert_true(pack >= 0 && conv >= 0);
+        fg_launch_layout layout;
+        assert_int_equal(fg_launch_layout_for(&t, 1, &layout, &err), 0);
+        /* a run: every pass but the pack, the conv reading the layer's image */
+        CUdeviceptr params[FG_MAX_KERNEL_PARAMS];
+        for (int i = 0; i < FG_MAX_KERNEL_PARAMS; i++)
+            params[i] = 0x10000 * (CUdeviceptr)(i + 1);
+        fg_launch_memory mem = {.input = 0x1000000, .output = 0x2000000, .params = params, .workspace = 0x3000000,
+                                .packed_w = 0x4000000, .layout = layout, .sm_count = 132, .counters_zero = true};
+        fake.n = 0;
+        assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 1, NULL, &err), 0);
+        assert_int_equal(fake.n, t.n_passes - 1);
+        for (int k = 0; k < fake.n; k++)
+            assert_true(fake.launched[k] != functions[pack]);
+        assert_int_equal(buffer_arg(&t, conv, w->packed_w), 0x4000000);
+        /* without an image, no run */
+        mem.packed_w = 0;
+        fake.n = 0;
+        assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 1, NULL, &err), -1);
+        fgt_assert_contains(err.msg, "packed weights are not written");
+        assert_int_equal(fake.n, 0);
+        /* the pack alone: the conv's weight into the image */
+        assert_int_equal(fg_launch_pack_weights(&cu, &t, functions, params, 0x5000000, NULL, &err), 0);
+        assert_int_equal(fake.n, 1);
+        assert_true(fake.launched[0] == functions[pack]);
+        assert_int_equal(buffer_arg(&t, pack, w->packed_w), 0x5000000);
+        assert_int_equal(t.passes[pack].args[0].kind, FG_ARG_PARAM);
+        assert_int_equal(t.passes[pack].ptrs[0], params[t.conv_weight]);
+        fg_launch_table_free(&t);
+
+        *bad = *plan;
+        bad->buffers[w->packed_w].per_sample = 1;
+        refused(ir, bad, "weight pack");
+        *bad = *plan;
+        for (int i = 0; i < bad->n_passes; i++) /* the input pack writing into the image */
+            for (int a = 0; a < bad->passes[i].n_args; a++)
+                if (bad->passes[i].kind == FG_PASS_PACK_INPUT && bad->passes[i].args[a].kind == FG_ARG_BUFFER)
+                    bad->passes[i].args[a].index = w->packed_w;
+        refused(ir, bad, "reads the packed weights");
+        free(bad);
+        free(plan);
+        free(ir);
+    }
+}
+
+/* The capture query a run asks before it would pack (graph_capture.h): a capture in
+ * progress, an invalidated one and a query that fails (the legacy stream beside another
+ * stream's capture) all count as capturing. */
+static void capture_query(void **state)
+{
+    (void)state;
+    fg_cuda cu;
+    memset(&cu, 0, sizeof cu);
+    assert_true(fg_stream_capturing(&cu, NULL)); /* no query: assume the worst */
+    cu.StreamIsCapturing = fake_is_capturing;
+    fake.capture_result = CUDA_SUCCESS;
+    fake.capture_status = CU_STREAM_CAPTURE_STATUS_NONE;
+    assert_false(fg_stream_capturing(&cu, NULL));
+    fake.capture_status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    assert_true(fg_stream_capturing(&cu, NULL));
+    fake.capture_status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    assert_true(fg_stream_capturing(&cu, NULL));
+    fake.capture_status = CU_STREAM_CAPTURE_STATUS_NONE;
+    fake.capture_result = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    assert_true(fg_stream_capturing(&cu, NULL));
+}
+
 int main(void)
 {
     char *dir = fgt_tmpdir("launcher");
@@ -234,6 +407,8 @@ int main(void)
         cmocka_unit_test(bad_plans_refused),
         cmocka_unit_test(split_k_workspace),
         cmocka_unit_test(input_direct),
+        cmocka_unit_test(weights_packed_outside_runs),
+        cmocka_unit_test(capture_query),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);

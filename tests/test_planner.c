@@ -1581,6 +1581,13 @@ static void wgmma_half_operands(void **state)
         char want[128];
         snprintf(want, sizeof want, "K chunks of %d,", w->kc_elems);
         fgt_assert_contains(t->buf, want);
+        /* the weight pack is the layer's, at bind; its image is no piece of the workspace */
+        snprintf(want, sizeof want, "into b%d; packed once at bind (or at the prepare after it), not in a run",
+                 w->packed_w);
+        fgt_assert_contains(t->buf, want);
+        snprintf(want, sizeof want, "buffer b%d: the packed weights, %lld floats, the layer's own, not in the workspace",
+                 w->packed_w, (long long)plan->buffers[w->packed_w].fixed);
+        fgt_assert_contains(t->buf, want);
         if (!half) {
             fgt_assert_contains(t->buf, cases[i].parts == 2 ? "(3xTF32" : "(one TF32 product)");
         } else {

@@ -124,7 +124,8 @@ class _Runtime:
         """(Re)binds the parameters whose storage or contents (version) changed since the
         last call: CUDA tensors by pointer, CPU ones by copy. A CUDA tensor updated in place
         is bound again too: the kernels read most parameters through the pointer, but a
-        batch norm folded into the conv is recomputed from its tensors when they are bound."""
+        batch norm folded into the conv is recomputed from its tensors when they are bound,
+        and a conv on the wgmma engine reads its weight as an image packed at the bind."""
         seen = self.bound.get(index)
         now = [(p.data_ptr(), p._version) for p in params]
         if seen == now:

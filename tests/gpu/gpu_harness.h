@@ -61,6 +61,20 @@ void gpu_compare_chain(const float *out, const float *ref, size_t n, double tol,
  * true when it failed. */
 bool gpu_report(const char *name, int64_t batch, double tol, const gpu_result *r);
 
+/* The ResNet bottleneck the block tests run (64 -> 16 -> 16 -> 64 channels at 14x14, each
+ * conv followed by an eval BatchNorm, which is folded; the residual), a format with one %s
+ * where the block fields dtype and layout go ("" for fp32 NCHW). */
+#define GPU_BOTTLENECK_SPEC                                                                                     \
+    "return block \"bottleneck\" {\n"                                                                            \
+    "  input = { \"N\", 64, 14, 14 },%s\n"                                                                      \
+    "  layer \"a\" { conv2d { name = \"conv1\", out_channels = 16, kernel = 1, bias = false },\n"                  \
+    "    batch_norm { name = \"bn1\", stats = \"running\" }, relu {} },\n"                                         \
+    "  layer \"b\" { conv2d { name = \"conv2\", out_channels = 16, kernel = 3, padding = 1, bias = false },\n"     \
+    "    batch_norm { name = \"bn2\", stats = \"running\" }, relu {} },\n"                                         \
+    "  layer \"c\" { conv2d { name = \"conv3\", out_channels = 64, kernel = 1, bias = false },\n"                  \
+    "    batch_norm { name = \"bn3\", stats = \"running\" }, add { tensor = \"input\" }, relu {} },\n"             \
+    "}\n"
+
 /* Reads a whole file (specs). */
 char *gpu_read_file(const char *path);
 

@@ -40,16 +40,7 @@ typedef struct block_case {
 } block_case;
 
 static const block_case cases[] = {
-    {"resnet_bottleneck",
-     "return block \"bottleneck\" {\n"
-     "  input = { \"N\", 64, 14, 14 },%s\n"
-     "  layer \"a\" { conv2d { name = \"conv1\", out_channels = 16, kernel = 1, bias = false },\n"
-     "    batch_norm { name = \"bn1\", stats = \"running\" }, relu {} },\n"
-     "  layer \"b\" { conv2d { name = \"conv2\", out_channels = 16, kernel = 3, padding = 1, bias = false },\n"
-     "    batch_norm { name = \"bn2\", stats = \"running\" }, relu {} },\n"
-     "  layer \"c\" { conv2d { name = \"conv3\", out_channels = 64, kernel = 1, bias = false },\n"
-     "    batch_norm { name = \"bn3\", stats = \"running\" }, add { tensor = \"input\" }, relu {} },\n"
-     "}\n"},
+    {"resnet_bottleneck", GPU_BOTTLENECK_SPEC},
     {"sd_resnet_block",
      "return block \"sd\" {\n"
      "  input = { \"N\", 64, 16, 16 },%s\n"
