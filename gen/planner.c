@@ -617,7 +617,9 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
 
 /* Whether the conv pass's CTAs pair up to share B chunks (fg_wgmma_tiling.multicast): where
  * every tile reads the same B sequence -- one channel block of one group, no split K -- and
- * the caller asks for it (FUSEGEN_WGMMA_MULTICAST=2; off by default until measured). */
+ * the caller asks for it (FUSEGEN_WGMMA_MULTICAST=2). Off by default: measured 7-18 % slower
+ * on the H200's large convs (bench/NOTES.md v22: the pair's lock-step costs more than the
+ * halved B reads save while A is copied by the producer threads); kept for the TMA producer. */
 static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int groups)
 {
     w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 ? 2 : 1;
