@@ -339,18 +339,6 @@ M.multicast_engine = [[
  * again when the consumers of both CTAs have released it. Every tile reads the same sequence
  * of B chunks (one channel block, one group, no split K), so the pair's ring steps match one
  * to one; the CTA with fewer tiles runs the difference as empty steps (its half of B, no A). */
-__device__ __forceinline__ fgw_u32 pair_rank(void)
-{
-    fgw_u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-/* every thread of both CTAs: barriers initialized before the peer uses them, and no CTA exits
- * while the peer may still write its shared memory or arrive on its barriers */
-__device__ __forceinline__ void pair_sync(void)
-{
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-}
 /* the ring steps of the pair: the larger of its CTAs' tiles (tile_range's split) x KCH */
 __device__ __forceinline__ int pair_steps(int ntiles)
 {
@@ -365,7 +353,7 @@ __device__ __forceinline__ void pair_copy_b(fgw_u32 dst, const float *wtile, int
 {
     constexpr int HALF = B_CHUNK_BYTES / 2;
     static_assert(HALF % 16 == 0, "a bulk copy moves 16-byte units");
-    const fgw_u32 rank = pair_rank();
+    const fgw_u32 rank = fg_cluster_rank(); /* (lib.cluster_prelude) */
     fgw_mbar_expect_tx(bar, B_CHUNK_BYTES);
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
                  ::"r"(dst + rank * HALF), "l"(wtile + (unsigned long long)kc * (B_CHUNK_BYTES / 4) + rank * (HALF / 4)),
@@ -376,7 +364,7 @@ __device__ __forceinline__ void pair_release(fgw_u32 bar)
 {
     fgw_mbar_arrive(bar);
     fgw_u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(pair_rank() ^ 1u));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(fg_cluster_rank() ^ 1u));
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 /* the producer's empty steps from `it` to the pair's count: its half of each B chunk */
@@ -1101,14 +1089,15 @@ function M.render(layer, plan, pass, names, signature)
   c:close()
   c:line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");")
   c:close()
-  c:line(pair and "pair_sync();" or "__syncthreads();")
+  c:line(pair and "fg_cluster_sync(); /* both CTAs' barriers initialized before either uses the other's */" or
+    "__syncthreads();")
   c:line("const int wgi = (int)threadIdx.x >> 7;")
   c:open("if (wgi == 0) {")
   c:line("if constexpr (PRODREG < 168) asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\" ::\"n\"(PRODREG));")
   local lo = w.packed_lo >= 0 and names.buffer[w.packed_lo] or "nullptr"
   c:line("producer(%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.buffer[w.packed_hi], lo,
     names.buffer[w.packed_w])
-  if pair then c:line("pair_sync();") end
+  if pair then c:line("fg_cluster_sync(); /* no CTA leaves while the other may still write its stages */") end
   c:line("return;")
   c:close()
   c:line("if constexpr (CONSREG > 168) asm volatile(\"setmaxnreg.inc.sync.aligned.u32 %0;\" ::\"n\"(CONSREG));")
@@ -1248,7 +1237,7 @@ function M.render(layer, plan, pass, names, signature)
   if across then flush("fed_n >= 0") end
   if pair then
     c:line("consumer_pair_tail(end > begin ? (end - begin) * KCH : 0, ntiles, bar_full, bar_empty);")
-    c:line("pair_sync();")
+    c:line("fg_cluster_sync(); /* no CTA leaves while the other may still arrive on its barriers */")
   end
   c:close()
   return c

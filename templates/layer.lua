@@ -93,12 +93,17 @@ function M.render(layer, plan)
   c:blank()
   for l in ops.prelude:gmatch("([^\n]*)\n") do c:line(l) end
   for l in lib.io_prelude(layer):gmatch("([^\n]*)\n") do c:line(l) end
+  local resident_cluster, wgmma = false, false
   for i = 0, plan.n_passes - 1 do
     local pass = plan.passes[i]
-    if pass.kind == "resident" and pass.res.cluster > 1 then
-      for l in renderers.resident.prelude:gmatch("([^\n]*)\n") do c:line(l) end
-      break
-    end
+    resident_cluster = resident_cluster or (pass.kind == "resident" and pass.res.cluster > 1)
+    wgmma = wgmma or pass.kind == "pack_input"
+  end
+  if resident_cluster or (wgmma and renderers.conv_wgmma.tiling_of(plan).multicast == 2) then
+    for l in lib.cluster_prelude:gmatch("([^\n]*)\n") do c:line(l) end
+  end
+  if resident_cluster then
+    for l in renderers.resident.prelude:gmatch("([^\n]*)\n") do c:line(l) end
   end
   for i = 0, plan.n_passes - 1 do
     if plan.passes[i].kind == "pack_input" then

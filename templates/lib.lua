@@ -146,6 +146,23 @@ function lib.unravel(code, shape, idx, prefix)
   return coords
 end
 
+-- ---- clusters (sm_90) ------------------------------------------------------------------
+-- A CTA's rank in its cluster and a barrier of every thread of the cluster (each warp
+-- converged at it), for the passes that run in clusters: a resident pass, wgmma CTA pairs.
+-- layer.lua emits it once a source.
+lib.cluster_prelude = [[
+__device__ __forceinline__ unsigned fg_cluster_rank(void)
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void fg_cluster_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+]]
+
 -- ---- the layer's input and output dtype ----------------------------------------------
 -- The input and output are float32, or bf16/fp16 (the spec's `dtype`) held as their 16 bits
 -- in `fg_io` (unsigned short; the prelude below defines it and its conversions). Everything

@@ -15,18 +15,8 @@ local conv_t = import("conv")
 
 local M = {}
 
--- Cluster primitives (sm_90): rank, barrier, and a load from another CTA's shared memory.
+-- A load from another CTA's shared memory (after lib.cluster_prelude's rank and barrier).
 M.prelude = [[
-__device__ __forceinline__ unsigned fg_cluster_rank(void)
-{
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void fg_cluster_sync(void)
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
 __device__ __forceinline__ double fg_dsmem_load(const double *local, unsigned rank)
 {
     unsigned a = (unsigned)__cvta_generic_to_shared(local), remote;
