@@ -158,8 +158,9 @@ FG_API fg_status fg_layer_bind_host(fg_layer *layer, const char *name, const flo
 FG_API fg_status fg_layer_bind_safetensors(fg_layer *layer, const char *path, int allow_extra);
 
 /* Compiles (or loads from the caches) every kernel of the layer now instead of at the first
- * run, and packs a wgmma conv's weight if it is bound (later binds pack it themselves: runs
- * never do). Needs a context with a device. */
+ * run, and packs a wgmma conv's weight if it is bound (later binds pack it themselves; a run
+ * packs only where nothing did: no prepare, or a bind whose pack failed). Needs a context
+ * with a device. */
 FG_API fg_status fg_layer_prepare(fg_layer *layer);
 
 /* Runs the layer on `batch` samples: `input` and `output` are device pointers (contiguous

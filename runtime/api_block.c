@@ -591,10 +591,10 @@ static fg_status run_layers(fg_block *b, const block_run *run, CUstream stream)
     return s;
 }
 
-/* The key of a graph of this run into *key; false while a layer is not prepared yet. A first
- * prepare may time two plans (runtime/tuning.h) and swaps the layer's plan, launch table and
- * kernels: that run launches each pass, as before graphs, and the next one captures, when
- * every layer's kernels are final. */
+/* The key of a graph of this run into *key; false while a layer is not prepared yet or its
+ * packed weights are stale. A first prepare may time two plans (runtime/tuning.h) and swaps
+ * the layer's plan, launch table and kernels: that run launches each pass, as before graphs,
+ * and the next one captures, when every layer's kernels are final. */
 static bool graph_key_for(fg_block *b, const block_run *run, block_graph_key *key)
 {
     memset(key, 0, sizeof *key);
@@ -604,9 +604,12 @@ static bool graph_key_for(fg_block *b, const block_run *run, block_graph_key *ke
     bool prepared = true;
     pthread_mutex_lock(&b->ctx->lock); /* a prepare in another thread sets the module under it */
     for (int i = 0; i < b->ir.n_layers && prepared; i++) {
-        key->modules[i] = b->layers[i]->module;
-        key->packed_w[i] = b->layers[i]->packed_w;
-        prepared = key->modules[i] != NULL;
+        const fg_layer *layer = b->layers[i];
+        key->modules[i] = layer->module;
+        key->packed_w[i] = layer->packed_w;
+        /* a stale image (a repack that failed part way) is packed again by a plain run; a
+         * graph's replay would read it as it is */
+        prepared = key->modules[i] != NULL && (layer->launch.packed_w < 0 || layer->packed_current);
     }
     pthread_mutex_unlock(&b->ctx->lock);
     /* binds of the block's layers go through bind_held, under the block lock held here */

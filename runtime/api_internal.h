@@ -75,8 +75,9 @@ struct fg_layer {
      * layer's own memory, outside the workspace, allocated at the first pack and kept at that
      * address (a caller's captured graph holds it). Packed once per binding of the weight the
      * pack reads (the conv's, or the folded one): by that bind, or where the kernels were not
-     * loaded yet, by the prepare (or first run) after it; never by a run. packed_current: it
-     * holds the image of the weight bound now. Both written under the context's lock, with
+     * loaded yet, by the prepare after it -- or by the run after it where the layer was not
+     * prepared, or where a repack failed part way (never inside a capture: ensure_packed).
+     * packed_current: it holds the image of the weight bound now. Both written under the context's lock, with
      * the bindings lock held (a bind's for writing, a prepare's or run's for reading). */
     CUdeviceptr packed_w;
     bool packed_current;

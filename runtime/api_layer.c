@@ -265,8 +265,8 @@ static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b,
 
 /* The wgmma conv's weights packed from binding `w` (the conv's weight, or the folded one)
  * into the layer's image (fg_layer.packed_w), finished on the GPU before this returns, so
- * that a run on any stream sees it. Caller-owned device memory is read after
- * cuCtxSynchronize, as the fold reads it back: writes queued on any stream are seen. The
+ * that a run on any stream sees it. The weight is read after cuCtxSynchronize, as the fold
+ * reads device memory back: writes queued on any stream, and the bind's own copy, are seen. The
  * pack writes new memory first; the first image is kept as it is, a later one is copied over
  * the image in place once every run in flight on any stream is done with it (runs on
  * caller-owned workspace record no event), so that the image's address never changes. On
@@ -282,7 +282,9 @@ static fg_status pack_weights(fg_layer *layer, const fg_param_binding *w)
     CUstream stream = NULL;
     fg_error err;
     int rc = 0;
-    CUresult r = w->host ? CUDA_SUCCESS : cu->CtxSynchronize();
+    /* every copy into the weight's device memory done: the caller's queued writes, and the
+     * bind's own copy from pageable host memory, which may return before its DMA lands */
+    CUresult r = cu->CtxSynchronize();
     if (r == CUDA_SUCCESS)
         r = cu->MemAlloc(&scratch, bytes);
     if (r == CUDA_SUCCESS)

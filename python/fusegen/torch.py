@@ -18,7 +18,8 @@ fake (meta) implementation, so torch.compile traces through it without a graph b
 Inductor calls it as an extern kernel. On a CUDA tensor the op launches the generated
 kernels on torch's current stream, with its output and workspace allocated by torch's
 caching allocator (fg_layer_run_workspace): nothing is allocated outside torch (but for a
-layer's first run where fusegen times two conv engines: docs/torch.md), and the
+layer's first run where fusegen times two conv engines, and the image of a wgmma conv's
+weights, packed at each bind: docs/torch.md), and the
 launches are captured by CUDA graphs (torch.cuda.graph, torch.compile(mode="reduce-overhead"))
 like any kernel. On a CPU tensor it runs fusegen's float64 CPU reference (slow: an oracle).
 
@@ -130,6 +131,13 @@ class _Runtime:
         now = [(p.data_ptr(), p._version) for p in params]
         if seen == now:
             return
+        if index >= 0 and torch.cuda.is_current_stream_capturing():
+            changed = [n for i, n in enumerate(self.param_names) if seen is None or seen[i] != now[i]]
+            raise RuntimeError(
+                f"fusegen: parameters {changed} are new or changed since this module's last run, and the "
+                "stream is being captured into a CUDA graph: binding them reads them (a folded batch norm, "
+                "a wgmma conv's packed weights), which a capture cannot hold; run the module once outside "
+                "the capture after changing its parameters (as torch.cuda.graph's warm-up does)")
         for i, (name, p) in enumerate(zip(self.param_names, params)):
             if seen is not None and seen[i] == now[i]:
                 continue

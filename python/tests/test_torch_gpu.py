@@ -147,6 +147,23 @@ class TorchOpOnGPU(unittest.TestCase):
             # new inputs, new outputs: the layer's kernels are in the graph, on its stream
             assert_close(self, static_y, self.reference(x), f"CUDA graph replay {i}")
 
+    def test_capture_refuses_a_changed_parameter(self):
+        """A parameter updated in place since the last run is bound again at the next one; inside
+        a capture that bind would read it (a wgmma conv's packed image, a folded batch norm),
+        which a capture cannot hold: the op says so instead of breaking the capture."""
+        x = self.rand()
+        self.fused.prepare()
+        self.net(x)
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            next(self.fused.parameters()).mul_(1.0)  # in place: the version moves
+        graph = torch.cuda.CUDAGraph()
+        with self.assertRaisesRegex(RuntimeError, "being captured"):
+            with torch.cuda.graph(graph):
+                self.net(x)
+        # outside a capture the run binds it again
+        assert_close(self, self.net(x), self.reference(x), "after the refused capture")
+
     def test_compile_no_graph_break(self):
         torch._dynamo.reset()
         explained = torch._dynamo.explain(self.net)(self.rand())
