@@ -333,6 +333,9 @@ function M.fill_engine(text, split, half, a_parts, coord_bits, multicast)
 end
 
 -- A pair's helpers (fg_wgmma_tiling.multicast 2; inside namespace fgw, before the engine).
+-- pair_steps restates the engine's tile_range split (contiguous ranges of ceil(tiles / grid),
+-- the even CTA's the longer): change both together, or a pair's CTAs disagree on their ring
+-- steps and wait for each other forever.
 M.multicast_engine = [[
 /* The two CTAs of a cluster share every B chunk: each has the TMA unit copy one half of it
  * into the same stage of both (multicast), so the pair reads B from L2 once; a stage is free
