@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- The conv on Hopper's tensor cores (sm_90a): an implicit GEMM on wgmma.mma_async with a
--- producer warpgroup feeding a ring of shared-memory stages through cp.async and mbarriers,
+-- producer warpgroup feeding a ring of shared-memory stages through cp.async (the input) and
+-- one bulk copy a stage (the weights), under mbarriers,
 -- two consumer warpgroups, persistent blocks, and the fused epilogue of conv.lua on the
 -- accumulator registers.
 --
