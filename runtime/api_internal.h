@@ -77,8 +77,9 @@ struct fg_layer {
      * pack reads (the conv's, or the folded one): by that bind, or where the kernels were not
      * loaded yet, by the prepare after it -- or by the run after it where the layer was not
      * prepared, or where a repack failed part way (never inside a capture: ensure_packed).
-     * packed_current: it holds the image of the weight bound now. Both written under the context's lock, with
-     * the bindings lock held (a bind's for writing, a prepare's or run's for reading). */
+     * packed_current: it holds the image of the weight bound now. Both written under the
+     * context's lock, with the bindings lock held (a bind's for writing, a prepare's or run's
+     * for reading). */
     CUdeviceptr packed_w;
     bool packed_current;
     pthread_mutex_t lock;   /* one run at a time: runs share the workspace */

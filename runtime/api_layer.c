@@ -266,13 +266,14 @@ static fg_status compute_fold(fg_layer *layer, int i, const fg_param_binding *b,
 /* The wgmma conv's weights packed from binding `w` (the conv's weight, or the folded one)
  * into the layer's image (fg_layer.packed_w), finished on the GPU before this returns, so
  * that a run on any stream sees it. The weight is read after cuCtxSynchronize, as the fold
- * reads device memory back: writes queued on any stream, and the bind's own copy, are seen. The
- * pack writes new memory first; the first image is kept as it is, a later one is copied over
- * the image in place once every run in flight on any stream is done with it (runs on
- * caller-owned workspace record no event), so that the image's address never changes. On
- * failure the image is as it was (stale only where the copy failed: packed_current).
- * Context lock held, bindings lock held (no run of the layer is being enqueued), the kernels
- * loaded. */
+ * reads device memory back: writes queued on any stream, and the bind's own copy, are seen.
+ * That synchronization also finishes every run in flight that reads the image (runs on
+ * caller-owned workspace record no event), and none can be enqueued until this returns (a
+ * bind holds the bindings lock for writing; a run packs only under the context lock, which
+ * every run takes before it launches). The pack writes new memory first; the first image is
+ * kept as it is, a later one is copied over the image in place, so that the image's address
+ * never changes. On failure the image is as it was (stale only where the copy failed:
+ * packed_current). Context lock held, bindings lock held, the kernels loaded. */
 static fg_status pack_weights(fg_layer *layer, const fg_param_binding *w)
 {
     const fg_cuda *cu = layer->ctx->cu;
@@ -298,9 +299,7 @@ static fg_status pack_weights(fg_layer *layer, const fg_param_binding *w)
         scratch = 0;
     } else if (r == CUDA_SUCCESS && rc == 0) {
         layer->packed_current = false; /* until the copy is whole */
-        r = cu->CtxSynchronize();
-        if (r == CUDA_SUCCESS)
-            r = cu->MemcpyDtoDAsync(layer->packed_w, scratch, bytes, stream);
+        r = cu->MemcpyDtoDAsync(layer->packed_w, scratch, bytes, stream);
         if (r == CUDA_SUCCESS)
             r = cu->StreamSynchronize(stream);
     }
