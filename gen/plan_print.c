@@ -5,6 +5,7 @@
  * plan only: gen/planner.c makes it. */
 #include "planner.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,32 @@ static void print_split(const fg_wgmma_tiling *w, int64_t tiles, void (*emit)(vo
     emit(ctx, line);
 }
 
+/* Why the channel-sums strategy applies (the rule at channel_sums_reduction in planner.c). */
+static void print_channel_sums_why(const fg_layer_ir *ir, const fg_plan *plan, const fg_pass *ps,
+                                   void (*emit)(void *ctx, const char *line), void *ctx)
+{
+    char line[1024];
+    const int k = ps->first, r = ps->chan_sums;
+    const fg_op *red = &ir->ops[r];
+    int len = snprintf(line, sizeof line, "  why: v%d (%s over dims {", r, fg_op_kind_name(red->kind));
+    for (int d = 1, first = 1; d < red->in.rank; d++)
+        if (red->reduce_mask & (1u << d)) {
+            len += snprintf(line + len, sizeof line - (size_t)len, "%s%d", first ? "" : ",", d);
+            first = 0;
+        }
+    len += snprintf(line + len, sizeof line - (size_t)len,
+                    "}) reduces every position of v%d, which is %s (op %d: statistics over whole channels)", r - 1,
+                    fg_op_kind_name(ir->ops[k].kind), k);
+    if (r - 1 > k)
+        len += snprintf(line + len, sizeof line - (size_t)len, " then ops %d..%d, affine per channel", k + 1, r - 1);
+    snprintf(line + len, sizeof line - (size_t)len,
+             "; an affine map commutes with a mean, so v%d needs only each channel's mean of v%d, and the norm's "
+             "statistics come from the same fp64 sums per channel (s%d): the conv runs once (recompute would run it "
+             "twice), v%d is never stored (materialize would store it)",
+             r, k - 1, plan->op_accum[r], k - 1);
+    emit(ctx, line);
+}
+
 void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void *ctx, const char *line),
                    void *ctx)
 {
@@ -43,9 +70,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
     static const char *const strategies[] = {
         "materialize (the value before each statistic is stored once)",
         "recompute (the conv runs twice, no intermediate)",
-        "resident (one kernel; a cluster keeps each norm group in shared memory)"};
+        "resident (one kernel; a cluster keeps each norm group in shared memory)",
+        "channel_sums (the conv runs once and feeds fp64 moments per channel; the reduction is computed from them)"};
+    static_assert(sizeof strategies / sizeof *strategies == FG_STRATEGY_CHANNEL_SUMS + 1, "a strategy without words");
     snprintf(line, sizeof line, "plan: %d passes, strategy %s", plan->n_passes, strategies[plan->strategy]);
     emit(ctx, line);
+    for (int i = 0; i < plan->n_passes; i++)
+        if (plan->passes[i].chan_sums >= 0)
+            print_channel_sums_why(ir, plan, &plan->passes[i], emit, ctx);
     if (plan->wgmma_refused[0]) {
         snprintf(line, sizeof line, "  the conv is on %s: wgmma cannot run it (%s)", fg_plan_conv_engine_name(plan),
                  plan->wgmma_refused);
@@ -239,10 +271,25 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                 len += snprintf(line + len, sizeof line - (size_t)len, ", stores v%d in b%d", ps->domain,
                                 ps->store_buffer);
             for (int f = 0; f < ps->n_feeds; f++)
-                len += snprintf(line + len, sizeof line - (size_t)len, ", feeds s%d (%s of v%d)", ps->feeds[f],
-                                accum_kind_name(plan->accums[ps->feeds[f]].kind), plan->accums[ps->feeds[f]].value);
+                len += snprintf(line + len, sizeof line - (size_t)len, ", feeds s%d (%s of v%d%s)", ps->feeds[f],
+                                accum_kind_name(plan->accums[ps->feeds[f]].kind), plan->accums[ps->feeds[f]].value,
+                                plan->accums[ps->feeds[f]].per_channel ? " per channel" : "");
         }
         emit(ctx, line);
+        if (ps->chan_sums >= 0) {
+            const int k = ps->first, r = ps->chan_sums;
+            const fg_op *red = &ir->ops[r];
+            const char *then = !(red->reduce_mask & 2u)           ? "kept per channel"
+                               : red->kind == FG_OP_REDUCE_SUM ? "summed over the channels"
+                                                               : "averaged over the channels";
+            snprintf(line, sizeof line,
+                     "           v%d from s%d: per channel, its mean of v%d through v%d..v%d in fp64 (the norm's "
+                     "mean and variance from the sums of its channels), %s%s; v%d..v%d are never computed per "
+                     "element",
+                     r, plan->op_accum[r], k - 1, k, r - 1, then,
+                     red->kind == FG_OP_REDUCE_SUM ? ", times the positions of a channel" : "", k, r - 1);
+            emit(ctx, line);
+        }
         const fg_launch *l = &ps->launch;
         if (ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA) {
             const fg_wgmma_tiling *w = &plan->wgmma;
@@ -324,9 +371,9 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             snprintf(of, sizeof of, "the input (for pro%d)", a->op);
         else
             snprintf(of, sizeof of, "v%d", a->value);
-        snprintf(line, sizeof line, "  statistics s%d: %s of %s, %" PRId64 " per %s over %" PRId64 " elements each", i,
-                 accum_kind_name(a->kind), of, a->keys_per_sample, a->over_batch ? "layer (whole batch)" : "sample",
-                 a->count_per_sample);
+        snprintf(line, sizeof line, "  statistics s%d: %s of %s, %" PRId64 " per %s over %" PRId64 " elements each%s",
+                 i, accum_kind_name(a->kind), of, a->keys_per_sample, a->over_batch ? "layer (whole batch)" : "sample",
+                 a->count_per_sample, a->per_channel ? " (one a channel)" : "");
         emit(ctx, line);
     }
 }

@@ -18,6 +18,7 @@ typedef struct planner {
     int auto_cut;                /* "auto" tried recompute after value auto_cut; -1 otherwise */
     bool use_wgmma;              /* the conv runs on the wgmma engine (chosen before chaining) */
     bool tf32_exact_rule;        /* choose_wgmma left a tf32 conv to the exact engines (tf32_stays_exact) */
+    int chan_sums;               /* the channel-sums strategy's reduction (channel_sums_reduction); -1 none */
 } planner;
 
 static int64_t reduce_extent(const fg_op *op)
@@ -111,6 +112,7 @@ static fg_pass *new_pass(planner *p, fg_pass_kind kind)
     ps->kind = kind;
     ps->source_buffer = ps->store_buffer = ps->finalize_accum = -1;
     ps->chan_reduce = -1;
+    ps->chan_sums = -1;
     static const char *const kinds[] = {"conv",       "map",          "finalize", "cudnn",
                                         "resident",   "pack_input",   "pack_weights", "pro_stats"};
     static_assert(sizeof kinds / sizeof *kinds == FG_PASS_PRO_STATS + 1, "a pass kind without a kernel name");
@@ -1079,6 +1081,8 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
     }
     if (op->operand == FG_OPERAND_PARAM)
         add_arg(ps, FG_ARG_PARAM, op->operand_param);
+    if (j == ps->chan_sums) /* reads its per-channel sums, whatever its extent (channel_sums_reduction) */
+        add_arg(ps, FG_ARG_ACCUM, plan->op_accum[j]);
     if (op->operand == FG_OPERAND_VALUE && op->operand_value < ps->first - (ps->source_buffer >= 0))
         add_arg(ps, FG_ARG_BUFFER, p->buffer_of[op->operand_value]);
     if (fg_op_kind_class(op->kind) == FG_CLASS_NORM) {
@@ -1377,6 +1381,7 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
     p->plan = plan;
     p->err = err;
     p->auto_cut = -1;
+    p->chan_sums = -1;
     for (int k = 0; k < FG_MAX_OPS; k++) {
         plan->op_accum[k] = plan->op_max_accum[k] = -1;
         p->buffer_of[k] = -1;
@@ -1518,6 +1523,132 @@ static int wgmma_channel_reduction(const planner *p, int t)
     return r;
 }
 
+/* ---- the channel-sums rule ------------------------------------------------------------ */
+
+/* Whether op `op` (between a norm and the reduction after it) is affine per (sample, channel):
+ * x -> a x + b with a and b depending on the sample and channel alone. add, sub, mul and div
+ * (the value is always the left operand, so sub and div stay affine) by a scalar or by a
+ * parameter that varies along the channels only (every other dim of its broadcast 1). */
+static bool affine_per_channel(const fg_layer_ir *ir, const fg_op *op)
+{
+    switch (op->kind) {
+    case FG_OP_ADD:
+    case FG_OP_SUB:
+    case FG_OP_MUL:
+    case FG_OP_DIV:
+        break;
+    default:
+        return false;
+    }
+    if (op->operand == FG_OPERAND_SCALAR)
+        return true;
+    if (op->operand != FG_OPERAND_PARAM)
+        return false;
+    const fg_param *pm = &ir->params[op->operand_param];
+    for (int pd = 0; pd < pm->rank; pd++) { /* right-aligned against the value, as PyTorch broadcasts */
+        int d = op->in.rank - pm->rank + pd;
+        if (pm->dim[pd] != 1 && d != 1)
+            return false;
+    }
+    return true;
+}
+
+/* The channel-sums rule: a sum or mean over every spatial dim of a normalized value needs no
+ * element of it. For a norm with statistics over whole channels (group_norm, instance_norm,
+ * batch_norm with batch statistics: each channel's elements share one mean mu and deviation
+ * sigma) followed by ops f_c affine per (sample, channel), and m_c = mean_s y_{c,s} the mean of
+ * the norm's input over a channel's positions s,
+ *   mean_s f_c((y_{c,s} - mu) / sigma * gamma_c + beta_c) = f_c((m_c - mu) / sigma * gamma_c + beta_c)
+ * (an affine map commutes with a mean), so the reduction is a sum over channels of a per-channel
+ * fp64 value: the mean over the reduced channels (1 when dim 1 is kept) or, for a sum, that
+ * times the positions of a channel. mu and sigma come from the same sums: the conv pass feeds
+ * fp64 moments per (sample, channel) of its value instead of per statistic of the norm; no
+ * second conv pass (recompute) and no stored conv output (materialize). Matches, after the conv pass's chain (ops 1..t): op t+1 such a norm; then ops
+ * affine per channel (affine_per_channel); then a sum, mean or global_avg_pool whose reduced
+ * dims hold every spatial dim (dim 1 reduced or not) over a value of the norm's shape; then only
+ * elementwise or shape ops, reading no value from before the reduction. Anything else (an
+ * activation or clamp before the reduction, a max, layer_norm's statistics or affine that vary
+ * along the positions) plans as before. Returns the reduction's op, or -1. */
+static int channel_sums_reduction(const planner *p, int t)
+{
+    const fg_layer_ir *ir = p->ir;
+    const int k = t + 1;
+    if (k >= ir->n_ops)
+        return -1;
+    const fg_op *norm = &ir->ops[k];
+    if (fg_op_kind_class(norm->kind) != FG_CLASS_NORM || !needs_stats(norm) || k == p->plan->fold.op)
+        return -1;
+    fg_norm_channels channels = fg_op_def_of(norm->kind)->norm.channels;
+    if (channels != FG_NORM_GROUPS && channels != FG_NORM_EACH)
+        return -1; /* layer norms: per position, or affine per element */
+    const fg_reduce_def *st = fg_op_stats(norm);
+    if (st->n_accums != 1 || st->accums[0] != FG_ACCUM_MOMENTS)
+        return -1; /* the map pass computes mean and variance from fp64 moments */
+    fg_stat_layout L;
+    fg_norm_stat_layout(norm, &L);
+    for (int d = 2; d < norm->in.rank; d++)
+        if (!(L.mask & (1u << d)))
+            return -1;
+    int r = k + 1;
+    while (r < ir->n_ops && affine_per_channel(ir, &ir->ops[r]))
+        r++;
+    if (r >= ir->n_ops)
+        return -1;
+    const fg_op *red = &ir->ops[r];
+    if (red->kind != FG_OP_REDUCE_SUM && red->kind != FG_OP_REDUCE_MEAN && red->kind != FG_OP_GLOBAL_AVG_POOL)
+        return -1;
+    if (red->in.rank != norm->out.rank)
+        return -1;
+    for (int d = 1; d < red->in.rank; d++)
+        if (red->in.dim[d] != norm->out.dim[d])
+            return -1;
+    for (int d = 2; d < red->in.rank; d++)
+        if (!(red->reduce_mask & (1u << d)))
+            return -1;
+    for (int j = r + 1; j < ir->n_ops; j++) {
+        const fg_op *op = &ir->ops[j];
+        fg_op_class c = fg_op_kind_class(op->kind);
+        if (c != FG_CLASS_UNARY && c != FG_CLASS_BINARY && c != FG_CLASS_SHAPE)
+            return -1;
+        /* only the reduced value's positions exist after it */
+        if (op->operand == FG_OPERAND_VALUE && op->operand_value < r)
+            return -1;
+    }
+    return r;
+}
+
+/* The channel-sums strategy's passes after the conv pass `ps`, whose chain stopped at the norm
+ * k: it feeds one accumulator, the fp64 moments (sum and sum of squares) per (sample, channel)
+ * of value k - 1 -- the reduction reads the sums, and the norm's statistics (a group of channels,
+ * or a channel over the batch) are assembled from both, so the conv pass keeps as many partials
+ * as a pass feeding the norm alone; then one map pass over the layer's output runs ops k..last,
+ * the norm and the affine ops once per channel on the channel's mean, in fp64
+ * (templates/chan_sums.lua). Returns that pass. */
+static fg_pass *channel_sums_passes(planner *p, fg_pass *ps, int k)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    const int r = p->chan_sums;
+    const fg_shape *in = &ir->ops[r].in;
+    int a = add_accum(p, FG_ACCUM_MOMENTS, k, -1);
+    if (a < 0 || feed(p, ps, a))
+        return NULL;
+    fg_accum *acc = &plan->accums[a];
+    acc->per_channel = true; /* finalized stays -1: the map pass reads the fp64 sums */
+    acc->over_batch = false;
+    acc->keys_per_sample = in->dim[1];
+    acc->count_per_sample = fg_shape_sample_count(in) / in->dim[1];
+    plan->op_accum[k] = plan->op_accum[r] = a;
+    p->ready[k] = p->ready[r] = true;
+    fg_pass *q = new_pass(p, FG_PASS_MAP);
+    if (!q)
+        return NULL;
+    q->first = k;
+    q->last = q->domain = ir->n_ops - 1;
+    q->chan_sums = r;
+    return q;
+}
+
 /* The first pass: cuDNN's conv (precision "tf32") and a map pass for the ops after it, or
  * the conv pass with every op it can fuse. Sets the plan's strategy when a norm follows the
  * conv's chain: recompute unless `wanted` says materialize or a later op reads a value of
@@ -1568,7 +1699,13 @@ static fg_pass *first_passes(planner *p, int wanted)
     int t = ps->last = ps->domain = chain_end(p, 0, 0, true);
     if ((ps->chan_reduce = wgmma_channel_reduction(p, t)) >= 0)
         t = ps->last = ps->domain = last_op; /* the reduction and what follows it, in the epilogue */
-    if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
+    if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM &&
+        wanted < 0 && (p->chan_sums = channel_sums_reduction(p, t)) >= 0) {
+        /* algebra instead of a second conv or a stored tensor: "auto" only, so that a spec (or
+         * FUSEGEN_STRATEGY) asking for materialize or recompute still gets that plan */
+        plan->strategy = FG_STRATEGY_CHANNEL_SUMS;
+    } else if (t < last_op && needs_stats(&ir->ops[t + 1]) &&
+               fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
         plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
         p->auto_cut = wanted < 0 ? t : -1; /* "auto": decided once the recompute plan is known */
         /* recompute cannot serve a value some later op reads back */
@@ -1598,6 +1735,13 @@ static int chain_passes(planner *p, fg_pass *ps)
             return 0;
         }
         const fg_op *op = &ir->ops[k];
+        if (plan->strategy == FG_STRATEGY_CHANNEL_SUMS && !p->ready[k]) {
+            /* the conv pass feeds fp64 moments per (sample, channel); one map pass
+             * computes the rest of the layer from them */
+            if (!(ps = channel_sums_passes(p, ps, k)))
+                return -1;
+            continue;
+        }
         if (plan->strategy == FG_STRATEGY_RECOMPUTE && !recomputed) {
             /* statistics only; then the conv pass again, now able to apply the norm */
             recomputed = true;

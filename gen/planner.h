@@ -60,6 +60,11 @@ typedef struct fg_accum {
     int64_t count_per_sample; /* elements per statistic and per sample */
     int finalized;          /* norms and softmax: the finalize pass that reads it, else -1 */
     bool prologue;          /* op indexes the prologue (ir->pro) and value is -1: the layer input */
+    /* keyed per (sample, channel) of `value`, n * C + c, over its spatial positions, whatever
+     * op's own statistics are: the channel-sums strategy's moments (gen/planner.c,
+     * channel_sums_reduction), read raw by its map pass (the norm op's statistics assembled from
+     * them, and the reduction after it) */
+    bool per_channel;
 } fg_accum;
 
 /* A workspace buffer holding one value for the whole batch (float). */
@@ -258,6 +263,10 @@ typedef struct fg_pass {
      * (op index; -1 none) it computes in its epilogue, the ops after it applied to the reduced
      * value (the rule at wgmma_channel_reduction in planner.c) */
     int chan_reduce;
+    /* a map pass of the channel-sums strategy: the sum or mean (op index; -1 none) it computes
+     * from the conv pass's fp64 moments per (sample, channel) instead of from the elements (ops first..chan_sums - 1 are the norm and ops affine per channel: it
+     * evaluates them once per channel, in fp64, on the channel's mean) */
+    int chan_sums;
     struct fg_resident {
         int cluster;            /* CTAs per cluster (1, 2, 4, 8) */
         int channel_block;      /* output channels a cluster owns, all positions of them */
@@ -276,6 +285,11 @@ typedef enum fg_strategy {
     FG_STRATEGY_MATERIALIZE, /* the conv pass writes the pre-norm value once */
     FG_STRATEGY_RECOMPUTE,   /* the conv pass runs again after the statistics are known */
     FG_STRATEGY_RESIDENT,    /* one kernel: conv output kept in (distributed) shared memory */
+    /* a sum or mean over every spatial dim of a norm's output (through ops affine per channel):
+     * the conv pass feeds fp64 moments per (sample, channel), one map pass
+     * computes the reduction from them (gen/planner.c, channel_sums_reduction). Chosen by
+     * "auto" only; a spec or FUSEGEN_STRATEGY cannot ask for it */
+    FG_STRATEGY_CHANNEL_SUMS,
 } fg_strategy;
 
 typedef struct fg_plan {

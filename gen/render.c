@@ -402,7 +402,8 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
 static void push_plan(lua_State *L, const fg_plan *plan)
 {
     lua_createtable(L, 0, 8);
-    static const char *const strategies[] = {"materialize", "recompute", "resident"};
+    static const char *const strategies[] = {"materialize", "recompute", "resident", "channel_sums"};
+    static_assert(sizeof strategies / sizeof *strategies == FG_STRATEGY_CHANNEL_SUMS + 1, "a strategy without a name");
     set_str(L, "strategy", strategies[plan->strategy]);
     set_int(L, "n_passes", plan->n_passes);
     lua_createtable(L, plan->n_passes, 1);
@@ -429,6 +430,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_setfield(L, -2, "feeds");
         set_int(L, "finalize_accum", ps->finalize_accum);
         set_int(L, "chan_reduce", ps->chan_reduce);
+        set_int(L, "chan_sums", ps->chan_sums);
         lua_createtable(L, 0, 10);
         const fg_conv_tiling *t = &ps->conv;
         set_int3(L, "tile", t->tile, 3);
@@ -515,6 +517,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "count_per_sample", a->count_per_sample);
         set_int(L, "finalized", a->finalized);
         set_bool(L, "prologue", a->prologue);
+        set_bool(L, "per_channel", a->per_channel);
         lua_rawseti(L, -2, i);
     }
     lua_setfield(L, -2, "accums");

@@ -163,6 +163,8 @@ end
 -- Key of accumulator a for an element of the value it reduces.
 function Eval:accum_key(a, coords)
   local acc = self.plan.accums[a]
+  -- the channel-sums rule's sums: one per (sample, channel) of the value they add up
+  if acc.per_channel then return string.format("(long long)n * %d + %s", acc.keys_per_sample, coords[1]) end
   local op = self.layer.ops[acc.op]
   if op.class == "norm" then return self:norm_key(op, coords) end
   return self:reduce_key(op, coords)

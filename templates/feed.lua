@@ -125,6 +125,7 @@ end
 -- Whether all elements of one conv output channel (of one sample) share accumulator a's key.
 function M.uniform_per_channel(layer, plan, a)
   local acc = plan.accums[a]
+  if acc.per_channel then return true end -- keyed (sample, channel) by construction
   local op = layer.ops[acc.op]
   local shape = op.in_shape
   local norm = op.class == "norm"

@@ -5,6 +5,7 @@
 local lib = import("lib")
 local expr = import("expr")
 local feed = import("feed")
+local chan_sums = import("chan_sums")
 
 local M = {}
 
@@ -54,6 +55,7 @@ function M.render(layer, plan, pass, names, signature)
   c:open("{")
   c:line("const int n = batch_base + (int)blockIdx.z;")
   local ev = expr.new(layer, plan, pass, c, names)
+  if pass.chan_sums >= 0 then chan_sums.install(c, ev, layer, plan, pass) end
   for _, b in ipairs(read_buffers(pass)) do ev:load_from_buffer(plan.buffers[b].value, b) end
   feed.declare(c, plan, pass.feeds, 0)
   if M.vectorizable(layer, plan, pass) then

@@ -244,9 +244,22 @@ static void kb23(void **state)
 {
     (void)state;
     fg_layer_ir *ir = fgt_load_spec("kb23");
-    /* "auto" recomputes the conv: the second conv pass runs through to the mean with no
-     * intermediate tensor, and the output is far smaller than the conv's */
+    /* "auto" takes the channel-sums rule (a mean over everything of a group norm's output):
+     * one conv pass feeding fp64 moments per (sample, channel), one map pass computing the
+     * mean from them (channel_sums below) */
     fg_plan *plan = fgt_plan(ir, -1);
+    assert_int_equal(plan->strategy, FG_STRATEGY_CHANNEL_SUMS);
+    static const want_pass sums[] = {
+        {FG_PASS_CONV, 0, 0, -1, -1, false, 1, 0, -1},
+        {FG_PASS_MAP, 1, 2, -1, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, sums, N_WANT(sums));
+    assert_int_equal(plan->passes[1].chan_sums, 2);
+    free(plan);
+
+    /* asked for, recompute runs the conv twice: the second conv pass runs through to the mean
+     * with no intermediate tensor */
+    plan = fgt_plan(ir, FG_STRATEGY_RECOMPUTE);
     assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
     static const want_pass recomputed[] = {
         {FG_PASS_CONV, 0, 0, -1, -1, false, 1, 0, -1},
@@ -619,11 +632,13 @@ static void recompute_runs_the_conv_twice(void **state)
     free(ir21);
 
     /* "auto" keeps recompute only where the second conv pass ends the layer with no
-     * intermediate tensor and a small output: a norm followed by a reduction... */
+     * intermediate tensor and a small output: a norm followed by a reduction (through an
+     * activation: without it the channel-sums rule would take it)... */
     fg_layer_ir *reduced = fgt_load_string("return layer \"reduced\" {\n"
                                            "  input = { \"N\", 1, 64, 64 },\n"
                                            "  conv2d { out_channels = 64, kernel = 1 },\n"
                                            "  instance_norm {},\n"
+                                           "  relu {},\n"
                                            "  mean { dims = { 2, 3 } },\n"
                                            "}\n");
     plan = fgt_plan(reduced, -1);
@@ -654,6 +669,143 @@ static void recompute_runs_the_conv_twice(void **state)
         free(m);
     }
     free(ir);
+}
+
+/* The channel-sums rule (gen/planner.c, channel_sums_reduction): a sum or mean over every spatial
+ * dim of a group/instance/batch norm's output, through ops affine per channel, plans as one conv
+ * pass feeding fp64 moments per (sample, channel) and one map pass computing the output from
+ * them; anything that breaks the affine property, or another reduction or norm, plans as
+ * before. */
+static void expect_channel_sums(const char *source, int norm, int reduce, int64_t channels, int64_t positions)
+{
+    fg_layer_ir *ir = fgt_load_string(source);
+    fg_plan *plan = fgt_plan(ir, -1);
+    if (plan->strategy != FG_STRATEGY_CHANNEL_SUMS)
+        fail_msg("%s: strategy %d, expected channel sums", ir->name, (int)plan->strategy);
+    const want_pass want[] = {
+        {FG_PASS_CONV, 0, norm - 1, -1, -1, false, 1, 0, -1},
+        {FG_PASS_MAP, norm, ir->n_ops - 1, -1, -1, true, 0, 0, -1},
+    };
+    check_passes(ir, plan, want, N_WANT(want));
+    check_args_common(plan);
+    assert_int_equal(plan->n_buffers, 0);
+    assert_int_equal(plan->n_accums, 1);
+    const fg_accum *a = &plan->accums[0];
+    assert_int_equal(a->kind, FG_ACCUM_MOMENTS);
+    assert_true(a->per_channel);
+    assert_false(a->over_batch);
+    assert_int_equal(a->value, norm - 1);
+    assert_int_equal(a->keys_per_sample, channels);
+    assert_int_equal(a->count_per_sample, positions);
+    assert_int_equal(a->finalized, -1); /* read raw, in fp64 */
+    assert_int_equal(plan->op_accum[norm], 0);
+    assert_int_equal(plan->op_accum[reduce], 0);
+    const fg_pass *m = &plan->passes[1];
+    assert_int_equal(m->chan_sums, reduce);
+    assert_int_equal(plan->passes[0].chan_sums, -1);
+    assert_non_null(find_arg(m, FG_ARG_ACCUM, 0));
+    assert_null(find_arg(m, FG_ARG_STATS, 0));
+    /* the runtime's workspace: the moments and nothing else (no conv output) */
+    fg_launch_layout ws = workspace_for(ir, plan, 3);
+    assert_true(ws.total <= (uint64_t)(3 * channels * 16 + 3 * channels * 8 + 1024));
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    fgt_assert_contains(t->buf, "strategy channel_sums");
+    fgt_assert_contains(t->buf, "an affine map commutes with a mean");
+    fgt_assert_contains(t->buf, "(one a channel)");
+    free(t);
+    /* asked for, the older plans stay (the A/B of the rule) */
+    free(plan);
+    plan = fgt_plan(ir, FG_STRATEGY_RECOMPUTE);
+    assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+    assert_int_equal(plan->passes[2].kind, FG_PASS_CONV);
+    free(plan);
+    plan = fgt_plan(ir, FG_STRATEGY_MATERIALIZE);
+    assert_int_equal(plan->strategy, FG_STRATEGY_MATERIALIZE);
+    free(plan);
+    free(ir);
+}
+
+static void expect_no_channel_sums(const char *source)
+{
+    fg_layer_ir *ir = fgt_load_string(source);
+    fg_plan *plan = fgt_plan(ir, -1);
+    if (plan->strategy == FG_STRATEGY_CHANNEL_SUMS)
+        fail_msg("%s: the channel-sums rule applied", ir->name);
+    for (int i = 0; i < plan->n_passes; i++)
+        assert_int_equal(plan->passes[i].chan_sums, -1);
+    for (int i = 0; i < plan->n_accums; i++)
+        assert_false(plan->accums[i].per_channel);
+    /* the plan of before: the conv runs twice or its value is stored */
+    int convs = 0;
+    for (int i = 0; i < plan->n_passes; i++)
+        convs += plan->passes[i].kind == FG_PASS_CONV;
+    assert_true(convs == 2 || plan->n_buffers > 0);
+    free(plan);
+    free(ir);
+}
+
+static void channel_sums(void **state)
+{
+    (void)state;
+    /* KB23's shape: group norm, then a mean over every dim but the batch */
+    expect_channel_sums("return layer \"gn_mean_all\" {\n  input = { \"N\", 3, 10, 12, 12 },\n"
+                        "  conv3d { out_channels = 16, kernel = 3 },\n  group_norm { groups = 4 },\n"
+                        "  mean { dims = { 1, 2, 3, 4 } },\n}\n",
+                        1, 2, 16, 8 * 10 * 10);
+    /* instance norm, then a mean over the spatial dims only (global average pooling): [N, C] */
+    expect_channel_sums("return layer \"in_mean_spatial\" {\n  input = { \"N\", 4, 18, 18 },\n"
+                        "  conv2d { out_channels = 16, kernel = 3 },\n  instance_norm { affine = true },\n"
+                        "  mean { dims = { 2, 3 } },\n}\n",
+                        1, 2, 16, 16 * 16);
+    /* a per-channel mul, a scalar sub and div between, a sum with keepdim, an activation after
+     * the reduction (elementwise on the reduced value) */
+    expect_channel_sums("return layer \"in_mul_sum\" {\n  input = { \"N\", 4, 18, 18 },\n"
+                        "  conv2d { out_channels = 16, kernel = 3 },\n  instance_norm {},\n"
+                        "  mul { param = \"scale\", shape = { 16, 1, 1 } },\n  sub { scalar = 0.25 },\n"
+                        "  div { scalar = 3 },\n  sum { dims = { 2, 3 }, keepdim = true },\n  relu {},\n}\n",
+                        1, 5, 16, 16 * 16);
+    /* ops before the norm stay in the conv's epilogue; a sum over everything */
+    expect_channel_sums("return layer \"mul_gn_sum\" {\n  input = { \"N\", 3, 10, 12, 12 },\n"
+                        "  conv3d { out_channels = 16, kernel = 3 },\n  mul { scalar = 2.0 },\n"
+                        "  group_norm { groups = 4 },\n  add { param = \"shift\", shape = { 16, 1, 1, 1 } },\n"
+                        "  sum { dims = { 1, 2, 3, 4 } },\n}\n",
+                        2, 4, 16, 8 * 10 * 10);
+    /* batch statistics (the norm's statistic over the batch: assembled in the map pass) and
+     * global_avg_pool, then a flatten */
+    expect_channel_sums("return layer \"bn_gap\" {\n  input = { \"N\", 4, 10, 10 },\n"
+                        "  conv2d { out_channels = 8, kernel = 3, padding = 1 },\n  batch_norm {},\n"
+                        "  global_avg_pool {},\n  flatten {},\n}\n",
+                        1, 2, 8, 10 * 10);
+
+    /* not affine between the norm and the mean: an activation, a clamp */
+    expect_no_channel_sums("return layer \"sigmoid\" {\n  input = { \"N\", 3, 10, 12, 12 },\n"
+                           "  conv3d { out_channels = 16, kernel = 3 },\n  group_norm { groups = 4 },\n"
+                           "  sigmoid {},\n  mean { dims = { 1, 2, 3, 4 } },\n}\n");
+    expect_no_channel_sums("return layer \"clamp\" {\n  input = { \"N\", 4, 18, 18 },\n"
+                           "  conv2d { out_channels = 16, kernel = 3 },\n  instance_norm {},\n"
+                           "  clamp { min = -0.5, max = 0.5 },\n  mean { dims = { 2, 3 } },\n}\n");
+    /* a parameter that varies along a spatial dim is not per channel */
+    expect_no_channel_sums("return layer \"spatial_param\" {\n  input = { \"N\", 4, 18, 18 },\n"
+                           "  conv2d { out_channels = 16, kernel = 3 },\n  instance_norm {},\n"
+                           "  mul { param = \"p\", shape = { 16 } },\n  mean { dims = { 2, 3 } },\n}\n");
+    /* a max is not a mean */
+    expect_no_channel_sums("return layer \"max\" {\n  input = { \"N\", 3, 10, 12, 12 },\n"
+                           "  conv3d { out_channels = 16, kernel = 3 },\n  group_norm { groups = 4 },\n"
+                           "  max { dims = { 1, 2, 3, 4 } },\n}\n");
+    /* a mean that keeps a spatial dim */
+    expect_no_channel_sums("return layer \"keeps_w\" {\n  input = { \"N\", 4, 18, 18 },\n"
+                           "  conv2d { out_channels = 16, kernel = 3 },\n  instance_norm {},\n"
+                           "  mean { dims = { 1, 2 } },\n}\n");
+    /* layer norm over the channels: statistics per position */
+    expect_no_channel_sums("return layer \"ln\" {\n  input = { \"N\", 4, 18, 18 },\n"
+                           "  conv2d { out_channels = 16, kernel = 3 },\n  layer_norm { dim = 1 },\n"
+                           "  mean { dims = { 1, 2, 3 } },\n}\n");
+    /* layer norm over the trailing dims: its affine varies along the positions */
+    expect_no_channel_sums("return layer \"ln_trailing\" {\n  input = { \"N\", 4, 18, 18 },\n"
+                           "  conv2d { out_channels = 16, kernel = 3 },\n"
+                           "  layer_norm { normalized_shape = { 16, 16, 16 } },\n  mean { dims = { 1, 2, 3 } },\n}\n");
 }
 
 static void named_value_behind_a_statistic(void **state)
@@ -1883,6 +2035,7 @@ int main(void)
         cmocka_unit_test(kb17),
         cmocka_unit_test(kb21),
         cmocka_unit_test(kb23),
+        cmocka_unit_test(channel_sums),
         cmocka_unit_test(kb79),
         cmocka_unit_test(kb85),
         cmocka_unit_test(kb92),

@@ -163,6 +163,39 @@ static const variant fixed[] = {
         group_norm { groups = 5 },
         hardswish {},
     })},
+    /* the channel-sums rule (gen/planner.c, channel_sums_reduction): one conv pass feeding fp64
+     * moments per (sample, channel), one map pass computing the reduction from them */
+    {"channel_sums_gn_mean_all_3d", 3, 1e-4, SPEC(return layer "channel_sums_gn_mean_all_3d" {
+        input = { "N", 3, 10, 12, 13 },
+        conv3d { out_channels = 16, kernel = 3 },
+        group_norm { groups = 4 },
+        mean { dims = { 1, 2, 3, 4 } },
+    })},
+    {"channel_sums_in_mul_spatial_2d", 4, 1e-4, SPEC(return layer "channel_sums_in_mul_spatial_2d" {
+        input = { "N", 5, 19, 17 },
+        conv2d { out_channels = 24, kernel = 3, padding = 1 },
+        instance_norm { affine = true },
+        mul { param = "scale", shape = { 24, 1, 1 } },
+        add { scalar = 0.5 },
+        mean { dims = { 2, 3 } },
+    })},
+    {"channel_sums_gn_sum_keepdim_2d", 2, 1e-4, SPEC(return layer "channel_sums_gn_sum_keepdim_2d" {
+        input = { "N", 4, 21, 23 },
+        conv2d { out_channels = 16, kernel = 3, bias = false },
+        mul { scalar = 1.5 },
+        group_norm { groups = 8 },
+        div { param = "d", shape = { 16, 1, 1 } },
+        sub { scalar = 0.1 },
+        sum { dims = { 2, 3 }, keepdim = true },
+        tanh {},
+    })},
+    {"channel_sums_bn_batch_stats_gap", 5, 1e-4, SPEC(return layer "channel_sums_bn_batch_stats_gap" {
+        input = { "N", 6, 25, 25 },
+        conv2d { out_channels = 12, kernel = 3, stride = 2 },
+        batch_norm { name = "bn" },
+        global_avg_pool {},
+        flatten {},
+    })},
     {"residual_after_norm", 2, 1e-4, SPEC(return layer "residual_after_norm" {
         input = { "N", 3, 16, 16 },
         conv2d { out_channels = 8, kernel = 3 },
@@ -408,6 +441,16 @@ static const half_variant halves[] = {
         group_norm { groups = 4 },
         mean { dims = { 1, 2, 3, 4 } },
     })},
+    /* the channel-sums rule on the wgmma engine: its epilogue's per-channel statistics slots feed
+     * moments keyed per (sample, channel) */
+    {"half_bf16_wgmma_channel_sums", "wgmma", 3, 0, 1e-4, SPEC(return layer "half_bf16_wgmma_channel_sums" {
+        input = { "N", 16, 19, 17 },
+        dtype = "bf16",
+        conv2d { out_channels = 32, kernel = 3, padding = 1 },
+        instance_norm { affine = true },
+        mul { param = "scale", shape = { 32, 1, 1 } },
+        mean { dims = { 2, 3 } },
+    })},
     {"half_bf16_resident_channel_max", NULL, 2, 0, 1e-4, SPEC(return layer "half_bf16_resident_channel_max" {
         input = { "N", 3, 8, 20, 20 },
         dtype = "bf16",
@@ -584,6 +627,13 @@ static const half_variant layouts[] = {
         input = { "N", 3, 10, 18, 18 },
         layout = "channels_last",
         strategy = "recompute",
+        conv3d { out_channels = 12, kernel = 3 },
+        group_norm { groups = 4 },
+        mean { dims = { 2, 3, 4 }, keepdim = true },
+    })},
+    {"cl_channel_sums_mean_keepdim", NULL, 2, 0, 1e-4, SPEC(return layer "cl_channel_sums_mean_keepdim" {
+        input = { "N", 3, 10, 18, 18 },
+        layout = "channels_last",
         conv3d { out_channels = 12, kernel = 3 },
         group_norm { groups = 4 },
         mean { dims = { 2, 3, 4 }, keepdim = true },
