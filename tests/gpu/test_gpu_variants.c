@@ -171,6 +171,8 @@ static const variant fixed[] = {
         group_norm { groups = 4 },
         mean { dims = { 1, 2, 3, 4 } },
     })},
+    /* an instance norm's own channel mean cancels (each output is beta * scale + 0.5 whatever the
+     * conv computes): this case checks the affine ops' parameters; the others the moments */
     {"channel_sums_in_mul_spatial_2d", 4, 1e-4, SPEC(return layer "channel_sums_in_mul_spatial_2d" {
         input = { "N", 5, 19, 17 },
         conv2d { out_channels = 24, kernel = 3, padding = 1 },
