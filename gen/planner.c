@@ -1699,13 +1699,14 @@ static fg_pass *first_passes(planner *p, int wanted)
     int t = ps->last = ps->domain = chain_end(p, 0, 0, true);
     if ((ps->chan_reduce = wgmma_channel_reduction(p, t)) >= 0)
         t = ps->last = ps->domain = last_op; /* the reduction and what follows it, in the epilogue */
-    if (t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM &&
-        wanted < 0 && (p->chan_sums = channel_sums_reduction(p, t)) >= 0) {
+    /* the chain stopped at a norm that needs statistics: a strategy decides what follows */
+    const bool norm_cut =
+        t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM;
+    if (norm_cut && wanted < 0 && (p->chan_sums = channel_sums_reduction(p, t)) >= 0) {
         /* algebra instead of a second conv or a stored tensor: "auto" only, so that a spec (or
          * FUSEGEN_STRATEGY) asking for materialize or recompute still gets that plan */
         plan->strategy = FG_STRATEGY_CHANNEL_SUMS;
-    } else if (t < last_op && needs_stats(&ir->ops[t + 1]) &&
-               fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM) {
+    } else if (norm_cut) {
         plan->strategy = wanted == FG_STRATEGY_MATERIALIZE ? FG_STRATEGY_MATERIALIZE : FG_STRATEGY_RECOMPUTE;
         p->auto_cut = wanted < 0 ? t : -1; /* "auto": decided once the recompute plan is known */
         /* recompute cannot serve a value some later op reads back */

@@ -10,6 +10,7 @@
 -- the channels it reduces, or keeps one value a channel. The values between the norm's input
 -- and the reduction are never computed per element.
 local lib = import("lib")
+local expr = import("expr")
 
 local M = {}
 
@@ -40,7 +41,9 @@ function M.install(c, ev, layer, plan, pass)
     local cc = { ch }
     for d = 2, red.in_shape.rank - 1 do cc[d] = "0" end
     local x, s1, s2 = ev:fresh("m"), ev:fresh("s"), ev:fresh("q")
-    c:line("double %s = %s[2 * ((long long)n * %d + %s)] / %s;", x, acc, C, ch, lib.dlit(S))
+    -- the moments' layout (the registry's FG_ACCUM_MOMENTS): the sum at 2 key, the sum of squares
+    -- at 2 key + 1
+    c:line("double %s = %s[2 * (%s)] / %s;", x, acc, expr.sample_key("n", C, ch), lib.dlit(S))
     -- the norm's statistic of channel ch: the sums of its group's channels (of this sample), or
     -- of the channel in every sample of the batch
     c:line("double %s = 0.0, %s = 0.0;", s1, s2)
@@ -48,8 +51,8 @@ function M.install(c, ev, layer, plan, pass)
     if st.over_batch then
       local nb = ev:fresh("nb")
       c:open("for (int %s = 0; %s < batch; ++%s) {", nb, nb, nb)
-      c:line("%s += %s[2 * ((long long)%s * %d + %s)]; %s += %s[2 * ((long long)%s * %d + %s) + 1];", s1, acc, nb, C,
-        ch, s2, acc, nb, C, ch)
+      local key = expr.sample_key(nb, C, ch)
+      c:line("%s += %s[2 * (%s)]; %s += %s[2 * (%s) + 1];", s1, acc, key, s2, acc, key)
       c:close()
       cnt = string.format("(%s * (double)batch)", lib.dlit(S))
     else
@@ -57,7 +60,7 @@ function M.install(c, ev, layer, plan, pass)
       local gc = ev:fresh("gc")
       local first = G == 1 and ch or string.format("(%s) / %d * %d", ch, G, G)
       c:open("for (int %s = 0; %s < %d; ++%s) {", gc, gc, G, gc)
-      c:line("const long long kk = (long long)n * %d + %s + %s;", C, first, gc)
+      c:line("const long long kk = %s;", expr.sample_key("n", C, first .. " + " .. gc))
       c:line("%s += %s[2 * kk]; %s += %s[2 * kk + 1];", s1, acc, s2, acc)
       c:close()
       cnt = lib.dlit(S * G)

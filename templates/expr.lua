@@ -128,6 +128,12 @@ function Eval:param_at(p, shape, coords)
   return text
 end
 
+-- The index of a statistic kept per sample: key `within` of sample `sample`'s `per_sample` keys
+-- (the accumulators' layout; a batch-wide statistic's key is `within` alone).
+function M.sample_key(sample, per_sample, within)
+  return string.format("(long long)%s * %d + %s", sample, per_sample, within)
+end
+
 -- Key of a norm's statistic for an element at `coords` of its input.
 function Eval:norm_key(op, coords)
   local st, shape = op.stat, op.in_shape
@@ -138,7 +144,7 @@ function Eval:norm_key(op, coords)
       key = string.format("(%s) * %d + %s", key, shape.dim[d], coords[d])
     end
   end
-  if not st.over_batch then key = string.format("(long long)n * %d + %s", st.keys_per_sample, key) end
+  if not st.over_batch then key = M.sample_key("n", st.keys_per_sample, key) end
   return key
 end
 
@@ -157,14 +163,14 @@ function Eval:reduce_key(op, coords)
   for d = 1, shape.rank - 1 do
     if (op.reduce_mask >> d) & 1 == 1 then per_sample = per_sample // shape.dim[d] end
   end
-  return string.format("(long long)n * %d + %s", per_sample, lib.lin(kept, kc))
+  return M.sample_key("n", per_sample, lib.lin(kept, kc))
 end
 
 -- Key of accumulator a for an element of the value it reduces.
 function Eval:accum_key(a, coords)
   local acc = self.plan.accums[a]
   -- the channel-sums rule's sums: one per (sample, channel) of the value they add up
-  if acc.per_channel then return string.format("(long long)n * %d + %s", acc.keys_per_sample, coords[1]) end
+  if acc.per_channel then return M.sample_key("n", acc.keys_per_sample, coords[1]) end
   local op = self.layer.ops[acc.op]
   if op.class == "norm" then return self:norm_key(op, coords) end
   return self:reduce_key(op, coords)
@@ -256,7 +262,7 @@ end
 function Eval:compute_from_accum(k, op, coords)
   local list = self.plan.op[k].accums
   local acc = self.plan.accums[list[#list]]
-  local key = string.format("(long long)n * %d + %s", acc.keys_per_sample, lib.lin(op.out_shape, coords))
+  local key = M.sample_key("n", acc.keys_per_sample, lib.lin(op.out_shape, coords))
   local read = op.reduce.read
   local _, uses = read:gsub("{key}", "")
   if uses > 1 then
