@@ -112,8 +112,9 @@ void fg_im2col_args_for(const fg_im2col_map *map, int64_t batch, fg_im2col_args 
 /* Encodes the map over `address` (16-byte aligned) for `batch` samples: 0, or -1 with err
  * saying why (a driver without cuTensorMapEncodeIm2col, or the driver's refusal), naming
  * FUSEGEN_WGMMA_A_TMA. On drivers up to 13.1 a map over less than 128 KiB gets bit 21 of its
- * second 64-bit word cleared after encoding (CUTLASS 4.3.4's workaround of a driver bug:
- * "occasional errors"; bench/hopper-tma.md section 3). */
+ * second 64-bit word cleared after encoding, as CUTLASS 4.3.4's make_im2col_tma_copy_desc does
+ * (its CHANGELOG: "occasional errors on Blackwell when the tensor's backing memory allocation is
+ * less than 128KB and it is not a dense non-overlapping tensor"; bench/hopper-tma.md section 3). */
 int fg_launch_encode_im2col(const fg_cuda *cu, const fg_im2col_map *map, CUdeviceptr address, int64_t batch,
                             CUtensorMap *out, fg_error *err);
 
