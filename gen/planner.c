@@ -693,11 +693,15 @@ const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling 
 static void wgmma_a_tma(const fg_plan_options *opts, const fg_layer_ir *ir, fg_wgmma_tiling *w)
 {
     w->a_tma = 1;
+    w->a_tma_refused = NULL;
     memset(&w->im2col, 0, sizeof w->im2col);
-    if (opts->wgmma_a_tma == 2 && !fg_wgmma_a_tma_refusal(ir, w, &w->im2col))
-        w->a_tma = 2;
+    if (opts->wgmma_a_tma != 2)
+        return;
+    w->a_tma_refused = fg_wgmma_a_tma_refusal(ir, w, &w->im2col);
+    if (w->a_tma_refused)
+        memset(&w->im2col, 0, sizeof w->im2col); /* a refusal may have filled part of it */
     else
-        memset(&w->im2col, 0, sizeof w->im2col);
+        w->a_tma = 2;
 }
 
 /* Output channels per group below which a tensor-core conv wastes most of each MMA (the

@@ -259,6 +259,9 @@ typedef struct fg_wgmma_tiling {
      * batch): the epilogue masks every row q >= OPIX (stores, statistics, channel reductions;
      * split K sums whole partial tiles and masks at its epilogue). 1: cp.async (the default). */
     int a_tma;
+    /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
+     * string, for `fusegen plan`); NULL otherwise */
+    const char *a_tma_refused;
     fg_im2col_map im2col; /* a_tma 2: the map's plan-time arguments */
     /* Split K, for grids too small to fill the GPU: a tile's K chunks are shared by up to
      * split_k CTAs (work units of the persistent loop), each writing its fp32 partial tile to

@@ -1772,6 +1772,14 @@ static void wgmma_a_tma_where_tma_builds_the_stage(void **state)
             assert_int_equal(plan->wgmma.im2col.rank, 0);
             assert_null(find_arg(conv, FG_ARG_TMAP, plan->wgmma.packed_hi));
             fgt_assert_not_contains(src.source, "tmap");
+            /* asked for and refused: `fusegen plan` says why */
+            assert_non_null(plan->wgmma.a_tma_refused);
+            text_sink *t = calloc(1, sizeof *t);
+            assert_non_null(t);
+            fg_plan_print(ir, plan, collect_line, t);
+            fgt_assert_contains(t->buf, "TMA was asked for (FUSEGEN_WGMMA_A_TMA=2) and refused: ");
+            fgt_assert_contains(t->buf, plan->wgmma.a_tma_refused);
+            free(t);
         }
         fg_rendered_free(&src);
         free(plan);
