@@ -312,6 +312,19 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      how, w->bm, w->bn, w->wgmt, w->kch, w->kc_elems, w->stages,
                      w->multicast == 2 ? " in pairs (clusters of 2) that share each weight chunk by TMA multicast" : "");
             emit(ctx, line);
+            if (w->a_tma == 2) {
+                snprintf(line, sizeof line,
+                         "           the input's im2col rows (A) by TMA in im2col mode: one rank-%d tensor copy of %d "
+                         "pixels x 128 bytes per stage and part, issued by one producer thread (FUSEGEN_WGMMA_A_TMA=2)",
+                         w->im2col.rank, w->im2col.pixels);
+                emit(ctx, line);
+            } else if (w->a_tma_refused) {
+                snprintf(line, sizeof line,
+                         "           the input's im2col rows (A) by 128 producer threads' cp.async: TMA was asked for "
+                         "(FUSEGEN_WGMMA_A_TMA=2) and refused: %s",
+                         w->a_tma_refused);
+                emit(ctx, line);
+            }
             if (ps->chan_reduce >= 0) {
                 const fg_op *red = &ir->ops[ps->chan_reduce];
                 snprintf(line, sizeof line,

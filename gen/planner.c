@@ -627,6 +627,83 @@ static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int
     w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 ? 2 : 1;
 }
 
+/* TMA im2col limits (cuTensorMapEncodeIm2col, PTX cp.async.bulk.tensor .im2col; bench/hopper-tma.md
+ * section 4): the pixel box corners are signed 8 bits a dim in a rank-4 map, 5 in a rank-5 one;
+ * the im2col offsets (a tap's position times the dilation) 8 or 5 bits unsigned, kept below
+ * 2^bits - 1 as CUTLASS's can_implement does; the traversal strides 1..8. */
+const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling *w, fg_im2col_map *map)
+{
+    const fg_op *conv = &ir->ops[0];
+    conv_geometry g;
+    geometry(conv, &g);
+    if (!w->parts)
+        return "the conv is not on wgmma";
+    if (w->cp % w->kc_elems)
+        return w->operand == FG_WGMMA_TF32 ? "its packed channels a group are no multiple of 32 (a K chunk would span taps)"
+                                           : "its packed channels a group are no multiple of 64 (a K chunk would span taps)";
+    if (w->bm > 256)
+        return "tiles of more than 256 pixels";
+    int off = 3 - conv->spatial, pad[3] = {0, 0, 0};
+    for (int i = off; i < 3; i++)
+        pad[i] = (int)conv->padding[i - off];
+    /* depth only where the conv has one: a 2D conv's map is rank 4 (wider limits) */
+    const bool depth = g.in[0] > 1 || g.k[0] > 1 || g.out[0] > 1 || pad[0] > 0;
+    const int rank = depth ? 5 : 4, bits = depth ? 5 : 8;
+    const int corner_lo = -(1 << (bits - 1)), corner_hi = (1 << (bits - 1)) - 1, offset_max = (1 << bits) - 2;
+    fg_im2col_map m;
+    memset(&m, 0, sizeof m);
+    m.rank = rank;
+    m.operand = w->operand;
+    m.elem_bytes = w->operand == FG_WGMMA_TF32 ? 4 : 2;
+    m.channels = w->kc_elems;
+    m.pixels = w->bm;
+    m.dims[0] = (uint64_t)w->xc;
+    m.elem_strides[0] = 1;
+    uint64_t stride = (uint64_t)w->xc * (uint64_t)m.elem_bytes;
+    /* the spatial dims innermost first: W, H[, D] (geometry's index 2, 1, 0) */
+    for (int j = 0; j < rank - 2; j++) {
+        int i = 2 - j;
+        int64_t lower = -pad[i], upper = (g.out[i] - 1) * g.s[i] - pad[i] - (g.in[i] - 1);
+        if (lower < corner_lo || lower > corner_hi)
+            return "padding past the TMA pixel box's corner range";
+        if (upper < corner_lo || upper > corner_hi)
+            return "a pixel box corner past the TMA range (the output extent, stride and padding)";
+        if ((int64_t)(g.k[i] - 1) * g.d[i] > offset_max)
+            return "a dilated kernel extent past the TMA im2col offsets";
+        if (g.s[i] < 1 || g.s[i] > 8)
+            return "a stride past 8 (TMA traversal strides)";
+        m.dims[1 + j] = (uint64_t)g.in[i];
+        m.strides[j] = stride;
+        stride *= (uint64_t)g.in[i];
+        m.lower[j] = (int)lower;
+        m.upper[j] = (int)upper;
+        m.elem_strides[1 + j] = g.s[i];
+    }
+    m.strides[rank - 2] = stride; /* a sample */
+    m.elem_strides[rank - 1] = 1;
+    m.dims[rank - 1] = 0;         /* the batch: the launcher's */
+    if (map)
+        *map = m;
+    return NULL;
+}
+
+/* Whether the producer loads A by TMA in im2col mode (fg_wgmma_tiling.a_tma): on request
+ * (FUSEGEN_WGMMA_A_TMA=2) and where fg_wgmma_a_tma_refusal allows; elsewhere the knob is
+ * ignored. Off by default: not measured yet (bench/hopper-tma.md). */
+static void wgmma_a_tma(const fg_plan_options *opts, const fg_layer_ir *ir, fg_wgmma_tiling *w)
+{
+    w->a_tma = 1;
+    w->a_tma_refused = NULL;
+    memset(&w->im2col, 0, sizeof w->im2col);
+    if (opts->wgmma_a_tma != 2)
+        return;
+    w->a_tma_refused = fg_wgmma_a_tma_refusal(ir, w, &w->im2col);
+    if (w->a_tma_refused)
+        memset(&w->im2col, 0, sizeof w->im2col); /* a refusal may have filled part of it */
+    else
+        w->a_tma = 2;
+}
+
 /* Output channels per group below which a tensor-core conv wastes most of each MMA (the
  * narrowest wgmma and mma.sync tiles are 8 or 16 channels wide): depthwise and 4-channel
  * groups. The sweep (bench/NOTES.md v6) measured them 3-28x slower on wgmma in tf32 than
@@ -1065,6 +1142,11 @@ static void op_args(const fg_layer_ir *ir, const fg_plan *plan, const planner *p
         if (w->packed_lo >= 0)
             add_arg(ps, FG_ARG_BUFFER, w->packed_lo);
         add_arg(ps, FG_ARG_BUFFER, w->packed_w);
+        if (w->a_tma == 2) { /* the maps over the packed input parts (after the buffers) */
+            add_arg(ps, FG_ARG_TMAP, w->packed_hi);
+            if (w->packed_lo >= 0)
+                add_arg(ps, FG_ARG_TMAP, w->packed_lo);
+        }
         if (w->split_k > 1) {
             add_arg(ps, FG_ARG_BUFFER, w->split_partials);
             add_arg(ps, FG_ARG_BUFFER, w->split_counters);
@@ -1667,6 +1749,7 @@ static fg_pass *first_passes(planner *p, int wanted)
     if (p->use_wgmma) {
         wgmma_split(p->opts, &plan->wgmma, (int64_t)plan->wgmma.m_tiles * plan->wgmma.nblk * ir->ops[0].groups);
         wgmma_multicast(p->opts, &plan->wgmma, (int)ir->ops[0].groups);
+        wgmma_a_tma(p->opts, ir, &plan->wgmma);
     }
     if (p->use_wgmma && add_pack_passes(p))
         return NULL;

@@ -83,6 +83,11 @@ typedef enum fg_arg_kind {
     FG_ARG_STATS,   /* finalized statistics of accumulator `index` (float2 per key) */
     FG_ARG_BATCH,   /* int: samples in this launch */
     FG_ARG_BATCH_BASE, /* int: index of the launch's first sample (launches are split at 65535) */
+    /* the wgmma conv's A operand by TMA (fg_wgmma_tiling.a_tma 2): a 128-byte CUtensorMap, passed
+     * by value (a `const __grid_constant__` parameter), in im2col mode over buffer `index` (a
+     * packed input part, or the input where fg_launch_input_direct), encoded by the launcher
+     * from fg_wgmma_tiling.im2col, the buffer's address and the run's batch */
+    FG_ARG_TMAP,
 } fg_arg_kind;
 
 typedef struct fg_arg {
@@ -184,6 +189,27 @@ typedef enum fg_wgmma_operand {
 
 const char *fg_wgmma_operand_name(int operand);
 
+/* A TMA tensor map in im2col mode over a packed input part of the wgmma conv
+ * (cuTensorMapEncodeIm2col's arguments, fg_wgmma_tiling.a_tma 2): everything but the address
+ * and the batch, which the launcher adds (dims[rank - 1] = the batch). The packed input is
+ * [N][D][H][W][XC] (channels innermost), so dims are innermost first {XC, W, H, N} (2D, rank 4)
+ * or {XC, W, H, D, N} (3D, rank 5). One copy loads `pixels` (BM) rows of `channels` elements
+ * (128 bytes: one K chunk of one tap) with the 128-byte swizzle; the pixel box's corners make
+ * the base walk exactly the output positions (lower = -pad, upper = (O-1) S - pad - (I-1));
+ * the conv stride is the traversal stride (elem_strides); the tap's offset times the dilation
+ * is the copy's im2col offset (the kernel's). Computed at plan time (fg_wgmma_im2col_map). */
+typedef struct fg_im2col_map {
+    int rank;             /* 4 or 5 */
+    int elem_bytes;       /* 4 (TF32 parts: fp32 bits) or 2 (bf16/fp16) */
+    int operand;          /* an fg_wgmma_operand: the map's data type (FLOAT32, BFLOAT16, FLOAT16) */
+    uint64_t dims[5];     /* innermost first; the last (the batch) is 0 here */
+    uint64_t strides[4];  /* bytes, of dims 1..rank-1 */
+    int lower[3], upper[3]; /* pixel box corners, (W, H[, D]) */
+    int channels;         /* channelsPerPixel: elements of a 128-byte row */
+    int pixels;           /* pixelsPerColumn: BM */
+    int elem_strides[5];  /* {1, SW, SH[, SD], 1} */
+} fg_im2col_map;
+
 /* The wgmma engine's tile, ring and registers, as the planner chose them: one per layer (every
  * conv pass of a layer runs the same conv on it), in fg_plan.wgmma. */
 typedef struct fg_wgmma_tiling {
@@ -223,6 +249,20 @@ typedef struct fg_wgmma_tiling {
      * weights from L2 once; only where every tile reads the same B sequence (one channel
      * block, one group, no split K). 1: every CTA copies its own. */
     int multicast;
+    /* 2: the producer loads the A operand (the im2col rows) with TMA in im2col mode: one elected
+     * thread issues one cp.async.bulk.tensor per stage and part (the map: im2col, kernel
+     * parameters of kind FG_ARG_TMAP), instead of 128 threads' 16-byte cp.async copies. Only on
+     * request (FUSEGEN_WGMMA_A_TMA=2) and where TMA can build the stage's image
+     * (fg_wgmma_a_tma_refusal: a chunk is one tap x one 128-byte channel block, the pads,
+     * corners, dilated offsets and strides within the map's limits, BM <= 256). A tile's rows
+     * past the sample's output pixels then hold the next sample's pixels (zeros past the
+     * batch): the epilogue masks every row q >= OPIX (stores, statistics, channel reductions;
+     * split K sums whole partial tiles and masks at its epilogue). 1: cp.async (the default). */
+    int a_tma;
+    /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
+     * string, for `fusegen plan`); NULL otherwise */
+    const char *a_tma_refused;
+    fg_im2col_map im2col; /* a_tma 2: the map's plan-time arguments */
     /* Split K, for grids too small to fill the GPU: a tile's K chunks are shared by up to
      * split_k CTAs (work units of the persistent loop), each writing its fp32 partial tile to
      * the workspace; the last to arrive on the tile's counter adds every partial in split
@@ -242,6 +282,11 @@ typedef struct fg_wgmma_tiling {
  * splits within w->split_fill, at most w->split_k; 1 (no split) below 2. The generated kernel
  * computes the same from its batch argument. */
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles);
+
+/* Why the wgmma conv of `ir` on tiling `w` cannot load A by TMA in im2col mode (the reason, for
+ * fusegen plan), or NULL where it can; where it can, fills *map (may be NULL) with the map's
+ * plan-time arguments. A pure function of the layer and the tiling (tests/test_planner.c). */
+const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling *w, fg_im2col_map *map);
 
 typedef struct fg_pass {
     fg_pass_kind kind;
@@ -351,6 +396,7 @@ typedef struct fg_plan_options {
     int split_k;            /* wgmma: at most this many K splits (1: never split; 0: choose) */
     int wgmma_m64;          /* wgmma: at most this many m64 tiles per consumer warpgroup, 1..2 (0: choose) */
     int wgmma_multicast;    /* wgmma: 2 shares B chunks between the CTAs of a pair where it can, 1 never (0: choose) */
+    int wgmma_a_tma;        /* wgmma: 2 loads A (the im2col rows) by TMA where it can, 1 never (0: choose: never) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

@@ -356,7 +356,9 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold)
 static const char *const pass_kind_names[] = {"conv", "map", "finalize", "cudnn", "resident", "pack_input",
                                               "pack_weights", "pro_stats"};
 static_assert(sizeof pass_kind_names / sizeof *pass_kind_names == FG_PASS_PRO_STATS + 1, "one name per pass kind");
-static const char *const arg_kind_names[] = {"input", "output", "buffer", "param", "accum", "stats", "batch", "batch_base"};
+static const char *const arg_kind_names[] = {"input",  "output", "buffer",     "param", "accum",
+                                             "stats",  "batch",  "batch_base", "tmap"};
+static_assert(sizeof arg_kind_names / sizeof *arg_kind_names == FG_ARG_TMAP + 1, "one name per argument kind");
 
 /* The layer's wgmma tiling (fg_plan.wgmma), for templates/conv_wgmma.lua. */
 static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
@@ -371,6 +373,8 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "w_elems", w->w_elems);
     set_int(L, "block_acc", w->block_acc);
     set_int(L, "multicast", w->multicast);
+    set_int(L, "a_tma", w->a_tma);
+    set_int(L, "a_tma_rank", w->im2col.rank);
     set_int(L, "bn", w->bn);
     set_int(L, "nblk", w->nblk);
     set_int(L, "wgmt", w->wgmt);

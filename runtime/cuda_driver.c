@@ -77,6 +77,9 @@ static void load(const char *preferred)
     SYM(GetErrorName, "cuGetErrorName");
     SYM(GetErrorString, "cuGetErrorString");
 #undef SYM
+    /* optional entry points: a driver without them still loads (fg_cuda says which are NULL) */
+    *(void **)&cuda.TensorMapEncodeIm2col = dlsym(h, "cuTensorMapEncodeIm2col");
+    *(void **)&cuda.DriverGetVersion = dlsym(h, "cuDriverGetVersion");
     CUresult r = cuda.Init(0);
     if (r != CUDA_SUCCESS) {
         const char *name = "?";

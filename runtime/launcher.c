@@ -23,6 +23,12 @@ static int check_args(const fg_layer_ir *ir, const fg_plan *plan, int i, const f
         case FG_ARG_BUFFER:
             limit = plan->n_buffers, what = "buffer";
             break;
+        case FG_ARG_TMAP:
+            if (plan->wgmma.a_tma != 2 || (arg->index != plan->wgmma.packed_hi && arg->index != plan->wgmma.packed_lo))
+                return fg_fail(err, "pass %d (%s): argument %d is a tensor map over buffer %d, no packed input of the "
+                                    "plan's TMA producer", i, ps->kernel, a, arg->index);
+            limit = plan->n_buffers, what = "buffer";
+            break;
         case FG_ARG_PARAM:
             limit = fg_bn_fold_param_count(ir, &plan->fold), what = "parameter";
             break;
@@ -176,6 +182,17 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
             return fg_fail(err, "out of memory");
         }
         memcpy(lp->args, ps->args, sizeof *lp->args * (size_t)ps->n_args);
+        bool maps = false;
+        for (int a = 0; a < ps->n_args; a++)
+            maps = maps || ps->args[a].kind == FG_ARG_TMAP;
+        if (maps) {
+            lp->tmaps = aligned_alloc(_Alignof(fg_launch_tmap), n * sizeof *lp->tmaps);
+            if (!lp->tmaps) {
+                fg_launch_table_free(t);
+                return fg_fail(err, "out of memory");
+            }
+            memset(lp->tmaps, 0, n * sizeof *lp->tmaps);
+        }
     }
     return 0;
 }
@@ -189,6 +206,7 @@ void fg_launch_table_free(fg_launch_table *t)
         free(t->passes[i].ptrs);
         free(t->passes[i].ints);
         free(t->passes[i].values);
+        free(t->passes[i].tmaps);
     }
     free(t->passes);
     t->passes = NULL;
@@ -254,6 +272,7 @@ static CUdeviceptr arg_pointer(const fg_launch_table *t, const fg_arg *a, const 
     case FG_ARG_OUTPUT:
         return m->output;
     case FG_ARG_BUFFER:
+    case FG_ARG_TMAP: /* the map's buffer */
         if (a->index == direct_buffer)
             return m->input;
         if (a->index == t->packed_w)
@@ -280,6 +299,60 @@ int fg_launch_clear_counters(const fg_cuda *cu, const fg_launch_table *t, const 
     CUresult r = cu->MemsetD32Async(mem->workspace + mem->layout.buffer_offset[t->split_counters], 0,
                                     t->buffers[t->split_counters].fixed / 4, stream);
     return r == CUDA_SUCCESS ? 0 : fg_cuda_fail(err, r, "clearing the split-K counters (cuMemsetD32Async)");
+}
+
+void fg_im2col_args_for(const fg_im2col_map *map, int64_t batch, fg_im2col_args *out)
+{
+    memset(out, 0, sizeof *out);
+    out->type = map->operand == FG_WGMMA_BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                : map->operand == FG_WGMMA_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT32; /* the packed TF32 bits as they are */
+    out->rank = (cuuint32_t)map->rank;
+    for (int i = 0; i < map->rank; i++) {
+        out->dims[i] = i == map->rank - 1 ? (cuuint64_t)batch : map->dims[i];
+        out->elem_strides[i] = (cuuint32_t)map->elem_strides[i];
+    }
+    for (int i = 0; i < map->rank - 1; i++)
+        out->strides[i] = map->strides[i];
+    for (int i = 0; i < map->rank - 2; i++) {
+        out->lower[i] = map->lower[i];
+        out->upper[i] = map->upper[i];
+    }
+    out->channels = (cuuint32_t)map->channels;
+    out->pixels = (cuuint32_t)map->pixels;
+    out->swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    out->fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE; /* zeros (the NAN_REQUEST_ZERO_FMA one fills NaN) */
+    out->l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    out->bytes = map->rank >= 2 ? (uint64_t)map->strides[map->rank - 2] * (uint64_t)batch : 0;
+}
+
+int fg_launch_encode_im2col(const fg_cuda *cu, const fg_im2col_map *map, CUdeviceptr address, int64_t batch,
+                            CUtensorMap *out, fg_error *err)
+{
+    if (!cu->TensorMapEncodeIm2col)
+        return fg_fail(err, "FUSEGEN_WGMMA_A_TMA=2: the CUDA driver lacks cuTensorMapEncodeIm2col (a CUDA 12 driver "
+                            "or newer loads the wgmma conv's input by TMA); unset the knob");
+    if (address % 16)
+        return fg_fail(err, "FUSEGEN_WGMMA_A_TMA=2: the packed input at %#llx is not 16-byte aligned",
+                       (unsigned long long)address);
+    fg_im2col_args a;
+    fg_im2col_args_for(map, batch, &a);
+    CUresult r = cu->TensorMapEncodeIm2col(out, a.type, a.rank, (void *)(uintptr_t)address, a.dims, a.strides, a.lower,
+                                           a.upper, a.channels, a.pixels, a.elem_strides,
+                                           CU_TENSOR_MAP_INTERLEAVE_NONE, a.swizzle, a.l2, a.fill);
+    if (r != CUDA_SUCCESS) {
+        char what[192];
+        snprintf(what, sizeof what,
+                 "FUSEGEN_WGMMA_A_TMA=2: encoding the wgmma conv's im2col tensor map (rank %u, batch %lld; "
+                 "cuTensorMapEncodeIm2col)",
+                 a.rank, (long long)batch);
+        return fg_cuda_fail(err, r, what);
+    }
+    int version = 0;
+    if (cu->DriverGetVersion && cu->DriverGetVersion(&version) == CUDA_SUCCESS && version <= 13010 &&
+        a.bytes < 128 * 1024)
+        out->opaque[1] &= ~((cuuint64_t)1 << 21);
+    return 0;
 }
 
 /* Enqueues pass i's memsets and kernel (or cuDNN's conv) for `batch` samples. */
@@ -309,6 +382,18 @@ static int launch_pass(const fg_cuda *cu, const fg_launch_table *t, int i, const
             lp->values[a] = &lp->ints[a];
         } else if (arg->kind == FG_ARG_BATCH_BASE) {
             lp->values[a] = &batch_base;
+        } else if (arg->kind == FG_ARG_TMAP) {
+            /* encoded again only for another address or batch (fg_launch_tmap) */
+            fg_launch_tmap *m = &lp->tmaps[a];
+            CUdeviceptr at = arg_pointer(t, arg, mem, direct_buffer);
+            if (m->address != at || m->batch != batch) {
+                m->address = 0;
+                if (fg_launch_encode_im2col(cu, &t->wgmma.im2col, at, batch, &m->map, err) != 0)
+                    return -1;
+                m->address = at;
+                m->batch = batch;
+            }
+            lp->values[a] = &m->map;
         } else {
             lp->ptrs[a] = arg_pointer(t, arg, mem, direct_buffer);
             lp->values[a] = &lp->ptrs[a];

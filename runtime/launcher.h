@@ -26,6 +26,18 @@ typedef struct fg_launch_piece {
     uint64_t per_sample, fixed;
 } fg_launch_piece;
 
+/* A TMA tensor map argument (FG_ARG_TMAP) of a pass, with what it was encoded for: a launch on
+ * the same buffer address and batch passes it as it is, another encodes it again. A captured
+ * graph holds the map's bytes as of its capture; every graph fusegen captures is keyed by the
+ * workspace, the input and the batch (runtime/api_layer.c graph_matches, api_block.c
+ * block_graph_key), from which the map's address and batch follow: a replay never reads a map
+ * of another address or batch. */
+typedef struct fg_launch_tmap {
+    CUtensorMap map;     /* 128 bytes, aligned as cuda.h asks (>= 64, the kernel parameter's) */
+    CUdeviceptr address; /* 0: never encoded */
+    int64_t batch;
+} fg_launch_tmap;
+
 typedef struct fg_launch_pass {
     bool cudnn;               /* cuDNN computes value 0 (no generated kernel) */
     bool store_output;        /* cuDNN: into the layer output, else into buffer `store_buffer` */
@@ -43,6 +55,7 @@ typedef struct fg_launch_pass {
     CUdeviceptr *ptrs;        /* scratch for one launch: n_args pointers, */
     int *ints;                /* n_args ints */
     void **values;            /* and n_args argument addresses */
+    fg_launch_tmap *tmaps;    /* n_args maps (those of FG_ARG_TMAP arguments used), NULL when it has none */
     int n_zero;
     int zero[FG_MAX_ACCUMS];  /* accumulators cleared before the pass */
 } fg_launch_pass;
@@ -78,6 +91,32 @@ typedef struct fg_launch_layout {
     uint64_t accum_offset[FG_MAX_ACCUMS], accum_bytes[FG_MAX_ACCUMS];
     uint64_t stats_offset[FG_MAX_ACCUMS];
 } fg_launch_layout;
+
+/* The arguments of cuTensorMapEncodeIm2col for `map` (the plan's, fg_wgmma_tiling.im2col) over
+ * `batch` samples: dims and strides as the driver takes them, the data type, the corners and
+ * element strides, swizzle 128B, zero fill (a pure function: tests/test_launcher.c). */
+typedef struct fg_im2col_args {
+    CUtensorMapDataType type;
+    cuuint32_t rank;
+    cuuint64_t dims[5], strides[4];
+    int lower[3], upper[3];
+    cuuint32_t channels, pixels;
+    cuuint32_t elem_strides[5];
+    CUtensorMapSwizzle swizzle;
+    CUtensorMapFloatOOBfill fill;
+    CUtensorMapL2promotion l2;
+    uint64_t bytes; /* the tensor's bytes (the driver workaround's test) */
+} fg_im2col_args;
+void fg_im2col_args_for(const fg_im2col_map *map, int64_t batch, fg_im2col_args *out);
+
+/* Encodes the map over `address` (16-byte aligned) for `batch` samples: 0, or -1 with err
+ * saying why (a driver without cuTensorMapEncodeIm2col, or the driver's refusal), naming
+ * FUSEGEN_WGMMA_A_TMA. On drivers up to 13.1 a map over less than 128 KiB gets bit 21 of its
+ * second 64-bit word cleared after encoding, as CUTLASS 4.3.4's make_im2col_tma_copy_desc does
+ * (its CHANGELOG: "occasional errors on Blackwell when the tensor's backing memory allocation is
+ * less than 128KB and it is not a dense non-overlapping tensor"; bench/hopper-tma.md section 3). */
+int fg_launch_encode_im2col(const fg_cuda *cu, const fg_im2col_map *map, CUdeviceptr address, int64_t batch,
+                            CUtensorMap *out, fg_error *err);
 
 /* Whether a run on `input` skips the input-packing pass and gives the conv the input itself
  * for the packed operand (fg_wgmma_tiling.input_direct): where the plan allows it and the

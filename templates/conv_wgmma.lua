@@ -155,6 +155,9 @@ function M.prelude(layer, plan)
   local w = M.tiling_of(plan)
   local c = lib.code()
   for l in M.helpers:gmatch("([^\n]*)\n") do c:line(l) end
+  if w.a_tma == 2 then
+    for l in M.tma_helpers:gmatch("([^\n]*)\n") do c:line(l) end
+  end
   c:append(wgmma_wrapper(w.bn, w))
   c:line("namespace fgw {")
   c:line("/* the conv (D, H, W order; 2D convs have depth 1) */")
@@ -223,7 +226,7 @@ function M.prelude(layer, plan)
   if w.multicast == 2 then
     for l in M.multicast_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
-  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast):gmatch("([^\n]*)\n") do
+  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast, w.a_tma, w.a_tma_rank):gmatch("([^\n]*)\n") do
     c:line(l)
   end
   c:line("} // namespace fgw")
@@ -314,7 +317,21 @@ local pair_marks = {
   PTAIL = "    producer_pair_tail(it, wimg, ntiles, sbase, bar_full, bar_empty);",
   RELEASE = "pair_release",
 }
-function M.fill_engine(text, split, half, a_parts, coord_bits, multicast)
+-- Replaces the one occurrence of `old` in text by `new` (plain text, no patterns).
+local function splice(text, old, new)
+  local i, j = text:find(old, 1, true)
+  if not i then error("conv_wgmma.lua: the engine text lacks what the TMA producer replaces") end
+  return text:sub(1, i - 1) .. new .. text:sub(j + 1)
+end
+
+function M.fill_engine(text, split, half, a_parts, coord_bits, multicast, a_tma, a_tma_rank)
+  if a_tma == 2 then
+    -- A by TMA (fg_wgmma_tiling.a_tma 2): its producer instead of the cp.async one; TMA and the
+    -- bulk copy write through the async proxy, as wgmma reads: no fence after the full wait
+    text = splice(text, M.producer_cp_async, M.producer_tma)
+    text = splice(text, M.consumer_fence, "")
+    text = text:gsub("@TMACOPY@", function() return a_tma_rank == 5 and M.tma_copy5 or M.tma_copy4 end)
+  end
   local marks = {}
   for k, v in pairs(multicast == 2 and pair_marks or solo_marks) do marks[k] = v end
   -- the copy's text holds a mark of its own
@@ -527,7 +544,7 @@ M.issue_half_split = issue_3parts:gsub("@KSTEP@", "16"):gsub("@P@", "PA")
 
 -- The producer and the consumers' main loop (inside namespace fgw), with the split-K marks
 -- fill_engine fills.
-M.engine = [[
+local engine_tiles = [[
 /* tile t -> (sample, group, channel block, first output pixel), the pixels fastest. A block
  * takes a contiguous range of tiles (tile_range): consecutive tiles of one sample and channel
  * block, whose neighbouring rows share input in L2 and whose statistics the epilogue keeps
@@ -554,6 +571,10 @@ __device__ __forceinline__ void tile_range(int ntiles, int *begin, int *end)
     *end = *begin + per < ntiles ? *begin + per : ntiles;
 }
 
+]]
+
+-- The producer by cp.async (the text as it always was; fg_wgmma_tiling.a_tma 1).
+M.producer_cp_async = [[
 /* The producer warpgroup: thread t copies 16-byte unit (t & 7) of rows (t >> 3) + 16 j of every
  * A chunk (the im2col rows, zero-filled outside the input) into the swizzled stage; one noinc
  * arrival per thread on the stage's full barrier when its copies have landed. The B chunk is a
@@ -620,6 +641,12 @@ __device__ __forceinline__ void producer(const float *__restrict__ xhi, const fl
 @PTAIL@
     fgw_cp_wait_all();
 }
+]]
+
+-- The consumers' fence after the full wait (cp.async writes; fill_engine drops it with TMA).
+M.consumer_fence = "        fgw_fence_proxy_async(); /* cp.async wrote through the generic proxy */\n"
+
+local engine_consumers = [[
 
 @ISSUE@
 template <int R> __device__ __forceinline__ void fence_all(float (&d)[WGMT][R])
@@ -671,6 +698,113 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
         fence_all(acc);
         if (lane == 0) @RELEASE@(bar_empty + 8 * ((it0 + @KC1@ - 1) % STAGES));
     }
+}
+]]
+
+M.engine = engine_tiles .. M.producer_cp_async .. engine_consumers
+
+-- A by TMA in im2col mode (fg_wgmma_tiling.a_tma 2; bench/hopper-tma.md): the tensor map type
+-- and the copies (printed after M.helpers, at file scope: the kernel's parameters are maps).
+M.tma_helpers = [[
+/* a TMA tensor map (the driver's CUtensorMap: 128 opaque bytes, 64-byte aligned), a kernel
+ * parameter by value (const __grid_constant__: the copy's operand is the parameter's address) */
+struct __align__(64) fgw_tmap {
+    unsigned long long w[16];
+};
+/* one im2col tensor copy by the TMA unit into the stage at dst (the map's 128-byte swizzle): the
+ * map's BM pixels x 128 bytes from the filter base (c, w, h[, d], n) on, each pixel's window
+ * shifted by the im2col offsets (a tap's position times the dilation), zero fill outside the
+ * input; its bytes (fill included) counted on the barrier at bar */
+__device__ __forceinline__ void fgw_tma_im2col4(fgw_u32 dst, const fgw_tmap *map, int c, int w, int h, int n,
+                                                unsigned short ow, unsigned short oh, fgw_u32 bar)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
+                 ::"r"(dst), "l"((unsigned long long)map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(ow), "h"(oh)
+                 : "memory");
+}
+__device__ __forceinline__ void fgw_tma_im2col5(fgw_u32 dst, const fgw_tmap *map, int c, int w, int h, int d, int n,
+                                                unsigned short ow, unsigned short oh, unsigned short od, fgw_u32 bar)
+{
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], {%8, %9, %10};"
+                 ::"r"(dst), "l"((unsigned long long)map), "r"(c), "r"(w), "r"(h), "r"(d), "r"(n), "r"(bar), "h"(ow),
+                   "h"(oh), "h"(od)
+                 : "memory");
+}
+/* the map into the TMA unit's descriptor cache ahead of the first copy */
+__device__ __forceinline__ void fgw_prefetch_tmap(const fgw_tmap *map)
+{
+    asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)map) : "memory");
+}
+]]
+
+-- The copies of a stage's A parts (the producer's @TMACOPY@): a 2D conv's rank-4 map (W, H) or
+-- a 3D conv's rank-5 one (W, H, D).
+M.tma_copy4 = table.concat({
+  "            fgw_tma_im2col4(sA, ta_hi, c0, bw, bh, tl.n, (unsigned short)(kw * DW), (unsigned short)(kh * DH), bar);",
+  "            if (@PA@ == 2)",
+  "                fgw_tma_im2col4(sA + A_BYTES, ta_lo, c0, bw, bh, tl.n, (unsigned short)(kw * DW), (unsigned short)(kh * DH),",
+  "                                bar);",
+}, "\n")
+M.tma_copy5 = table.concat({
+  "            fgw_tma_im2col5(sA, ta_hi, c0, bw, bh, bd, tl.n, (unsigned short)(kw * DW), (unsigned short)(kh * DH),",
+  "                            (unsigned short)(kd * DD), bar);",
+  "            if (@PA@ == 2)",
+  "                fgw_tma_im2col5(sA + A_BYTES, ta_lo, c0, bw, bh, bd, tl.n, (unsigned short)(kw * DW),",
+  "                                (unsigned short)(kh * DH), (unsigned short)(kd * DD), bar);",
+}, "\n")
+
+-- The producer with A by TMA (fg_wgmma_tiling.a_tma 2), in place of M.producer_cp_async.
+M.producer_tma = [[
+/* The producer warpgroup with A by TMA in im2col mode (FUSEGEN_WGMMA_A_TMA=2): thread 0 alone
+ * fills the ring. Per stage it arms the full barrier with the A parts' bytes, has the TMA unit
+ * load each part's chunk with one im2col tensor copy -- BM pixels from the tile's first output
+ * pixel on, 128 bytes of one tap's channel block each (CP is a multiple of a chunk: the
+ * planner's rule), zero-filled outside the input, in the swizzled layout the cp.async producer
+ * stores -- copies the B chunk as ever and arrives once (the barrier counts one arrival). The
+ * map walks the output pixels across rows and on into the next sample: a sample's last tile's
+ * rows past OPIX hold the next sample's pixels (zeros past the batch), which every epilogue
+ * path masks (q < OPIX). */
+__device__ __forceinline__ void producer_issue(const fgw_tmap *ta_hi, const fgw_tmap *ta_lo,
+                                               const float *__restrict__ wimg, int ntiles, fgw_u32 sbase,
+                                               fgw_u32 bar_full, fgw_u32 bar_empty)
+{
+    const int t = 0; /* the issuing thread */
+    fgw_prefetch_tmap(ta_hi);
+    if (@PA@ == 2) fgw_prefetch_tmap(ta_lo);
+    int it = 0, begin, end;
+@UNITS@
+        const Tile tl = decode_tile(tile);
+        /* the filter base of the tile's first output pixel: (w, h, d) of its window's corner */
+        const int od0 = tl.m0 / (OH * OW), rem0 = tl.m0 - od0 * (OH * OW);
+        const int oh0 = rem0 / OW, ow0 = rem0 - oh0 * OW;
+        const int bw = ow0 * SW - PW, bh = oh0 * SH - PH, bd = od0 * SD - PD;
+        (void)bd;
+        const float *wtile = wimg + (unsigned long long)((tl.g * NBLK + tl.nb) * KCH) * (B_CHUNK_BYTES / 4);
+#pragma unroll 1
+        for (int kc = @KC0@; kc < @KC1@; ++kc, ++it) {
+            const int s = it % STAGES;
+            fgw_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+            const fgw_u32 sA = sbase + s * STAGE_BYTES, bar = bar_full + 8 * s;
+            /* the chunk's tap and the first channel of its block */
+            const int tap = kc * @KE@ / CP, c0 = tl.g * CP + (kc * @KE@ - tap * CP);
+            const int kd = tap / (KH * KW), kh = (tap / KW) % KH, kw = tap % KW;
+            (void)kd;
+            /* the A parts' bytes, zero fill included, before the copies and the arrival */
+            fgw_mbar_expect_tx(bar, @PA@ * A_BYTES);
+@TMACOPY@
+@BCOPY@
+            fgw_mbar_arrive(bar); /* the stage's one arrival */
+        }
+    }
+@PTAIL@
+}
+__device__ __forceinline__ void producer(const fgw_tmap *ta_hi, const fgw_tmap *ta_lo, const float *__restrict__ wimg,
+                                         int ntiles, fgw_u32 sbase, fgw_u32 bar_full, fgw_u32 bar_empty)
+{
+    if (threadIdx.x == 0) producer_issue(ta_hi, ta_lo, wimg, ntiles, sbase, bar_full, bar_empty);
+    __syncwarp(); /* warp 0 converged again (a pair's cluster barrier is .aligned) */
 }
 ]]
 
@@ -1084,7 +1218,11 @@ function M.render(layer, plan, pass, names, signature)
   c:line("(void)batch_base;")
   c:open("if (threadIdx.x == 0) {")
   c:open("for (int s = 0; s < STAGES; ++s) {")
-  c:line("fgw_mbar_init(bar_full + 8 * s, 128); /* one arrival per producer thread */")
+  if w.a_tma == 2 then
+    c:line("fgw_mbar_init(bar_full + 8 * s, 1); /* the TMA producer thread's arrival */")
+  else
+    c:line("fgw_mbar_init(bar_full + 8 * s, 128); /* one arrival per producer thread */")
+  end
   if pair then
     c:line("fgw_mbar_init(bar_empty + 8 * s, 16); /* one per consumer warp of either CTA */")
   else
@@ -1099,8 +1237,15 @@ function M.render(layer, plan, pass, names, signature)
   c:open("if (wgi == 0) {")
   c:line("if constexpr (PRODREG < 168) asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\" ::\"n\"(PRODREG));")
   local lo = w.packed_lo >= 0 and names.buffer[w.packed_lo] or "nullptr"
-  c:line("producer(%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.buffer[w.packed_hi], lo,
-    names.buffer[w.packed_w])
+  if w.a_tma == 2 then
+    -- the maps over the packed input parts (kernel parameters: their addresses)
+    local mlo = w.packed_lo >= 0 and "&" .. names.tmap[w.packed_lo] or "nullptr"
+    c:line("producer(&%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.tmap[w.packed_hi], mlo,
+      names.buffer[w.packed_w])
+  else
+    c:line("producer(%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.buffer[w.packed_hi], lo,
+      names.buffer[w.packed_w])
+  end
   if pair then c:line("fg_cluster_sync(); /* no CTA leaves while the other may still write its stages */") end
   c:line("return;")
   c:close()

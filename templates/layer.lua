@@ -18,7 +18,7 @@ local renderers = {
 
 -- Kernel parameters, in the plan's order (the runtime passes them in the same order).
 local function signature(layer, plan, pass)
-  local names = { buffer = {}, param = {}, accum = {}, stats = {}, input = "x", output = "out" }
+  local names = { buffer = {}, param = {}, accum = {}, stats = {}, tmap = {}, input = "x", output = "out" }
   local parts = {}
   local stores = { [pass.store_buffer] = true }
   -- the passes that pack the wgmma engine's operands write every buffer they name
@@ -53,6 +53,10 @@ local function signature(layer, plan, pass)
       parts[#parts + 1] = "int batch"
     elseif k == "batch_base" then
       parts[#parts + 1] = "int batch_base"
+    elseif k == "tmap" then
+      -- a TMA tensor map over buffer idx, by value (conv_wgmma.lua's tma_helpers declare the type)
+      names.tmap[idx] = "m" .. idx
+      parts[#parts + 1] = "const __grid_constant__ fgw_tmap m" .. idx
     end
   end
   return table.concat(parts, ", "), names

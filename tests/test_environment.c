@@ -18,7 +18,7 @@
 static const char *const knobs[] = {
     "FUSEGEN_STRATEGY",     "FUSEGEN_CONV_ENGINE", "FUSEGEN_MMA_WARP",         "FUSEGEN_MMA_TILES",
     "FUSEGEN_MMA_ACC_STEPS", "FUSEGEN_SPLIT_K",    "FUSEGEN_WGMMA_M64",        "FUSEGEN_WGMMA_MULTICAST",
-    "FUSEGEN_CONV_TILE",    "FUSEGEN_LOG",         "FUSEGEN_CACHE_MAX_SIZE",   "FUSEGEN_NO_GRAPHS",
+    "FUSEGEN_WGMMA_A_TMA",  "FUSEGEN_CONV_TILE",    "FUSEGEN_LOG",         "FUSEGEN_CACHE_MAX_SIZE",   "FUSEGEN_NO_GRAPHS",
     "FUSEGEN_TUNE",         "TMPDIR",
 };
 
@@ -90,6 +90,7 @@ static void integer_knobs(void **state)
         {"FUSEGEN_SPLIT_K", offsetof(fg_plan_options, split_k), 1, 64},
         {"FUSEGEN_WGMMA_M64", offsetof(fg_plan_options, wgmma_m64), 1, 2},
         {"FUSEGEN_WGMMA_MULTICAST", offsetof(fg_plan_options, wgmma_multicast), 1, 2},
+        {"FUSEGEN_WGMMA_A_TMA", offsetof(fg_plan_options, wgmma_a_tma), 1, 2},
     };
     fg_plan_options defaults;
     fg_plan_options_init(&defaults, 90);

@@ -215,6 +215,201 @@ static bool direct_for(const char *body, CUdeviceptr input)
     return direct;
 }
 
+/* The wgmma conv's A by TMA (FUSEGEN_WGMMA_A_TMA=2): cuTensorMapEncodeIm2col's arguments from the
+ * plan and the batch, by hand (fg_im2col_args_for); the launcher encodes a pass's map again only
+ * for another address or batch, fails clearly without the driver entry point, and applies the
+ * <= 13.1 small-tensor workaround. A fake driver records the calls. */
+static int fake_encodes, fake_version;
+static fg_im2col_args fake_last;
+static CUdeviceptr fake_address;
+static CUresult fake_encode(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+                            const cuuint64_t *dims, const cuuint64_t *strides, const int *lower, const int *upper,
+                            cuuint32_t channels, cuuint32_t pixels, const cuuint32_t *elem_strides,
+                            CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                            CUtensorMapFloatOOBfill fill)
+{
+    (void)interleave;
+    fake_encodes++;
+    memset(&fake_last, 0, sizeof fake_last);
+    fake_last.type = type;
+    fake_last.rank = rank;
+    memcpy(fake_last.dims, dims, rank * sizeof *dims);
+    memcpy(fake_last.strides, strides, (rank - 1) * sizeof *strides);
+    memcpy(fake_last.lower, lower, (rank - 2) * sizeof *lower);
+    memcpy(fake_last.upper, upper, (rank - 2) * sizeof *upper);
+    memcpy(fake_last.elem_strides, elem_strides, rank * sizeof *elem_strides);
+    fake_last.channels = channels;
+    fake_last.pixels = pixels;
+    fake_last.swizzle = swizzle;
+    fake_last.l2 = l2;
+    fake_last.fill = fill;
+    fake_address = (CUdeviceptr)(uintptr_t)address;
+    memset(map, 0xff, sizeof *map);
+    return CUDA_SUCCESS;
+}
+static CUresult fake_version_of(int *v)
+{
+    *v = fake_version;
+    return CUDA_SUCCESS;
+}
+static CUresult tma_fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned smem, CUstream s, void **params, void **extra)
+{
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)s, (void)params, (void)extra;
+    return CUDA_SUCCESS;
+}
+static CUresult tma_fake_memset(CUdeviceptr p, unsigned v, size_t n, CUstream s)
+{
+    (void)p, (void)v, (void)n, (void)s;
+    return CUDA_SUCCESS;
+}
+
+static fg_plan *tma_plan(const char *input, const char *conv, fg_layer_ir **ir)
+{
+    char src[512];
+    snprintf(src, sizeof src, "return layer \"t\" {\n  input = { \"N\", %s },\n  %s,\n}\n", input, conv);
+    *ir = fgt_load_string(src);
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    opts.wgmma_a_tma = 2;
+    fg_plan *plan = fgt_plan_with(*ir, &opts);
+    assert_int_equal(plan->wgmma.a_tma, 2);
+    return plan;
+}
+
+static void im2col_encode_arguments(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *input, *conv;
+        cuuint32_t rank;
+        cuuint64_t dims[5], strides[4];
+        int lower[3], upper[3];
+        cuuint32_t elem_strides[5];
+    } cases[] = {
+        /* 2D pad 1 stride 1, fp32: 64 channels x 4 bytes a pixel; O = I: upper = 1 - 2 */
+        {"64, 20, 30", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", 4, {64, 30, 20, 3},
+         {256, 256 * 30, 256 * 30 * 20}, {-1, -1}, {-1, -1}, {1, 1, 1, 1}},
+        /* stride 2: O 15 x 10, upper W = 14 * 2 - 1 - 29 = -2, H = 9 * 2 - 1 - 19 = -2 */
+        {"64, 20, 30", "conv2d { out_channels = 64, kernel = 3, padding = 1, stride = 2 }", 4, {64, 30, 20, 3},
+         {256, 256 * 30, 256 * 30 * 20}, {-1, -1}, {-2, -2}, {1, 2, 2, 1}},
+        /* dilation 2, pad 1: O = I - 2, upper = (I - 3) - 1 - (I - 1) = -3 */
+        {"64, 20, 30", "conv2d { out_channels = 64, kernel = 3, padding = 1, dilation = 2 }", 4, {64, 30, 20, 3},
+         {256, 256 * 30, 256 * 30 * 20}, {-1, -1}, {-3, -3}, {1, 1, 1, 1}},
+        /* 3D pad (1, 0, 2) kernel 3: O D = 6, H = 10, W = 14 x ... upper D = 5 - 1 - 5 = -1, H = -2, W = 2 - 2 = 0 */
+        {"32, 6, 12, 14", "conv3d { out_channels = 32, kernel = 3, padding = { 1, 0, 2 } }", 5, {32, 14, 12, 6, 3},
+         {128, 128 * 14, 128 * 14 * 12, 128 * 14 * 12 * 6}, {-2, 0, -1}, {0, -2, -1}, {1, 1, 1, 1, 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fg_layer_ir *ir;
+        fg_plan *plan = tma_plan(cases[i].input, cases[i].conv, &ir);
+        fg_im2col_args a;
+        fg_im2col_args_for(&plan->wgmma.im2col, 3, &a);
+        assert_int_equal(a.type, CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
+        assert_int_equal(a.rank, cases[i].rank);
+        for (cuuint32_t d = 0; d < a.rank; d++) {
+            assert_int_equal(a.dims[d], cases[i].dims[d]);
+            assert_int_equal(a.elem_strides[d], cases[i].elem_strides[d]);
+        }
+        for (cuuint32_t d = 0; d + 1 < a.rank; d++)
+            assert_int_equal(a.strides[d], cases[i].strides[d]);
+        for (cuuint32_t d = 0; d + 2 < a.rank; d++) {
+            assert_int_equal(a.lower[d], cases[i].lower[d]);
+            assert_int_equal(a.upper[d], cases[i].upper[d]);
+        }
+        assert_int_equal(a.channels, 32);
+        assert_int_equal(a.pixels, plan->wgmma.bm);
+        assert_int_equal(a.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+        assert_int_equal(a.fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        assert_int_equal(a.bytes, cases[i].strides[a.rank - 2] * 3);
+        free(plan);
+        free(ir);
+    }
+    /* bf16: 64 channels a row, BFLOAT16 */
+    fg_layer_ir *ir;
+    fg_plan *plan = tma_plan("128, 16, 16", "dtype = \"bf16\",\n  conv2d { out_channels = 64, kernel = 3 }", &ir);
+    fg_im2col_args a;
+    fg_im2col_args_for(&plan->wgmma.im2col, 2, &a);
+    assert_int_equal(a.type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    assert_int_equal(a.channels, 64);
+    assert_int_equal(a.strides[0], 256);
+    assert_int_equal(a.dims[3], 2);
+    assert_int_equal(a.upper[0], -2);
+    free(plan);
+    free(ir);
+}
+
+/* The launcher's map cache and its failures, on a fake driver. */
+static void im2col_encode_at_launch(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir;
+    fg_plan *plan = tma_plan("64, 20, 30", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", &ir);
+    fg_launch_table t;
+    fg_error err = {{0}};
+    if (fg_launch_table_init(&t, ir, plan, &err) != 0)
+        fail_msg("%s", err.msg);
+    fg_cuda cu;
+    memset(&cu, 0, sizeof cu);
+    cu.LaunchKernel = tma_fake_launch;
+    cu.MemsetD32Async = tma_fake_memset;
+    CUfunction functions[FG_MAX_PASSES] = {0};
+    CUdeviceptr params[8] = {0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000};
+    fg_launch_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.input = 0x100000;
+    mem.output = 0x200000;
+    mem.params = params;
+    mem.workspace = 0x400000;
+    mem.packed_w = 0x300000;
+    mem.sm_count = 132;
+    mem.counters_zero = true;
+    assert_int_equal(fg_launch_layout_for(&t, 2, &mem.layout, &err), 0);
+    /* no entry point: a message naming the knob */
+    assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 2, NULL, &err), -1);
+    fgt_assert_contains(err.msg, "cuTensorMapEncodeIm2col");
+    fgt_assert_contains(err.msg, "FUSEGEN_WGMMA_A_TMA");
+    cu.TensorMapEncodeIm2col = fake_encode;
+    cu.DriverGetVersion = fake_version_of;
+    fake_version = 13000;
+    fake_encodes = 0;
+    assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 2, NULL, &err), 0);
+    const int per_run = fake_encodes; /* hi and lo (fp32: 3xTF32) */
+    assert_int_equal(per_run, 2);
+    assert_int_equal(fake_last.dims[3], 2);
+    assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 2, NULL, &err), 0);
+    assert_int_equal(fake_encodes, per_run); /* the same address and batch: cached */
+    mem.workspace = 0x800000; /* another workspace: the packed input moves */
+    assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 2, NULL, &err), 0);
+    assert_int_equal(fake_encodes, 2 * per_run);
+    assert_int_equal(fake_address, mem.workspace + mem.layout.buffer_offset[plan->wgmma.packed_lo]);
+    assert_int_equal(fg_launch_layout_for(&t, 5, &mem.layout, &err), 0);
+    assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 5, NULL, &err), 0); /* another batch */
+    assert_int_equal(fake_encodes, 3 * per_run);
+    assert_int_equal(fake_last.dims[3], 5);
+    /* the <= 13.1 workaround: bit 21 of word 1 cleared for a tensor under 128 KiB (5 x 150 KB is not) */
+    CUtensorMap m;
+    assert_int_equal(fg_launch_encode_im2col(&cu, &plan->wgmma.im2col, 0x10000, 5, &m, &err), 0);
+    assert_true(m.opaque[1] & (1ull << 21));
+    fg_layer_ir *small_ir;
+    fg_plan *small = tma_plan("64, 8, 8", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", &small_ir);
+    assert_int_equal(fg_launch_encode_im2col(&cu, &small->wgmma.im2col, 0x10000, 1, &m, &err), 0);
+    assert_false(m.opaque[1] & (1ull << 21));
+    assert_true(m.opaque[1] & (1ull << 20));
+    fake_version = 13020;
+    assert_int_equal(fg_launch_encode_im2col(&cu, &small->wgmma.im2col, 0x10000, 1, &m, &err), 0);
+    assert_true(m.opaque[1] & (1ull << 21));
+    /* a misaligned address is refused before the driver */
+    assert_int_equal(fg_launch_encode_im2col(&cu, &small->wgmma.im2col, 0x10008, 1, &m, &err), -1);
+    fgt_assert_contains(err.msg, "16-byte aligned");
+    free(small);
+    free(small_ir);
+    fg_launch_table_free(&t);
+    free(plan);
+    free(ir);
+}
+
 static void input_direct(void **state)
 {
     (void)state;
@@ -407,6 +602,8 @@ int main(void)
         cmocka_unit_test(bad_plans_refused),
         cmocka_unit_test(split_k_workspace),
         cmocka_unit_test(input_direct),
+        cmocka_unit_test(im2col_encode_arguments),
+        cmocka_unit_test(im2col_encode_at_launch),
         cmocka_unit_test(weights_packed_outside_runs),
         cmocka_unit_test(capture_query),
     };

@@ -1647,6 +1647,146 @@ static void wgmma_multicast_where_b_is_shared(void **state)
     free(ir);
 }
 
+/* A by TMA in im2col mode (fg_wgmma_tiling.a_tma): only on request (FUSEGEN_WGMMA_A_TMA=2) and
+ * where TMA can build the stage (fg_wgmma_a_tma_refusal: CP a multiple of a chunk, the rank-4/5
+ * corner, offset and stride limits); the map's plan-time arguments by hand; the source has the
+ * TMA producer only then (and the default source none of it). */
+static void wgmma_a_tma_where_tma_builds_the_stage(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *input, *conv, *dtype;
+        int a_tma, rank;
+        int lower[3], upper[3], elem_strides[5];
+        int64_t dims[4];
+    } cases[] = {
+        /* 2D pad 1 stride 1: upper = P - (K-1) */
+        {"64, 128, 128", "conv2d { out_channels = 128, kernel = 3, padding = 1 }", "fp32", 2, 4, {-1, -1}, {-1, -1},
+         {1, 1, 1, 1}, {64, 128, 128}},
+        /* stride 2: O 28, upper = 27 * 2 - 1 - 55 */
+        {"64, 56, 56", "conv2d { out_channels = 64, kernel = 3, padding = 1, stride = 2 }", "fp32", 2, 4, {-1, -1},
+         {-2, -2}, {1, 2, 2, 1}, {64, 56, 56}},
+        /* dilation 2, pad 2: O 56, upper = 55 - 2 - 55 */
+        {"64, 56, 56", "conv2d { out_channels = 64, kernel = 3, padding = 2, dilation = 2 }", "fp32", 2, 4, {-2, -2},
+         {-2, -2}, {1, 1, 1, 1}, {64, 56, 56}},
+        /* non-square, no padding: W 40 H 24, O 38 x 22, upper -2 */
+        {"32, 24, 40", "conv2d { out_channels = 64, kernel = 3 }", "fp32", 2, 4, {0, 0}, {-2, -2}, {1, 1, 1, 1},
+         {32, 40, 24}},
+        /* 3D pad 1: rank 5 */
+        {"32, 8, 16, 16", "conv3d { out_channels = 32, kernel = 3, padding = 1 }", "fp32", 2, 5, {-1, -1, -1},
+         {-1, -1, -1}, {1, 1, 1, 1, 1}, {32, 16, 16, 8}},
+        /* 3D: pad 16 is the corner's limit, 17 past it */
+        {"32, 8, 8, 8", "conv3d { out_channels = 32, kernel = 3, padding = 16 }", "fp32", 2, 5, {-16, -16, -16},
+         {14, 14, 14}, {1, 1, 1, 1, 1}, {32, 8, 8, 8}},
+        {"32, 8, 8, 8", "conv3d { out_channels = 32, kernel = 3, padding = 17 }", "fp32", 1, 0, {0}, {0}, {0}, {0}},
+        /* 3D dilated extent: 2 x 15 = 30 fits (pad 15 keeps the upper corner at -15), 2 x 16 = 32 does not
+         * (its corners, -16 and -16, would) */
+        {"32, 8, 8, 8", "conv3d { out_channels = 32, kernel = 3, padding = 15, dilation = 15 }", "fp32", 2, 5,
+         {-15, -15, -15}, {-15, -15, -15}, {1, 1, 1, 1, 1}, {32, 8, 8, 8}},
+        {"32, 8, 8, 8", "conv3d { out_channels = 32, kernel = 3, padding = 16, dilation = 16 }", "fp32", 1, 0, {0},
+         {0}, {0}, {0}},
+        /* 3D without padding: the upper corner P - 2 Dil reaches -16 at dilation 8, past it at 9 */
+        {"32, 40, 40, 40", "conv3d { out_channels = 32, kernel = 3, dilation = 8 }", "fp32", 2, 5, {0, 0, 0},
+         {-16, -16, -16}, {1, 1, 1, 1, 1}, {32, 40, 40, 40}},
+        {"32, 40, 40, 40", "conv3d { out_channels = 32, kernel = 3, dilation = 9 }", "fp32", 1, 0, {0}, {0}, {0}, {0}},
+        /* 2D: with wgmma's pads (< 32) the upper corner bounds the dilated extent before the
+         * offsets (254) do: 31 - 158 = -127 fits, 31 - 160 = -129 does not */
+        {"32, 200, 200", "conv2d { out_channels = 32, kernel = 3, padding = 31, dilation = 79 }", "fp32", 2, 4,
+         {-31, -31}, {-127, -127}, {1, 1, 1, 1}, {32, 200, 200}},
+        {"32, 200, 200", "conv2d { out_channels = 32, kernel = 3, padding = 31, dilation = 80 }", "fp32", 1, 0, {0},
+         {0}, {0}, {0}},
+        /* strides: 8 is the traversal's limit, 9 past it */
+        {"64, 64, 64", "conv2d { out_channels = 64, kernel = 8, stride = 8 }", "fp32", 2, 4, {0, 0}, {-7, -7},
+         {1, 8, 8, 1}, {64, 64, 64}},
+        {"64, 72, 72", "conv2d { out_channels = 64, kernel = 9, stride = 9 }", "fp32", 1, 0, {0}, {0}, {0}, {0}},
+        /* groups: each group's channels a multiple of 32 */
+        {"128, 32, 32", "conv2d { out_channels = 128, kernel = 3, padding = 1, groups = 2 }", "fp32", 2, 4, {-1, -1},
+         {-1, -1}, {1, 1, 1, 1}, {128, 32, 32}},
+        /* a chunk would span two taps: 48 channels (fp32), 96 (bf16), 16 */
+        {"48, 32, 32", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", "fp32", 1, 0, {0}, {0}, {0}, {0}},
+        {"96, 32, 32", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", "bf16", 1, 0, {0}, {0}, {0}, {0}},
+        {"16, 32, 32", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", "fp32", 1, 0, {0}, {0}, {0}, {0}},
+        /* half: 64 channels a chunk */
+        {"128, 32, 32", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", "bf16", 2, 4, {-1, -1}, {-1, -1},
+         {1, 1, 1, 1}, {128, 32, 32}},
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "return layer \"t\" {\n  input = { \"N\", %s },\n  dtype = \"%s\",\n  %s,\n}\n",
+                 cases[i].input, cases[i].dtype, cases[i].conv);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        opts.wgmma_a_tma = 0;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_true(plan->wgmma.parts > 0);
+        assert_int_equal(plan->wgmma.a_tma, 1); /* off by default */
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        fgt_assert_not_contains(src.source, "tmap");
+        fgt_assert_contains(src.source, "fgw_mbar_init(bar_full + 8 * s, 128);");
+        fg_rendered_free(&src);
+        free(plan);
+        opts.wgmma_a_tma = 2;
+        plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.a_tma, cases[i].a_tma);
+        assert_int_equal(fg_wgmma_a_tma_refusal(ir, &plan->wgmma, NULL) == NULL, cases[i].a_tma == 2);
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        const fg_pass *conv = NULL;
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CONV)
+                conv = &plan->passes[p];
+        assert_non_null(conv);
+        if (cases[i].a_tma == 2) {
+            const fg_im2col_map *m = &plan->wgmma.im2col;
+            const int el = strcmp(cases[i].dtype, "fp32") ? 2 : 4;
+            assert_int_equal(m->rank, cases[i].rank);
+            assert_int_equal(m->elem_bytes, el);
+            assert_int_equal(m->channels, 128 / el);
+            assert_int_equal(m->pixels, plan->wgmma.bm);
+            uint64_t stride = (uint64_t)cases[i].dims[0] * (uint64_t)el;
+            assert_int_equal(m->dims[0], plan->wgmma.xc);
+            assert_int_equal(m->dims[0], cases[i].dims[0]);
+            for (int d = 0; d < m->rank - 2; d++) {
+                assert_int_equal(m->dims[1 + d], cases[i].dims[1 + d]);
+                assert_int_equal(m->strides[d], stride);
+                stride *= (uint64_t)cases[i].dims[1 + d];
+                assert_int_equal(m->lower[d], cases[i].lower[d]);
+                assert_int_equal(m->upper[d], cases[i].upper[d]);
+            }
+            assert_int_equal(m->strides[m->rank - 2], stride);
+            assert_int_equal(m->dims[m->rank - 1], 0); /* the batch: the launcher's */
+            for (int d = 0; d < m->rank; d++)
+                assert_int_equal(m->elem_strides[d], cases[i].elem_strides[d]);
+            assert_non_null(find_arg(conv, FG_ARG_TMAP, plan->wgmma.packed_hi));
+            assert_int_equal(find_arg(conv, FG_ARG_TMAP, plan->wgmma.packed_lo) != NULL, plan->wgmma.packed_lo >= 0);
+            fgt_assert_contains(src.source, "struct __align__(64) fgw_tmap {");
+            fgt_assert_contains(src.source, cases[i].rank == 5 ? "fgw_tma_im2col5(sA, ta_hi" : "fgw_tma_im2col4(sA, ta_hi");
+            fgt_assert_contains(src.source, "const __grid_constant__ fgw_tmap m");
+            fgt_assert_contains(src.source, "fgw_mbar_init(bar_full + 8 * s, 1);");
+            fgt_assert_not_contains(src.source, "fgw_cp16(dst");
+            fgt_assert_not_contains(src.source, "fgw_fence_proxy_async(); /* cp.async");
+        } else {
+            assert_int_equal(plan->wgmma.im2col.rank, 0);
+            assert_null(find_arg(conv, FG_ARG_TMAP, plan->wgmma.packed_hi));
+            fgt_assert_not_contains(src.source, "tmap");
+            /* asked for and refused: `fusegen plan` says why */
+            assert_non_null(plan->wgmma.a_tma_refused);
+            text_sink *t = calloc(1, sizeof *t);
+            assert_non_null(t);
+            fg_plan_print(ir, plan, collect_line, t);
+            fgt_assert_contains(t->buf, "TMA was asked for (FUSEGEN_WGMMA_A_TMA=2) and refused: ");
+            fgt_assert_contains(t->buf, plan->wgmma.a_tma_refused);
+            free(t);
+        }
+        fg_rendered_free(&src);
+        free(plan);
+        free(ir);
+    }
+}
+
 /* Where the wgmma engine cannot tile a conv on sm_90a, the plan says why (fusegen plan prints
  * it): a limit of the engine, not the measured choice, which leaves it empty. */
 static void wgmma_refusal_said(void **state)
@@ -2059,6 +2199,7 @@ int main(void)
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_m64_knob),
         cmocka_unit_test(wgmma_multicast_where_b_is_shared),
+        cmocka_unit_test(wgmma_a_tma_where_tma_builds_the_stage),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
