@@ -315,7 +315,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             if (w->a_tma == 2) {
                 snprintf(line, sizeof line,
                          "           the input's im2col rows (A) by TMA in im2col mode: one rank-%d tensor copy of %d "
-                         "pixels x 128 bytes per stage and part, issued by one producer thread (FUSEGEN_WGMMA_A_TMA=2)",
+                         "pixels x 128 bytes per stage and part, issued by one producer thread (FUSEGEN_WGMMA_A_TMA=1: cp.async)",
                          w->im2col.rank, w->im2col.pixels);
                 emit(ctx, line);
             } else if (w->a_tma_refused) {
@@ -323,6 +323,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "           the input's im2col rows (A) by 128 producer threads' cp.async: TMA was asked for "
                          "(FUSEGEN_WGMMA_A_TMA=2) and refused: %s",
                          w->a_tma_refused);
+                emit(ctx, line);
+            }
+            if (fg_wgmma_staged_epilogue(w, ps)) {
+                snprintf(line, sizeof line,
+                         "           the epilogue through shared memory (channels last): each consumer warp stages its "
+                         "%d rows x %d channels of the accumulators and reads them back a pixel at a time, its lanes "
+                         "along the channels, so its loads and stores are contiguous",
+                         FG_WGMMA_EPI_ROWS, FG_WGMMA_EPI_COLS);
                 emit(ctx, line);
             }
             if (ps->chan_reduce >= 0) {

@@ -525,6 +525,13 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     /* statistics partials gathered across a block's tiles: two fp64 per channel and per
      * consumer warp (two accumulators at most) */
     w->stat_bytes = partials ? 2 * 8 * (int64_t)w->bn * 2 * 8 : 0;
+    /* a channels-last output without statistics is stored through the staging slabs
+     * (fg_wgmma_staged_epilogue): measured on the H200, the fragments' own 2- and 4-byte
+     * stores and loads C elements apart took a ResNet-50 bottleneck's last 1x1 conv (bf16,
+     * channels last, batch 32) 148 us for ~115 MB, at 0.7 TB/s (bench/NOTES.md v26) */
+    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && !partials
+                       ? 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4
+                       : 0;
     if (most_m64 == 0)
         most_m64 = w->operand == FG_WGMMA_TF32 ? 2 : 1;
     for (w->wgmt = most_m64; w->wgmt >= 1; w->wgmt--) {
@@ -535,7 +542,7 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         w->bm = 128 * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
         w->stage_bytes = w->a_parts * w->a_bytes + w->parts * w->b_bytes;
-        int64_t stages = (MAX_BLOCK_SMEM - 1024 - 256 - w->stat_bytes) / w->stage_bytes;
+        int64_t stages = (MAX_BLOCK_SMEM - 1024 - 256 - w->stat_bytes - w->epi_bytes) / w->stage_bytes;
         if (need > 232 || stages < 3)
             continue;
         w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
@@ -550,7 +557,8 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     *why = NULL;
     w->m_tiles = (int)ceil_div(opix, w->bm);
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
-    w->bar_offset = w->stat_offset + w->stat_bytes;
+    w->epi_offset = w->stat_offset + w->stat_bytes;
+    w->bar_offset = w->epi_offset + w->epi_bytes;
     w->packed_hi = w->packed_lo = w->packed_w = -1;
     w->split_k = 1; /* wgmma_split decides */
     w->split_counters = w->split_partials = -1;
@@ -687,21 +695,32 @@ const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling 
     return NULL;
 }
 
-/* Whether the producer loads A by TMA in im2col mode (fg_wgmma_tiling.a_tma): on request
- * (FUSEGEN_WGMMA_A_TMA=2) and where fg_wgmma_a_tma_refusal allows; elsewhere the knob is
- * ignored. Off by default: not measured yet (bench/hopper-tma.md). */
+bool fg_wgmma_staged_epilogue(const fg_wgmma_tiling *w, const fg_pass *ps)
+{
+    return w->epi_bytes > 0 && ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && ps->store_output &&
+           ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds == 0 && ps->chan_reduce < 0;
+}
+
+/* Whether the producer loads A by TMA in im2col mode (fg_wgmma_tiling.a_tma): where
+ * fg_wgmma_a_tma_refusal allows, unless the caller asks for cp.async (FUSEGEN_WGMMA_A_TMA=1).
+ * Measured on the H200 (bench/NOTES.md, "A by TMA"): 4-9 % faster than the 128 producer
+ * threads' cp.async on every layer tried (3xTF32, tf32, bf16; large convs and blocks), bit for
+ * bit the same outputs. A refusal is recorded (for fusegen plan) only where TMA was asked for. */
 static void wgmma_a_tma(const fg_plan_options *opts, const fg_layer_ir *ir, fg_wgmma_tiling *w)
 {
     w->a_tma = 1;
     w->a_tma_refused = NULL;
     memset(&w->im2col, 0, sizeof w->im2col);
-    if (opts->wgmma_a_tma != 2)
+    if (opts->wgmma_a_tma == 1)
         return;
-    w->a_tma_refused = fg_wgmma_a_tma_refusal(ir, w, &w->im2col);
-    if (w->a_tma_refused)
+    const char *refused = fg_wgmma_a_tma_refusal(ir, w, &w->im2col);
+    if (refused) {
         memset(&w->im2col, 0, sizeof w->im2col); /* a refusal may have filled part of it */
-    else
+        if (opts->wgmma_a_tma == 2)
+            w->a_tma_refused = refused;
+    } else {
         w->a_tma = 2;
+    }
 }
 
 /* Output channels per group below which a tensor-core conv wastes most of each MMA (the

@@ -210,6 +210,11 @@ typedef struct fg_im2col_map {
     int elem_strides[5];  /* {1, SW, SH[, SD], 1} */
 } fg_im2col_map;
 
+/* The channels-last epilogue's staging slab of a consumer warp: the 16 rows of an m64 tile the
+ * warp holds, 32 channels at a time, rows 40 floats apart (the accumulators' float2 writes
+ * then take the 2 wavefronts their 256 bytes need, and the reads of a row none extra). */
+enum { FG_WGMMA_EPI_ROWS = 16, FG_WGMMA_EPI_COLS = 32, FG_WGMMA_EPI_STRIDE = 40 };
+
 /* The wgmma engine's tile, ring and registers, as the planner chose them: one per layer (every
  * conv pass of a layer runs the same conv on it), in fg_plan.wgmma. */
 typedef struct fg_wgmma_tiling {
@@ -236,6 +241,10 @@ typedef struct fg_wgmma_tiling {
     int stages;          /* the ring's depth */
     int64_t a_bytes, b_bytes, stage_bytes; /* one operand part of A, of B; a whole stage */
     int64_t stat_offset, stat_bytes; /* fp64 statistics partials of the 8 consumer warps, after the stages */
+    /* the channels-last epilogue's staging: a slab per consumer warp (FG_WGMMA_EPI_ROWS rows x
+     * FG_WGMMA_EPI_STRIDE floats), after the partials; 0 bytes where the layer's layout is NCHW
+     * or it has statistics (fg_wgmma_staged_epilogue says which conv pass uses it) */
+    int64_t epi_offset, epi_bytes;
     int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
     int consumer_regs, producer_regs; /* setmaxnreg */
     int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
@@ -251,13 +260,13 @@ typedef struct fg_wgmma_tiling {
     int multicast;
     /* 2: the producer loads the A operand (the im2col rows) with TMA in im2col mode: one elected
      * thread issues one cp.async.bulk.tensor per stage and part (the map: im2col, kernel
-     * parameters of kind FG_ARG_TMAP), instead of 128 threads' 16-byte cp.async copies. Only on
-     * request (FUSEGEN_WGMMA_A_TMA=2) and where TMA can build the stage's image
+     * parameters of kind FG_ARG_TMAP), instead of 128 threads' 16-byte cp.async copies. By
+     * default (FUSEGEN_WGMMA_A_TMA=1 asks for cp.async) where TMA can build the stage's image
      * (fg_wgmma_a_tma_refusal: a chunk is one tap x one 128-byte channel block, the pads,
      * corners, dilated offsets and strides within the map's limits, BM <= 256). A tile's rows
      * past the sample's output pixels then hold the next sample's pixels (zeros past the
      * batch): the epilogue masks every row q >= OPIX (stores, statistics, channel reductions;
-     * split K sums whole partial tiles and masks at its epilogue). 1: cp.async (the default). */
+     * split K sums whole partial tiles and masks at its epilogue). 1: cp.async. */
     int a_tma;
     /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
      * string, for `fusegen plan`); NULL otherwise */
@@ -287,6 +296,15 @@ int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles);
  * fusegen plan), or NULL where it can; where it can, fills *map (may be NULL) with the map's
  * plan-time arguments. A pure function of the layer and the tiling (tests/test_planner.c). */
 const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling *w, fg_im2col_map *map);
+
+struct fg_pass;
+/* Whether wgmma conv pass `ps` stores its outputs through the staging slabs (the tiling's
+ * epi_bytes): its only target is a channels-last layer output, with no statistics and no
+ * channel reduction. Each consumer warp then writes its 16 rows x 32 channels of the
+ * accumulators to its slab and reads them back a pixel at a time with the lanes along the
+ * channels, so the epilogue's loads (tensors read at the output's index) and stores are
+ * contiguous along C. Read by the template (pass.staged_epilogue) and by fusegen plan. */
+bool fg_wgmma_staged_epilogue(const fg_wgmma_tiling *w, const struct fg_pass *ps);
 
 typedef struct fg_pass {
     fg_pass_kind kind;
@@ -396,7 +414,7 @@ typedef struct fg_plan_options {
     int split_k;            /* wgmma: at most this many K splits (1: never split; 0: choose) */
     int wgmma_m64;          /* wgmma: at most this many m64 tiles per consumer warpgroup, 1..2 (0: choose) */
     int wgmma_multicast;    /* wgmma: 2 shares B chunks between the CTAs of a pair where it can, 1 never (0: choose) */
-    int wgmma_a_tma;        /* wgmma: 2 loads A (the im2col rows) by TMA where it can, 1 never (0: choose: never) */
+    int wgmma_a_tma;        /* wgmma: 2 loads A (the im2col rows) by TMA where it can, 1 never (0: choose: where it can) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

@@ -389,6 +389,11 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "stage_bytes", w->stage_bytes);
     set_int(L, "stat_offset", w->stat_offset);
     set_int(L, "stat_bytes", w->stat_bytes);
+    set_int(L, "epi_offset", w->epi_offset);
+    set_int(L, "epi_bytes", w->epi_bytes);
+    set_int(L, "epi_rows", FG_WGMMA_EPI_ROWS);
+    set_int(L, "epi_cols", FG_WGMMA_EPI_COLS);
+    set_int(L, "epi_stride", FG_WGMMA_EPI_STRIDE);
     set_int(L, "bar_offset", w->bar_offset);
     set_int(L, "consumer_regs", w->consumer_regs);
     set_int(L, "producer_regs", w->producer_regs);
@@ -434,6 +439,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_setfield(L, -2, "feeds");
         set_int(L, "finalize_accum", ps->finalize_accum);
         set_int(L, "chan_reduce", ps->chan_reduce);
+        set_bool(L, "staged_epilogue", fg_wgmma_staged_epilogue(&plan->wgmma, ps));
         set_int(L, "chan_sums", ps->chan_sums);
         lua_createtable(L, 0, 10);
         const fg_conv_tiling *t = &ps->conv;

@@ -100,7 +100,7 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
     env_int("FUSEGEN_WGMMA_MULTICAST", 1, 2, &opts->wgmma_multicast,
             "1 (each wgmma CTA copies its weights) or 2 (pairs of CTAs share them)", warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_A_TMA", 1, 2, &opts->wgmma_a_tma,
-            "1 (the wgmma producer threads copy A with cp.async) or 2 (TMA in im2col mode, where it can)", warn,
+            "1 (the wgmma producer threads copy A with cp.async) or 2 (TMA in im2col mode where it can, the default)", warn,
             warn_ctx);
     v = getenv("FUSEGEN_CONV_TILE");
     if (v && *v) {

@@ -330,10 +330,10 @@ int fg_launch_encode_im2col(const fg_cuda *cu, const fg_im2col_map *map, CUdevic
                             CUtensorMap *out, fg_error *err)
 {
     if (!cu->TensorMapEncodeIm2col)
-        return fg_fail(err, "FUSEGEN_WGMMA_A_TMA=2: the CUDA driver lacks cuTensorMapEncodeIm2col (a CUDA 12 driver "
-                            "or newer loads the wgmma conv's input by TMA); unset the knob");
+        return fg_fail(err, "the CUDA driver lacks cuTensorMapEncodeIm2col (a CUDA 12 driver or newer loads the wgmma "
+                            "conv's input by TMA); FUSEGEN_WGMMA_A_TMA=1 copies it with cp.async instead");
     if (address % 16)
-        return fg_fail(err, "FUSEGEN_WGMMA_A_TMA=2: the packed input at %#llx is not 16-byte aligned",
+        return fg_fail(err, "the wgmma conv's input by TMA: the packed input at %#llx is not 16-byte aligned",
                        (unsigned long long)address);
     fg_im2col_args a;
     fg_im2col_args_for(map, batch, &a);
@@ -343,8 +343,8 @@ int fg_launch_encode_im2col(const fg_cuda *cu, const fg_im2col_map *map, CUdevic
     if (r != CUDA_SUCCESS) {
         char what[192];
         snprintf(what, sizeof what,
-                 "FUSEGEN_WGMMA_A_TMA=2: encoding the wgmma conv's im2col tensor map (rank %u, batch %lld; "
-                 "cuTensorMapEncodeIm2col)",
+                 "encoding the wgmma conv's im2col tensor map (rank %u, batch %lld; cuTensorMapEncodeIm2col; "
+                 "FUSEGEN_WGMMA_A_TMA=1 copies the input with cp.async instead)",
                  a.rank, (long long)batch);
         return fg_cuda_fail(err, r, what);
     }

@@ -286,6 +286,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
       -- outputs numbered within the sample (`px`, the wgmma engine): that number is the check
       if th.pixel then valid = { string.format("co < %d", g.cout_g), string.format("px < %d", O[1] * O[2] * O[3]) } end
+      if th.valid then valid[#valid + 1] = th.valid end
       c:open("if (%s) {", table.concat(valid, " && "))
     else
       c:open("{")
@@ -304,6 +305,9 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   end
   local function body(checked)
     for i = 1, pair and #loops - 1 or #loops do
+      -- a thread mapping that is not the accumulators' (th.stage): the values reach the
+      -- innermost loop's threads through shared memory, written here
+      if i == #loops and th.stage then th.stage(c) end
       c:line("#pragma unroll")
       c:open("for (int %s = 0; %s < %d; ++%s) {", loops[i][1], loops[i][1], loops[i][2], loops[i][1])
       if i == 1 then
@@ -350,7 +354,10 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
         c:line("%s[%s] = %s;", targets[k][1], idx, targets[k][3] and "fg_io_round(" .. v .. ")" or v)
       end, checked)
     end
-    for _ = 1, pair and #loops - 1 or #loops do c:close() end
+    for i = pair and #loops - 1 or #loops, 1, -1 do
+      c:close()
+      if i == #loops and th.unstage then th.unstage(c) end
+    end
     ev:set_hoist(nil)
   end
   if th.full then

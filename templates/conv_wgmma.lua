@@ -1312,20 +1312,62 @@ function M.render(layer, plan, pass, names, signature)
   -- = 2 j + e is one channel (lanes holding it merge their statistics before the atomics)
   local px = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)"
   local O = g.O
-  local th = {
-    loops = { { "q", w.bn // 4 }, { "mt", w.wgmt }, { "h", 2 } },
-    value = "acc[mt][4 * (q >> 1) + 2 * h + (q & 1)]",
-    co = "co0 + 8 * (q >> 1) + 2 * (lane & 3) + (q & 1)",
-    pixel = px,
-    od = string.format("px / %d", O[2] * O[3]),
-    oh = string.format("(px / %d) %% %d", O[3], O[2]),
-    ow = string.format("px %% %d", O[3]),
-    slot = "q",
-    slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
-    merge_lanes = true,
-    full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g),
-    feeds_outside = across,
-  }
+  local th
+  if pass.staged_epilogue then
+    -- A channels-last output (planner.h, fg_wgmma_staged_epilogue): the fragments' own mapping
+    -- puts a quad's 4 lanes on neighbouring channels and the 8 quads on 8 pixels C elements
+    -- apart, so every load of a tensor at the output's index and every store would be 2 to 8
+    -- contiguous bytes. Instead each warp writes its 16 rows x 32 channels (of m64 tile mt,
+    -- channels co0 + 32 kk ..) to its slab and reads them back a row (pixel) at a time, lane
+    -- = channel: 32 channels' contiguous bytes per access.
+    local chunks = (w.bn + w.epi_cols - 1) // w.epi_cols
+    local S = w.epi_stride
+    th = {
+      loops = { { "kk", chunks }, { "mt", w.wgmt }, { "rr", w.epi_rows } },
+      value = string.format("slab[rr * %d + lane]", S),
+      co = string.format("co0 + %d * kk + lane", w.epi_cols),
+      pixel = "(pm0 + 64 * mt + 16 * warp + rr)",
+      -- a chunk past the tile's channels (BN not a multiple of 32): its lanes hold nothing
+      valid = w.bn % w.epi_cols ~= 0 and string.format("%d * kk + lane < BN", w.epi_cols) or nil,
+      stage = function(c)
+        c:line("/* this warp's accumulators of tile mt, channels 32 kk .. 32 kk + 31 of the tile, into its slab */")
+        c:line("#pragma unroll")
+        c:open("for (int jj = 0; jj < 4; ++jj) {")
+        c:open("if (4 * kk + jj < BN / 8) {")
+        c:line("#pragma unroll")
+        c:line("for (int h = 0; h < 2; ++h)")
+        c:line("    *(float2 *)&slab[((lane >> 2) + 8 * h) * %d + 8 * jj + 2 * (lane & 3)] =", S)
+        c:line("        make_float2(acc[mt][4 * (4 * kk + jj) + 2 * h], acc[mt][4 * (4 * kk + jj) + 2 * h + 1]);")
+        c:close()
+        c:close()
+        c:line("__syncwarp();")
+      end,
+      unstage = function(c) c:line("__syncwarp(); /* read before the next chunk overwrites it */") end,
+    }
+    th.od = string.format("px / %d", O[2] * O[3])
+    th.oh = string.format("(px / %d) %% %d", O[3], O[2])
+    th.ow = string.format("px %% %d", O[3])
+    if w.bn % w.epi_cols == 0 then
+      th.full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g)
+    end
+    c:line("float *const slab = (float *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d) + (4 * cw + warp) * %d;",
+      w.epi_offset, w.epi_rows * S)
+  else
+    th = {
+      loops = { { "q", w.bn // 4 }, { "mt", w.wgmt }, { "h", 2 } },
+      value = "acc[mt][4 * (q >> 1) + 2 * h + (q & 1)]",
+      co = "co0 + 8 * (q >> 1) + 2 * (lane & 3) + (q & 1)",
+      pixel = px,
+      od = string.format("px / %d", O[2] * O[3]),
+      oh = string.format("(px / %d) %% %d", O[3], O[2]),
+      ow = string.format("px %% %d", O[3]),
+      slot = "q",
+      slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
+      merge_lanes = true,
+      full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g),
+      feeds_outside = across,
+    }
+  end
   -- feeds what s_stat holds (for sample fed_n, group fed_g, channels fed_co0..), then clears it;
   -- every consumer thread takes the tile-uniform condition (the barriers)
   local function flush(cond)

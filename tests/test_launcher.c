@@ -506,6 +506,7 @@ static void weights_packed_outside_runs(void **state)
         fg_plan_options opts;
         fg_plan_options_for_arch(&opts, "sm_90a");
         opts.engine = FG_ENGINE_PREFER_WGMMA;
+        opts.wgmma_a_tma = 1; /* cp.async: the fake driver encodes no tensor maps (the TMA launch: below) */
         fg_plan *plan = fgt_plan_with(ir, &opts), *bad = malloc(sizeof *bad);
         assert_non_null(bad);
         const fg_wgmma_tiling *w = &plan->wgmma;

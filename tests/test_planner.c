@@ -1718,10 +1718,17 @@ static void wgmma_a_tma_where_tma_builds_the_stage(void **state)
         snprintf(spec, sizeof spec, "return layer \"t\" {\n  input = { \"N\", %s },\n  dtype = \"%s\",\n  %s,\n}\n",
                  cases[i].input, cases[i].dtype, cases[i].conv);
         fg_layer_ir *ir = fgt_load_string(spec);
+        /* by default where TMA can build the stage, with no refusal recorded where it cannot */
         opts.wgmma_a_tma = 0;
         fg_plan *plan = fgt_plan_with(ir, &opts);
         assert_true(plan->wgmma.parts > 0);
-        assert_int_equal(plan->wgmma.a_tma, 1); /* off by default */
+        assert_int_equal(plan->wgmma.a_tma, cases[i].a_tma);
+        assert_null(plan->wgmma.a_tma_refused);
+        free(plan);
+        /* cp.async on request */
+        opts.wgmma_a_tma = 1;
+        plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.a_tma, 1);
         fg_rendered src;
         fg_error err = {{0}};
         assert_int_equal(fg_render(ir, plan, &src, &err), 0);
