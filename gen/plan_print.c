@@ -325,6 +325,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          w->a_tma_refused);
                 emit(ctx, line);
             }
+            if (w->ping_pong) {
+                snprintf(line, sizeof line,
+                         "           each K chunk's sum into one of two accumulators in turn (ping-pong), the next "
+                         "chunk's wgmmas running while it is added; consumers %d registers, producer %d",
+                         w->consumer_regs, w->producer_regs);
+                emit(ctx, line);
+            }
             if (fg_wgmma_staged_epilogue(w, ps)) {
                 snprintf(line, sizeof line,
                          "           the epilogue through shared memory (channels last): each consumer warp stages its "

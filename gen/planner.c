@@ -723,6 +723,32 @@ static void wgmma_a_tma(const fg_plan_options *opts, const fg_layer_ir *ir, fg_w
     }
 }
 
+/* Ping-pong block accumulation (fg_wgmma_tiling.ping_pong): where the block accumulates
+ * (3xTF32 and the exact half products), A comes by TMA, and the accumulator plus two chunk
+ * accumulators fit. Registers: 3 x the accumulator and ~40 for the loop, the descriptors and
+ * the addresses (ptxas; the compile test fails on any spill); the consumers then take 232, the
+ * most two consumer warpgroups can beside a producer at 40 (504 of the SM's 512 a thread slot),
+ * as CUTLASS's warp-specialized kernels do. The cp.async producer needs more than 40.
+ * Only with 4 stages or more: the consumers then hold two stages at a time, and a ring of 3
+ * leaves the producer one stage ahead. Measured (bench/ab-cli, H200, bench/NOTES.md v27):
+ * 3-stage rings +3.4 % (KB17, batch 128 and 8) and +1.8 % (64->128 3x3 on 256x256), though
+ * SD's GroupNorm -> SiLU -> conv in bf16 (3 stages) gained 6.4 %; a bf16 ResNet block in
+ * fp32 precision (4 and 6 stages) -10 %. */
+static void wgmma_ping_pong(fg_wgmma_tiling *w)
+{
+    w->ping_pong = 0;
+    if (!w->block_acc || w->a_tma != 2 || w->stages < 4)
+        return;
+    int need = round_up(3 * (w->wgmt * w->bn / 2) + 40, 8);
+    if (need > 232)
+        return;
+    w->ping_pong = 1;
+    if (need > w->consumer_regs) {
+        w->consumer_regs = need;
+        w->producer_regs = 504 - 2 * need;
+    }
+}
+
 /* Output channels per group below which a tensor-core conv wastes most of each MMA (the
  * narrowest wgmma and mma.sync tiles are 8 or 16 channels wide): depthwise and 4-channel
  * groups. The sweep (bench/NOTES.md v6) measured them 3-28x slower on wgmma in tf32 than
@@ -1769,6 +1795,7 @@ static fg_pass *first_passes(planner *p, int wanted)
         wgmma_split(p->opts, &plan->wgmma, (int64_t)plan->wgmma.m_tiles * plan->wgmma.nblk * ir->ops[0].groups);
         wgmma_multicast(p->opts, &plan->wgmma, (int)ir->ops[0].groups);
         wgmma_a_tma(p->opts, ir, &plan->wgmma);
+        wgmma_ping_pong(&plan->wgmma);
     }
     if (p->use_wgmma && add_pack_passes(p))
         return NULL;

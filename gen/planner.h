@@ -268,6 +268,12 @@ typedef struct fg_wgmma_tiling {
      * batch): the epilogue masks every row q >= OPIX (stores, statistics, channel reductions;
      * split K sums whole partial tiles and masks at its epilogue). 1: cp.async. */
     int a_tma;
+    /* 1: the consumers add each K chunk's sum (block accumulation) from two accumulators in
+     * turn, the next chunk's wgmmas issued before the last one's sum is added; where the block
+     * accumulates, A is by TMA (its producer needs 40 registers), the ring has 4 stages or more
+     * and the three accumulators fit the consumers' 232 registers (wgmma_ping_pong). 0: one
+     * chunk accumulator. */
+    int ping_pong;
     /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
      * string, for `fusegen plan`); NULL otherwise */
     const char *a_tma_refused;

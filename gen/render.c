@@ -374,6 +374,7 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "block_acc", w->block_acc);
     set_int(L, "multicast", w->multicast);
     set_int(L, "a_tma", w->a_tma);
+    set_int(L, "ping_pong", w->ping_pong);
     set_int(L, "a_tma_rank", w->im2col.rank);
     set_int(L, "bn", w->bn);
     set_int(L, "nblk", w->nblk);

@@ -226,7 +226,8 @@ function M.prelude(layer, plan)
   if w.multicast == 2 then
     for l in M.multicast_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
-  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast, w.a_tma, w.a_tma_rank):gmatch("([^\n]*)\n") do
+  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast, w.a_tma, w.a_tma_rank,
+    w.ping_pong):gmatch("([^\n]*)\n") do
     c:line(l)
   end
   c:line("} // namespace fgw")
@@ -324,7 +325,10 @@ local function splice(text, old, new)
   return text:sub(1, i - 1) .. new .. text:sub(j + 1)
 end
 
-function M.fill_engine(text, split, half, a_parts, coord_bits, multicast, a_tma, a_tma_rank)
+function M.fill_engine(text, split, half, a_parts, coord_bits, multicast, a_tma, a_tma_rank, ping_pong)
+  if ping_pong == 1 and a_tma ~= 2 then error("conv_wgmma.lua: ping-pong accumulation without the TMA producer") end
+  text = text:gsub("@PINGPONG@\n", function() return ping_pong == 1 and M.ping_pong_loop or "" end)
+  text = text:gsub("@PPISSUE@\n", function() return ping_pong == 1 and M.ping_pong_issue or "" end)
   if a_tma == 2 then
     -- A by TMA (fg_wgmma_tiling.a_tma 2): its producer instead of the cp.async one; TMA and the
     -- bulk copy write through the async proxy, as wgmma reads: no fence after the full wait
@@ -655,6 +659,7 @@ template <int R> __device__ __forceinline__ void fence_all(float (&d)[WGMT][R])
     for (int mt = 0; mt < WGMT; ++mt) fgw_fence_regs(d[mt]);
 }
 
+@PPISSUE@
 /* A consumer warpgroup's K loop over one tile (the block's `seq`-th): its rows
  * row0 .. row0 + 64 WGMT of every stage, the sums in acc (tmp: the block accumulator). */
 __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp)[WGMT][BN / 2], @SEQ@, int row0,
@@ -662,6 +667,7 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
 {
     const int lane = (int)threadIdx.x & 31;
 @IT0@
+@PINGPONG@
 #pragma unroll 1
     for (int kc = @KC0@; kc < @KC1@; ++kc) {
         const int it = it0 + kc, s = it % STAGES;
@@ -702,6 +708,74 @@ __device__ __forceinline__ void mainloop(float (&acc)[WGMT][BN / 2], float (&tmp
 ]]
 
 M.engine = engine_tiles .. M.producer_cp_async .. engine_consumers
+
+-- Block accumulation in ping-pong (fg_wgmma_tiling.ping_pong; TMA producers only, so no
+-- proxy fence after the full wait): spliced at @PINGPONG@, before the one-accumulator loop,
+-- which it returns ahead of.
+M.ping_pong_loop = [[
+    if constexpr (BLOCK_ACC) {
+        /* Two chunk accumulators in turn (tmp, tmp2): chunk kc + 1's wgmmas are issued before
+         * chunk kc's sum is added to acc, so the tensor cores work while the consumers wait
+         * for a chunk and add it (with one, they idled: the wait for the whole group took 37 %
+         * of the consumers' stall samples on KB17, bench/NOTES.md v27). The same additions in
+         * the same order: the sums are bit for bit those of the one-accumulator loop. At the
+         * loop's head exactly one group (chunk kc's, in tmp) is in flight, and every wait is
+         * on a path of its own: ptxas serializes the wgmmas where a merge leaves it unsure. */
+        float tmp2[WGMT][BN / 2];
+        if (@KC1@ <= @KC0@) return;
+        int kc = @KC0@;
+        issue_at(tmp, it0 + kc, row0, sbase, bar_full);
+#pragma unroll 1
+        for (; kc + 2 < @KC1@; kc += 2) {
+            issue_at(tmp2, it0 + kc + 1, row0, sbase, bar_full);
+            fgw_wgmma_wait<1>();
+            drain(acc, tmp, kc == @KC0@);
+            if (lane == 0) @RELEASE@(bar_empty + 8 * ((it0 + kc) % STAGES));
+            issue_at(tmp, it0 + kc + 2, row0, sbase, bar_full);
+            fgw_wgmma_wait<1>();
+            drain(acc, tmp2, false);
+            if (lane == 0) @RELEASE@(bar_empty + 8 * ((it0 + kc + 1) % STAGES));
+        }
+        if (kc + 1 < @KC1@) {
+            issue_at(tmp2, it0 + kc + 1, row0, sbase, bar_full);
+            fgw_wgmma_wait<1>();
+            drain(acc, tmp, kc == @KC0@);
+            if (lane == 0) @RELEASE@(bar_empty + 8 * ((it0 + kc) % STAGES));
+            fgw_wgmma_wait<0>();
+            drain(acc, tmp2, false);
+            if (lane == 0) @RELEASE@(bar_empty + 8 * ((it0 + kc + 1) % STAGES));
+        } else {
+            fgw_wgmma_wait<0>();
+            drain(acc, tmp, kc == @KC0@);
+            if (lane == 0) @RELEASE@(bar_empty + 8 * ((it0 + kc) % STAGES));
+        }
+        return;
+    }
+]]
+-- ... its issue of one chunk (the ring's it-th) into a fresh accumulator, after the full wait,
+-- and its drain of a chunk's sum into acc; spliced before mainloop.
+M.ping_pong_issue = [[
+__device__ __forceinline__ void issue_at(float (&d)[WGMT][BN / 2], int it, int row0, fgw_u32 sbase, fgw_u32 bar_full)
+{
+    const int s = it % STAGES;
+    fgw_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
+    const fgw_u32 sA = sbase + s * STAGE_BYTES + row0 * 128, sB = sbase + s * STAGE_BYTES + @PA@ * A_BYTES;
+    fence_all(d);
+    fgw_wgmma_fence();
+    issue_chunk(d, sA, sB, 1);
+    fgw_wgmma_commit();
+}
+__device__ __forceinline__ void drain(float (&acc)[WGMT][BN / 2], float (&d)[WGMT][BN / 2], bool first)
+{
+    fence_all(d);
+#pragma unroll
+    for (int mt = 0; mt < WGMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[mt][i] = first ? d[mt][i] : acc[mt][i] + d[mt][i];
+    fence_all(acc);
+}
+
+]]
 
 -- A by TMA in im2col mode (fg_wgmma_tiling.a_tma 2; bench/hopper-tma.md): the tensor map type
 -- and the copies (printed after M.helpers, at file scope: the kernel's parameters are maps).

@@ -1647,6 +1647,55 @@ static void wgmma_multicast_where_b_is_shared(void **state)
     free(ir);
 }
 
+/* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
+ * the ring has 4 stages or more, with the consumers' registers raised to hold three
+ * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
+static void wgmma_ping_pong_where_it_pays(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *input, *dtype, *precision;
+        int a_tma_knob, ping_pong;
+    } cases[] = {
+        /* bf16 in fp32 precision: x.w_lo + x.w_hi, block accumulated, 6 stages */
+        {"64, 32, 32", "bf16", "fp32", 0, 1},
+        {"64, 32, 32", "bf16", "fp32", 1, 0}, /* cp.async: its producer needs its registers */
+        {"64, 32, 32", "bf16", "tf32", 0, 0}, /* one product: no block accumulation */
+        {"64, 32, 32", "fp32", "fp32", 0, 0}, /* 3xTF32 at 128 x 128: a ring of 3 */
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"t\" {\n  input = { \"N\", %s },\n  dtype = \"%s\",\n  precision = \"%s\",\n"
+                 "  conv2d { out_channels = 128, kernel = 3, padding = 1 },\n}\n",
+                 cases[i].input, cases[i].dtype, cases[i].precision);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        opts.wgmma_a_tma = cases[i].a_tma_knob;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        assert_true(w->parts > 0);
+        assert_int_equal(w->ping_pong, cases[i].ping_pong);
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        if (cases[i].ping_pong) {
+            assert_true(w->stages >= 4);
+            assert_int_equal(w->consumer_regs, 232);
+            assert_int_equal(w->producer_regs, 40);
+            fgt_assert_contains(src.source, "float tmp2[WGMT][BN / 2];");
+            fgt_assert_contains(src.source, "issue_at(tmp2, it0 + kc + 1, row0, sbase, bar_full);");
+        } else {
+            fgt_assert_not_contains(src.source, "tmp2");
+        }
+        fg_rendered_free(&src);
+        free(plan);
+        free(ir);
+    }
+}
+
 /* A by TMA in im2col mode (fg_wgmma_tiling.a_tma): only on request (FUSEGEN_WGMMA_A_TMA=2) and
  * where TMA can build the stage (fg_wgmma_a_tma_refusal: CP a multiple of a chunk, the rank-4/5
  * corner, offset and stride limits); the map's plan-time arguments by hand; the source has the
@@ -2207,6 +2256,7 @@ int main(void)
         cmocka_unit_test(wgmma_m64_knob),
         cmocka_unit_test(wgmma_multicast_where_b_is_shared),
         cmocka_unit_test(wgmma_a_tma_where_tma_builds_the_stage),
+        cmocka_unit_test(wgmma_ping_pong_where_it_pays),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
