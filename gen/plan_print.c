@@ -360,6 +360,22 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      t->warp_mt * 16, t->tiles_per_block, t->ci_chunk,
                      t->k_blocked ? "(8 channels, tap)" : "(channel x tap) / 8");
             emit(ctx, line);
+        } else if (ps->kind == FG_PASS_CONV && ps->conv.chan_lanes > 0) {
+            const fg_conv_tiling *t = &ps->conv;
+            /* the epilogue stores an NCHW buffer's outputs along W as one vector a thread where
+             * the pass stores no output and W is even (conv.lua, M.epilogue's `pair`) */
+            const fg_shape *o = &ir->ops[0].out;
+            bool buffers = ps->store_buffer >= 0 || ps->n_extra_stores > 0;
+            char vec[96] = "";
+            if (buffers && !ps->store_output && t->thread_w > 1 && o->dim[o->rank - 1] % 2 == 0)
+                snprintf(vec, sizeof vec, "; a buffer's (NCHW) stores %d outputs along W at once", t->thread_w);
+            snprintf(line, sizeof line,
+                     "           channels innermost: tile %dx%dx%d outputs x %d channels per block, consecutive "
+                     "threads on consecutive channels (the input's loads%s along C); %dx%d outputs x 1 channel per "
+                     "thread%s; %d input channels staged [pixel][channel]",
+                     t->tile[0], t->tile[1], t->tile[2], t->chan_lanes, ps->store_output ? " and the output's stores" : "",
+                     t->thread_h, t->thread_w, vec, t->ci_chunk);
+            emit(ctx, line);
         } else if (ps->kind == FG_PASS_CONV) {
             const fg_conv_tiling *t = &ps->conv;
             snprintf(line, sizeof line,

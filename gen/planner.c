@@ -965,6 +965,117 @@ enum {
     MAX_UNROLLED_TAPS = 4096,        /* 16x16x16; the largest common kernels are 7x7x7 (343), 31x31 (961) */
 };
 
+/* The FMA engine's channels-last mapping (fg_conv_tiling.chan_lanes): a block of `lanes`
+ * consecutive output channels (whole groups) times thread tiles along D, H, W. Shared memory:
+ * the input tile [pixel][the groups' input channels], then the weights [ci][tap][lane],
+ * rows padded by one float (the staging writes them transposed: a pitch of lanes + 1 keeps
+ * those stores on distinct banks, and the reads, one channel a lane, stay conflict-free). */
+static int64_t cl_layout(const conv_geometry *g, const fg_conv_tiling *t, fg_smem_layout *out)
+{
+    fg_smem_layout l = {0};
+    int64_t pixels = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    l.input_buffers = 1;
+    l.channel_pitch = 1;
+    l.pixel_pitch = t->ci_chunk;
+    l.buffer_floats = pixels * t->ci_chunk;
+    l.weights_offset = l.buffer_floats;
+    l.weights_co_pitch = t->chan_lanes + 1;
+    l.weights_floats = g->cin_g * g->taps * l.weights_co_pitch;
+    l.table_offset = l.weights_offset + l.weights_floats;
+    if (out)
+        *out = l;
+    return 4 * l.table_offset;
+}
+
+/* Sets the thread tiles along D, H, W (threads[]) from the thread tile and `strips` of them
+ * (a power of two), and the block's output and input tiles: a factor of two at a time to W
+ * or H, whichever tile is shorter and still has outputs to cover, then D. */
+static void cl_strips(const conv_geometry *g, fg_conv_tiling *t, int strips)
+{
+    int n[3] = {1, 1, 1};
+    for (; strips > 1; strips /= 2) {
+        bool w = n[2] * t->thread_w < g->out[2], h = n[1] * t->thread_h < g->out[1];
+        if (w && (!h || n[2] * t->thread_w <= n[1] * t->thread_h))
+            n[2] *= 2;
+        else if (h)
+            n[1] *= 2;
+        else if (n[0] < g->out[0])
+            n[0] *= 2;
+        else
+            break;
+    }
+    int rt[3] = {1, t->thread_h, t->thread_w};
+    for (int i = 0; i < 3; i++) {
+        t->threads[i] = n[i];
+        t->tile[i] = n[i] * rt[i];
+        t->in_tile[i] = (t->tile[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1;
+    }
+}
+
+/* The channels-last mapping where it fits (returns true and fills ps): a channels-last layer
+ * whose groups are narrow (at most 32 output and 8 input channels: depthwise and grouped
+ * convs). The classic mapping reads such an input one element per pixel, C elements apart,
+ * and its per-pixel statistics (layer_norm over channels) cost an atomic per element; here a
+ * warp's loads and stores run along C and a pixel's statistic is added up across the warp.
+ * Not taken: NCHW layers; wide groups (the classic mapping's channel tiles reuse each input
+ * element across channels, and its staging reads runs of a group's channels); a kernel row
+ * slab over 64 taps (the thread keeps one (channel, depth) slab of weights in registers); a
+ * thread tile set by hand (FUSEGEN_CONV_TILE describes the classic tile); a staged tile past
+ * the shared-memory budget even at one thread tile. */
+static bool conv_tiling_cl(const planner *p, const conv_geometry *g, fg_pass *ps)
+{
+    const int *knob = p->opts->conv_tile;
+    if (p->ir->layout != FG_LAYOUT_CHANNELS_LAST || g->cout_g > 32 || g->cin_g > 8 ||
+        (int64_t)g->k[1] * g->k[2] > 64 || knob[0] || knob[1] || knob[2] || knob[3])
+        return false;
+    fg_conv_tiling *t = &ps->conv;
+    memset(t, 0, sizeof *t);
+    t->engine = FG_CONV_FMA;
+    int64_t cout = p->ir->ops[0].out_channels;
+    int lanes = (int)(32 / g->cout_g * g->cout_g);
+    if (cout < lanes)
+        lanes = (int)cout;
+    t->chan_lanes = t->co_tile = lanes;
+    t->thread_co = 1;
+    t->ci_chunk = (int)(lanes / g->cout_g * g->cin_g);
+    t->ci_unroll = 1;
+    t->ch_pitch = 1;
+    /* 4 x 4 outputs a thread (each staged input is read by up to 4 rows, each weight by 16
+     * outputs), fewer where the output is small or where the unrolled body of one input
+     * channel would pass ~1600 FMAs or the registers (outputs, one slab of weights, one
+     * input row) ~128 */
+    t->thread_w = g->out[2] >= 4 ? 4 : g->out[2] >= 2 ? 2 : 1;
+    t->thread_h = g->out[1] >= 4 ? 4 : g->out[1] >= 2 ? 2 : 1;
+    for (;;) {
+        int64_t acc = (int64_t)t->thread_h * t->thread_w;
+        int64_t row = (int64_t)(t->thread_w - 1) * g->s[2] + (int64_t)(g->k[2] - 1) * g->d[2] + 1;
+        if ((acc * g->taps <= 1600 && acc + (int64_t)g->k[1] * g->k[2] + row + 32 <= 128) || acc == 1)
+            break;
+        if (t->thread_h > 1)
+            t->thread_h /= 2;
+        else
+            t->thread_w /= 2;
+    }
+    /* up to 256 threads: 8 thread tiles of 32 channels */
+    int strips = 1;
+    while ((int64_t)lanes * strips * 2 <= 256)
+        strips *= 2;
+    for (;; strips /= 2) {
+        cl_strips(g, t, strips);
+        if (cl_layout(g, t, NULL) <= CONV_SMEM_BUDGET)
+            break;
+        if (strips == 1)
+            return false;
+    }
+    ps->launch.block = lanes * t->threads[0] * t->threads[1] * t->threads[2];
+    ps->launch.grid_x =
+        ceil_div(g->out[0], t->tile[0]) * ceil_div(g->out[1], t->tile[1]) * ceil_div(g->out[2], t->tile[2]);
+    ps->launch.grid_y = ceil_div(cout, lanes);
+    ps->launch.per_sample = true;
+    ps->launch.smem_bytes = (int)cl_layout(g, t, &t->smem);
+    return true;
+}
+
 static int conv_tiling(const planner *p, fg_pass *ps)
 {
     const fg_plan_options *opts = p->opts;
@@ -999,6 +1110,8 @@ static int conv_tiling(const planner *p, fg_pass *ps)
         ps->launch.grid_y = conv->groups * ceil_div(g.cout_g, t->co_tile);
         return 0;
     }
+    if (conv_tiling_cl(p, &g, ps))
+        return 0;
     memset(t, 0, sizeof *t);
     t->engine = FG_CONV_FMA;
     /* Register tile: 2 rows x 4 outputs x 8 channels (64 accumulators) where the shape allows,

@@ -139,6 +139,8 @@ typedef struct fg_smem_layout {
     int input_buffers;                 /* 2: double-buffered (the next tile lands while one computes) */
     int64_t buffer_floats;             /* floats from one input buffer to the next */
     int64_t channel_pitch;             /* floats between two staged input channels */
+    int64_t pixel_pitch;               /* FMA channels-last mapping (chan_lanes > 0): floats between
+                                        * two staged pixels, whose channels are adjacent; else 0 */
     int64_t weights_offset, weights_floats;
     int weights_co_pitch;              /* FMA: floats per (channel, tap) row of weights */
     int64_t table_offset, table_entries; /* MMA, unblocked: the (channel, tap) offsets (ints) */
@@ -152,7 +154,16 @@ typedef struct fg_conv_tiling {
     int threads[3];         /* threads along D, H, W */
     int thread_h;           /* output rows per thread */
     int thread_w;           /* consecutive outputs along W per thread */
-    int thread_co;          /* channels per thread = one channel tile; a multiple of 4 */
+    int thread_co;          /* channels per thread = one channel tile; a multiple of 4 (1 with chan_lanes) */
+    /* FMA engine, channels-last input and output, few channels per group: consecutive threads
+     * take consecutive output channels (chan_lanes of them per block, whole groups), each one
+     * channel and thread_h x thread_w outputs, and the input tile is staged [pixel][channel]:
+     * global loads and the output's stores then run along C, where the classic mapping's
+     * threads (along W within one channel) touch one element per pixel, C elements apart.
+     * threads[] are then the thread tiles along D, H, W (block = chan_lanes x their product),
+     * co_tile = chan_lanes and ci_chunk the input channels of the block's groups, all staged
+     * at once. 0: the classic mapping. */
+    int chan_lanes;
     int co_tile;            /* channels per block (within a group): it loops over co_tile / thread_co tiles */
     int ci_chunk;           /* input channels staged in shared memory at a time */
     int ci_unroll;          /* unroll factor of the input-channel loop (the unrolling cliff) */

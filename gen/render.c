@@ -450,6 +450,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "thread_h", t->thread_h);
         set_int3(L, "in_tile", t->in_tile, 3);
         set_int(L, "thread_co", t->thread_co);
+        set_int(L, "chan_lanes", t->chan_lanes);
         set_int(L, "co_tile", t->co_tile);
         set_int(L, "ci_chunk", t->ci_chunk);
         set_int(L, "ci_unroll", t->ci_unroll);
@@ -468,6 +469,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "input_buffers", t->smem.input_buffers);
         set_int(L, "buffer_floats", t->smem.buffer_floats);
         set_int(L, "channel_pitch", t->smem.channel_pitch);
+        set_int(L, "pixel_pitch", t->smem.pixel_pitch);
         set_int(L, "weights_offset", t->smem.weights_offset);
         set_int(L, "weights_co_pitch", t->smem.weights_co_pitch);
         set_int(L, "table_offset", t->smem.table_offset);

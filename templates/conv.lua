@@ -81,8 +81,11 @@ function M.tiling(g, t)
 end
 
 -- Issues the copies of input channels ci0 .. ci0+CIC-1 of the tile into s_in (zero outside
--- the input and past the last channel), channel planes T.CP floats apart.
-function M.stage_input(c, g, T)
+-- the input and past the last channel), channel planes T.CP floats apart. `how` (optional,
+-- the channels-last mapping) replaces the channel check (ci_check), the shared-memory index
+-- (dst), the channel's offset within a pixel (src_ci) and its number (channel).
+function M.stage_input(c, g, T, how)
+  how = how or {}
   c:open("for (int e = t; e < %d; e += %d) {", T.CIC * T.ITILE, T.BLOCK)
   if g.cl then
     -- a channels-last input: consecutive threads read consecutive channels of one pixel
@@ -93,7 +96,11 @@ function M.stage_input(c, g, T)
   c:line("const int a = r / %d, b = (r / %d) %% %d, cw = r %% %d;", T.IT[2] * T.IT[3], T.IT[3], T.IT[2], T.IT[3])
   c:line("const int id = id0 + a, ih = ih0 + b, iw = iw0 + cw;")
   local checks = {}
-  if g.cin_g % T.CIC ~= 0 then checks[#checks + 1] = string.format("ci0 + ci < %d", g.cin_g) end
+  if how.ci_check ~= nil then
+    if how.ci_check then checks[#checks + 1] = how.ci_check end -- false: every staged channel exists
+  elseif g.cin_g % T.CIC ~= 0 then
+    checks[#checks + 1] = string.format("ci0 + ci < %d", g.cin_g)
+  end
   local vars = { "id", "ih", "iw" }
   for i = 1, 3 do
     if not (g.sp == 2 and i == 1) then
@@ -104,17 +111,18 @@ function M.stage_input(c, g, T)
   -- cp.async: every copy of the tile is in flight at once (a plain load-then-store loop
   -- waits for each load's latency in turn); outside the input it zero-fills
   c:line("const bool in = %s;", table.concat(checks, " && "))
-  local dst = (T.CP == T.ITILE and not g.cl) and "e" or string.format("ci * %d + r", T.CP)
+  local dst = how.dst or ((T.CP == T.ITILE and not g.cl) and "e" or string.format("ci * %d + r", T.CP))
   local src = string.format("xg + (fg_u64)(ci0 + ci) * %d + (id * %d + ih) * %d + iw", g.in_plane, g.I[2], g.I[3])
   if g.cl then
-    src = string.format("xg + (fg_u64)((id * %d + ih) * %d + iw) * %d + (ci0 + ci)", g.I[2], g.I[3], g.cin)
+    src = string.format("xg + (fg_u64)((id * %d + ih) * %d + iw) * %d + (%s)", g.I[2], g.I[3], g.cin,
+      how.src_ci or "ci0 + ci")
   end
   if g.prologue then
     -- a prologue (prologue.lua): each element inside the input is loaded (widened), goes
     -- through the ops before the conv and is stored; the padding stays 0 (the conv pads the
     -- normalized tensor). A plain load-then-store, as for a half input.
     local sp = g.sp == 3 and { "id", "ih", "iw" } or { "ih", "iw" }
-    local coords = { [1] = string.format("g * %d + ci0 + ci", g.cin_g) }
+    local coords = { [1] = how.channel or string.format("g * %d + ci0 + ci", g.cin_g) }
     for i, v in ipairs(sp) do coords[i + 1] = v end
     c:line("float xs = 0.0f;")
     c:open("if (in) {")
@@ -229,7 +237,7 @@ end
 -- it (this): callers that run several epilogues into the same slots (one per tile) do both
 -- themselves and pass th.feeds_outside.
 function M.feeds_finish(c, g, plan, pass, ev, slots, th)
-  feed.finish(c, ev, plan, pass.feeds, slots, slot_key_fn(g, ev, th), th.merge_lanes)
+  feed.finish(c, ev, plan, pass.feeds, slots, th.slot_key or slot_key_fn(g, ev, th), th.merge_lanes)
 end
 
 -- The epilogue of a conv pass: the chain of ops after the conv at every output a thread
@@ -237,9 +245,11 @@ end
 -- laid out: `loops` ({variable, extent}, unrolled; the first picks the channel), `value`
 -- (the accumulator), `co` (the channel within the group), `od`/`oh`/`ow` (output
 -- coordinates), `slot` (the loop variable naming a statistics slot when `slots` > 0),
--- slot_co(q) (the channel of slot q), `merge_lanes` (slots of neighbouring lanes may share
--- a statistic: add them up across the warp before the atomics), `pair` (the last loop runs
--- over two consecutive outputs along W) and `full` (a condition under which every output
+-- slot_co(q) (the channel of slot q) or slot_key(a, q) (the key of slot q of accumulator a,
+-- where slots are not channels), `merge_lanes` (slots of neighbouring lanes may share a
+-- statistic: add them up across the warp before the atomics), `pair` (the last loop runs
+-- over two consecutive outputs along W; a number: over that many, 2 or 4, stored as one
+-- vector where aligned) and `full` (a condition under which every output
 -- the thread holds exists: that case runs without per-output checks, so the compiler can
 -- interleave the outputs' work instead of branching around each); `pixel`, when outputs are
 -- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds).
@@ -263,6 +273,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- with W even a pair's outputs are 8-byte aligned: one float2 store per target
   -- (a channels-last output: neighbours along W are not adjacent in memory; no pairs)
   local pair = th.pair and O[3] % 2 == 0 and not (g.cl and pass.store_output)
+  local width = pair and (th.pair == true and 2 or th.pair) or 1
   local loops = th.loops
   local dshape = layer.ops[pass.last].out_shape
   local targets = {} -- { array, value index (nil: the pass's domain value) }
@@ -319,10 +330,17 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     end
     if pair then
       local var = loops[#loops][1]
-      c:line("fg_u64 si0 = 0, si1 = 0;")
-      c:line("bool sk0 = %s, sk1 = %s;", checked and "false" or "true", checked and "false" or "true")
-      for k = 1, #targets do c:line("float sv%d_0 = 0.0f, sv%d_1 = 0.0f;", k, k) end
-      for e = 0, 1 do
+      -- per output e of the vector: its index si<e>, whether it is stored sk<e>, its values
+      local function each(f, sep)
+        local parts = {}
+        for e = 0, width - 1 do parts[#parts + 1] = f(e) end
+        return table.concat(parts, sep or ", ")
+      end
+      local init = checked and "false" or "true"
+      c:line("fg_u64 %s;", each(function(e) return "si" .. e .. " = 0" end))
+      c:line("bool %s;", each(function(e) return "sk" .. e .. " = " .. init end))
+      for k = 1, #targets do c:line("float %s;", each(function(e) return string.format("sv%d_%d = 0.0f", k, e) end)) end
+      for e = 0, width - 1 do
         c:open("{")
         c:line("const int %s = %d;", var, e)
         element(function(k, idx, v)
@@ -333,20 +351,25 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       end
       for k, tg in ipairs(targets) do
         -- the pair as one store where it is aligned: a float2, or (a bf16/fp16 output) two
-        -- rounded halves as 4 bytes
+        -- rounded halves as 4 bytes; four outputs: a float4, or two such words
         local function out(v) return tg[3] and "fg_io_round(" .. v .. ")" or v end
-        local a, b = string.format("sv%d_0", k), string.format("sv%d_1", k)
-        local bytes, pair = 8, string.format("*(float2 *)(%s + si0) = make_float2(%s, %s);", tg[1], a, b)
-        if tg[3] then
-          bytes, pair = 4, string.format("*(unsigned *)(%s + si0) = (unsigned)%s | ((unsigned)%s << 16);", tg[1],
-            out(a), out(b))
+        local sv = {}
+        for e = 0, width - 1 do sv[e] = string.format("sv%d_%d", k, e) end
+        local function halves(e) return string.format("(unsigned)%s | ((unsigned)%s << 16)", out(sv[e]), out(sv[e + 1])) end
+        local bytes, pair = 8, string.format("*(float2 *)(%s + si0) = make_float2(%s, %s);", tg[1], sv[0], sv[1])
+        if tg[3] then bytes, pair = 4, string.format("*(unsigned *)(%s + si0) = %s;", tg[1], halves(0)) end
+        if width == 4 then
+          bytes, pair = 16, string.format("*(float4 *)(%s + si0) = make_float4(%s, %s, %s, %s);", tg[1], sv[0], sv[1],
+            sv[2], sv[3])
+          if tg[3] then
+            bytes, pair = 8, string.format("*(uint2 *)(%s + si0) = make_uint2(%s, %s);", tg[1], halves(0), halves(2))
+          end
         end
-        c:open("if (sk0 && sk1 && (((fg_u64)(%s + si0) & %d) == 0)) {", tg[1], bytes - 1)
+        c:open("if (%s && (((fg_u64)(%s + si0) & %d) == 0)) {", each(function(e) return "sk" .. e end, " && "), tg[1], bytes - 1)
         c:line("%s", pair)
         c:close("} else {")
         c.depth = c.depth + 1
-        c:line("if (sk0) %s[si0] = %s;", tg[1], out(a))
-        c:line("if (sk1) %s[si1] = %s;", tg[1], out(b))
+        for e = 0, width - 1 do c:line("if (sk%d) %s[si%d] = %s;", e, tg[1], e, out(sv[e])) end
         c:close()
       end
     else
@@ -373,7 +396,194 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   if not th.feeds_outside then M.feeds_finish(c, g, plan, pass, ev, slots, th) end
 end
 
+-- The channels-last mapping (fg_conv_tiling.chan_lanes, planner.c conv_tiling_cl): each
+-- thread one output channel (lane) and RH x RW outputs; the staged input is [pixel][channel]
+-- (T.PP floats a pixel) and the weights [ci][tap][lane] (T.COT4 floats a row). A thread
+-- keeps one (input channel, depth) slab of weights in registers and loads each staged input
+-- row it needs once, for every output row and kernel row that read it: consecutive lanes
+-- read consecutive channels of one pixel, so these loads are free of bank conflicts.
+function M.accumulate_cl(c, g, T)
+  local S, K, Dl = g.S, g.K, g.Dl
+  local plane = T.IT[2] * T.IT[3]
+  c:line("#pragma unroll 1")
+  c:open("for (int ci = 0; ci < %d; ++ci) {", g.cin_g)
+  c:line("const float *si = s_in + (tz * %d + ty * %d + tx * %d) * %d + cb + ci;", S[1] * plane, T.RH * S[2] * T.IT[3],
+    T.RW * S[3], T.PP)
+  c:line("const float *sw = s_w + ci * %d + lane;", g.taps * T.COT4)
+  -- the output rows and kernel rows reading each input row of the thread's window
+  local readers, rows = {}, {}
+  for r = 0, T.RH - 1 do
+    for kh = 0, K[2] - 1 do
+      local y = r * S[2] + kh * Dl[2]
+      if not readers[y] then readers[y] = {}; rows[#rows + 1] = y end
+      table.insert(readers[y], { r, kh })
+    end
+  end
+  table.sort(rows)
+  for kd = 0, K[1] - 1 do
+    if g.sp == 3 then c:open("{ /* taps %d,*,* */", kd) end
+    for kh = 0, K[2] - 1 do
+      local ws = {}
+      for kw = 0, K[3] - 1 do
+        ws[#ws + 1] = string.format("w%d_%d = sw[%d]", kh, kw, ((kd * K[2] + kh) * K[3] + kw) * T.COT4)
+      end
+      c:line("const float %s;", table.concat(ws, ", "))
+    end
+    for _, y in ipairs(rows) do
+      c:open("{ /* input row %d */", y)
+      local used = {}
+      for _, rk in ipairs(readers[y]) do
+        for kw = 0, K[3] - 1 do
+          for px = 0, T.RW - 1 do used[px * S[3] + kw * Dl[3]] = true end
+        end
+      end
+      local xs = {}
+      for k = 0, (T.RW - 1) * S[3] + (K[3] - 1) * Dl[3] do
+        if used[k] then xs[#xs + 1] = string.format("x%d = si[%d]", k, ((kd * Dl[1] * T.IT[2] + y) * T.IT[3] + k) * T.PP) end
+      end
+      c:line("const float %s;", table.concat(xs, ", "))
+      for _, rk in ipairs(readers[y]) do
+        local r, kh = rk[1], rk[2]
+        for kw = 0, K[3] - 1 do
+          local fmas = {}
+          for px = 0, T.RW - 1 do
+            fmas[#fmas + 1] = string.format("acc[%d][%d] = fmaf(x%d, w%d_%d, acc[%d][%d]);", r, px, px * S[3] + kw * Dl[3],
+              kh, kw, r, px)
+          end
+          c:line(table.concat(fmas, " "))
+        end
+      end
+      c:close()
+    end
+    if g.sp == 3 then c:close() end
+  end
+  c:close()
+end
+
+-- The key of pixel slot q (r * RW + p) of accumulator a, whose key is the same for every
+-- channel of a pixel (feed.uniform_per_pixel): -1 past the output's edge.
+-- `base`: the thread tile's first output along D, H, W.
+local function pixel_key_fn(g, ev, base, T)
+  return function(a, q)
+    local cc = { "0" }
+    local valid = {}
+    local sp = { { base[1], "0" }, { base[2], string.format("(%s) / %d", q, T.RW) },
+      { base[3], string.format("(%s) %% %d", q, T.RW) } }
+    for i = g.sp == 3 and 1 or 2, 3 do
+      local v = string.format("(%s + %s)", sp[i][1], sp[i][2])
+      cc[#cc + 1] = v
+      valid[#valid + 1] = string.format("%s < %d", v, g.O[i])
+    end
+    return string.format("(%s) ? %s : -1LL", table.concat(valid, " && "), ev:accum_key(a, cc))
+  end
+end
+
+-- The conv pass on the channels-last mapping (see accumulate_cl): the block's output channels
+-- c0 .. c0+lanes-1 are whole groups, whose input channels cin0 .. are contiguous in a pixel;
+-- both tiles are staged once, coalesced along C.
+function M.render_cl(layer, plan, pass, names, signature)
+  local g = M.geometry(layer)
+  M.set_prologue(g, layer, plan, pass, names)
+  local t = pass.conv
+  local T = M.tiling(g, t)
+  T.PP = t.smem.pixel_pitch
+  local conv, O = g.conv, g.O
+  local L = T.COT -- lanes: output channels per block
+  local cout = conv.out_channels
+  local ragged = cout % L ~= 0 -- the last block's lanes past the last channel
+  local c = lib.code()
+  local NTH, NTW = (O[2] + T.TH - 1) // T.TH, (O[3] + T.TW - 1) // T.TW
+  c:line("/* pass %d: direct conv%dd %d->%d (groups %d), kernel %dx%dx%d, stride %dx%dx%d, padding %dx%dx%d,",
+    pass.index, g.sp, g.cin, cout, g.groups, g.K[1], g.K[2], g.K[3], g.S[1], g.S[2], g.S[3], g.P[1], g.P[2], g.P[3])
+  c:line(" * dilation %dx%dx%d; channels innermost: block tile %dx%dx%d outputs x %d channels, a thread one channel",
+    g.Dl[1], g.Dl[2], g.Dl[3], T.TD, T.TH, T.TW, L)
+  c:line(" * (consecutive threads, consecutive channels) x %dx%d outputs; ops v0..v%d fused */", T.RH, T.RW, pass.last)
+  c:line("extern \"C\" __global__ void __launch_bounds__(%d, 2) %s(%s)", T.BLOCK * L, pass.kernel, signature)
+  c:open("{")
+  c:line("extern __shared__ __align__(16) float fg_smem[];")
+  c:line("float *s_in = fg_smem;               /* [%d][%d][%d][%d] input tile with halo, channels innermost */", T.IT[1],
+    T.IT[2], T.IT[3], T.PP)
+  c:line("float *s_w = fg_smem + %d;           /* [%d ci][%d taps][%d lanes + 1] weights */", T.W_OFFSET, g.cin_g,
+    g.taps, L)
+  c:line("const int n = batch_base + (int)blockIdx.z;")
+  c:line("const int t = (int)threadIdx.x;")
+  c:line("const int lane = t %% %d, s = t / %d; /* the thread's channel in the block, its thread tile */", L, L)
+  c:line("const int tx = s %% %d, ty = (s / %d) %% %d, tz = s / %d;", T.TX, T.TX, T.TY, T.TX * T.TY)
+  c:line("const int tile = (int)blockIdx.x;")
+  c:line("const int od0 = (tile / %d) * %d, oh0 = ((tile / %d) %% %d) * %d, ow0 = (tile %% %d) * %d;", NTH * NTW, T.TD,
+    NTW, NTH, T.TH, NTW, T.TW)
+  c:line("const int c0 = (int)blockIdx.y * %d, oc = c0 + lane; /* the block's first channel, the thread's */", L)
+  c:line("const int g = oc / %d, cg = %s; /* its group, its channel there (%d: none) */", g.cout_g,
+    ragged and string.format("oc < %d ? oc - g * %d : %d", cout, g.cout_g, g.cout_g) or
+    string.format("oc - g * %d", g.cout_g), g.cout_g)
+  c:line("const int cin0 = c0 / %d * %d, cb = lane / %d * %d; /* the block's first input channel, the thread's */",
+    g.cout_g, g.cin_g, g.cout_g, g.cin_g)
+  c:line("const %s *xg = %s + (fg_u64)n * %d + cin0;", g.io, names.input, g.in_sample)
+  c:line("const float *wg = %s + (fg_u64)c0 * %d;", names.param[conv.weight_param], g.cin_g * g.taps)
+  c:line("const int id0 = od0 * %d - %d, ih0 = oh0 * %d - %d, iw0 = ow0 * %d - %d;", g.S[1], g.P[1], g.S[2], g.P[2],
+    g.S[3], g.P[3])
+  c:line("(void)id0;")
+  local TB = { CIC = T.CIC, ITILE = T.ITILE, IT = T.IT, BLOCK = T.BLOCK * L, CP = T.CP }
+  M.stage_input(c, g, TB, {
+    ci_check = ragged and string.format("cin0 + ci < %d", g.cin),
+    dst = "e", src_ci = "ci", channel = "cin0 + ci",
+  })
+  local kk = g.cin_g * g.taps
+  c:open("for (int e = t; e < %d; e += %d) {", L * kk, T.BLOCK * L)
+  c:line("const int co = e / %d, k = e %% %d;", kk, kk)
+  c:line("s_w[k * %d + co] = %s;", T.COT4,
+    ragged and string.format("c0 + co < %d ? wg[e] : 0.0f", cout) or "wg[e]")
+  c:close()
+  c:line("fg_cp_async_wait_all();")
+  c:line("__syncthreads();")
+  c:line("float acc[%d][%d];", T.RH, T.RW)
+  c:line("#pragma unroll")
+  c:open("for (int r = 0; r < %d; ++r)", T.RH)
+  c:line("#pragma unroll")
+  c:line("for (int p = 0; p < %d; ++p) acc[r][p] = 0.0f;", T.RW)
+  c.depth = c.depth - 1
+  M.accumulate_cl(c, g, T)
+
+  local ev = expr.new(layer, plan, pass, c, names)
+  local base = { "od0 + tz", string.format("oh0 + ty * %d", T.RH), string.format("ow0 + tx * %d", T.RW) }
+  local th = {
+    loops = { { "j", 1 }, { "r", T.RH }, { "p", T.RW } },
+    value = "acc[r][p]",
+    co = "cg",
+    od = base[1],
+    oh = base[2] .. " + r",
+    ow = base[3] .. " + p",
+    -- the thread's outputs along W as one vector store into an NCHW buffer (the channels-last
+    -- output needs none: there the lanes' stores are adjacent)
+    pair = T.RW > 1 and T.RW or nil,
+  }
+  -- statistics: one slot (the thread's channel) where each accumulator's key is per channel
+  -- (lanes of one group merge across the warp); a slot per output pixel where it is per
+  -- pixel (layer_norm over channels: a warp's lanes share the pixel, so the warp adds up
+  -- before one atomic); else running partials
+  local slots = feed.conv_slots(layer, plan, pass.feeds, 1)
+  -- (fg_merge_lanes shuffles across the whole warp: only where the block is whole warps)
+  local whole = (T.BLOCK * L) % 32 == 0
+  if slots == 1 then
+    th.slot, th.slot_co, th.merge_lanes = "j", function() return "cg" end, whole
+  elseif feed.per_pixel(layer, plan, pass.feeds) then
+    slots = T.RH * T.RW
+    th.slot = string.format("r * %d + p", T.RW)
+    th.slot_key = pixel_key_fn(g, ev, base, T)
+    th.merge_lanes = whole and L % 32 ~= 0 -- a warp holds several thread tiles' pixels
+  end
+  local full = { string.format("oh0 + ty * %d + %d <= %d", T.RH, T.RH, O[2]),
+    string.format("ow0 + tx * %d + %d <= %d", T.RW, T.RW, O[3]) }
+  if g.sp == 3 then table.insert(full, 1, string.format("od0 + tz < %d", O[1])) end
+  if ragged then full[#full + 1] = string.format("oc < %d", cout) end
+  th.full = table.concat(full, " && ")
+  M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
+  c:close()
+  return c
+end
+
 function M.render(layer, plan, pass, names, signature)
+  if pass.conv.chan_lanes > 0 then return M.render_cl(layer, plan, pass, names, signature) end
   local g = M.geometry(layer)
   M.set_prologue(g, layer, plan, pass, names)
   local T = M.tiling(g, pass.conv)

@@ -122,6 +122,27 @@ function M.conv_slots(layer, plan, feeds, per_thread)
   return per_thread
 end
 
+-- Whether every accumulator fed keeps one key per output pixel at most (a statistic over all
+-- channels: layer_norm { dim = 1 }, a reduction over dim 1): every channel of a pixel then
+-- shares its key. False without feeds and for the channel-sums rule's per-channel sums.
+function M.per_pixel(layer, plan, feeds)
+  if feeds.n == 0 then return false end
+  for i = 0, feeds.n - 1 do
+    local acc = plan.accums[feeds[i]]
+    if acc.per_channel then return false end
+    local op = layer.ops[acc.op]
+    local shape = op.in_shape
+    local across
+    if op.class == "norm" then
+      across = op.stat.channel_group == shape.dim[1]
+    else
+      across = (op.reduce_mask >> 1) & 1 == 1 or shape.dim[1] == 1
+    end
+    if not across then return false end
+  end
+  return true
+end
+
 -- Whether all elements of one conv output channel (of one sample) share accumulator a's key.
 function M.uniform_per_channel(layer, plan, a)
   local acc = plan.accums[a]

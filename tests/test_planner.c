@@ -1040,6 +1040,83 @@ static void tensor_core_tiling(void **state)
     free(ir);
 }
 
+/* The first conv's chan_lanes on the FMA engine (asserted), planned for sm_90. */
+static int fma_chan_lanes(const char *source)
+{
+    fg_layer_ir *ir = fgt_load_string(source);
+    fg_plan *plan;
+    const fg_conv_tiling *t = first_conv_with(ir, &plan, FG_ENGINE_PREFER_FMA, 0);
+    assert_int_equal(t->engine, FG_CONV_FMA);
+    int lanes = t->chan_lanes;
+    free(plan);
+    free(ir);
+    return lanes;
+}
+
+/* The FMA engine's channels-last mapping (planner.c conv_tiling_cl): a channels-last
+ * depthwise 7x7 (ConvNeXt's) takes it, with layer_norm over the channels; the same conv in
+ * NCHW, a wide group, or a thread tile set by hand keep the classic mapping. */
+static void channels_last_fma_mapping(void **state)
+{
+    (void)state;
+    static const char dw[] = "return layer \"dw\" {\n"
+                             "  input = { \"N\", 96, 56, 56 },\n"
+                             "  dtype = \"bf16\", layout = \"channels_last\",\n"
+                             "  conv2d { out_channels = 96, kernel = 7, padding = 3, groups = 96 },\n"
+                             "  layer_norm { dim = 1 },\n"
+                             "}\n";
+    fg_layer_ir *ir = fgt_load_string(dw);
+    fg_plan *plan;
+    const fg_conv_tiling *t = first_conv_with(ir, &plan, FG_ENGINE_AUTO, 0);
+    assert_int_equal(t->engine, FG_CONV_FMA);
+    assert_int_equal(t->chan_lanes, 32);
+    assert_int_equal(t->thread_co, 1);
+    assert_int_equal(t->ci_chunk, 32); /* the 32 groups' input channels */
+    assert_int_equal(t->smem.pixel_pitch, 32);
+    assert_int_equal(plan->passes[0].launch.block, 32 * t->threads[0] * t->threads[1] * t->threads[2]);
+    assert_int_equal(plan->passes[0].launch.grid_y, 3);
+    int64_t pixels = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
+    assert_int_equal(plan->passes[0].launch.smem_bytes, 4 * (pixels * 32 + 49 * 33));
+    text_sink *sink = calloc(1, sizeof *sink);
+    assert_non_null(sink);
+    fg_plan_print(ir, plan, collect_line, sink);
+    fgt_assert_contains(sink->buf, "channels innermost: tile 1x8x16 outputs x 32 channels per block");
+    fgt_assert_contains(sink->buf, "a buffer's (NCHW) stores 4 outputs along W at once");
+    free(sink);
+    free(plan);
+    free(ir);
+    /* NCHW, or a wide group (64 input channels) channels last: the classic mapping */
+    assert_int_equal(fma_chan_lanes("return layer \"dw\" {\n"
+                                    "  input = { \"N\", 96, 56, 56 },\n"
+                                    "  conv2d { out_channels = 96, kernel = 7, padding = 3, groups = 96 },\n"
+                                    "  relu {},\n"
+                                    "}\n"),
+                     0);
+    assert_int_equal(fma_chan_lanes("return layer \"w\" {\n"
+                                    "  input = { \"N\", 64, 20, 20 }, layout = \"channels_last\",\n"
+                                    "  conv2d { out_channels = 16, kernel = 3 },\n"
+                                    "}\n"),
+                     0);
+    /* a thread tile set by hand describes the classic mapping */
+    static const char grouped[] = "return layer \"g\" {\n"
+                                  "  input = { \"N\", 40, 23, 29 }, layout = \"channels_last\",\n"
+                                  "  conv2d { out_channels = 40, kernel = 3, stride = 2, groups = 10 },\n"
+                                  "}\n";
+    ir = fgt_load_string(grouped);
+    fg_plan_options opts;
+    fg_plan_options_init(&opts, 90);
+    opts.engine = FG_ENGINE_PREFER_FMA;
+    plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->passes[0].conv.chan_lanes, 32); /* 8 groups of 4 a block, 2 blocks */
+    assert_int_equal(plan->passes[0].launch.grid_y, 2);
+    free(plan);
+    opts.conv_tile[0] = 2;
+    plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->passes[0].conv.chan_lanes, 0);
+    free(plan);
+    free(ir);
+}
+
 static void plan_print_mentions_every_pass(void **state)
 {
     (void)state;
@@ -2244,6 +2321,7 @@ int main(void)
         cmocka_unit_test(named_value_behind_a_statistic),
         cmocka_unit_test(unary_only_layer_is_one_pass),
         cmocka_unit_test(tensor_core_tiling),
+        cmocka_unit_test(channels_last_fma_mapping),
         cmocka_unit_test(plan_print_mentions_every_pass),
         cmocka_unit_test(resident_on_request),
         cmocka_unit_test(engine_by_arch_and_precision),

@@ -665,6 +665,36 @@ static const half_variant layouts[] = {
         conv2d { out_channels = 24, kernel = 3 },
         relu {},
     })},
+    /* the FMA engine's channels-last mapping (planner.c conv_tiling_cl: a thread a channel,
+     * the input staged [pixel][channel]): a depthwise 7x7 with layer_norm over the channels
+     * (a statistic slot per pixel, added up across the warp), ragged tiles in H and W; a
+     * grouped conv of 4 channels a group, stride 2, 40 channels (the second block of 32
+     * lanes ragged), group_norm over 8 channels (a slot per channel, lanes merged); a 3D
+     * depthwise conv with a channel multiplier of 2, dilation 2 and a prologue, layer_norm
+     * over the channels then tanh */
+    {"cl_bf16_fma_dw7_layer_norm", "fma", 2, 0, 1e-4, SPEC(return layer "cl_bf16_fma_dw7_layer_norm" {
+        input = { "N", 96, 20, 27 },
+        layout = "channels_last",
+        dtype = "bf16",
+        conv2d { out_channels = 96, kernel = 7, padding = 3, groups = 96 },
+        layer_norm { dim = 1, eps = 1e-6 },
+    })},
+    {"cl_fma_grouped4_stride2", "fma", 3, 1, 1e-4, SPEC(return layer "cl_fma_grouped4_stride2" {
+        input = { "N", 40, 23, 29 },
+        layout = "channels_last",
+        conv2d { out_channels = 40, kernel = 3, stride = 2, padding = 1, groups = 10 },
+        group_norm { groups = 5 },
+        relu {},
+    })},
+    {"cl_fma_dw3d_prologue", "fma", 2, 0, 1e-4, SPEC(return layer "cl_fma_dw3d_prologue" {
+        input = { "N", 24, 7, 11, 13 },
+        layout = "channels_last",
+        batch_norm { name = "bn0", stats = "running" },
+        relu {},
+        conv3d { out_channels = 48, kernel = 3, padding = 2, dilation = 2, groups = 24 },
+        layer_norm { dim = 1 },
+        tanh {},
+    })},
 };
 
 /* A context whose plans prefer `engine` (NULL: the planner's choice), sharing the test's cache. */
