@@ -385,6 +385,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      t->ci_chunk, t->ci_unroll);
             emit(ctx, line);
         }
+        if (ps->kind == FG_PASS_MAP && l->tile_c > 0) {
+            snprintf(line, sizeof line,
+                     "           channels last through shared memory: a block takes %d channels x %d pixels of a "
+                     "sample, reads its buffers along pixels, evaluates and writes along channels (planner.c, "
+                     "map_cl_tile)",
+                     l->tile_c, l->tile_p);
+            emit(ctx, line);
+        }
         snprintf(line, sizeof line, "           launch: %d threads, grid %" PRId64 " x %" PRId64 " x %s, %d B shared",
                  l->block, l->grid_x, l->grid_y, l->per_sample ? "N" : "1", l->smem_bytes);
         emit(ctx, line);

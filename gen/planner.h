@@ -105,6 +105,10 @@ typedef struct fg_launch {
     bool per_sample;        /* grid.z = samples in the launch */
     int64_t finalize_keys;  /* FINALIZE over batch-wide statistics: keys, grid.x from this */
     int smem_bytes;         /* dynamic shared memory */
+    /* a map pass writing a channels-last output through shared memory (planner.c,
+     * map_cl_tile): a block's tile of tile_c channels x tile_p pixels of one sample, each
+     * staged buffer's tile rows tile_pitch floats apart; all 0 for any other pass */
+    int tile_c, tile_p, tile_pitch;
     /* persistent: grid_x is the tiles of one sample; the launcher starts min(grid_x * batch,
      * the device's multiprocessors) blocks and each walks tiles (no grid.z) */
     bool persistent;

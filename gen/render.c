@@ -484,13 +484,16 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "rows", ps->res.rows);
         set_int(L, "slice", ps->res.slice);
         lua_setfield(L, -2, "res");
-        lua_createtable(L, 0, 6);
+        lua_createtable(L, 0, 9);
         set_int(L, "block", ps->launch.block);
         set_int(L, "elems", ps->launch.elems_per_thread);
         set_int(L, "grid_x", ps->launch.grid_x);
         set_int(L, "grid_y", ps->launch.grid_y);
         set_bool(L, "per_sample", ps->launch.per_sample);
         set_int(L, "smem_bytes", ps->launch.smem_bytes);
+        set_int(L, "tile_c", ps->launch.tile_c);
+        set_int(L, "tile_p", ps->launch.tile_p);
+        set_int(L, "tile_pitch", ps->launch.tile_pitch);
         lua_setfield(L, -2, "launch");
         lua_createtable(L, ps->n_args, 1);
         for (int a = 0; a < ps->n_args; a++) {

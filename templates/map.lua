@@ -58,6 +58,11 @@ function M.render(layer, plan, pass, names, signature)
   if pass.chan_sums >= 0 then chan_sums.install(c, ev, layer, plan, pass) end
   for _, b in ipairs(read_buffers(pass)) do ev:load_from_buffer(plan.buffers[b].value, b) end
   feed.declare(c, plan, pass.feeds, 0)
+  if pass.launch.tile_c > 0 then -- it feeds no statistic (planner.c, map_cl_tile)
+    M.render_cl_tiled(c, ev, layer, plan, pass, names)
+    c:close()
+    return c
+  end
   if M.vectorizable(layer, plan, pass) then
     M.render_vectorized(c, ev, layer, plan, pass, names)
     feed.finish(c, ev, plan, pass.feeds, 0)
@@ -84,6 +89,86 @@ function M.render(layer, plan, pass, names, signature)
   feed.finish(c, ev, plan, pass.feeds, 0)
   c:close()
   return c
+end
+
+-- A channels-last output through a shared-memory tile (the planner's choice: gen/planner.c,
+-- map_cl_tile, which says why). A block takes tile_c channels x tile_p pixels of one sample:
+-- it copies each buffer it reads (NC(D)HW) into shared memory with consecutive threads along
+-- pixels, then evaluates the chain with consecutive threads along channels -- the order of
+-- the output (N(D)HWC) and of the block tensors it reads (channels last too) -- so every
+-- global load and store of the element loop is coalesced. A thread keeps one channel in
+-- every row it writes (tile_c divides the block): loads that depend on the channel alone
+-- (a per-channel parameter, a statistic over whole channels) are hoisted out of the loop.
+function M.render_cl_tiled(c, ev, layer, plan, pass, names)
+  local dshape = layer.ops[pass.domain].out_shape
+  local L = pass.launch
+  local TC, TP, pitch, block, rows = L.tile_c, L.tile_p, L.tile_pitch, L.block, L.elems
+  local C = dshape.dim[1]
+  local P = dshape.sample // C
+  local ctiles = (C + TC - 1) // TC
+  local bufs = read_buffers(pass)
+  -- buffer i's tile in fg_smem
+  local function tile_at(i) return i == 1 and "" or string.format("%d + ", (i - 1) * TC * pitch) end
+  if #bufs * TC * pitch * 4 ~= L.smem_bytes or TC * TP ~= block * rows or block % TC ~= 0 then
+    error(string.format("pass %d: the planner's channels-last tile (%d x %d, %d B shared) does not fit its %d buffers",
+      pass.index, TC, TP, L.smem_bytes, #bufs))
+  end
+  c:line("/* channels last: a tile of %d channels x %d pixels of the sample, staged along pixels, written along channels */",
+    TC, TP)
+  c:line("extern __shared__ __align__(16) float fg_smem[];")
+  -- the channel tiles of one pixel range are consecutive blocks (one contiguous span of the output)
+  if ctiles == 1 then
+    c:line("const int c0 = 0, p0 = (int)blockIdx.x * %d;", TP)
+  else
+    c:line("const int c0 = (int)(blockIdx.x %% %d) * %d, p0 = (int)(blockIdx.x / %d) * %d;", ctiles, TC, ctiles, TP)
+  end
+  c:line("#pragma unroll")
+  c:open("for (int e = 0; e < %d; ++e) {", rows)
+  c:line("const int q = e * %d + (int)threadIdx.x, tc = q / %d, tp = q %% %d;", block, TP, TP)
+  c:open("if (c0 + tc < %d && p0 + tp < %d) {", C, P)
+  for i, b in ipairs(bufs) do
+    c:line("fg_smem[%stc * %d + tp] = %s[(fg_u64)n * %d + (c0 + tc) * %d + p0 + tp];", tile_at(i), pitch,
+      names.buffer[b], dshape.sample, P)
+  end
+  c:close()
+  c:close()
+  c:line("__syncthreads();")
+  -- each staged value at the element's own coordinates comes from its tile (elsewhere, an
+  -- elementwise chain never reads one: its own loader then)
+  local global_loader, current = {}, {}
+  for i, b in ipairs(bufs) do
+    local v = plan.buffers[b].value
+    global_loader[v] = ev.loaders[v]
+    ev.loaders[v] = function(coords)
+      if #coords == #current.coords then
+        local same = true
+        for d = 1, #coords do same = same and coords[d] == current.coords[d] end
+        if same then
+          return ev:declare("v" .. v .. "_", string.format("fg_smem[%stc * %d + tp]", tile_at(i), pitch))
+        end
+      end
+      return global_loader[v](coords)
+    end
+  end
+  c:line("const int tc = (int)threadIdx.x %% %d, c = c0 + tc;", TC)
+  ev:set_hoist({ at = #c.lines + 1, depth = c.depth, channel = "c", guard = string.format("c < %d", C) })
+  c:line("#pragma unroll")
+  c:open("for (int e = 0; e < %d; ++e) {", rows)
+  c:line("const int tp = e * %d + (int)threadIdx.x / %d, p = p0 + tp;", block // TC, TC)
+  c:open("if (c < %d && p < %d) {", C, P)
+  ev:push_scope()
+  local pixel = { rank = dshape.rank, dim = { [0] = 1, [1] = 1 } }
+  for d = 2, dshape.rank - 1 do pixel.dim[d] = dshape.dim[d] end
+  local coords = lib.unravel(c, pixel, "p", "o")
+  coords[1] = "c"
+  current.coords = coords
+  local v = ev:eval(pass.last, coords)
+  c:line("%s[(fg_u64)n * %d + p * %d + c] = %s;", names.output, dshape.sample, C, lib.io_store(layer, v))
+  ev:pop_scope()
+  c:close()
+  c:close()
+  ev:set_hoist(nil)
+  for v, f in pairs(global_loader) do ev.loaders[v] = f end
 end
 
 -- Four consecutive elements a thread (16-byte loads and stores) when every op of the pass is

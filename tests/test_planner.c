@@ -856,6 +856,84 @@ static void named_value_behind_a_statistic(void **state)
     free(ir);
 }
 
+/* A map pass writing a channels-last output transposes through a shared-memory tile
+ * (planner.c, map_cl_tile): tiles of 32 channels x 64 pixels (a power of two of channels
+ * below 32: narrower and longer), one padded tile a buffer it reads; the same layer NC(D)HW,
+ * or a map pass that gathers, keeps one element a thread. */
+static const char cl_ragged[] = "return layer \"t\" {\n  input = { \"N\", 4, 6, 9, 11 },%s\n"
+                                "  conv3d { out_channels = %d, kernel = 3, padding = 1%s },\n"
+                                "  instance_norm { affine = true },\n  %s {},\n%s}\n";
+
+/* The launch of the last pass (materialize: a map pass writing the output) of `source`, or of
+ * cl_ragged filled with the rest when `source` is NULL; `print` gets `fusegen plan`'s text. */
+static fg_launch cl_map_launch(const char *source, const char *layout, int channels, const char *as,
+                               const char *act, const char *tail, text_sink *print)
+{
+    char src[512];
+    if (!source)
+        snprintf(src, sizeof src, cl_ragged, layout, channels, as, act, tail);
+    fg_layer_ir *ir = fgt_load_string(source ? source : src);
+    fg_plan *plan = fgt_plan(ir, FG_STRATEGY_MATERIALIZE);
+    const fg_pass *map = &plan->passes[plan->n_passes - 1];
+    assert_int_equal(map->kind, FG_PASS_MAP);
+    assert_true(map->store_output);
+    if (print)
+        fg_plan_print(ir, plan, collect_line, print);
+    fg_launch l = map->launch;
+    free(plan);
+    free(ir);
+    return l;
+}
+
+static void channels_last_map_tiles(void **state)
+{
+    (void)state;
+    static const char cl_bf16[] = " layout = \"channels_last\", dtype = \"bf16\",";
+    static const char cl[] = " layout = \"channels_last\",";
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_launch l = cl_map_launch(NULL, cl_bf16, 40, "", "leaky_relu", "", t);
+    assert_int_equal(l.tile_c, 32);
+    assert_int_equal(l.tile_p, 64);
+    assert_int_equal(l.tile_pitch, 65);
+    assert_int_equal(l.elems_per_thread, 8);
+    assert_int_equal(l.grid_x, 2 * 10); /* 40 channels, 594 pixels */
+    assert_int_equal(l.smem_bytes, 32 * 65 * 4);
+    fgt_assert_contains(t->buf, "a block takes 32 channels x 64 pixels of a sample");
+    fgt_assert_contains(t->buf, "launch: 256 threads, grid 20 x 1 x N, 8320 B shared");
+    free(t);
+
+    /* NC(D)HW: untouched */
+    l = cl_map_launch(NULL, "", 40, "", "leaky_relu", "", NULL);
+    assert_int_equal(l.tile_c, 0);
+    assert_int_equal(l.smem_bytes, 0);
+    assert_int_equal(l.elems_per_thread, 4);
+
+    /* 7 channels: a tile of 8 x 256, rows padded by 4 */
+    l = cl_map_launch(NULL, cl, 7, "", "relu", "", NULL);
+    assert_int_equal(l.tile_c, 8);
+    assert_int_equal(l.tile_p, 256);
+    assert_int_equal(l.tile_pitch, 260);
+    assert_int_equal(l.grid_x, 3);
+
+    /* the residual reads the conv's value, the pass's source: one tile */
+    l = cl_map_launch(NULL, cl, 24, ", as = \"c\"", "relu", "  add { value = \"c\" },\n", NULL);
+    assert_int_equal(l.smem_bytes, 32 * 65 * 4);
+
+    /* two: the pre-norm value (the source) and the conv's, read back by the residual */
+    l = cl_map_launch("return layer \"t\" {\n  input = { \"N\", 10, 13, 17 }, layout = \"channels_last\",\n"
+                      "  conv2d { out_channels = 24, kernel = 3, padding = 1, as = \"c\" },\n  relu {},\n"
+                      "  group_norm { groups = 4 },\n  silu {},\n  add { value = \"c\" },\n}\n",
+                      NULL, 0, NULL, NULL, NULL, NULL);
+    assert_int_equal(l.smem_bytes, 2 * 32 * 65 * 4);
+    assert_int_equal(l.grid_x, 4); /* 221 pixels */
+
+    /* a pool in the map pass gathers: one element a thread, as before */
+    l = cl_map_launch(NULL, cl, 24, "", "relu", "  max_pool { kernel = 2 },\n", NULL);
+    assert_int_equal(l.tile_c, 0);
+    assert_int_equal(l.elems_per_thread, 1);
+}
+
 static void unary_only_layer_is_one_pass(void **state)
 {
     (void)state;
@@ -2319,6 +2397,7 @@ int main(void)
         cmocka_unit_test(batch_norm_is_not_folded_when_the_conv_value_is_read),
         cmocka_unit_test(recompute_runs_the_conv_twice),
         cmocka_unit_test(named_value_behind_a_statistic),
+        cmocka_unit_test(channels_last_map_tiles),
         cmocka_unit_test(unary_only_layer_is_one_pass),
         cmocka_unit_test(tensor_core_tiling),
         cmocka_unit_test(channels_last_fma_mapping),

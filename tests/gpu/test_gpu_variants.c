@@ -695,6 +695,28 @@ static const half_variant layouts[] = {
         layer_norm { dim = 1 },
         tanh {},
     })},
+    /* a map pass writing the output through a shared-memory tile (gen/planner.c, map_cl_tile)
+     * with ragged edges: 3D bf16, 40 channels (tiles of 32: the second holds 8), 6x9x11 = 594
+     * pixels (tiles of 64: the last holds 18) */
+    {"cl_bf16_3d_tile_ragged", NULL, 2, 0, 1e-4, SPEC(return layer "cl_bf16_3d_tile_ragged" {
+        input = { "N", 4, 6, 9, 11 },
+        layout = "channels_last",
+        dtype = "bf16",
+        conv3d { out_channels = 40, kernel = 3, padding = 1 },
+        instance_norm { affine = true },
+        leaky_relu { negative_slope = 0.01 },
+    })},
+    /* two buffers staged (the pre-norm value, and the conv's for the residual), 24 channels in
+     * a tile of 32, 13x17 pixels, fp32 at an odd output offset */
+    {"cl_fma_tile_two_buffers", "fma", 3, 1, 1e-4, SPEC(return layer "cl_fma_tile_two_buffers" {
+        input = { "N", 10, 13, 17 },
+        layout = "channels_last",
+        conv2d { out_channels = 24, kernel = 3, padding = 1, as = "c" },
+        relu {},
+        group_norm { groups = 4 },
+        silu {},
+        add { value = "c" },
+    })},
 };
 
 /* A context whose plans prefer `engine` (NULL: the planner's choice), sharing the test's cache. */
