@@ -1802,6 +1802,66 @@ static void wgmma_multicast_where_b_is_shared(void **state)
     free(ir);
 }
 
+/* The staged channels-last epilogue (fg_wgmma_staged_epilogue): the slabs are reserved for a
+ * channels-last layer without statistics, after the partials and before the barriers, and used
+ * by its conv pass where the output is its only target; never for NCHW, nor where the layer
+ * has statistics (the pass then stores a buffer). */
+static void wgmma_staged_epilogue_where_channels_last(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *layout, *ops;
+        int reserved, staged;
+    } cases[] = {
+        {"channels_last", "relu {}", 1, 1},
+        {"channels_last", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", 1, 1}, /* a per-channel load */
+        {"channels_last", "instance_norm {}, relu {}", 0, 0},
+        {"nchw", "relu {}", 0, 0},
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"t\" {\n  input = { \"N\", 64, 20, 20 },\n  dtype = \"bf16\",\n  layout = \"%s\",\n"
+                 "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n  %s,\n}\n",
+                 cases[i].layout, cases[i].ops);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        assert_true(w->parts > 0);
+        assert_int_equal(w->epi_bytes > 0, cases[i].reserved);
+        if (cases[i].reserved) {
+            assert_int_equal(w->epi_bytes, 8 * FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4);
+            assert_int_equal(w->epi_offset, w->stat_offset + w->stat_bytes);
+        }
+        assert_int_equal(w->bar_offset, w->stat_offset + w->stat_bytes + w->epi_bytes);
+        int staged = 0;
+        for (int p = 0; p < plan->n_passes; p++)
+            staged += fg_wgmma_staged_epilogue(w, &plan->passes[p]);
+        assert_int_equal(staged, cases[i].staged);
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        if (cases[i].staged) {
+            fgt_assert_contains(src.source, "float *const slab = ");
+            fgt_assert_contains(src.source, "const float v0 = slab[rr * 40 + lane]");
+            fgt_assert_contains(t->buf, "the epilogue through shared memory (channels last)");
+        } else {
+            fgt_assert_not_contains(src.source, "slab");
+            fgt_assert_not_contains(t->buf, "the epilogue through shared memory");
+        }
+        free(t);
+        fg_rendered_free(&src);
+        free(plan);
+        free(ir);
+    }
+}
+
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
  * the ring has 4 stages or more, with the consumers' registers raised to hold three
  * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
@@ -2414,6 +2474,7 @@ int main(void)
         cmocka_unit_test(wgmma_multicast_where_b_is_shared),
         cmocka_unit_test(wgmma_a_tma_where_tma_builds_the_stage),
         cmocka_unit_test(wgmma_ping_pong_where_it_pays),
+        cmocka_unit_test(wgmma_staged_epilogue_where_channels_last),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
