@@ -15,6 +15,14 @@ int64_t fg_shape_sample_count(const fg_shape *s)
     return n;
 }
 
+bool fg_shape_same(const fg_shape *a, const fg_shape *b)
+{
+    bool same = a->rank == b->rank;
+    for (int d = 1; same && d < a->rank; d++)
+        same = a->dim[d] == b->dim[d];
+    return same;
+}
+
 const fg_shape *fg_value_layout(const fg_layer_ir *ir, int k)
 {
     for (int j = 1; j <= k; j++)

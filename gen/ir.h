@@ -245,6 +245,8 @@ const fg_shape *fg_value_layout(const fg_layer_ir *ir, int k);
 
 /* Elements per sample (every dim but the batch). */
 int64_t fg_shape_sample_count(const fg_shape *s);
+/* Whether two shapes are equal, the batch aside. */
+bool fg_shape_same(const fg_shape *a, const fg_shape *b);
 /* "[N, 16, 14, 30, 30]" into buf. */
 const char *fg_shape_str(const fg_shape *s, char *buf, int cap);
 

@@ -713,14 +713,12 @@ static void wgmma_a_tma(const fg_plan_options *opts, const fg_layer_ir *ir, fg_w
     memset(&w->im2col, 0, sizeof w->im2col);
     if (opts->wgmma_a_tma == 1)
         return;
+    /* the map is written only where TMA can build the stage */
     const char *refused = fg_wgmma_a_tma_refusal(ir, w, &w->im2col);
-    if (refused) {
-        memset(&w->im2col, 0, sizeof w->im2col); /* a refusal may have filled part of it */
-        if (opts->wgmma_a_tma == 2)
-            w->a_tma_refused = refused;
-    } else {
+    if (!refused)
         w->a_tma = 2;
-    }
+    else if (opts->wgmma_a_tma == 2)
+        w->a_tma_refused = refused;
 }
 
 /* Ping-pong block accumulation (fg_wgmma_tiling.ping_pong): where the block accumulates
@@ -1214,16 +1212,6 @@ static int conv_tiling(const planner *p, fg_pass *ps)
  * buffers it stages, 0 when the pass is not tiled. */
 #define MAP_CL_TILE_ELEMS 2048
 #define MAP_CL_TILE_BUFFERS 4
-static bool same_shape(const fg_shape *a, const fg_shape *b)
-{
-    if (a->rank != b->rank)
-        return false;
-    for (int d = 1; d < a->rank; d++)
-        if (a->dim[d] != b->dim[d])
-            return false;
-    return true;
-}
-
 static int map_cl_tile(const planner *p, const fg_pass *ps, int *tile_c, int *tile_p, int *pitch)
 {
     const fg_layer_ir *ir = p->ir;
@@ -1236,7 +1224,7 @@ static int map_cl_tile(const planner *p, const fg_pass *ps, int *tile_c, int *ti
     if (fg_value_layout(ir, ps->domain) != dom || dom->rank < 3 || dom->dim[1] == 1 ||
         fg_shape_sample_count(dom) == dom->dim[1])
         return 0;
-    if (!same_shape(&ir->ops[p->plan->buffers[ps->source_buffer].value].out, dom))
+    if (!fg_shape_same(&ir->ops[p->plan->buffers[ps->source_buffer].value].out, dom))
         return 0;
     int staged[MAP_CL_TILE_BUFFERS], n = 0;
     staged[n++] = ps->source_buffer;
@@ -1245,10 +1233,10 @@ static int map_cl_tile(const planner *p, const fg_pass *ps, int *tile_c, int *ti
         fg_op_class c = fg_op_kind_class(op->kind);
         if (c != FG_CLASS_UNARY && c != FG_CLASS_BINARY && c != FG_CLASS_NORM)
             return 0;
-        if (!same_shape(&op->out, dom))
+        if (!fg_shape_same(&op->out, dom))
             return 0;
         if (op->operand == FG_OPERAND_VALUE && op->operand_value < ps->first - 1) {
-            if (!same_shape(&ir->ops[op->operand_value].out, dom))
+            if (!fg_shape_same(&ir->ops[op->operand_value].out, dom))
                 return 0;
             int b = p->buffer_of[op->operand_value], seen = 0;
             for (int i = 0; i < n; i++)

@@ -159,15 +159,6 @@ static int check_broadcast(infer_ctx *c, const char *what, int rank, const int64
     return 0;
 }
 
-/* Equal shapes (the batch aside). */
-static bool same_shape(const fg_shape *a, const fg_shape *b)
-{
-    bool same = a->rank == b->rank;
-    for (int d = 1; same && d < a->rank; d++)
-        same = a->dim[d] == b->dim[d];
-    return same;
-}
-
 static int find_value(infer_ctx *c, int upto, const char *name)
 {
     const char *names[FG_MAX_OPS] = {0};
@@ -260,7 +251,7 @@ static int infer_binary(infer_ctx *c, fg_op *op, const fg_shape *in, int k)
         if (v < 0)
             return -1;
         const fg_shape *vs = &c->ir->ops[v].out;
-        if (!same_shape(vs, in)) {
+        if (!fg_shape_same(vs, in)) {
             char a[128], b[128];
             return op_fail(c, "value", "'%s' has shape %s but this op's input is %s; both must match",
                            op->value_name, fg_shape_str(vs, a, sizeof a), fg_shape_str(in, b, sizeof b));
@@ -569,7 +560,7 @@ static int check_value_layout(infer_ctx *c, const fg_op *op, int k, int first_sh
 {
     char a[128], b[128];
     const fg_shape *mine = fg_value_layout(c->ir, k - 1), *theirs = fg_value_layout(c->ir, op->operand_value);
-    if (same_shape(mine, theirs))
+    if (fg_shape_same(mine, theirs))
         return 0;
     const fg_op *s = &c->ir->ops[first_shape];
     return op_fail(c, "value", "'%s' is from before the shape op %s (line %d) and laid out as %s, but the values "

@@ -54,7 +54,8 @@ typedef struct fg_cuda {
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
     /* optional: NULL where the driver lacks them (a CUDA 11 driver); only the wgmma conv's A by
-     * TMA (FUSEGEN_WGMMA_A_TMA=2) needs them, and its launch fails with a message without them */
+     * TMA (the default where the planner allows it) needs them, and its launch fails with a
+     * message naming FUSEGEN_WGMMA_A_TMA=1 without them */
     CUresult (*TensorMapEncodeIm2col)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                       const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t,
                                       const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,

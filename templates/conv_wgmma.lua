@@ -1384,8 +1384,11 @@ function M.render(layer, plan, pass, names, signature)
   -- the fused epilogue on the fragments: register 4 j + 2 h + e of m-tile mt holds output pixel
   -- pm0 + 64 mt + 16 warp + lane / 4 + 8 h and channel co0 + 8 j + 2 (lane % 4) + e; a slot q
   -- = 2 j + e is one channel (lanes holding it merge their statistics before the atomics)
-  local px = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)"
+  -- both mappings number a thread's outputs within the sample (`px`)
   local O = g.O
+  local od, oh, ow = string.format("px / %d", O[2] * O[3]), string.format("(px / %d) %% %d", O[3], O[2]),
+    string.format("px %% %d", O[3])
+  local full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g)
   local th
   if pass.staged_epilogue then
     -- A channels-last output (planner.h, fg_wgmma_staged_epilogue): the fragments' own mapping
@@ -1395,35 +1398,32 @@ function M.render(layer, plan, pass, names, signature)
     -- channels co0 + 32 kk ..) to its slab and reads them back a row (pixel) at a time, lane
     -- = channel: 32 channels' contiguous bytes per access.
     local chunks = (w.bn + w.epi_cols - 1) // w.epi_cols
-    local S = w.epi_stride
+    local S, J = w.epi_stride, w.epi_cols // 8 -- the slab's row pitch; 8-channel fragment blocks a chunk
     th = {
       loops = { { "kk", chunks }, { "mt", w.wgmt }, { "rr", w.epi_rows } },
       value = string.format("slab[rr * %d + lane]", S),
       co = string.format("co0 + %d * kk + lane", w.epi_cols),
       pixel = "(pm0 + 64 * mt + 16 * warp + rr)",
-      -- a chunk past the tile's channels (BN not a multiple of 32): its lanes hold nothing
+      od = od, oh = oh, ow = ow,
+      -- a chunk past the tile's channels (BN not a multiple of 32): its lanes hold nothing,
+      -- and no tile has every output
       valid = w.bn % w.epi_cols ~= 0 and string.format("%d * kk + lane < BN", w.epi_cols) or nil,
+      full = w.bn % w.epi_cols == 0 and full or nil,
       stage = function(c)
         c:line("/* this warp's accumulators of tile mt, channels 32 kk .. 32 kk + 31 of the tile, into its slab */")
         c:line("#pragma unroll")
-        c:open("for (int jj = 0; jj < 4; ++jj) {")
-        c:open("if (4 * kk + jj < BN / 8) {")
+        c:open("for (int jj = 0; jj < %d; ++jj) {", J)
+        c:open("if (%d * kk + jj < BN / 8) {", J)
         c:line("#pragma unroll")
         c:line("for (int h = 0; h < 2; ++h)")
         c:line("    *(float2 *)&slab[((lane >> 2) + 8 * h) * %d + 8 * jj + 2 * (lane & 3)] =", S)
-        c:line("        make_float2(acc[mt][4 * (4 * kk + jj) + 2 * h], acc[mt][4 * (4 * kk + jj) + 2 * h + 1]);")
+        c:line("        make_float2(acc[mt][4 * (%d * kk + jj) + 2 * h], acc[mt][4 * (%d * kk + jj) + 2 * h + 1]);", J, J)
         c:close()
         c:close()
         c:line("__syncwarp();")
       end,
       unstage = function(c) c:line("__syncwarp(); /* read before the next chunk overwrites it */") end,
     }
-    th.od = string.format("px / %d", O[2] * O[3])
-    th.oh = string.format("(px / %d) %% %d", O[3], O[2])
-    th.ow = string.format("px %% %d", O[3])
-    if w.bn % w.epi_cols == 0 then
-      th.full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g)
-    end
     c:line("float *const slab = (float *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d) + (4 * cw + warp) * %d;",
       w.epi_offset, w.epi_rows * S)
   else
@@ -1431,14 +1431,12 @@ function M.render(layer, plan, pass, names, signature)
       loops = { { "q", w.bn // 4 }, { "mt", w.wgmt }, { "h", 2 } },
       value = "acc[mt][4 * (q >> 1) + 2 * h + (q & 1)]",
       co = "co0 + 8 * (q >> 1) + 2 * (lane & 3) + (q & 1)",
-      pixel = px,
-      od = string.format("px / %d", O[2] * O[3]),
-      oh = string.format("(px / %d) %% %d", O[3], O[2]),
-      ow = string.format("px %% %d", O[3]),
+      pixel = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)",
+      od = od, oh = oh, ow = ow,
       slot = "q",
       slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
       merge_lanes = true,
-      full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g),
+      full = full,
       feeds_outside = across,
     }
   end
