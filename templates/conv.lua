@@ -251,7 +251,9 @@ end
 -- over two consecutive outputs along W; a number: over that many, 2 or 4, stored as one
 -- vector where aligned) and `full` (a condition under which every output
 -- the thread holds exists: that case runs without per-output checks, so the compiler can
--- interleave the outputs' work instead of branching around each); `pixel`, when outputs are
+-- interleave the outputs' work instead of branching around each); `valid` (a condition that
+-- also holds a lane's outputs in, checked in both cases: lanes past a tile's channels in a
+-- mapping of whole warps); `pixel`, when outputs are
 -- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds).
 -- The conv's value at an output, v0 = the accumulator + the bias (hoisted where the evaluator
 -- hoists per-channel loads), opened as a scope of the evaluator in which op 0 at `coords` is
@@ -265,6 +267,19 @@ function M.open_conv_value(c, conv, names, ev, acc, coords)
   end
   ev:push_scope()
   ev:remember(0, coords, "v0")
+end
+
+-- The coordinates of a conv pass's output in its epilogue (od, oh, ow: the variables it
+-- declares); where outputs are numbered within the sample (`numbered`: the variable px), that
+-- number too, so that indices into tensors of the output's extents need no divisions
+-- (lib.lua, lin_with)
+function M.output_coords(g, numbered)
+  local coords = g.sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
+  if numbered then
+    coords.px = "px"
+    coords.px_dims = g.sp == 3 and { [2] = g.O[1], [3] = g.O[2], [4] = g.O[3] } or { [2] = g.O[2], [3] = g.O[3] }
+  end
+  return coords
 end
 
 function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
@@ -283,7 +298,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     local b = pass.extra_stores[i]
     targets[#targets + 1] = { names.buffer[b], plan.buffers[b].value }
   end
-  local coords = g.sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
+  local coords = M.output_coords(g, th.pixel)
   -- one output: the chain of ops, then store(k, index, value) for each target
   local function element(store, checked)
     c:line("const int co = %s;", th.co)
@@ -291,6 +306,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     if th.pixel then c:line("const int px = %s;", th.pixel) end
     if g.sp == 3 then c:line("const int od = %s;", th.od) end
     c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
+    if th.pixel then c:line("(void)oh; (void)ow;%s", g.sp == 3 and " (void)od;" or "") end
     if checked then
       local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]),
         string.format("ow < %d", O[3]) }
@@ -299,6 +315,9 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       if th.pixel then valid = { string.format("co < %d", g.cout_g), string.format("px < %d", O[1] * O[2] * O[3]) } end
       if th.valid then valid[#valid + 1] = th.valid end
       c:open("if (%s) {", table.concat(valid, " && "))
+    elseif th.valid then
+      -- a full tile: every output exists, but some lanes may hold none (th.valid)
+      c:open("if (%s) {", th.valid)
     else
       c:open("{")
     end

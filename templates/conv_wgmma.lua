@@ -1153,7 +1153,7 @@ local function reduce_epilogue(c, g, layer, plan, pass, names, ev, w, th)
   local conv, O = g.conv, g.O
   local opix = O[1] * O[2] * O[3]
   local ninf = lib.flit(-math.huge)
-  local coords = g.sp == 3 and { "c", "od", "oh", "ow" } or { "c", "oh", "ow" }
+  local coords = conv_t.output_coords(g, true)
   local pixels = {} -- the thread's pixels (mt, h) and the names of their reductions
   for mt = 0, w.wgmt - 1 do
     for h = 0, 1 do pixels[#pixels + 1] = { mt = mt, h = h, acc = string.format("rd%d_%d", mt, h) } end
@@ -1163,6 +1163,7 @@ local function reduce_epilogue(c, g, layer, plan, pass, names, ev, w, th)
     c:line("const int px = %s;", th.pixel)
     if g.sp == 3 then c:line("const int od = %s;", th.od) end
     c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
+    c:line("(void)oh; (void)ow;%s", g.sp == 3 and " (void)od;" or "")
   end
   c:line("/* v%d: %s over the %d channels, in the epilogue */", r, red.spec_name, g.cout_g)
   for _, p in ipairs(pixels) do
@@ -1405,10 +1406,11 @@ function M.render(layer, plan, pass, names, signature)
       co = string.format("co0 + %d * kk + lane", w.epi_cols),
       pixel = "(pm0 + 64 * mt + 16 * warp + rr)",
       od = od, oh = oh, ow = ow,
-      -- a chunk past the tile's channels (BN not a multiple of 32): its lanes hold nothing,
-      -- and no tile has every output
+      -- the lanes of a chunk past the tile's channels (BN not a multiple of 32) hold nothing;
+      -- a full tile checks only that (v26 checked every output there: SD's 112-channel tiles
+      -- lost 13 %)
       valid = w.bn % w.epi_cols ~= 0 and string.format("%d * kk + lane < BN", w.epi_cols) or nil,
-      full = w.bn % w.epi_cols == 0 and full or nil,
+      full = full,
       stage = function(c)
         c:line("/* this warp's accumulators of tile mt, channels 32 kk .. 32 kk + 31 of the tile, into its slab */")
         c:line("#pragma unroll")

@@ -97,9 +97,31 @@ function lib.strides(shape)
   return st
 end
 
--- sum of coords[d] * strides[d] over the sample's dims, leaving out zeros and extent-1 dims
+-- Whether `shape`'s spatial dims are the extents coords.px numbers outputs over (see lin_with).
+local function spans_px(shape, coords)
+  if not coords.px or #coords ~= shape.rank - 1 then return false end
+  for d = 2, shape.rank - 1 do
+    if shape.dim[d] ~= coords.px_dims[d] then return false end
+  end
+  return true
+end
+
+-- sum of coords[d] * strides[d] over the sample's dims, leaving out zeros and extent-1 dims.
+-- Coordinates may also carry `px`, the output's number within the sample over the spatial
+-- extents `px_dims` (row-major, as the wgmma engine numbers its rows): a shape with exactly
+-- those extents has its spatial dims contiguous in that order in either layout, so they are
+-- one term, px times the innermost spatial stride, instead of a term per dim recovered from
+-- px by divisions
 local function lin_with(shape, coords, st)
   local terms = {}
+  if spans_px(shape, coords) and shape.rank > 2 then
+    if coords[1] ~= "0" and shape.dim[1] ~= 1 then
+      terms[1] = st[1] == 1 and coords[1] or string.format("(%s) * %d", coords[1], st[1])
+    end
+    local s = st[shape.rank - 1]
+    terms[#terms + 1] = s == 1 and coords.px or string.format("(%s) * %d", coords.px, s)
+    return table.concat(terms, " + ")
+  end
   for d = 1, shape.rank - 1 do
     local c = coords[d]
     if c ~= "0" and shape.dim[d] ~= 1 then
