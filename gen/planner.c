@@ -646,7 +646,14 @@ const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling 
     geometry(conv, &g);
     if (!w->parts)
         return "the conv is not on wgmma";
-    if (w->cp % w->kc_elems)
+    /* A chunk holds one tap's channel block. Where the packed channels are no multiple of a
+     * chunk, the last chunk of a tap would run into the next tap's -- except for a 1x1 conv
+     * of one group: there is no next tap, and the chunk's channels past the input's (the
+     * map's extent, xc = cp) are the TMA unit's zero fill, as the weights' rows there are
+     * zero (the weights' image pads K); at least one whole chunk of channels, so that the
+     * box is no wider than the map */
+    const bool one_tap = g.taps == 1 && conv->groups == 1 && w->cp >= w->kc_elems;
+    if (w->cp % w->kc_elems && !one_tap)
         return w->operand == FG_WGMMA_TF32 ? "its packed channels a group are no multiple of 32 (a K chunk would span taps)"
                                            : "its packed channels a group are no multiple of 64 (a K chunk would span taps)";
     if (w->bm > 256)

@@ -834,8 +834,8 @@ M.producer_tma = [[
 /* The producer warpgroup with A by TMA in im2col mode (FUSEGEN_WGMMA_A_TMA=2): thread 0 alone
  * fills the ring. Per stage it arms the full barrier with the A parts' bytes, has the TMA unit
  * load each part's chunk with one im2col tensor copy -- BM pixels from the tile's first output
- * pixel on, 128 bytes of one tap's channel block each (CP is a multiple of a chunk: the
- * planner's rule), zero-filled outside the input, in the swizzled layout the cp.async producer
+ * pixel on, 128 bytes of one tap's channel block each (CP is a multiple of a chunk, or the conv
+ * has one tap and the channels past CP are zero fill: the planner's rule), zero-filled outside the input, in the swizzled layout the cp.async producer
  * stores -- copies the B chunk as ever and arrives once (the barrier counts one arrival). The
  * map walks the output pixels across rows and on into the next sample: a sample's last tile's
  * rows past OPIX hold the next sample's pixels (zeros past the batch), which every epilogue

@@ -1973,6 +1973,14 @@ static void wgmma_a_tma_where_tma_builds_the_stage(void **state)
         /* half: 64 channels a chunk */
         {"128, 32, 32", "conv2d { out_channels = 64, kernel = 3, padding = 1 }", "bf16", 2, 4, {-1, -1}, {-1, -1},
          {1, 1, 1, 1}, {128, 32, 32}},
+        /* one tap, one group: the last chunk's channels past the input's are zero fill (96 bf16,
+         * 48 fp32); a chunk wider than the channels (40 bf16) and two groups stay refused */
+        {"96, 32, 32", "conv2d { out_channels = 384, kernel = 1 }", "bf16", 2, 4, {0, 0}, {0, 0}, {1, 1, 1, 1},
+         {96, 32, 32}},
+        {"48, 32, 32", "conv2d { out_channels = 64, kernel = 1 }", "fp32", 2, 4, {0, 0}, {0, 0}, {1, 1, 1, 1},
+         {48, 32, 32}},
+        {"40, 32, 32", "conv2d { out_channels = 64, kernel = 1 }", "bf16", 1, 0, {0}, {0}, {0}, {0}},
+        {"192, 32, 32", "conv2d { out_channels = 64, kernel = 1, groups = 2 }", "bf16", 1, 0, {0}, {0}, {0}, {0}},
     };
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");

@@ -19,7 +19,8 @@
  * mask them, statistics included), groups, 64 and 96 channels a group (a chunk's channel
  * offset), 3D with depth padding (rank-5 maps), fp32 (3xTF32: two maps), tf32, bf16 and fp16
  * (a channels-last bf16 input read directly: the map over the caller's input), a prologue's
- * split half input (two maps of halves), a 1x1 stride-2 conv and split K. */
+ * split half input (two maps of halves), a 1x1 stride-2 conv, 1x1 convs whose channels are no
+ * multiple of a chunk (the last chunk's tail is the TMA unit's zero fill) and split K. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,13 @@ static const tma_case cases[] = {
                                   "conv2d { out_channels = 64, kernel = 3, padding = 1 }")},
     {"conv1x1_stride2", 2,
      LAYER("conv1x1_stride2", "input = { \"N\", 64, 28, 28 },\nconv2d { out_channels = 128, kernel = 1, stride = 2 }")},
+    {"conv1x1_c96_bf16_cl", 2,
+     LAYER("conv1x1_c96_bf16_cl", "input = { \"N\", 96, 15, 15 },\ndtype = \"bf16\",\nlayout = \"channels_last\",\n"
+                                  "conv2d { out_channels = 160, kernel = 1 },\ngelu {}")},
+    {"conv1x1_c48_fp32", 2, LAYER("conv1x1_c48_fp32", "input = { \"N\", 48, 13, 13 },\nconv2d { out_channels = 64, kernel = 1 }")},
+    {"conv1x1_c72_fp16_stride2", 3,
+     LAYER("conv1x1_c72_fp16_stride2", "input = { \"N\", 72, 17, 17 },\ndtype = \"fp16\",\n"
+                                       "conv2d { out_channels = 64, kernel = 1, stride = 2 }")},
     {"split_k", 1, LAYER("split_k", "input = { \"N\", 512, 7, 7 },\nconv2d { out_channels = 128, kernel = 3, padding = 1 }")},
 };
 
