@@ -325,6 +325,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          w->a_tma_refused);
                 emit(ctx, line);
             }
+            if (w->ctas_per_sm == 2) {
+                snprintf(line, sizeof line,
+                         "           two CTAs a multiprocessor (FUSEGEN_WGMMA_CTAS=2): a persistent grid of twice the "
+                         "SMs, consumers %d registers, producer %d",
+                         w->consumer_regs, w->producer_regs);
+                emit(ctx, line);
+            }
             if (w->ping_pong) {
                 snprintf(line, sizeof line,
                          "           each K chunk's sum into one of two accumulators in turn (ping-pong), the next "

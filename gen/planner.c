@@ -413,7 +413,15 @@ static bool conv_tiling_mma(const conv_geometry *g, fg_pass *ps, const fg_plan_o
 
 enum {
     MAX_BLOCK_SMEM = 227 * 1024, /* opt-in shared memory of one block on sm_90 */
+    /* two blocks a multiprocessor: half of its 228 KB, less the 1 KB the system keeps a block */
+    TWO_BLOCK_SMEM = (228 - 2) * 1024 / 2,
     WGMMA_MAX_STAGES = 8,
+    /* two wgmma CTAs a multiprocessor: 768 threads of 85 registers compile to 80 each; after
+     * setmaxnreg the producer warpgroup's 40 and the consumers' WGMMA_TWO_CTA_REGS must fit the
+     * block's 384 x 80 */
+    WGMMA_TWO_CTA_BASE_REGS = 80,
+    WGMMA_TWO_CTA_REGS = 96,
+    WGMMA_TWO_CTA_BN = 64,
     WGMMA_PACKED_BIAS = 32,    /* the producer packs a row's origin coordinates + this bias into one word */
     WGMMA_PACK_PIXELS = 32,    /* pixels the input-packing pass transposes per block (conv_wgmma.lua's tile), through */
     WGMMA_PACK_SMEM = 48 * 1024, /* a static shared array: at most 48 KB */
@@ -429,14 +437,21 @@ static bool layer_has_statistics(const fg_layer_ir *ir)
     return false;
 }
 
+/* Two wgmma CTAs a multiprocessor where they fit (FUSEGEN_WGMMA_CTAS=2; opt-in while measured):
+ * only with A by TMA (the cp.async producer needs more than the 40 registers left to it). */
+static int wgmma_ctas_asked(const fg_plan_options *opts)
+{
+    return opts->wgmma_ctas == 2 && opts->wgmma_a_tma != 1 ? 2 : 1;
+}
+
 /* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
  * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
  * layer runs the same conv), before the passes are chained: the packed operands are passes
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
-static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, fg_wgmma_tiling *w,
-                         const char **why)
+static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
+                         fg_wgmma_tiling *w, const char **why)
 {
     memset(w, 0, sizeof *w);
     const char *unused;
@@ -487,7 +502,12 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     const int tile_el = ir->n_pro > 0 ? 4 : el;
     w->kc_elems = 128 / el;
     w->block_acc = w->parts == 2;
-    w->nblk = g->cout_g <= 128 ? 1 : (int)ceil_div(g->cout_g, 128);
+    /* two CTAs a multiprocessor (fg_wgmma_tiling.ctas_per_sm) only without block accumulation:
+     * channel blocks of at most 64 (the consumers' 96 registers) */
+    w->ctas_per_sm = ctas == 2 && !w->block_acc ? 2 : 1;
+retile:;
+    const int most_bn = w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN : 128;
+    w->nblk = g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn);
     w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
     /* a 16-byte copy of the producer holds one tap's channels: 4 TF32 or 8 half elements */
     w->cp = g->cin_g <= 16 / el ? 16 / el : round_up(g->cin_g, 8);
@@ -534,7 +554,8 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
                        : 0;
     if (most_m64 == 0)
         most_m64 = w->operand == FG_WGMMA_TF32 ? 2 : 1;
-    for (w->wgmt = most_m64; w->wgmt >= 1; w->wgmt--) {
+    const bool two = w->ctas_per_sm == 2;
+    for (w->wgmt = two ? 1 : most_m64; w->wgmt >= 1; w->wgmt--) {
         int acc = w->wgmt * w->bn / 2;
         int main_loop = acc * (1 + w->block_acc) + 32;
         int epilogue = acc + (partials ? w->bn / 2 : 0) + 48;
@@ -542,14 +563,28 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
         w->bm = 128 * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
         w->stage_bytes = w->a_parts * w->a_bytes + w->parts * w->b_bytes;
-        int64_t stages = (MAX_BLOCK_SMEM - 1024 - 256 - w->stat_bytes - w->epi_bytes) / w->stage_bytes;
-        if (need > 232 || stages < 3)
+        int64_t stages = ((two ? TWO_BLOCK_SMEM : MAX_BLOCK_SMEM) - 1024 - 256 - w->stat_bytes - w->epi_bytes) /
+                         w->stage_bytes;
+        /* two CTAs: a ring of 2 still overlaps the next tile's copies with the epilogue, the
+         * other CTA's work with both; and A by TMA (its producer's 40 registers) */
+        if (two && (need > WGMMA_TWO_CTA_REGS || stages < 2 || fg_wgmma_a_tma_refusal(ir, w, NULL)))
+            continue;
+        if (!two && (need > 232 || stages < 3))
             continue;
         w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
+        if (two) {
+            w->consumer_regs = WGMMA_TWO_CTA_REGS;
+            w->producer_regs = 40;
+            break;
+        }
         w->consumer_regs = need < 168 ? 168 : need;
         int producer = 504 - 2 * w->consumer_regs;
         w->producer_regs = producer > 168 ? 168 : producer;
         break;
+    }
+    if (two && w->wgmt < 1) { /* does not fit two a multiprocessor: one, as ever */
+        w->ctas_per_sm = 1;
+        goto retile;
     }
     *why = "no tile fits the registers and shared memory with 3 stages";
     if (w->wgmt < 1)
@@ -808,7 +843,8 @@ static bool choose_wgmma(planner *p)
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, &p->plan->wgmma, &why)) {
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), &p->plan->wgmma,
+                      &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
@@ -893,7 +929,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     conv_geometry g;
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
-    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, &w, NULL))
+    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)

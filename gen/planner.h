@@ -262,6 +262,11 @@ typedef struct fg_wgmma_tiling {
     int64_t epi_offset, epi_bytes;
     int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
     int consumer_regs, producer_regs; /* setmaxnreg */
+    /* CTAs a multiprocessor holds: 1, or 2 (FUSEGEN_WGMMA_CTAS=2, where they fit: no block
+     * accumulation, channel blocks of at most 64, A by TMA, >= 2 stages in half the shared
+     * memory, the consumers at 96 registers): twice the consumer warps to hide an epilogue's
+     * latencies where the K loop is short. The persistent grid is ctas_per_sm x the SMs. */
+    int ctas_per_sm;
     int packed_hi, packed_lo, packed_w; /* the packed operands' buffers (-1: none) */
     /* 1: the layer input already is the packed A operand (a half, channels-last input with no
      * prologue, one part, no padding channels: [N][pixel][groups][cp] in its dtype): where it
@@ -436,6 +441,7 @@ typedef struct fg_plan_options {
     int wgmma_m64;          /* wgmma: at most this many m64 tiles per consumer warpgroup, 1..2 (0: choose) */
     int wgmma_multicast;    /* wgmma: 2 shares B chunks between the CTAs of a pair where it can, 1 never (0: choose) */
     int wgmma_a_tma;        /* wgmma: 2 loads A (the im2col rows) by TMA where it can, 1 never (0: choose: where it can) */
+    int wgmma_ctas;         /* wgmma: 2 runs two CTAs a multiprocessor where they fit, 1 one (0: choose: one) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

@@ -102,6 +102,8 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
     env_int("FUSEGEN_WGMMA_A_TMA", 1, 2, &opts->wgmma_a_tma,
             "1 (the wgmma producer threads copy A with cp.async) or 2 (TMA in im2col mode where it can, the default)", warn,
             warn_ctx);
+    env_int("FUSEGEN_WGMMA_CTAS", 1, 2, &opts->wgmma_ctas,
+            "1 (one wgmma CTA a multiprocessor) or 2 (two where they fit)", warn, warn_ctx);
     v = getenv("FUSEGEN_CONV_TILE");
     if (v && *v) {
         int t[4];

@@ -194,7 +194,10 @@ function M.prelude(layer, plan)
   c:line("constexpr int BN = %d, NBLK = %d, WGMT = %d, BM = %d, M_TILES = %d;", w.bn, w.nblk, w.wgmt, w.bm, w.m_tiles)
   c:line("constexpr int STAGES = %d, A_BYTES = %d, B_BYTES = %d, STAGE_BYTES = %d, BAR_OFFSET = %d;", w.stages,
     w.a_bytes, w.b_bytes, w.stage_bytes, w.bar_offset)
-  c:line("constexpr int CONSREG = %d, PRODREG = %d;", w.consumer_regs, w.producer_regs)
+  -- BASEREG: what each thread has before setmaxnreg (the launch bounds': 168 of 65536 for 384
+  -- threads, 80 for two CTAs of them)
+  c:line("constexpr int CONSREG = %d, PRODREG = %d, BASEREG = %d;", w.consumer_regs, w.producer_regs,
+    w.ctas_per_sm == 2 and 80 or 168)
   c:line("constexpr int RPT = BM / 16; /* A rows each producer thread copies per chunk */")
   if w.coord_bits == 16 then
     c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (h, w: 16 bits each) */")
@@ -1282,7 +1285,7 @@ function M.render(layer, plan, pass, names, signature)
   c:line(" * padding %dx%dx%d, dilation %dx%dx%d; tiles of %d pixels x %d channels, a ring of %d stages; ops v0..v%d fused */",
     g.P[1], g.P[2], g.P[3], g.Dl[1], g.Dl[2], g.Dl[3], w.bm, w.bn, w.stages, pass.last)
   local pair = w.multicast == 2
-  c:line("extern \"C\" __global__ void __launch_bounds__(384, 1) %s%s(%s)", pair and "__cluster_dims__(2, 1, 1) " or "",
+  c:line("extern \"C\" __global__ void __launch_bounds__(384, %d) %s%s(%s)", w.ctas_per_sm, pair and "__cluster_dims__(2, 1, 1) " or "",
     pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
@@ -1310,7 +1313,7 @@ function M.render(layer, plan, pass, names, signature)
     "__syncthreads();")
   c:line("const int wgi = (int)threadIdx.x >> 7;")
   c:open("if (wgi == 0) {")
-  c:line("if constexpr (PRODREG < 168) asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\" ::\"n\"(PRODREG));")
+  c:line("if constexpr (PRODREG < BASEREG) asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\" ::\"n\"(PRODREG));")
   local lo = w.packed_lo >= 0 and names.buffer[w.packed_lo] or "nullptr"
   if w.a_tma == 2 then
     -- the maps over the packed input parts (kernel parameters: their addresses)
@@ -1324,7 +1327,7 @@ function M.render(layer, plan, pass, names, signature)
   if pair then c:line("fg_cluster_sync(); /* no CTA leaves while the other may still write its stages */") end
   c:line("return;")
   c:close()
-  c:line("if constexpr (CONSREG > 168) asm volatile(\"setmaxnreg.inc.sync.aligned.u32 %0;\" ::\"n\"(CONSREG));")
+  c:line("if constexpr (CONSREG > BASEREG) asm volatile(\"setmaxnreg.inc.sync.aligned.u32 %0;\" ::\"n\"(CONSREG));")
   c:line("const int cw = wgi - 1, lane = (int)threadIdx.x & 31, warp = ((int)threadIdx.x >> 5) & 3;")
   c:line("const int row0 = 64 * WGMT * cw; /* this warpgroup's rows of every tile */")
   c:line("float acc[WGMT][BN / 2], tmp[WGMT][BN / 2];")

@@ -252,10 +252,13 @@ static CUresult fake_version_of(int *v)
     *v = fake_version;
     return CUDA_SUCCESS;
 }
+static unsigned fake_conv_grid; /* the grid of the last wgmma conv launch (384 threads) */
 static CUresult tma_fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned smem, CUstream s, void **params, void **extra)
 {
     (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)s, (void)params, (void)extra;
+    if (bx == 384)
+        fake_conv_grid = gx;
     return CUDA_SUCCESS;
 }
 static CUresult tma_fake_memset(CUdeviceptr p, unsigned v, size_t n, CUstream s)
@@ -408,6 +411,57 @@ static void im2col_encode_at_launch(void **state)
     fg_launch_table_free(&t);
     free(plan);
     free(ir);
+}
+
+/* The persistent wgmma grid: one CTA a multiprocessor, two where the plan runs two
+ * (fg_wgmma_tiling.ctas_per_sm), never more than the tiles. */
+static void persistent_grid_per_multiprocessor(void **state)
+{
+    (void)state;
+    for (int ctas = 1; ctas <= 2; ctas++) {
+        fg_layer_ir *ir = fgt_load_string("return layer \"t\" {\n  input = { \"N\", 96, 56, 56 }, dtype = \"bf16\",\n"
+                                          "  layout = \"channels_last\", precision = \"tf32\",\n"
+                                          "  conv2d { out_channels = 384, kernel = 1 },\n}\n");
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.engine = FG_ENGINE_PREFER_WGMMA;
+        opts.wgmma_ctas = ctas;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.ctas_per_sm, ctas);
+        fg_launch_table t;
+        fg_error err = {{0}};
+        if (fg_launch_table_init(&t, ir, plan, &err) != 0)
+            fail_msg("%s", err.msg);
+        fg_cuda cu;
+        memset(&cu, 0, sizeof cu);
+        cu.LaunchKernel = tma_fake_launch;
+        cu.MemsetD32Async = tma_fake_memset;
+        cu.TensorMapEncodeIm2col = fake_encode;
+        cu.DriverGetVersion = fake_version_of;
+        fake_version = 13000;
+        CUfunction functions[FG_MAX_PASSES] = {0};
+        CUdeviceptr params[8] = {0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000};
+        fg_launch_memory mem;
+        memset(&mem, 0, sizeof mem);
+        mem.input = 0x100000;
+        mem.output = 0x200000;
+        mem.params = params;
+        mem.workspace = 0x400000;
+        mem.packed_w = 0x300000;
+        mem.sm_count = 132;
+        mem.counters_zero = true;
+        /* batch 8: 25 x 8 tiles of 128 pixels a channel block, more than 264 */
+        assert_int_equal(fg_launch_layout_for(&t, 8, &mem.layout, &err), 0);
+        assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 8, NULL, &err), 0);
+        assert_int_equal(fake_conv_grid, 132 * ctas);
+        /* batch 1: 25 x 3 or 25 x 6 tiles, fewer than the slots */
+        assert_int_equal(fg_launch_layout_for(&t, 1, &mem.layout, &err), 0);
+        assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 1, NULL, &err), 0);
+        assert_int_equal(fake_conv_grid, ctas == 2 ? 150 : 75);
+        fg_launch_table_free(&t);
+        free(plan);
+        free(ir);
+    }
 }
 
 static void input_direct(void **state)
@@ -602,6 +656,7 @@ int main(void)
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(bad_plans_refused),
         cmocka_unit_test(split_k_workspace),
+        cmocka_unit_test(persistent_grid_per_multiprocessor),
         cmocka_unit_test(input_direct),
         cmocka_unit_test(im2col_encode_arguments),
         cmocka_unit_test(im2col_encode_at_launch),

@@ -1865,6 +1865,67 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
  * the ring has 4 stages or more, with the consumers' registers raised to hold three
  * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
+/* Two wgmma CTAs a multiprocessor (FUSEGEN_WGMMA_CTAS=2): where there is no block accumulation,
+ * A comes by TMA and the consumers fit 96 registers; channel blocks of at most 64, a ring of at
+ * least 2 in half the shared memory, the launch bounds and setmaxnreg marks for two blocks.
+ * Elsewhere one, as without the knob. */
+static void wgmma_two_ctas_where_they_fit(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *input, *dtype, *precision, *layout, *conv;
+        int ctas_knob, a_tma_knob, ctas, bn;
+    } cases[] = {
+        /* ConvNeXt's 96 -> 384 in bf16, tf32: 6 blocks of 64 */
+        {"96, 56, 56", "bf16", "tf32", "channels_last", "out_channels = 384, kernel = 1", 2, 0, 2, 64},
+        {"96, 56, 56", "bf16", "tf32", "channels_last", "out_channels = 384, kernel = 1", 0, 0, 1, 128},
+        {"96, 56, 56", "bf16", "tf32", "channels_last", "out_channels = 384, kernel = 1", 2, 1, 1, 128}, /* cp.async */
+        /* 96 outputs: 2 blocks of 48 */
+        {"384, 56, 56", "bf16", "tf32", "channels_last", "out_channels = 96, kernel = 1", 2, 0, 2, 48},
+        /* fp32 precision accumulates blocks: one */
+        {"64, 32, 32", "bf16", "fp32", "nchw", "out_channels = 128, kernel = 3, padding = 1", 2, 0, 1, 128},
+        /* one TF32 product (precision tf32, fp32 tensors) */
+        {"64, 32, 32", "fp32", "tf32", "nchw", "out_channels = 128, kernel = 3, padding = 1", 2, 0, 2, 64},
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"t\" {\n  input = { \"N\", %s },\n  dtype = \"%s\",\n  precision = \"%s\",\n"
+                 "  layout = \"%s\",\n  conv2d { %s },\n}\n",
+                 cases[i].input, cases[i].dtype, cases[i].precision, cases[i].layout, cases[i].conv);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        opts.wgmma_ctas = cases[i].ctas_knob;
+        opts.wgmma_a_tma = cases[i].a_tma_knob;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        assert_true(w->parts > 0);
+        assert_int_equal(w->ctas_per_sm, cases[i].ctas);
+        assert_int_equal(w->bn, cases[i].bn);
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        if (cases[i].ctas == 2) {
+            assert_int_equal(w->a_tma, 2);
+            assert_int_equal(w->wgmt, 1);
+            assert_true(w->stages >= 2);
+            assert_int_equal(w->consumer_regs, 96);
+            assert_int_equal(w->producer_regs, 40);
+            assert_true(1024 + w->bar_offset + 16 * w->stages + 16 <= (228 - 2) * 1024 / 2);
+            fgt_assert_contains(src.source, "__launch_bounds__(384, 2)");
+            fgt_assert_contains(src.source, "BASEREG = 80;");
+        } else {
+            fgt_assert_contains(src.source, "__launch_bounds__(384, 1)");
+            fgt_assert_contains(src.source, "BASEREG = 168;");
+        }
+        fg_rendered_free(&src);
+        free(plan);
+        free(ir);
+    }
+}
+
 static void wgmma_ping_pong_where_it_pays(void **state)
 {
     (void)state;
@@ -2482,6 +2543,7 @@ int main(void)
         cmocka_unit_test(wgmma_multicast_where_b_is_shared),
         cmocka_unit_test(wgmma_a_tma_where_tma_builds_the_stage),
         cmocka_unit_test(wgmma_ping_pong_where_it_pays),
+        cmocka_unit_test(wgmma_two_ctas_where_they_fit),
         cmocka_unit_test(wgmma_staged_epilogue_where_channels_last),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
