@@ -838,11 +838,11 @@ M.producer_tma = [[
  * fills the ring. Per stage it arms the full barrier with the A parts' bytes, has the TMA unit
  * load each part's chunk with one im2col tensor copy -- BM pixels from the tile's first output
  * pixel on, 128 bytes of one tap's channel block each (CP is a multiple of a chunk, or the conv
- * has one tap and the channels past CP are zero fill: the planner's rule), zero-filled outside the input, in the swizzled layout the cp.async producer
- * stores -- copies the B chunk as ever and arrives once (the barrier counts one arrival). The
- * map walks the output pixels across rows and on into the next sample: a sample's last tile's
- * rows past OPIX hold the next sample's pixels (zeros past the batch), which every epilogue
- * path masks (q < OPIX). */
+ * has one tap and the channels past CP are zero fill: the planner's rule), zero-filled outside
+ * the input, in the swizzled layout the cp.async producer stores -- copies the B chunk as ever
+ * and arrives once (the barrier counts one arrival). The map walks the output pixels across
+ * rows and on into the next sample: a sample's last tile's rows past OPIX hold the next
+ * sample's pixels (zeros past the batch), which every epilogue path masks (q < OPIX). */
 __device__ __forceinline__ void producer_issue(const fgw_tmap *ta_hi, const fgw_tmap *ta_lo,
                                                const float *__restrict__ wimg, int ntiles, fgw_u32 sbase,
                                                fgw_u32 bar_full, fgw_u32 bar_empty)
