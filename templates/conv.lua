@@ -655,11 +655,17 @@ function M.render_cl(layer, plan, pass, names, signature)
   else
     scalar()
   end
+  -- the weights (float32) by cp.async, each 4 bytes, transposed: all in flight at once, as
+  -- the input's, where a load-then-store loop would wait for each load in turn
   local kk = g.cin_g * g.taps
   c:open("for (int e = t; e < %d; e += %d) {", L * kk, T.BLOCK * L)
   c:line("const int co = e / %d, k = e %% %d;", kk, kk)
-  c:line("s_w[k * %d + co] = %s;", T.COT4,
-    ragged and string.format("c0 + co < %d ? wg[e] : 0.0f", cout) or "wg[e]")
+  if ragged then
+    c:line("const bool in = c0 + co < %d;", cout)
+    c:line("fg_cp_async4(s_w + k * %d + co, in ? wg + e : wg, in);", T.COT4)
+  else
+    c:line("fg_cp_async4(s_w + k * %d + co, wg + e, true);", T.COT4)
+  end
   c:close()
   c:line("fg_cp_async_wait_all();")
   c:line("__syncthreads();")
