@@ -376,12 +376,17 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             char vec[96] = "";
             if (buffers && !ps->store_output && t->thread_w > 1 && o->dim[o->rank - 1] % 2 == 0)
                 snprintf(vec, sizeof vec, "; a buffer's (NCHW) stores %d outputs along W at once", t->thread_w);
+            /* the staging's 16-byte vectors (planner.c conv_tiling_cl) */
+            char staged[96] = "";
+            if (t->in_vec > 0)
+                snprintf(staged, sizeof staged, ", input staged in 16-byte vectors (%d channels) where aligned",
+                         t->in_vec);
             snprintf(line, sizeof line,
                      "           channels innermost: tile %dx%dx%d outputs x %d channels per block, consecutive "
                      "threads on consecutive channels (the input's loads%s along C); %dx%d outputs x 1 channel per "
-                     "thread%s; %d input channels staged [pixel][channel]",
+                     "thread%s; %d input channels staged [pixel][channel]%s",
                      t->tile[0], t->tile[1], t->tile[2], t->chan_lanes, ps->store_output ? " and the output's stores" : "",
-                     t->thread_h, t->thread_w, vec, t->ci_chunk);
+                     t->thread_h, t->thread_w, vec, t->ci_chunk, staged);
             emit(ctx, line);
         } else if (ps->kind == FG_PASS_CONV) {
             const fg_conv_tiling *t = &ps->conv;

@@ -1079,6 +1079,16 @@ static bool conv_tiling_cl(const planner *p, const conv_geometry *g, fg_pass *ps
     t->chan_lanes = t->co_tile = lanes;
     t->thread_co = 1;
     t->ci_chunk = (int)(lanes / g->cout_g * g->cin_g);
+    /* The input staged in 16-byte vectors (conv.lua, stage_input_vec): a scalar staging loop
+     * spends its time on the index arithmetic of every element and on each 2- or 4-byte
+     * load's latency in turn. A vector of channels stays 16-byte aligned in memory where a
+     * pixel holds whole vectors (C) and in shared memory where the staged pixel does
+     * (ci_chunk, its pitch); the block's first channel, blockIdx.y * ci_chunk, is then one
+     * too. The pointer itself is checked at run time (a view may start anywhere). A prologue
+     * transforms one element at a time: it keeps the scalar staging. */
+    int vec = 16 / fg_dtype_size(p->ir->dtype);
+    if (!g->prologue && t->ci_chunk % vec == 0 && p->ir->ops[0].in.dim[1] % vec == 0)
+        t->in_vec = vec;
     t->ci_unroll = 1;
     t->ch_pitch = 1;
     /* 4 x 4 outputs a thread (each staged input is read by up to 4 rows, each weight by 16

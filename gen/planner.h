@@ -168,6 +168,11 @@ typedef struct fg_conv_tiling {
      * co_tile = chan_lanes and ci_chunk the input channels of the block's groups, all staged
      * at once. 0: the classic mapping. */
     int chan_lanes;
+    /* channels-last mapping: the input is staged in 16-byte vectors of in_vec consecutive
+     * channels of a pixel (8 of a half dtype, 4 floats), one load and one index computation a
+     * vector, where the input pointer is 16-byte aligned at run time (else, and 0 here, one
+     * element at a time) */
+    int in_vec;
     int co_tile;            /* channels per block (within a group): it loops over co_tile / thread_co tiles */
     int ci_chunk;           /* input channels staged in shared memory at a time */
     int ci_unroll;          /* unroll factor of the input-channel loop (the unrolling cliff) */

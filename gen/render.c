@@ -452,6 +452,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int3(L, "in_tile", t->in_tile, 3);
         set_int(L, "thread_co", t->thread_co);
         set_int(L, "chan_lanes", t->chan_lanes);
+        set_int(L, "in_vec", t->in_vec);
         set_int(L, "co_tile", t->co_tile);
         set_int(L, "ci_chunk", t->ci_chunk);
         set_int(L, "ci_unroll", t->ci_unroll);

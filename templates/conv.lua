@@ -80,6 +80,19 @@ function M.tiling(g, t)
   return T
 end
 
+-- Appends to `checks` the conditions for input coordinates id, ih, iw to lie inside the
+-- input (those that padding can break; a 2D conv's id is always 0).
+local function inside_checks(g, checks)
+  local vars = { "id", "ih", "iw" }
+  for i = 1, 3 do
+    if not (g.sp == 2 and i == 1) then
+      if g.P[i] > 0 then checks[#checks + 1] = vars[i] .. " >= 0" end
+      checks[#checks + 1] = string.format("%s < %d", vars[i], g.I[i])
+    end
+  end
+  return checks
+end
+
 -- Issues the copies of input channels ci0 .. ci0+CIC-1 of the tile into s_in (zero outside
 -- the input and past the last channel), channel planes T.CP floats apart. `how` (optional,
 -- the channels-last mapping) replaces the channel check (ci_check), the shared-memory index
@@ -101,13 +114,7 @@ function M.stage_input(c, g, T, how)
   elseif g.cin_g % T.CIC ~= 0 then
     checks[#checks + 1] = string.format("ci0 + ci < %d", g.cin_g)
   end
-  local vars = { "id", "ih", "iw" }
-  for i = 1, 3 do
-    if not (g.sp == 2 and i == 1) then
-      if g.P[i] > 0 then checks[#checks + 1] = vars[i] .. " >= 0" end
-      checks[#checks + 1] = string.format("%s < %d", vars[i], g.I[i])
-    end
-  end
+  inside_checks(g, checks)
   -- cp.async: every copy of the tile is in flight at once (a plain load-then-store loop
   -- waits for each load's latency in turn); outside the input it zero-fills
   c:line("const bool in = %s;", table.concat(checks, " && "))
@@ -138,6 +145,119 @@ function M.stage_input(c, g, T, how)
     -- (each element its own 4-byte copy: any float's address will do, in either layout)
     c:line("fg_cp_async4(s_in + %s, in ? %s : xg, in);", dst, src)
   end
+  c:close()
+end
+
+-- The device helpers of the channels-last staging in 16-byte vectors (M.stage_input_vec),
+-- for a layer one of whose passes uses it ("" otherwise: other sources stay as they were).
+function M.prelude(layer, plan)
+  local used = false
+  for i = 0, plan.n_passes - 1 do
+    local pass = plan.passes[i]
+    used = used or (pass.kind == "conv" and pass.conv.in_vec > 0)
+  end
+  if not used then return "" end
+  if layer.dtype == "bf16" then
+    return [[
+/* 8 bfloat16s (a 16-byte vector, element 0 in the low bits of x) widened into s[0..7]
+ * (16-byte aligned): a bfloat16's bits are a float's upper half */
+__device__ __forceinline__ void fg_io_widen8(float *s, uint4 v)
+{
+    *(float4 *)s = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                               __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+    *(float4 *)(s + 4) = make_float4(__uint_as_float(v.z << 16), __uint_as_float(v.z & 0xffff0000u),
+                                     __uint_as_float(v.w << 16), __uint_as_float(v.w & 0xffff0000u));
+}
+]]
+  elseif layer.dtype == "fp16" then
+    return [[
+/* the half in the low (hi false) or high bits of w, as a float */
+__device__ __forceinline__ float fg_f16_word(unsigned w, bool hi)
+{
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"((unsigned short)(hi ? w >> 16 : w)));
+    return r;
+}
+/* 8 halves (a 16-byte vector, element 0 in the low bits of x) widened into s[0..7]
+ * (16-byte aligned) */
+__device__ __forceinline__ void fg_io_widen8(float *s, uint4 v)
+{
+    *(float4 *)s = make_float4(fg_f16_word(v.x, false), fg_f16_word(v.x, true), fg_f16_word(v.y, false),
+                               fg_f16_word(v.y, true));
+    *(float4 *)(s + 4) = make_float4(fg_f16_word(v.z, false), fg_f16_word(v.z, true), fg_f16_word(v.w, false),
+                                     fg_f16_word(v.w, true));
+}
+]]
+  end
+  return [[
+/* cp.async of 16 bytes (both addresses 16-byte aligned); with `valid` false it writes
+ * zeros and reads nothing */
+__device__ __forceinline__ void fg_cp_async16(float *dst, const float *src, bool valid)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+]]
+end
+
+-- The channels-last mapping's staging in 16-byte vectors (fg_conv_tiling.in_vec: the planner
+-- checked that every vector is 16-byte aligned in memory and in s_in, given an aligned xg).
+-- A work item is V consecutive channels of one pixel of the tile: its indices are computed
+-- once for V elements, and it is one 16-byte load where the scalar loop (M.stage_input) does
+-- V loads, each waited for before its store. A half input is loaded into registers and
+-- widened (cp.async copies bytes): up to 8 items' loads are issued before their stores, so
+-- their latencies overlap; a float input is copied by cp.async, whose copies are all in
+-- flight at once anyway. Where xg is not 16-byte aligned (a view: the check is block
+-- uniform), `scalar()` prints the scalar loop. `vec_check`: the vector's channel check of a
+-- ragged channel block (vectors are wholly inside or outside the input's channels), or nil.
+function M.stage_input_vec(c, g, T, V, vec_check, scalar)
+  -- consecutive pixels in s_in are consecutive runs of CIC channels, item e's at e * V
+  if T.PP ~= T.CIC then error("the vector staging needs the pixel pitch to be the staged channels") end
+  local NV = T.CIC // V -- vectors a pixel
+  local N = NV * T.ITILE
+  local function item(e)
+    c:line("const int r = %s / %d, cv = %s %% %d * %d;", e, NV, e, NV, V)
+    c:line("const int a = r / %d, b = (r / %d) %% %d, cw = r %% %d;", T.IT[2] * T.IT[3], T.IT[3], T.IT[2], T.IT[3])
+    c:line("const int id = id0 + a, ih = ih0 + b, iw = iw0 + cw;")
+  end
+  local src = string.format("xg + (fg_u64)((id * %d + ih) * %d + iw) * %d + cv", g.I[2], g.I[3], g.cin)
+  c:open("if (((fg_u64)xg & 15) == 0) { /* the input in 16-byte vectors of %d channels of a pixel */", V)
+  if g.half then
+    local U = math.min((N + T.BLOCK - 1) // T.BLOCK, 8)
+    local tail = N % (U * T.BLOCK) ~= 0 -- the last round's items past the tile
+    c:open("for (int e0 = t; e0 < %d; e0 += %d) {", N, U * T.BLOCK)
+    c:line("uint4 v[%d];", U)
+    c:line("#pragma unroll")
+    c:open("for (int u = 0; u < %d; ++u) {", U)
+    c:line("const int e = e0 + u * %d;", T.BLOCK)
+    item("e")
+    local checks = {}
+    if tail then checks[1] = string.format("e < %d", N) end
+    if vec_check then checks[#checks + 1] = vec_check end
+    c:line("const bool in = %s;", table.concat(inside_checks(g, checks), " && "))
+    c:line("v[u] = in ? *(const uint4 *)(%s) : make_uint4(0u, 0u, 0u, 0u);", src)
+    c:close()
+    c:line("#pragma unroll")
+    c:open("for (int u = 0; u < %d; ++u)", U)
+    if tail then
+      c:line("if (e0 + u * %d < %d) fg_io_widen8(s_in + (e0 + u * %d) * %d, v[u]);", T.BLOCK, N, T.BLOCK, V)
+    else
+      c:line("fg_io_widen8(s_in + (e0 + u * %d) * %d, v[u]);", T.BLOCK, V)
+    end
+    c.depth = c.depth - 1
+    c:close()
+  else
+    c:open("for (int e = t; e < %d; e += %d) {", N, T.BLOCK)
+    item("e")
+    local checks = {}
+    if vec_check then checks[1] = vec_check end
+    c:line("const bool in = %s;", table.concat(inside_checks(g, checks), " && "))
+    c:line("fg_cp_async16(s_in + e * %d, in ? %s : xg, in);", V, src)
+    c:close()
+  end
+  c:close("} else {")
+  c.depth = c.depth + 1
+  scalar()
   c:close()
 end
 
@@ -542,16 +662,29 @@ function M.render_cl(layer, plan, pass, names, signature)
   c:line("const int id0 = od0 * %d - %d, ih0 = oh0 * %d - %d, iw0 = ow0 * %d - %d;", g.S[1], g.P[1], g.S[2], g.P[2],
     g.S[3], g.P[3])
   c:line("(void)id0;")
-  local TB = { CIC = T.CIC, ITILE = T.ITILE, IT = T.IT, BLOCK = T.BLOCK * L, CP = T.CP }
-  M.stage_input(c, g, TB, {
-    ci_check = ragged and string.format("cin0 + ci < %d", g.cin),
-    dst = "e", src_ci = "ci", channel = "cin0 + ci",
-  })
+  local TB = { CIC = T.CIC, ITILE = T.ITILE, IT = T.IT, BLOCK = T.BLOCK * L, CP = T.CP, PP = T.PP }
+  local function scalar()
+    M.stage_input(c, g, TB, {
+      ci_check = ragged and string.format("cin0 + ci < %d", g.cin),
+      dst = "e", src_ci = "ci", channel = "cin0 + ci",
+    })
+  end
+  if t.in_vec > 0 then
+    M.stage_input_vec(c, g, TB, t.in_vec, ragged and string.format("cin0 + cv < %d", g.cin), scalar)
+  else
+    scalar()
+  end
+  -- the weights (float32) by cp.async, each 4 bytes, transposed: all in flight at once, as
+  -- the input's, where a load-then-store loop would wait for each load in turn
   local kk = g.cin_g * g.taps
   c:open("for (int e = t; e < %d; e += %d) {", L * kk, T.BLOCK * L)
   c:line("const int co = e / %d, k = e %% %d;", kk, kk)
-  c:line("s_w[k * %d + co] = %s;", T.COT4,
-    ragged and string.format("c0 + co < %d ? wg[e] : 0.0f", cout) or "wg[e]")
+  if ragged then
+    c:line("const bool in = c0 + co < %d;", cout)
+    c:line("fg_cp_async4(s_w + k * %d + co, in ? wg + e : wg, in);", T.COT4)
+  else
+    c:line("fg_cp_async4(s_w + k * %d + co, wg + e, true);", T.COT4)
+  end
   c:close()
   c:line("fg_cp_async_wait_all();")
   c:line("__syncthreads();")

@@ -97,6 +97,7 @@ function M.render(layer, plan)
   c:blank()
   for l in ops.prelude:gmatch("([^\n]*)\n") do c:line(l) end
   for l in lib.io_prelude(layer):gmatch("([^\n]*)\n") do c:line(l) end
+  for l in renderers.conv.prelude(layer, plan):gmatch("([^\n]*)\n") do c:line(l) end
   local resident_cluster, wgmma = false, false
   for i = 0, plan.n_passes - 1 do
     local pass = plan.passes[i]

@@ -560,6 +560,12 @@ typedef struct layout_case {
     "kernel = 3 },\n  instance_norm { eps = 1e-5 },\n  clamp { min = -1.0, max = 1.0 },\n"                     \
     "  max { dim = 1, keepdim = true },\n}\n"
 
+/* the FMA engine's channels-last mapping, its input staged in 16-byte vectors (8 channels of
+ * a half dtype, 4 floats) or one element at a time where the pointer is off 16 */
+#define CL_DEPTHWISE                                                                                              \
+    "return layer \"cldw\" {\n  input = { \"N\", 32, 15, 13 },\n  conv2d { out_channels = 32, kernel = 7, "       \
+    "padding = 3, groups = 32 },\n  layer_norm { dim = 1 },\n}\n"
+
 static void channels_last(void **state)
 {
     (void)state;
@@ -577,6 +583,9 @@ static void channels_last(void **state)
         {NULL, CL3D_RESIDENT, FG_DTYPE_FP32, "sm_90", FG_ENGINE_AUTO, FG_STRATEGY_RESIDENT, -1},
         {NULL, CL3D_RESIDENT, FG_DTYPE_BF16, "sm_90", FG_ENGINE_AUTO, FG_STRATEGY_RESIDENT, -1},
         {NULL, CL3D_RESIDENT, FG_DTYPE_FP32, "sm_90a", FG_ENGINE_PREFER_WGMMA, -1, FG_CONV_WGMMA},
+        {NULL, CL_DEPTHWISE, FG_DTYPE_FP32, "sm_80", FG_ENGINE_PREFER_FMA, -1, FG_CONV_FMA},
+        {NULL, CL_DEPTHWISE, FG_DTYPE_BF16, "sm_90a", FG_ENGINE_PREFER_FMA, -1, FG_CONV_FMA},
+        {NULL, CL_DEPTHWISE, FG_DTYPE_FP16, "sm_80", FG_ENGINE_PREFER_FMA, -1, FG_CONV_FMA},
     };
     int problems = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

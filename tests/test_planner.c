@@ -1151,6 +1151,7 @@ static void channels_last_fma_mapping(void **state)
     assert_int_equal(t->thread_co, 1);
     assert_int_equal(t->ci_chunk, 32); /* the 32 groups' input channels */
     assert_int_equal(t->smem.pixel_pitch, 32);
+    assert_int_equal(t->in_vec, 8); /* 16-byte vectors of 8 bf16 channels */
     assert_int_equal(plan->passes[0].launch.block, 32 * t->threads[0] * t->threads[1] * t->threads[2]);
     assert_int_equal(plan->passes[0].launch.grid_y, 3);
     int64_t pixels = (int64_t)t->in_tile[0] * t->in_tile[1] * t->in_tile[2];
@@ -1160,6 +1161,7 @@ static void channels_last_fma_mapping(void **state)
     fg_plan_print(ir, plan, collect_line, sink);
     fgt_assert_contains(sink->buf, "channels innermost: tile 1x8x16 outputs x 32 channels per block");
     fgt_assert_contains(sink->buf, "a buffer's (NCHW) stores 4 outputs along W at once");
+    fgt_assert_contains(sink->buf, "input staged in 16-byte vectors (8 channels) where aligned");
     free(sink);
     free(plan);
     free(ir);
@@ -1187,10 +1189,35 @@ static void channels_last_fma_mapping(void **state)
     plan = fgt_plan_with(ir, &opts);
     assert_int_equal(plan->passes[0].conv.chan_lanes, 32); /* 8 groups of 4 a block, 2 blocks */
     assert_int_equal(plan->passes[0].launch.grid_y, 2);
+    assert_int_equal(plan->passes[0].conv.in_vec, 4); /* 4 floats; 40 and 32 channels: whole vectors */
     free(plan);
     opts.conv_tile[0] = 2;
     plan = fgt_plan_with(ir, &opts);
     assert_int_equal(plan->passes[0].conv.chan_lanes, 0);
+    free(plan);
+    free(ir);
+    opts.conv_tile[0] = 0;
+    /* the scalar staging: 12 lanes of 6 input channels (6 floats a pixel: no whole vectors),
+     * and a prologue (it transforms element by element) */
+    static const char narrow[] = "return layer \"n\" {\n"
+                                 "  input = { \"N\", 6, 21, 19 }, layout = \"channels_last\",\n"
+                                 "  conv2d { out_channels = 12, kernel = 3, padding = 1, groups = 3 },\n"
+                                 "}\n";
+    ir = fgt_load_string(narrow);
+    plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->passes[0].conv.chan_lanes, 12);
+    assert_int_equal(plan->passes[0].conv.in_vec, 0);
+    free(plan);
+    free(ir);
+    static const char pro[] = "return layer \"p\" {\n"
+                              "  input = { \"N\", 32, 9, 9 }, layout = \"channels_last\",\n"
+                              "  relu {},\n"
+                              "  conv2d { out_channels = 32, kernel = 3, groups = 32 },\n"
+                              "}\n";
+    ir = fgt_load_string(pro);
+    plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->passes[0].conv.chan_lanes, 32);
+    assert_int_equal(plan->passes[0].conv.in_vec, 0);
     free(plan);
     free(ir);
 }

@@ -695,6 +695,15 @@ static const half_variant layouts[] = {
         layer_norm { dim = 1 },
         tanh {},
     })},
+    /* the scalar staging by shape (planner.c conv_tiling_cl, in_vec 0): a bf16 depthwise conv
+     * of 12 channels (12 lanes, 12 channels a pixel: not whole vectors of 8) */
+    {"cl_bf16_fma_scalar_12ch", "fma", 2, 0, 1e-4, SPEC(return layer "cl_bf16_fma_scalar_12ch" {
+        input = { "N", 12, 11, 9 },
+        layout = "channels_last",
+        dtype = "bf16",
+        conv2d { out_channels = 12, kernel = 5, padding = 2, groups = 12 },
+        layer_norm { dim = 1 },
+    })},
     /* a map pass writing the output through a shared-memory tile (gen/planner.c, map_cl_tile)
      * with ragged edges: 3D bf16, 40 channels (tiles of 32: the second holds 8), 6x9x11 = 594
      * pixels (tiles of 64: the last holds 18) */
@@ -783,6 +792,43 @@ static const half_variant direct_inputs[] = {
         precision = "tf32",
         conv2d { out_channels = 64, kernel = 3, padding = 1, groups = 2 },
         group_norm { groups = 4 },
+    })},
+};
+
+/* The FMA engine's channels-last mapping staging its input in 16-byte vectors (planner.c
+ * conv_tiling_cl, in_vec; conv.lua stage_input_vec): each case runs with the input 16-byte
+ * aligned (the vector loop) and one element off (the block-uniform check takes the scalar
+ * loop). A bf16 depthwise 7x7 on an odd 15x13 (padding at every border, ragged tiles); fp32
+ * groups of 2 channels, 48 channels (the second block of 32 lanes half empty: its vectors
+ * past the last channel zero-filled), stride 2; fp16 groups of 8 input -> 4 output channels
+ * (64 staged channels a pixel for 32 lanes), dilation 2; a 3D fp32 depthwise conv. */
+static const half_variant cl_vector_inputs[] = {
+    {"clv_bf16_dw7_odd", "fma", 2, 0, 1e-4, SPEC(return layer "clv_bf16_dw7_odd" {
+        input = { "N", 64, 15, 13 },
+        layout = "channels_last",
+        dtype = "bf16",
+        conv2d { out_channels = 64, kernel = 7, padding = 3, groups = 64 },
+        layer_norm { dim = 1, eps = 1e-6 },
+    })},
+    {"clv_fp32_groups2_ragged", "fma", 3, 1, 1e-4, SPEC(return layer "clv_fp32_groups2_ragged" {
+        input = { "N", 48, 17, 11 },
+        layout = "channels_last",
+        conv2d { out_channels = 48, kernel = 3, stride = 2, padding = 1, groups = 24 },
+        group_norm { groups = 6 },
+        relu {},
+    })},
+    {"clv_fp16_groups8to4_dilated", "fma", 2, 0, 1e-4, SPEC(return layer "clv_fp16_groups8to4_dilated" {
+        input = { "N", 64, 13, 14 },
+        layout = "channels_last",
+        dtype = "fp16",
+        conv2d { out_channels = 32, kernel = 3, padding = 2, dilation = 2, groups = 8 },
+        gelu {},
+    })},
+    {"clv_fp32_dw3d", "fma", 2, 0, 1e-4, SPEC(return layer "clv_fp32_dw3d" {
+        input = { "N", 32, 5, 9, 7 },
+        layout = "channels_last",
+        conv3d { out_channels = 32, kernel = 3, padding = 1, groups = 32 },
+        layer_norm { dim = 1 },
     })},
 };
 
@@ -895,6 +941,10 @@ static int dump_specs(const char *dir, int n_random)
         if (!dump_one(dir, direct_inputs[i].name, direct_inputs[i].source))
             return 1;
     }
+    for (size_t i = 0; i < sizeof cl_vector_inputs / sizeof *cl_vector_inputs; i++) {
+        if (!dump_one(dir, cl_vector_inputs[i].name, cl_vector_inputs[i].source))
+            return 1;
+    }
     /* shapes past a former limit of the wgmma engine (tests/wgmma_reach_specs.h) */
     for (int i = 0; i < N_WGMMA_REACH_CASES; i++) {
         if (!dump_one(dir, wgmma_reach_cases[i].name, wgmma_reach_cases[i].source))
@@ -1000,6 +1050,16 @@ int main(int argc, char **argv)
                                    "input read directly where aligned, ");
         failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1500 + i, v->tol, 1, v->out_offset,
                                    "input 2 bytes off 16, packed, ");
+    }
+    for (size_t i = 0; i < sizeof cl_vector_inputs / sizeof *cl_vector_inputs; i++) {
+        const half_variant *v = &cl_vector_inputs[i];
+        if (!selected(v->name))
+            continue;
+        cases += 2;
+        failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1600 + i, v->tol, 0, v->out_offset,
+                                   "input staged in vectors, ");
+        failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1600 + i, v->tol, 1, v->out_offset,
+                                   "input 1 element off 16 bytes, scalar, ");
     }
     /* shapes past a former limit of the wgmma engine, on wgmma (on sm_90a) */
     for (int i = 0; i < N_WGMMA_REACH_CASES; i++) {
