@@ -416,9 +416,10 @@ enum {
     /* two blocks a multiprocessor: half of its 228 KB, less the 1 KB the system keeps a block */
     TWO_BLOCK_SMEM = (228 - 2) * 1024 / 2,
     WGMMA_MAX_STAGES = 8,
-    /* two wgmma CTAs a multiprocessor: 768 threads of 85 registers compile to 80 each; after
-     * setmaxnreg the producer warpgroup's 40 and the consumers' WGMMA_TWO_CTA_REGS must fit the
-     * block's 384 x 80 */
+    /* two wgmma CTAs a multiprocessor: 768 threads of 85 registers compile to 80 each
+     * (fg_wgmma_tiling.base_regs); after setmaxnreg the producer warpgroup's 40 and the
+     * consumers' WGMMA_TWO_CTA_REGS must fit the block's 384 x 80 */
+    WGMMA_BASE_REGS = 168,
     WGMMA_TWO_CTA_BASE_REGS = 80,
     WGMMA_TWO_CTA_REGS = 96,
     WGMMA_TWO_CTA_BN = 64,
@@ -572,6 +573,7 @@ retile:;
         if (!two && (need > 232 || stages < 3))
             continue;
         w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
+        w->base_regs = two ? WGMMA_TWO_CTA_BASE_REGS : WGMMA_BASE_REGS;
         if (two) {
             w->consumer_regs = WGMMA_TWO_CTA_REGS;
             w->producer_regs = 40;

@@ -267,6 +267,7 @@ typedef struct fg_wgmma_tiling {
     int64_t epi_offset, epi_bytes;
     int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
     int consumer_regs, producer_regs; /* setmaxnreg */
+    int base_regs;       /* a thread's registers before setmaxnreg: 168 (384 threads a SM), 80 (two CTAs) */
     /* CTAs a multiprocessor holds: 1, or 2 (FUSEGEN_WGMMA_CTAS=2, where they fit: no block
      * accumulation, channel blocks of at most 64, A by TMA, >= 2 stages in half the shared
      * memory, the consumers at 96 registers): twice the consumer warps to hide an epilogue's

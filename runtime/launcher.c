@@ -472,6 +472,12 @@ int fg_module_functions(const fg_cuda *cu, CUmodule module, const fg_plan *plan,
         if (r == CUDA_SUCCESS && ps->launch.smem_bytes > 48 * 1024)
             r = cu->FuncSetAttribute(functions[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      ps->launch.smem_bytes);
+        /* two wgmma CTAs a multiprocessor need the largest shared-memory carveout: ask for it
+         * rather than leave it to the driver's choice */
+        if (r == CUDA_SUCCESS && ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA &&
+            plan->wgmma.ctas_per_sm > 1)
+            r = cu->FuncSetAttribute(functions[i], CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                     CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
         if (r != CUDA_SUCCESS)
             return fg_cuda_fail(err, r, ps->kernel);
     }

@@ -194,10 +194,8 @@ function M.prelude(layer, plan)
   c:line("constexpr int BN = %d, NBLK = %d, WGMT = %d, BM = %d, M_TILES = %d;", w.bn, w.nblk, w.wgmt, w.bm, w.m_tiles)
   c:line("constexpr int STAGES = %d, A_BYTES = %d, B_BYTES = %d, STAGE_BYTES = %d, BAR_OFFSET = %d;", w.stages,
     w.a_bytes, w.b_bytes, w.stage_bytes, w.bar_offset)
-  -- BASEREG: what each thread has before setmaxnreg (the launch bounds': 168 of 65536 for 384
-  -- threads, 80 for two CTAs of them)
-  c:line("constexpr int CONSREG = %d, PRODREG = %d, BASEREG = %d;", w.consumer_regs, w.producer_regs,
-    w.ctas_per_sm == 2 and 80 or 168)
+  -- BASEREG: what each thread has before setmaxnreg (the launch bounds', planner.h)
+  c:line("constexpr int CONSREG = %d, PRODREG = %d, BASEREG = %d;", w.consumer_regs, w.producer_regs, w.base_regs)
   c:line("constexpr int RPT = BM / 16; /* A rows each producer thread copies per chunk */")
   if w.coord_bits == 16 then
     c:line("constexpr int CB = 32;       /* bias of the producer's packed row coordinates (h, w: 16 bits each) */")
