@@ -1547,7 +1547,7 @@ static bool value_needed_after(const fg_layer_ir *ir, int v, int after)
  * (materialize) when the first cut after it is a norm. */
 /* "auto" plans recompute first and keeps it only when it pays (fg_plan_layer): when the
  * second conv pass runs through to the layer's output with no intermediate tensor, and that
- * output is at most a quarter of the value before the norm. Measured on the H200 (bench/
+ * output is at most a quarter of the value before the norm (or the case below). Measured on the H200 (bench/
  * NOTES.md, v4): recompute won only there (KB23: 0.61 vs 1.01 ms); wherever the second pass
  * still had to store a tensor (a max over channels, a pool after the norm) or the output
  * is as large as the conv's, running the conv twice cost more than the tensor it saved
@@ -1557,7 +1557,21 @@ static bool recompute_pays(const fg_layer_ir *ir, const fg_plan *plan, int cut)
     if (plan->n_buffers > 0)
         return false;
     int64_t out = fg_shape_sample_count(&ir->ops[ir->n_ops - 1].out);
-    return 4 * out <= fg_shape_sample_count(&ir->ops[cut].out);
+    if (4 * out <= fg_shape_sample_count(&ir->ops[cut].out))
+        return true;
+    /* And a conv on the CUDA-core engine's channels-last mapping whose norm is over each
+     * pixel's channels (ConvNeXt's depthwise 7x7 -> LayerNorm): there materialize stores the
+     * value as an NCHW fp32 buffer from a thread per channel and runs a map pass over it, the
+     * second conv pass writes the output along the channels. Measured (bench/NOTES.md v30):
+     * the bf16 ConvNeXt block at batch 32, recompute -16 %. */
+    const fg_op *norm = &ir->ops[cut + 1];
+    if (fg_op_kind_class(norm->kind) != FG_CLASS_NORM || fg_op_def_of(norm->kind)->norm.channels != FG_NORM_ACROSS)
+        return false;
+    for (int i = 0; i < plan->n_passes; i++)
+        if (plan->passes[i].kind == FG_PASS_CONV && plan->passes[i].conv.engine == FG_CONV_FMA &&
+            plan->passes[i].conv.chan_lanes > 0)
+            return true;
+    return false;
 }
 
 /* ---- the resident strategy ------------------------------------------------------------ */

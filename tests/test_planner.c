@@ -1160,8 +1160,22 @@ static void channels_last_fma_mapping(void **state)
     assert_non_null(sink);
     fg_plan_print(ir, plan, collect_line, sink);
     fgt_assert_contains(sink->buf, "channels innermost: tile 1x8x16 outputs x 32 channels per block");
-    fgt_assert_contains(sink->buf, "a buffer's (NCHW) stores 4 outputs along W at once");
     fgt_assert_contains(sink->buf, "input staged in 16-byte vectors (8 channels) where aligned");
+    /* "auto" runs this conv twice (recompute_pays: the per-pixel norm on this mapping) */
+    assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+    fgt_assert_contains(sink->buf, "strategy recompute");
+    free(sink);
+    free(plan);
+    /* materialize (asked for): the buffer's NCHW stores 4 outputs along W at once */
+    fg_plan_options forced;
+    fg_plan_options_init(&forced, 90);
+    forced.force_strategy = FG_STRATEGY_MATERIALIZE;
+    plan = fgt_plan_with(ir, &forced);
+    assert_int_equal(plan->strategy, FG_STRATEGY_MATERIALIZE);
+    sink = calloc(1, sizeof *sink);
+    assert_non_null(sink);
+    fg_plan_print(ir, plan, collect_line, sink);
+    fgt_assert_contains(sink->buf, "a buffer's (NCHW) stores 4 outputs along W at once");
     free(sink);
     free(plan);
     free(ir);
