@@ -281,6 +281,23 @@ static fg_plan *tma_plan(const char *input, const char *conv, fg_layer_ir **ir)
     return plan;
 }
 
+/* A fake driver that launches nothing (tma_fake_launch) and memory at made-up addresses, a
+ * run of 132 SMs: enough for the launcher to plan and "launch" a wgmma layer's passes. */
+static void fake_wgmma_run(fg_cuda *cu, fg_launch_memory *mem, CUdeviceptr *params)
+{
+    memset(cu, 0, sizeof *cu);
+    cu->LaunchKernel = tma_fake_launch;
+    cu->MemsetD32Async = tma_fake_memset;
+    memset(mem, 0, sizeof *mem);
+    mem->input = 0x100000;
+    mem->output = 0x200000;
+    mem->params = params;
+    mem->workspace = 0x400000;
+    mem->packed_w = 0x300000;
+    mem->sm_count = 132;
+    mem->counters_zero = true;
+}
+
 static void im2col_encode_arguments(void **state)
 {
     (void)state;
@@ -354,20 +371,10 @@ static void im2col_encode_at_launch(void **state)
     if (fg_launch_table_init(&t, ir, plan, &err) != 0)
         fail_msg("%s", err.msg);
     fg_cuda cu;
-    memset(&cu, 0, sizeof cu);
-    cu.LaunchKernel = tma_fake_launch;
-    cu.MemsetD32Async = tma_fake_memset;
     CUfunction functions[FG_MAX_PASSES] = {0};
     CUdeviceptr params[8] = {0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000};
     fg_launch_memory mem;
-    memset(&mem, 0, sizeof mem);
-    mem.input = 0x100000;
-    mem.output = 0x200000;
-    mem.params = params;
-    mem.workspace = 0x400000;
-    mem.packed_w = 0x300000;
-    mem.sm_count = 132;
-    mem.counters_zero = true;
+    fake_wgmma_run(&cu, &mem, params);
     assert_int_equal(fg_launch_layout_for(&t, 2, &mem.layout, &err), 0);
     /* no entry point: a message naming the knob */
     assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 2, NULL, &err), -1);
@@ -433,23 +440,13 @@ static void persistent_grid_per_multiprocessor(void **state)
         if (fg_launch_table_init(&t, ir, plan, &err) != 0)
             fail_msg("%s", err.msg);
         fg_cuda cu;
-        memset(&cu, 0, sizeof cu);
-        cu.LaunchKernel = tma_fake_launch;
-        cu.MemsetD32Async = tma_fake_memset;
-        cu.TensorMapEncodeIm2col = fake_encode;
-        cu.DriverGetVersion = fake_version_of;
-        fake_version = 13000;
         CUfunction functions[FG_MAX_PASSES] = {0};
         CUdeviceptr params[8] = {0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000};
         fg_launch_memory mem;
-        memset(&mem, 0, sizeof mem);
-        mem.input = 0x100000;
-        mem.output = 0x200000;
-        mem.params = params;
-        mem.workspace = 0x400000;
-        mem.packed_w = 0x300000;
-        mem.sm_count = 132;
-        mem.counters_zero = true;
+        fake_wgmma_run(&cu, &mem, params);
+        cu.TensorMapEncodeIm2col = fake_encode;
+        cu.DriverGetVersion = fake_version_of;
+        fake_version = 13000;
         /* batch 8: 25 x 8 tiles of 128 pixels a channel block, more than 264 */
         assert_int_equal(fg_launch_layout_for(&t, 8, &mem.layout, &err), 0);
         assert_int_equal(fg_launch_run(&cu, &t, functions, &mem, 8, NULL, &err), 0);
