@@ -417,8 +417,8 @@ enum {
     TWO_BLOCK_SMEM = (228 - 2) * 1024 / 2,
     WGMMA_MAX_STAGES = 8,
     /* two wgmma CTAs a multiprocessor: 768 threads of 85 registers compile to 80 each
-     * (fg_wgmma_tiling.base_regs); after setmaxnreg the producer warpgroup's 40 and the
-     * consumers' WGMMA_TWO_CTA_REGS must fit the block's 384 x 80 */
+     * (fg_wgmma_base_regs); after setmaxnreg the producer warpgroup's 40 and the consumers'
+     * WGMMA_TWO_CTA_REGS must fit the block's 384 x 80 */
     WGMMA_BASE_REGS = 168,
     WGMMA_TWO_CTA_BASE_REGS = 80,
     WGMMA_TWO_CTA_REGS = 96,
@@ -436,6 +436,11 @@ static bool layer_has_statistics(const fg_layer_ir *ir)
         if (needs_stats(&ir->ops[k]) || is_big_reduce(&ir->ops[k]))
             return true;
     return false;
+}
+
+int fg_wgmma_base_regs(const fg_wgmma_tiling *w)
+{
+    return w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BASE_REGS : WGMMA_BASE_REGS;
 }
 
 /* Two wgmma CTAs a multiprocessor where they fit (FUSEGEN_WGMMA_CTAS=2; opt-in while measured):
@@ -573,7 +578,6 @@ retile:;
         if (!two && (need > 232 || stages < 3))
             continue;
         w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
-        w->base_regs = two ? WGMMA_TWO_CTA_BASE_REGS : WGMMA_BASE_REGS;
         if (two) {
             w->consumer_regs = WGMMA_TWO_CTA_REGS;
             w->producer_regs = 40;
@@ -1547,8 +1551,8 @@ static bool value_needed_after(const fg_layer_ir *ir, int v, int after)
  * (materialize) when the first cut after it is a norm. */
 /* "auto" plans recompute first and keeps it only when it pays (fg_plan_layer): when the
  * second conv pass runs through to the layer's output with no intermediate tensor, and that
- * output is at most a quarter of the value before the norm (or the case below). Measured on the H200 (bench/
- * NOTES.md, v4): recompute won only there (KB23: 0.61 vs 1.01 ms); wherever the second pass
+ * output is at most a quarter of the value before the norm (or the case below). Measured on
+ * the H200 (bench/NOTES.md, v4): recompute won only there (KB23: 0.61 vs 1.01 ms); wherever the second pass
  * still had to store a tensor (a max over channels, a pool after the norm) or the output
  * is as large as the conv's, running the conv twice cost more than the tensor it saved
  * (KB79 0.33 vs 0.21 ms, KB21 2.46 vs 2.31 ms). */

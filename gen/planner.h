@@ -267,7 +267,6 @@ typedef struct fg_wgmma_tiling {
     int64_t epi_offset, epi_bytes;
     int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
     int consumer_regs, producer_regs; /* setmaxnreg */
-    int base_regs;       /* a thread's registers before setmaxnreg: 168 (384 threads a SM), 80 (two CTAs) */
     /* CTAs a multiprocessor holds: 1, or 2 (FUSEGEN_WGMMA_CTAS=2, where they fit: no block
      * accumulation, channel blocks of at most 64, A by TMA, >= 2 stages in half the shared
      * memory, the consumers at 96 registers): twice the consumer warps to hide an epilogue's
@@ -328,6 +327,9 @@ int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles);
  * fusegen plan), or NULL where it can; where it can, fills *map (may be NULL) with the map's
  * plan-time arguments. A pure function of the layer and the tiling (tests/test_planner.c). */
 const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling *w, fg_im2col_map *map);
+/* A conv thread's registers before setmaxnreg, as the launch bounds give them: 168 (384
+ * threads a multiprocessor), 80 (two CTAs of them, ctas_per_sm 2). */
+int fg_wgmma_base_regs(const fg_wgmma_tiling *w);
 
 struct fg_pass;
 /* Whether wgmma conv pass `ps` stores its outputs through the staging slabs (the tiling's

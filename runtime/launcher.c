@@ -404,15 +404,15 @@ static int launch_pass(const fg_cuda *cu, const fg_launch_table *t, int i, const
     if (lp->split && !mem->counters_zero && fg_launch_clear_counters(cu, t, mem, stream, err) != 0)
         return -1;
     if (lp->persistent) {
-        /* one block per multiprocessor, or ctas_per_sm (or one per work unit, when there are fewer): each walks
-         * the batch's tiles, grid_x of them per sample, or with split K its (tile, split)
-         * units */
+        /* ctas_per_sm blocks a multiprocessor (or one per work unit, when there are fewer):
+         * each walks the batch's tiles, grid_x of them per sample, or with split K its (tile,
+         * split) units */
         int64_t tiles = (int64_t)lp->grid_x * batch;
         if (lp->split)
             tiles *= fg_wgmma_splits(&t->wgmma, tiles);
         if (mem->sm_count <= 0) /* one block would be correct but ~100x slow: say so */
             return fg_fail(err, "pass %d is persistent but the run gave no multiprocessor count", i);
-        int64_t slots = (int64_t)mem->sm_count * (t->wgmma.ctas_per_sm > 1 ? t->wgmma.ctas_per_sm : 1);
+        int64_t slots = (int64_t)mem->sm_count * t->wgmma.ctas_per_sm;
         gx = (unsigned)(tiles < slots ? tiles : slots);
         /* whole clusters of two (a CTA without tiles runs empty steps), within the SMs */
         if (t->wgmma.multicast == 2 && gx % 2)

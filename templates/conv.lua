@@ -402,6 +402,15 @@ function M.output_coords(g, numbered)
   return coords
 end
 
+-- Declares those variables for one output of a thread mapping `th` (its pixel, od, oh, ow
+-- expressions); with outputs numbered (th.pixel) the indices use px, so od/oh/ow may go unread.
+function M.declare_output_coords(c, g, th)
+  if th.pixel then c:line("const int px = %s;", th.pixel) end
+  if g.sp == 3 then c:line("const int od = %s;", th.od) end
+  c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
+  if th.pixel then c:line("(void)oh; (void)ow;%s", g.sp == 3 and " (void)od;" or "") end
+end
+
 function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local conv, O = g.conv, g.O
   if not th.feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
@@ -423,10 +432,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local function element(store, checked)
     c:line("const int co = %s;", th.co)
     c:line("const int c = g * %d + co;", g.cout_g)
-    if th.pixel then c:line("const int px = %s;", th.pixel) end
-    if g.sp == 3 then c:line("const int od = %s;", th.od) end
-    c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
-    if th.pixel then c:line("(void)oh; (void)ow;%s", g.sp == 3 and " (void)od;" or "") end
+    M.declare_output_coords(c, g, th)
     if checked then
       local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]),
         string.format("ow < %d", O[3]) }

@@ -1161,10 +1161,7 @@ local function reduce_epilogue(c, g, layer, plan, pass, names, ev, w, th)
   end
   local function pixel_coords(p)
     c:line("const int mt = %d, h = %d;", p.mt, p.h)
-    c:line("const int px = %s;", th.pixel)
-    if g.sp == 3 then c:line("const int od = %s;", th.od) end
-    c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
-    c:line("(void)oh; (void)ow;%s", g.sp == 3 and " (void)od;" or "")
+    conv_t.declare_output_coords(c, g, th)
   end
   c:line("/* v%d: %s over the %d channels, in the epilogue */", r, red.spec_name, g.cout_g)
   for _, p in ipairs(pixels) do
@@ -1283,8 +1280,8 @@ function M.render(layer, plan, pass, names, signature)
   c:line(" * padding %dx%dx%d, dilation %dx%dx%d; tiles of %d pixels x %d channels, a ring of %d stages; ops v0..v%d fused */",
     g.P[1], g.P[2], g.P[3], g.Dl[1], g.Dl[2], g.Dl[3], w.bm, w.bn, w.stages, pass.last)
   local pair = w.multicast == 2
-  c:line("extern \"C\" __global__ void __launch_bounds__(384, %d) %s%s(%s)", w.ctas_per_sm, pair and "__cluster_dims__(2, 1, 1) " or "",
-    pass.kernel, signature)
+  c:line("extern \"C\" __global__ void __launch_bounds__(384, %d) %s%s(%s)", w.ctas_per_sm,
+    pair and "__cluster_dims__(2, 1, 1) " or "", pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
   c:line("extern __shared__ __align__(1024) unsigned char fgw_smem[];")

@@ -114,20 +114,12 @@ end
 -- px by divisions
 local function lin_with(shape, coords, st)
   local terms = {}
-  if spans_px(shape, coords) and shape.rank > 2 then
-    if coords[1] ~= "0" and shape.dim[1] ~= 1 then
-      terms[1] = st[1] == 1 and coords[1] or string.format("(%s) * %d", coords[1], st[1])
-    end
-    local s = st[shape.rank - 1]
-    terms[#terms + 1] = s == 1 and coords.px or string.format("(%s) * %d", coords.px, s)
-    return table.concat(terms, " + ")
+  local function term(c, stride) terms[#terms + 1] = stride == 1 and c or string.format("(%s) * %d", c, stride) end
+  local px = spans_px(shape, coords) and shape.rank > 2
+  for d = 1, px and 1 or shape.rank - 1 do
+    if coords[d] ~= "0" and shape.dim[d] ~= 1 then term(coords[d], st[d]) end
   end
-  for d = 1, shape.rank - 1 do
-    local c = coords[d]
-    if c ~= "0" and shape.dim[d] ~= 1 then
-      terms[#terms + 1] = st[d] == 1 and c or string.format("(%s) * %d", c, st[d])
-    end
-  end
+  if px then term(coords.px, st[shape.rank - 1]) end
   if #terms == 0 then return "0" end
   return table.concat(terms, " + ")
 end
