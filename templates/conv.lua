@@ -157,35 +157,17 @@ function M.prelude(layer, plan)
     used = used or (pass.kind == "conv" and pass.conv.in_vec > 0)
   end
   if not used then return "" end
-  if layer.dtype == "bf16" then
+  if lib.io_half(layer) then
+    -- each element widened as the dtype's loads widen it (lib.io_prelude, fg_io_widen)
     return [[
-/* 8 bfloat16s (a 16-byte vector, element 0 in the low bits of x) widened into s[0..7]
- * (16-byte aligned): a bfloat16's bits are a float's upper half */
-__device__ __forceinline__ void fg_io_widen8(float *s, uint4 v)
-{
-    *(float4 *)s = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
-                               __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
-    *(float4 *)(s + 4) = make_float4(__uint_as_float(v.z << 16), __uint_as_float(v.z & 0xffff0000u),
-                                     __uint_as_float(v.w << 16), __uint_as_float(v.w & 0xffff0000u));
-}
-]]
-  elseif layer.dtype == "fp16" then
-    return [[
-/* the half in the low (hi false) or high bits of w, as a float */
-__device__ __forceinline__ float fg_f16_word(unsigned w, bool hi)
-{
-    float r;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"((unsigned short)(hi ? w >> 16 : w)));
-    return r;
-}
-/* 8 halves (a 16-byte vector, element 0 in the low bits of x) widened into s[0..7]
+/* 8 elements (a 16-byte vector, element 0 in the low bits of x) widened into s[0..7]
  * (16-byte aligned) */
 __device__ __forceinline__ void fg_io_widen8(float *s, uint4 v)
 {
-    *(float4 *)s = make_float4(fg_f16_word(v.x, false), fg_f16_word(v.x, true), fg_f16_word(v.y, false),
-                               fg_f16_word(v.y, true));
-    *(float4 *)(s + 4) = make_float4(fg_f16_word(v.z, false), fg_f16_word(v.z, true), fg_f16_word(v.w, false),
-                                     fg_f16_word(v.w, true));
+    *(float4 *)s = make_float4(fg_io_widen((unsigned short)v.x), fg_io_widen((unsigned short)(v.x >> 16)),
+                               fg_io_widen((unsigned short)v.y), fg_io_widen((unsigned short)(v.y >> 16)));
+    *(float4 *)(s + 4) = make_float4(fg_io_widen((unsigned short)v.z), fg_io_widen((unsigned short)(v.z >> 16)),
+                                     fg_io_widen((unsigned short)v.w), fg_io_widen((unsigned short)(v.w >> 16)));
 }
 ]]
   end

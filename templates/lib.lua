@@ -199,7 +199,9 @@ function lib.io_prelude(layer)
     return [[
 /* dtype bf16: the input and output elements (the bits of a bfloat16) */
 typedef unsigned short fg_io;
-__device__ __forceinline__ float fg_io_load(const fg_io *p) { return __uint_as_float((unsigned)*p << 16); }
+/* an element's bits widened to a float (exact: a bfloat16's bits are a float's upper half) */
+__device__ __forceinline__ float fg_io_widen(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+__device__ __forceinline__ float fg_io_load(const fg_io *p) { return fg_io_widen(*p); }
 /* to the nearest bfloat16, ties to even (NaN stays NaN) */
 __device__ __forceinline__ fg_io fg_io_round(float x)
 {
@@ -212,12 +214,14 @@ __device__ __forceinline__ fg_io fg_io_round(float x)
     return [[
 /* dtype fp16: the input and output elements (the bits of an IEEE half) */
 typedef unsigned short fg_io;
-__device__ __forceinline__ float fg_io_load(const fg_io *p)
+/* an element's bits widened to a float (exact) */
+__device__ __forceinline__ float fg_io_widen(unsigned short b)
 {
     float r;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(*p));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(b));
     return r;
 }
+__device__ __forceinline__ float fg_io_load(const fg_io *p) { return fg_io_widen(*p); }
 /* to the nearest half, ties to even (overflow to infinity, NaN stays NaN) */
 __device__ __forceinline__ fg_io fg_io_round(float x)
 {
