@@ -192,6 +192,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "bind (or at the prepare after it), not in a run",
                          i, ps->kernel, w->packed_w);
             emit(ctx, line);
+            if (ps->kind == FG_PASS_PACK_INPUT && w->pack_vec) {
+                snprintf(line, sizeof line,
+                         "           by pixel rows: the channels-last input is the packed layout already (no padding "
+                         "channels), %d elements (16 bytes) a thread at a time",
+                         w->pack_vec);
+                emit(ctx, line);
+            }
             snprintf(line, sizeof line, "           launch: %d threads, grid %lld x %lld x %s%s", ps->launch.block,
                      (long long)ps->launch.grid_x, (long long)ps->launch.grid_y, ps->launch.per_sample ? "N" : "1",
                      ps->launch.grid_y > 1 ? " (the channels in blocks: too wide for one block's tile)" : "");
@@ -208,8 +215,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      plan->pro_accum, accum_kind_name(a->kind), plan->pro_norm, fg_op_kind_name(norm->kind),
                      (long long)a->keys_per_sample, (long long)a->count_per_sample, a->over_batch ? ", over the batch" : "");
             emit(ctx, line);
-            snprintf(line, sizeof line, "           launch: %d threads, grid %lld x 1 x N", ps->launch.block,
-                     (long long)ps->launch.grid_x);
+            if (ps->launch.row_vec)
+                snprintf(line, sizeof line,
+                         "           launch: %d threads, grid %lld x 1 x N: pixel rows (channels last), %d channels "
+                         "(16 bytes) a thread at a time, %d pixels a block, per-channel fp64 sums added into the keys",
+                         ps->launch.block, (long long)ps->launch.grid_x, ps->launch.row_vec, ps->launch.row_pixels);
+            else
+                snprintf(line, sizeof line, "           launch: %d threads, grid %lld x 1 x N", ps->launch.block,
+                         (long long)ps->launch.grid_x);
             emit(ctx, line);
             continue;
         }

@@ -112,6 +112,11 @@ typedef struct fg_launch {
     /* persistent: grid_x is the tiles of one sample; the launcher starts min(grid_x * batch,
      * the device's multiprocessors) blocks and each walks tiles (no grid.z) */
     bool persistent;
+    /* the prologue's statistics over a channels-last input by pixel rows (planner.c,
+     * pro_stats_launch): a thread reads row_vec consecutive channels of a pixel at a time (16
+     * bytes), a block row_pixels pixels of one sample; both 0 for the kernel that sums a span
+     * of one key's elements a block, and for any other pass */
+    int row_vec, row_pixels;
 } fg_launch;
 
 /* How the conv pass multiplies. */
@@ -255,6 +260,11 @@ typedef struct fg_wgmma_tiling {
     int pack_xb;         /* packed channels of a pixel one block of the input-packing pass
                           * transposes: xc, or a share of them where 32 pixels x xc channels
                           * would not fit its 48 KB tile (wide inputs: 384 TF32 channels and up) */
+    int pack_vec;        /* the packing pass by pixel rows: a channels-last input whose groups
+                          * need no padding channels is the packed layout [N][pixels][xc]
+                          * already, so the pack is elementwise, pack_vec input elements (16
+                          * bytes) a thread at a time, stored as 16-byte vectors; 0: through
+                          * the transposing tile (and for a direct input: a plain copy) */
     int kch;             /* K chunks of kc_elems */
     int coord_bits;      /* bits a coordinate of the producer's packed row origins: 10, or 16 (2D) */
     int64_t w_elems;     /* elements of the packed weights (of the operand's type): the pack pass's threads */

@@ -369,6 +369,7 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "operand", w->operand);
     set_int(L, "kc_elems", w->kc_elems);
     set_int(L, "pack_xb", w->pack_xb);
+    set_int(L, "pack_vec", w->pack_vec);
     set_int(L, "coord_bits", w->coord_bits);
     set_int(L, "w_elems", w->w_elems);
     set_int(L, "block_acc", w->block_acc);
@@ -487,7 +488,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "rows", ps->res.rows);
         set_int(L, "slice", ps->res.slice);
         lua_setfield(L, -2, "res");
-        lua_createtable(L, 0, 9);
+        lua_createtable(L, 0, 11);
         set_int(L, "block", ps->launch.block);
         set_int(L, "elems", ps->launch.elems_per_thread);
         set_int(L, "grid_x", ps->launch.grid_x);
@@ -497,6 +498,8 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "tile_c", ps->launch.tile_c);
         set_int(L, "tile_p", ps->launch.tile_p);
         set_int(L, "tile_pitch", ps->launch.tile_pitch);
+        set_int(L, "row_vec", ps->launch.row_vec);
+        set_int(L, "row_pixels", ps->launch.row_pixels);
         lua_setfield(L, -2, "launch");
         lua_createtable(L, ps->n_args, 1);
         for (int a = 0; a < ps->n_args; a++) {

@@ -897,8 +897,9 @@ local function pack_read_index(c, g)
 end
 
 -- The prologue (prologue.lua) on the input element `load` of pixel pix0 + pp, into v: the
--- packed hi/lo hold the normalized input (the conv's padding is the producer's zero fill, after it)
-local function pack_apply_prologue(c, layer, plan, pass, names, g, load)
+-- packed hi/lo hold the normalized input (the conv's padding is the producer's zero fill, after it);
+-- `into` names the float that receives it (v when nil)
+local function pack_apply_prologue(c, layer, plan, pass, names, g, load, into)
   c:line("const int p = pix0 + pp;")
   c:line("(void)p; /* the ops' spatial coordinates, when one reads them */")
   local coords = { [1] = "ch" }
@@ -908,7 +909,7 @@ local function pack_apply_prologue(c, layer, plan, pass, names, g, load)
     coords[2], coords[3] = "p / " .. g.I[3], "p % " .. g.I[3]
   end
   c:line("const float xv = %s;", load)
-  c:line("v = %s;", prologue.apply(c, layer, plan, pass, names, "xv", coords, layer.n_pro))
+  c:line("%s = %s;", into or "v", prologue.apply(c, layer, plan, pass, names, "xv", coords, layer.n_pro))
 end
 
 -- The store of a packed fp32 value (the tile's element `value`) at element `at` of the packed
@@ -937,6 +938,7 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   local half = M.half(w)
   if w.pack_xb < w.xc then return M.render_pack_input_blocked(layer, plan, pass, names, signature) end
   if half and not prologue.active(layer) then return M.render_pack_input_half(layer, plan, pass, names, signature) end
+  if w.pack_vec > 0 then return M.render_pack_input_rows(layer, plan, pass, names, signature) end
   local c = lib.code()
   local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
   if half then
@@ -982,6 +984,67 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   c:line("const unsigned long long base = ((unsigned long long)n * IPIX + pix0) * XC;")
   c:open("for (int i = t; i < npix * XC; i += 256) {")
   pack_store_split(c, half, hi, lo, "tile[(i / XC) * (XC + 1) + i % XC]", "base + i")
+  c:close()
+  c:close()
+  return c
+end
+
+-- The input pack by pixel rows (the planner's fg_wgmma_tiling.pack_vec: a channels-last input in
+-- its packed layout already, the groups unpadded): each thread reads V consecutive channels of
+-- a pixel (16 bytes), applies the prologue to each, splits them (TF32 hi and lo, or the dtype's
+-- hi and lo, or one part) and stores them as 16-byte vectors at the same place of the packed
+-- row; 32 pixels and XB of the XC channels a block, as the other pack kernels. An input not
+-- 16-byte aligned (a view) is read an element at a time.
+function M.render_pack_input_rows(layer, plan, pass, names, signature)
+  local w = M.tiling_of(plan)
+  local g = conv_t.geometry(layer)
+  local half = M.half(w)
+  local V = w.pack_vec
+  local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
+  local part = half and "fg_io" or "float"
+  local c = lib.code()
+  c:line("/* pass %d: the input%s channels-innermost [N][%d][%d][%d][%d], the input's own layout (channels last, no padding channels), %s, %d channels (16 bytes) a thread at a time */",
+    pass.index, prologue.active(layer) and " through the prologue," or "", g.I[1], g.I[2], g.I[3], w.xc,
+    half and (M.operand_ptx(w) .. (lo and " hi and lo (v - hi)" or " rounded to nearest")) or ("TF32 hi" .. (lo and " and lo" or "")), V)
+  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
+  c:open("{")
+  c:line("using namespace fgw;")
+  c:line("constexpr int XB = %d, V = %d; /* packed channels a block, a thread's vector */", w.pack_xb, V)
+  c:line("const int n = batch_base + (int)blockIdx.z, pix0 = (int)blockIdx.x * 32, t = (int)threadIdx.x;")
+  c:line("const int x0 = (int)blockIdx.y * XB, nv = (XC - x0 < XB ? XC - x0 : XB) / V; /* this block's channels, its vectors a pixel */")
+  c:line("(void)batch;")
+  c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
+  c:line("const bool aligned = ((unsigned long long)xs & 15) == 0;")
+  c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
+  c:open("for (int i = t; i < npix * nv; i += 256) {")
+  c:line("const int pp = i / nv, ch0 = x0 + (i % nv) * V;")
+  c:line("const unsigned long long at = (unsigned long long)(pix0 + pp) * XC + ch0;")
+  c:line("__align__(16) %s raw[V];", g.io)
+  c:open("if (aligned) {")
+  c:line("*(uint4 *)raw = *(const uint4 *)(xs + at);")
+  c:close("} else {")
+  c.depth = c.depth + 1
+  c:line("#pragma unroll")
+  c:line("for (int e = 0; e < V; ++e) raw[e] = xs[at + e];")
+  c:close()
+  c:line("__align__(16) %s hv[V];", part)
+  if lo then c:line("__align__(16) %s lv[V];", part) end
+  c:line("#pragma unroll")
+  c:open("for (int e = 0; e < V; ++e) {")
+  local load = g.half and "fg_io_widen(raw[e])" or "raw[e]"
+  if prologue.active(layer) then
+    c:line("const int ch = ch0 + e;")
+    c:line("(void)ch; /* the ops' channel, when one reads it */")
+    c:line("float y;")
+    pack_apply_prologue(c, layer, plan, pass, names, g, load, "y")
+  else
+    c:line("const float y = %s;", load)
+  end
+  pack_store_split(c, half, "hv", lo and "lv", "y", "e")
+  c:close()
+  c:line("const unsigned long long to = (unsigned long long)n * IPIX * XC + at; /* the same place of the packed row */")
+  c:line("*(uint4 *)((%s *)%s + to) = *(const uint4 *)hv;", part, hi)
+  if lo then c:line("*(uint4 *)((%s *)%s + to) = *(const uint4 *)lv;", part, lo) end
   c:close()
   c:close()
   return c

@@ -61,21 +61,35 @@ local function unravel_dims(c, shape, dims, idx, prefix, coords)
   end
 end
 
+-- What both statistics kernels below gather: the accumulator's index, the accumulator, the
+-- norm and the registry's monoid of its statistic.
+local function stats_of(layer, plan)
+  local acc = plan.accums[plan.pro_accum]
+  return plan.pro_accum, acc, layer.pro[plan.pro_norm], plan.accum_defs[acc.kind]
+end
+
+-- Adds a block's sums s and s2 of key q (of sample n, or over the batch) into the accumulator
+-- with the registry's flush.
+local function flush_key(c, plan, names, s, s2)
+  local acc = plan.accums[plan.pro_accum]
+  local key = acc.over_batch and "q" or string.format("(long long)n * %d + q", acc.keys_per_sample)
+  lib.emit(c, lib.fill(plan.accum_defs[acc.kind].flush, nil,
+    { acc = names.accum[plan.pro_accum], k = "(" .. key .. ")", s = s, q = s2 }))
+end
+
 -- The statistics pass (FG_PASS_PRO_STATS): a block sums a span of one statistic's elements
 -- of one sample through the prologue's ops before the norm, in fp64, and adds its partial
 -- into the norm's accumulator with the registry's flush.
 function M.render(layer, plan, pass, names, signature)
+  if pass.launch.row_vec > 0 then return M.render_rows(layer, plan, pass, names, signature) end
   local c = lib.code()
-  local a = plan.pro_accum
-  local acc = plan.accums[a]
-  local op = layer.pro[plan.pro_norm]
+  local a, acc, op, def = stats_of(layer, plan)
   local shape = layer.input
   local st = op.stat
   local count, keys = acc.count_per_sample, acc.keys_per_sample
   local block, per = pass.launch.block, pass.launch.elems
   local span = block * per
   local spans = (count + span - 1) // span
-  local def = plan.accum_defs[acc.kind]
   c:line("/* pass %d: statistics s%d of the input for the prologue's %s (pro%d): %d keys of %d elements per sample */",
     pass.index, a, op.spec_name, plan.pro_norm, keys, count)
   c:line("extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", block, pass.kernel, signature)
@@ -135,8 +149,93 @@ function M.render(layer, plan, pass, names, signature)
     c:close()
   end
   c:open("if (threadIdx.x == 0) {")
-  local key = acc.over_batch and "q" or string.format("(long long)n * %d + q", keys)
-  lib.emit(c, lib.fill(def.flush, nil, { acc = names.accum[a], k = "(" .. key .. ")", s = "s", q = "s2" }))
+  flush_key(c, plan, names, "s", "s2")
+  c:close()
+  c:close()
+  return c
+end
+
+-- The statistics pass by pixel rows (planner.c pro_stats_rows: a channels-last input, a
+-- statistic over every spatial dim, so a key is a group of channels): thread t reads the
+-- V channels (16 bytes) (t % U) * V.. of every (T / U)-th pixel of the block's ROWS pixels,
+-- through the prologue's ops before the norm, into per-channel fp64 sums; the block then
+-- sums them per channel through shared memory and flushes one partial a key. An input not
+-- 16-byte aligned (a view) is read an element at a time, into the same sums.
+function M.render_rows(layer, plan, pass, names, signature)
+  local c = lib.code()
+  local a, acc, op, def = stats_of(layer, plan)
+  local shape = layer.input
+  local keys = acc.keys_per_sample
+  local L = pass.launch
+  local V, T, ch = L.row_vec, L.block, shape.dim[1]
+  local U = ch // V
+  local slots = T // U
+  local pixels = shape.sample // ch
+  local io = lib.io_ctype(layer)
+  c:line("/* pass %d: statistics s%d of the input for the prologue's %s (pro%d): %d keys of %d elements per sample, by pixel rows (channels last): %d pixels a block, %d channels a thread at a time */",
+    pass.index, a, op.spec_name, plan.pro_norm, keys, acc.count_per_sample, L.row_pixels, V)
+  c:line("extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", T, pass.kernel, signature)
+  c:open("{")
+  c:line("(void)batch;")
+  c:line("const int n = batch_base + (int)blockIdx.z, t = (int)threadIdx.x;")
+  c:line("const int ch0 = (t %% %d) * %d, slot = t / %d; /* this thread's first channel, its pixel in each step */", U, V, U)
+  c:line("const %s *xs = %s + (unsigned long long)n * %d;", io, names.input, shape.sample)
+  c:line("const bool aligned = ((unsigned long long)xs & 15) == 0;")
+  c:line("double s[%d], s2[%d];", V, V)
+  c:line("#pragma unroll")
+  c:line("for (int e = 0; e < %d; ++e) s[e] = s2[e] = %s;", V, def.identity)
+  c:line("#pragma unroll 8")
+  c:open("for (int it = 0; it < %d; ++it) {", L.elems)
+  c:line("const int p = (int)blockIdx.x * %d + it * %d + slot;", L.row_pixels, slots)
+  c:open("if (p < %d) {", pixels)
+  c:line("__align__(16) %s xv[%d];", io, V)
+  c:line("const %s *at = xs + (unsigned long long)p * %d + ch0;", io, ch)
+  c:open("if (aligned) {")
+  c:line("*(uint4 *)xv = *(const uint4 *)at;")
+  c:close("} else {")
+  c.depth = c.depth + 1
+  c:line("#pragma unroll")
+  c:line("for (int e = 0; e < %d; ++e) xv[e] = at[e];", V)
+  c:close()
+  c:line("#pragma unroll")
+  c:open("for (int e = 0; e < %d; ++e) {", V)
+  c:line("const int ch = ch0 + e;")
+  c:line("(void)ch; /* the ops' channel, when one reads it */")
+  local coords = { [1] = "ch" }
+  local spatial = {}
+  for d = 2, shape.rank - 1 do spatial[#spatial + 1] = d end
+  unravel_dims(c, shape, spatial, "p", "r", coords)
+  c:line("const float x0 = %s;", lib.io_half(layer) and "fg_io_widen(xv[e])" or "xv[e]")
+  local v = M.apply(c, layer, plan, pass, names, "x0", coords, plan.pro_norm)
+  lib.emit(c, lib.fill(def.combine, nil, { s = "s[e]", q = "s2[e]", x = "(double)" .. v }))
+  c:close()
+  c:close()
+  c:close()
+  -- a slot's sums in shared memory at e * U + (t % U) for channel ch0 + e, so that a warp's
+  -- stores of one e are consecutive doubles (no bank conflicts)
+  c:line("/* the block's sums a channel: each slot's, then the slots' together, then a key's channels; channel c at (c %% %d) * %d + c / %d */",
+    V, U, V)
+  c:line("__shared__ double sh[2][%d][%d];", slots, ch)
+  c:line("#pragma unroll")
+  c:open("for (int e = 0; e < %d; ++e) {", V)
+  c:line("sh[0][slot][e * %d + ch0 / %d] = s[e];", U, V)
+  c:line("sh[1][slot][e * %d + ch0 / %d] = s2[e];", U, V)
+  c:close()
+  c:line("__syncthreads();")
+  c:open("for (int i = t; i < %d; i += %d) {", ch, T)
+  c:open("for (int j = 1; j < %d; ++j) {", slots)
+  c:line("sh[0][0][i] += sh[0][j][i];")
+  c:line("sh[1][0][i] += sh[1][j][i];")
+  c:close()
+  c:close()
+  c:line("__syncthreads();")
+  c:open("for (int q = t; q < %d; q += %d) {", keys, T)
+  c:line("double sq = %s, sq2 = %s;", def.identity, def.identity)
+  c:open("for (int c = q * %d; c < (q + 1) * %d; ++c) {", ch // keys, ch // keys)
+  c:line("sq += sh[0][0][(c %% %d) * %d + c / %d];", V, U, V)
+  c:line("sq2 += sh[1][0][(c %% %d) * %d + c / %d];", V, U, V)
+  c:close()
+  flush_key(c, plan, names, "sq", "sq2")
   c:close()
   c:close()
   return c

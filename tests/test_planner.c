@@ -2502,6 +2502,75 @@ static void prologue_statistics_pass(void **state)
     }
     free(ir);
 
+    /* channels last: the statistics by pixel rows where a key is a group of channels (16-byte
+     * vectors of a pixel, 64 blocks a sample at most); not for a layer norm
+     * over a pixel's channels, an NCHW input or channels that do not fill the vectors */
+    static const struct {
+        const char *spec;
+        int row_vec, block, row_pixels;
+        int64_t grid_x;
+    } rows[] = {
+        /* 320 bf16 channels: 40 vectors a pixel, 6 pixels a step, 11 steps a block */
+        {"input = { \"N\", 320, 64, 64 }, layout = \"channels_last\", dtype = \"bf16\",\n"
+         "  group_norm { groups = 32 },\n  silu {},\n",
+         8, 240, 66, 63},
+        /* fp32 3D instance norm: 8 vectors a pixel, 32 pixels a step, 8 steps a block */
+        {"input = { \"N\", 32, 16, 32, 32 }, layout = \"channels_last\",\n  instance_norm {},\n", 4, 256, 256,
+         64},
+        {"input = { \"N\", 320, 64, 64 }, dtype = \"bf16\",\n  group_norm { groups = 32 },\n", 0, 0, 0, 0},
+        {"input = { \"N\", 12, 8, 8 }, layout = \"channels_last\", dtype = \"bf16\",\n  group_norm { groups = 4 },\n",
+         0, 0, 0, 0},
+        {"input = { \"N\", 32, 8, 8 }, layout = \"channels_last\",\n  layer_norm { dim = 1 },\n", 0, 0, 0, 0},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "return layer \"rows\" {\n  %s  conv%dd { out_channels = 16, kernel = 1 },\n}\n",
+                 rows[r].spec, r == 1 ? 3 : 2);
+        ir = fgt_load_string(spec);
+        fg_plan *plan = fgt_plan(ir, -1);
+        const fg_launch *l = &plan->passes[0].launch;
+        assert_int_equal(plan->passes[0].kind, FG_PASS_PRO_STATS);
+        assert_int_equal(l->row_vec, rows[r].row_vec);
+        if (rows[r].row_vec) {
+            assert_int_equal(l->block, rows[r].block);
+            assert_int_equal(l->row_pixels, rows[r].row_pixels);
+            assert_int_equal(l->grid_x, rows[r].grid_x);
+            assert_int_equal(l->elems_per_thread * (l->block / (ir->input.dim[1] / l->row_vec)), l->row_pixels);
+        }
+        free(plan);
+        free(ir);
+    }
+
+    /* the wgmma input pack by pixel rows (fg_wgmma_tiling.pack_vec) where a channels-last
+     * input is its packed layout: no padding channels, whole 16-byte vectors; not for an NCHW
+     * input, padded groups (6 channels -> 8) or a half input packed as it is (read directly) */
+    static const struct {
+        const char *spec;
+        int pack_vec;
+    } packs[] = {
+        {"layout = \"channels_last\", dtype = \"bf16\",\n  group_norm { groups = 8 },\n  silu {},\n"
+         "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n",
+         8},
+        {"layout = \"channels_last\",\n  conv2d { out_channels = 64, kernel = 3, padding = 1, groups = 2 },\n", 4},
+        {"dtype = \"bf16\",\n  group_norm { groups = 8 },\n  conv2d { out_channels = 64, kernel = 3 },\n", 0},
+        {"layout = \"channels_last\",\n  conv2d { out_channels = 64, kernel = 3, groups = 8 },\n", 0},
+        {"layout = \"channels_last\", dtype = \"bf16\",\n  conv2d { out_channels = 64, kernel = 1 },\n", 0},
+    };
+    for (size_t r = 0; r < sizeof packs / sizeof *packs; r++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "return layer \"packs\" {\n  input = { \"N\", 48, 10, 12 }, %s}\n",
+                 packs[r].spec);
+        ir = fgt_load_string(spec);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.engine = FG_ENGINE_PREFER_WGMMA;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->passes[plan->n_passes - 1].conv.engine, FG_CONV_WGMMA);
+        assert_int_equal(plan->wgmma.pack_vec, packs[r].pack_vec);
+        free(plan);
+        free(ir);
+    }
+
     /* eval-mode BatchNorm: a per-channel affine from the running statistics, no pass */
     ir = fgt_load_string("return layer \"preact\" {\n  input = { \"N\", 16, 8, 8 },\n"
                          "  batch_norm { name = \"bn\", stats = \"running\" },\n  relu {},\n"

@@ -832,6 +832,56 @@ static const half_variant cl_vector_inputs[] = {
     })},
 };
 
+/* Channels-last inputs read by pixel rows in 16-byte vectors: the prologue's statistics pass
+ * (planner.c pro_stats_rows: group, instance and batch norms) and the wgmma input pack where
+ * the input is its packed layout (conv_wgmma.lua pack_input_rows). Each case runs with the
+ * input 16-byte aligned and one element off (both kernels take their scalar loads). A bf16
+ * SD-like group norm whose groups (8 channels... 4 of a vector) straddle no vector and one
+ * whose do (12 channels a group, 8 a vector); fp32 3D instance norm (TF32 hi and lo packed);
+ * fp16 batch statistics over the batch (one key a channel) at tf32; fp32 with no prologue,
+ * groups of 32 channels (the pack alone). */
+static const half_variant cl_rows_inputs[] = {
+    {"rows_bf16_gn_silu_3x3", "wgmma", 2, 0, 1e-4, SPEC(return layer "rows_bf16_gn_silu_3x3" {
+        input = { "N", 64, 12, 10 },
+        layout = "channels_last",
+        dtype = "bf16",
+        group_norm { groups = 8 },
+        silu {},
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+    })},
+    {"rows_bf16_gn12_straddle", "wgmma", 3, 1, 1e-4, SPEC(return layer "rows_bf16_gn12_straddle" {
+        input = { "N", 192, 7, 9 },
+        layout = "channels_last",
+        dtype = "bf16",
+        group_norm { groups = 16, eps = 1e-6 },
+        mul { param = "scale" },
+        silu {},
+        conv2d { out_channels = 64, kernel = 1 },
+    })},
+    {"rows_fp32_in3d", "wgmma", 2, 0, 1e-4, SPEC(return layer "rows_fp32_in3d" {
+        input = { "N", 32, 5, 6, 7 },
+        layout = "channels_last",
+        instance_norm { affine = true },
+        leaky_relu { negative_slope = 0.01 },
+        conv3d { out_channels = 32, kernel = 3, padding = 1 },
+    })},
+    {"rows_fp16_bn_batch_tf32", "wgmma", 3, 0, 5e-3, SPEC(return layer "rows_fp16_bn_batch_tf32" {
+        input = { "N", 128, 6, 11 },
+        layout = "channels_last",
+        dtype = "fp16",
+        precision = "tf32",
+        batch_norm {},
+        relu {},
+        conv2d { out_channels = 64, kernel = 1 },
+    })},
+    {"rows_fp32_pack_groups", "wgmma", 2, 0, 1e-4, SPEC(return layer "rows_fp32_pack_groups" {
+        input = { "N", 64, 9, 11 },
+        layout = "channels_last",
+        conv2d { out_channels = 64, kernel = 3, padding = 1, groups = 2 },
+        relu {},
+    })},
+};
+
 /* More kernel parameters in one pass than a fixed 48-slot table held (hardening round 2):
  * runs correctly */
 static char many_args_spec[8192];
@@ -943,6 +993,10 @@ static int dump_specs(const char *dir, int n_random)
     }
     for (size_t i = 0; i < sizeof cl_vector_inputs / sizeof *cl_vector_inputs; i++) {
         if (!dump_one(dir, cl_vector_inputs[i].name, cl_vector_inputs[i].source))
+            return 1;
+    }
+    for (size_t i = 0; i < sizeof cl_rows_inputs / sizeof *cl_rows_inputs; i++) {
+        if (!dump_one(dir, cl_rows_inputs[i].name, cl_rows_inputs[i].source))
             return 1;
     }
     /* shapes past a former limit of the wgmma engine (tests/wgmma_reach_specs.h) */
@@ -1059,6 +1113,16 @@ int main(int argc, char **argv)
         failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1600 + i, v->tol, 0, v->out_offset,
                                    "input staged in vectors, ");
         failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1600 + i, v->tol, 1, v->out_offset,
+                                   "input 1 element off 16 bytes, scalar, ");
+    }
+    for (size_t i = 0; i < sizeof cl_rows_inputs / sizeof *cl_rows_inputs; i++) {
+        const half_variant *v = &cl_rows_inputs[i];
+        if (!selected(v->name))
+            continue;
+        cases += 2;
+        failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1700 + i, v->tol, 0, v->out_offset,
+                                   "input read in 16-byte rows, ");
+        failed += run_on_engine_at(v->name, v->engine, v->source, v->batch, 1700 + i, v->tol, 1, v->out_offset,
                                    "input 1 element off 16 bytes, scalar, ");
     }
     /* shapes past a former limit of the wgmma engine, on wgmma (on sm_90a) */
