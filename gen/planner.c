@@ -457,7 +457,7 @@ static int wgmma_ctas_asked(const fg_plan_options *opts)
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
-                         fg_wgmma_tiling *w, const char **why)
+                         int bn_asked, fg_wgmma_tiling *w, const char **why)
 {
     memset(w, 0, sizeof *w);
     const char *unused;
@@ -512,7 +512,9 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
      * channel blocks of at most 64 (the consumers' 96 registers) */
     w->ctas_per_sm = ctas == 2 && !w->block_acc ? 2 : 1;
 retile:;
-    const int most_bn = w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN : 128;
+    /* FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets the widest channel block, a knob for
+     * timing tile shapes by hand */
+    const int most_bn = bn_asked > 0 ? (int)round_up(bn_asked, 8) : w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN : 128;
     w->nblk = g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn);
     w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
     /* a 16-byte copy of the producer holds one tap's channels: 4 TF32 or 8 half elements */
@@ -856,7 +858,7 @@ static bool choose_wgmma(planner *p)
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), &p->plan->wgmma,
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, &p->plan->wgmma,
                       &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
@@ -942,7 +944,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     conv_geometry g;
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
-    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), &w, NULL))
+    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)
