@@ -423,6 +423,7 @@ enum {
     WGMMA_TWO_CTA_BASE_REGS = 80,
     WGMMA_TWO_CTA_REGS = 96,
     WGMMA_TWO_CTA_BN = 64,
+    WGMMA_WIDE_BN_KCH = 16,    /* K chunks from which half operands take channel blocks of up to 256 */
     WGMMA_PACKED_BIAS = 32,    /* the producer packs a row's origin coordinates + this bias into one word */
     WGMMA_PACK_PIXELS = 32,    /* pixels the input-packing pass transposes per block (conv_wgmma.lua's tile), through */
     WGMMA_PACK_SMEM = 48 * 1024, /* a static shared array: at most 48 KB */
@@ -511,15 +512,26 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
     /* two CTAs a multiprocessor (fg_wgmma_tiling.ctas_per_sm) only without block accumulation:
      * channel blocks of at most 64 (the consumers' 96 registers) */
     w->ctas_per_sm = ctas == 2 && !w->block_acc ? 2 : 1;
-retile:;
-    /* FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets the widest channel block, a knob for
-     * timing tile shapes by hand */
-    const int most_bn = bn_asked > 0 ? (int)round_up(bn_asked, 8) : w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN : 128;
-    w->nblk = g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn);
-    w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
     /* a 16-byte copy of the producer holds one tap's channels: 4 TF32 or 8 half elements */
     w->cp = g->cin_g <= 16 / el ? 16 / el : round_up(g->cin_g, 8);
     w->xc = groups * w->cp;
+    /* The widest channel block: 128 (64 for two CTAs a multiprocessor); for half operands
+     * whose K is long (WGMMA_WIDE_BN_KCH chunks and up: the main loop is most of a tile's
+     * time) 256 where the registers and shared memory allow, so that each A row a tile reads
+     * from L2 serves more channels. Measured on the H200 (bench/NOTES.md v31, knob
+     * FUSEGEN_WGMMA_BN): SD's 320 -> 320 3x3 in bf16 (45 chunks) at 2 x 160 channels instead
+     * of 3 x 112, its conv 46 -> 26 us and the block -33 % at batch 2, -35 % at 8, -9 % at 1;
+     * the 1x1 convs of ResNet-50's and ConvNeXt's blocks (1-6 chunks) at 256 and 192 lost
+     * 18-28 % at batch 1 (half the tiles) and 2 % at batch 32, so a short K keeps 128.
+     * FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets it by hand. */
+    bool wide = w->operand != FG_WGMMA_TF32 && ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH;
+retile:;
+    const int most_bn = bn_asked > 0            ? (int)round_up(bn_asked, 8)
+                        : w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN
+                        : wide                ? 256
+                                              : 128;
+    w->nblk = g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn);
+    w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
     /* a channels-last half input with no prologue and no padding channels is the packed operand
      * as it is (planner.h, input_direct) */
     w->input_direct = w->operand != FG_WGMMA_TF32 && w->a_parts == 1 && ir->n_pro == 0 &&
@@ -599,6 +611,10 @@ retile:;
     }
     if (two && w->wgmt < 1) { /* does not fit two a multiprocessor: one, as ever */
         w->ctas_per_sm = 1;
+        goto retile;
+    }
+    if (wide && w->wgmt < 1 && bn_asked <= 0 && most_bn > 128) { /* a wide block does not fit: 128 */
+        wide = false;
         goto retile;
     }
     *why = "no tile fits the registers and shared memory with 3 stages";

@@ -450,8 +450,8 @@ static void prologues(void **state)
 /* Shapes past a former limit of the wgmma engine (tests/wgmma_reach_specs.h): each plans on
  * wgmma for sm_90a (before, the planner refused it and the conv ran on mma.sync) the way its
  * case names -- an input pack in several channel blocks of at most pack_xb that cover every
- * packed channel exactly, or 16-bit packed coordinates -- and every kernel compiles without
- * spills. */
+ * packed channel exactly, 16-bit packed coordinates, or tiles of more than 128 channels -- and
+ * every kernel compiles without spills. */
 static void wgmma_reach(void **state)
 {
     (void)state;
@@ -477,7 +477,13 @@ static void wgmma_reach(void **state)
                          (long long)ps->launch.grid_y, w->pack_xb, w->xc);
         }
         const char *needle;
-        if (!strcmp(v->reach, "channel blocks")) {
+        char wide[32];
+        if (!strcmp(v->reach, "wide channel blocks")) {
+            if (w->bn <= 128)
+                fail_msg("%s: channel blocks of %d", ir->name, w->bn);
+            snprintf(wide, sizeof wide, "m64n%dk16", w->bn); /* the wgmmas' shape */
+            needle = wide;
+        } else if (!strcmp(v->reach, "channel blocks")) {
             if (!blocked)
                 fail_msg("%s: the input pack is not in channel blocks (pack_xb %d, xc %d)", ir->name, w->pack_xb, w->xc);
             needle = "constexpr int XB = "; /* the blocked pack's */

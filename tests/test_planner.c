@@ -1789,6 +1789,56 @@ static void wgmma_m64_knob(void **state)
     free(ir);
 }
 
+/* The widest channel block (fg_wgmma_tiling.bn): 256 for half operands with a long K (16
+ * chunks and up), 128 otherwise, 128 again where a wide block does not fit the registers (a
+ * statistic's partials in the epilogue); FUSEGEN_WGMMA_BN (wgmma_bn) sets it */
+static void wgmma_wide_channel_blocks(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int bn, nblk;
+    } cases[] = {
+        /* SD's 3x3 at 320 channels, bf16: 45 chunks -> 2 x 160 */
+        {"input = { \"N\", 320, 16, 16 }, dtype = \"bf16\",\n  conv2d { out_channels = 320, kernel = 3, padding = 1 },\n",
+         160, 2},
+        /* a 1x1 of 384 channels out: 2 chunks -> 3 x 128 */
+        {"input = { \"N\", 96, 16, 16 }, dtype = \"bf16\",\n  conv2d { out_channels = 384, kernel = 1 },\n", 128, 3},
+        /* TF32 operands keep 128 at any K */
+        {"input = { \"N\", 320, 16, 16 }, precision = \"tf32\",\n  conv2d { out_channels = 320, kernel = 3, padding = 1 },\n",
+         112, 3},
+        /* 512 out: 2 x 256; with a group norm's partials beside 128 accumulators a thread
+         * (304 registers) a wide block does not fit: 4 x 128 */
+        {"input = { \"N\", 128, 16, 16 }, dtype = \"bf16\", precision = \"tf32\",\n"
+         "  conv2d { out_channels = 512, kernel = 3, padding = 1 },\n",
+         256, 2},
+        {"input = { \"N\", 128, 16, 16 }, dtype = \"bf16\", precision = \"tf32\",\n"
+         "  conv2d { out_channels = 512, kernel = 3, padding = 1 },\n  group_norm { groups = 32 },\n",
+         128, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "return layer \"w\" {\n  %s}\n", cases[i].spec);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.engine = FG_ENGINE_PREFER_WGMMA;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.bn, cases[i].bn);
+        assert_int_equal(plan->wgmma.nblk, cases[i].nblk);
+        free(plan);
+        if (i == 0) { /* the knob */
+            opts.wgmma_bn = 100;
+            plan = fgt_plan_with(ir, &opts);
+            /* at most 104 (100 rounded up to 8): 320 in 4 blocks of 80 */
+            assert_int_equal(plan->wgmma.bn, 80);
+            assert_int_equal(plan->wgmma.nblk, 4);
+            free(plan);
+        }
+        free(ir);
+    }
+}
+
 /* CTA pairs sharing B chunks (fg_wgmma_tiling.multicast): only on request
  * (FUSEGEN_WGMMA_MULTICAST=2), and only where every tile reads the same B sequence: one
  * channel block (<= 128 output channels), one group, no split K. The source says so. */
@@ -2650,6 +2700,7 @@ int main(void)
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_m64_knob),
+        cmocka_unit_test(wgmma_wide_channel_blocks),
         cmocka_unit_test(wgmma_multicast_where_b_is_shared),
         cmocka_unit_test(wgmma_a_tma_where_tma_builds_the_stage),
         cmocka_unit_test(wgmma_ping_pong_where_it_pays),

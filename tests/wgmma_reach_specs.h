@@ -9,7 +9,11 @@
  *     lo), precision tf32;
  *   - "16-bit coordinates": a 2D image of 992 pixels or more along a side, past the producer's
  *     10-bit packed row origins (fg_wgmma_tiling.coord_bits): padding, stride, dilation and
- *     channels last at the far edges.
+ *     channels last at the far edges;
+ *   - "wide channel blocks": half operands with a long K in tiles of more than 128 channels
+ *     (up to 256: planner.c wgmma_tiling), a channel block not a multiple of 32 (the staged
+ *     epilogue's last 32-channel chunk partial), a residual in the epilogue, fp32 precision's
+ *     x.w_lo + x.w_hi with block accumulation, a prologue.
  * The compile test plans each on wgmma (preferred, as the GPU test runs them) for sm_90a and asserts the plan took the way named
  * (tests/test_compile.c); the GPU test runs them against the CPU float64 reference in a
  * context preferring wgmma (tests/gpu/test_gpu_variants.c). */
@@ -20,7 +24,7 @@
 
 typedef struct wgmma_reach_case {
     const char *name;
-    const char *reach; /* "channel blocks" or "16-bit coordinates" */
+    const char *reach; /* "channel blocks", "16-bit coordinates" or "wide channel blocks" */
     int64_t batch;
     double tol; /* fp32: against float64; a half dtype: plus 1 ulp of it (gpu_harness.h) */
     const char *source;
@@ -90,6 +94,26 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
         input = { "N", 8, 24, 1500 },
         conv2d { out_channels = 16, kernel = 5, dilation = 2, padding = 4 },
         gelu {},
+    })},
+    /* SD-like: bf16 channels last, 192 -> 320 (2 blocks of 160: 27 K chunks), precision tf32,
+     * a residual of the output's shape */
+    {"wide_bn_bf16_cl_3x3_320", "wide channel blocks", 2, 1e-4, WGMMA_REACH_SPEC(return layer "wide_bn_bf16_cl_3x3_320" {
+        input = { "N", 192, 10, 9 },
+        dtype = "bf16",
+        layout = "channels_last",
+        precision = "tf32",
+        conv2d { out_channels = 320, kernel = 3, padding = 1 },
+        add { param = "skip", shape = { 320, 10, 9 } },
+    })},
+    /* fp16 NCHW at fp32 precision (x.w_lo + x.w_hi, block accumulation), 272 channels in 2
+     * blocks of 136, GroupNorm -> SiLU before the conv */
+    {"wide_bn_fp16_pro_3x3_272", "wide channel blocks", 2, 1e-4, WGMMA_REACH_SPEC(return layer "wide_bn_fp16_pro_3x3_272" {
+        input = { "N", 128, 7, 11 },
+        dtype = "fp16",
+        group_norm { groups = 16 },
+        silu {},
+        conv2d { out_channels = 272, kernel = 3, padding = 1 },
+        relu {},
     })},
 };
 
