@@ -95,9 +95,10 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
         conv2d { out_channels = 16, kernel = 5, dilation = 2, padding = 4 },
         gelu {},
     })},
-    /* SD-like: bf16 channels last, 192 -> 320 (2 blocks of 160: 27 K chunks), precision tf32,
-     * a residual of the output's shape */
-    {"wide_bn_bf16_cl_3x3_320", "wide channel blocks", 2, 1e-4, WGMMA_REACH_SPEC(return layer "wide_bn_bf16_cl_3x3_320" {
+    /* SD-like: bf16 channels last, 192 -> 320 (2 blocks of 160: 27 K chunks), precision tf32
+     * (the weights rounded to bf16: the half cases' tf32 bar, 4e-2, test_gpu_variants.c), a
+     * residual of the output's shape */
+    {"wide_bn_bf16_cl_3x3_320", "wide channel blocks", 2, 4e-2, WGMMA_REACH_SPEC(return layer "wide_bn_bf16_cl_3x3_320" {
         input = { "N", 192, 10, 9 },
         dtype = "bf16",
         layout = "channels_last",
