@@ -451,6 +451,14 @@ static int wgmma_ctas_asked(const fg_plan_options *opts)
     return opts->wgmma_ctas == 2 && opts->wgmma_a_tma != 1 ? 2 : 1;
 }
 
+/* Elements of the layer's input dtype in a 16-byte vector: what one thread loads at a time
+ * where a kernel reads a channels-last input in vectors (the FMA engine's staging, the
+ * statistics and input-pack passes by pixel rows). */
+static int io_vec_elems(const fg_layer_ir *ir)
+{
+    return 16 / fg_dtype_size(ir->dtype);
+}
+
 /* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
  * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
  * layer runs the same conv), before the passes are chained: the packed operands are passes
@@ -524,7 +532,7 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
      * the 1x1 convs of ResNet-50's and ConvNeXt's blocks (1-6 chunks) at 256 and 192 lost
      * 18-28 % at batch 1 (half the tiles) and 2 % at batch 32, so a short K keeps 128.
      * FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets it by hand. */
-    bool wide = w->operand != FG_WGMMA_TF32 && ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH;
+    bool wide = bn_asked <= 0 && w->operand != FG_WGMMA_TF32 && ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH;
 retile:;
     const int most_bn = bn_asked > 0            ? (int)round_up(bn_asked, 8)
                         : w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN
@@ -547,7 +555,7 @@ retile:;
     }
     /* measured on the H200 (bench/NOTES.md v31): SD's GroupNorm -> SiLU pack at 320 bf16
      * channels, batch 2, 25 us through the tile (scalar loads and stores), 14 us by rows */
-    const int vec = 16 / fg_dtype_size(ir->dtype);
+    const int vec = io_vec_elems(ir);
     w->pack_vec = ir->layout == FG_LAYOUT_CHANNELS_LAST && w->cp == g->cin_g && !w->input_direct && w->xc % vec == 0 &&
                           w->pack_xb % vec == 0
                       ? vec
@@ -613,7 +621,7 @@ retile:;
         w->ctas_per_sm = 1;
         goto retile;
     }
-    if (wide && w->wgmt < 1 && bn_asked <= 0 && most_bn > 128) { /* a wide block does not fit: 128 */
+    if (wide && w->wgmt < 1) { /* a wide block does not fit: 128 (two CTAs retiled above) */
         wide = false;
         goto retile;
     }
@@ -1117,7 +1125,7 @@ static bool conv_tiling_cl(const planner *p, const conv_geometry *g, fg_pass *ps
      * (ci_chunk, its pitch); the block's first channel, blockIdx.y * ci_chunk, is then one
      * too. The pointer itself is checked at run time (a view may start anywhere). A prologue
      * transforms one element at a time: it keeps the scalar staging. */
-    int vec = 16 / fg_dtype_size(p->ir->dtype);
+    int vec = io_vec_elems(p->ir);
     if (!g->prologue && t->ci_chunk % vec == 0 && p->ir->ops[0].in.dim[1] % vec == 0)
         t->in_vec = vec;
     t->ci_unroll = 1;
@@ -1412,7 +1420,7 @@ static bool pro_stats_rows(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *
     unsigned spatial = 0;
     for (int d = 2; d < s->rank; d++)
         spatial |= 1u << d;
-    int vec = 16 / fg_dtype_size(ir->dtype);
+    int vec = io_vec_elems(ir);
     int64_t channels = s->dim[1];
     if (ir->layout != FG_LAYOUT_CHANNELS_LAST || L.mask != spatial || channels % vec || channels / vec > 256)
         return false;

@@ -929,6 +929,13 @@ local function pack_store_split(c, half, hi, lo, value, at)
   end
 end
 
+-- The packed input's parts as a pack kernel's comment names them: the dtype's hi and lo or one
+-- rounded part (half operands), TF32 hi (and lo).
+local function packed_parts(w, half, lo)
+  if half then return M.operand_ptx(w) .. (lo and " hi and lo (v - hi)" or " rounded to nearest") end
+  return "TF32 hi" .. (lo and " and lo" or "")
+end
+
 -- The input of an fp32 layer, channels-innermost: [N][D][H][W][groups][CP] hi (and lo), the
 -- channels of a group padded with zeros; 32 pixels a block through shared memory. (A half
 -- layer's operands are its dtype: render_pack_input_half.)
@@ -1005,7 +1012,7 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   local c = lib.code()
   c:line("/* pass %d: the input%s channels-innermost [N][%d][%d][%d][%d], the input's own layout (channels last, no padding channels), %s, %d channels (16 bytes) a thread at a time */",
     pass.index, prologue.active(layer) and " through the prologue," or "", g.I[1], g.I[2], g.I[3], w.xc,
-    half and (M.operand_ptx(w) .. (lo and " hi and lo (v - hi)" or " rounded to nearest")) or ("TF32 hi" .. (lo and " and lo" or "")), V)
+    packed_parts(w, half, lo), V)
   c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
@@ -1095,8 +1102,7 @@ function M.render_pack_input_blocked(layer, plan, pass, names, signature)
   local c = lib.code()
   c:line("/* pass %d: the input channels-innermost [N][%d][%d][%d][%d groups][%d], %s, %d of the %d channels of a pixel a block */",
     pass.index, g.I[1], g.I[2], g.I[3], g.groups, w.cp,
-    raw and "as it is (" .. M.operand_ptx(w) .. ")" or half and (M.operand_ptx(w) .. (lo and " hi and lo (v - hi)" or " rounded to nearest"))
-      or ("TF32 hi" .. (lo and " and lo" or "")), w.pack_xb, w.xc)
+    raw and "as it is (" .. M.operand_ptx(w) .. ")" or packed_parts(w, half, lo), w.pack_xb, w.xc)
   c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
