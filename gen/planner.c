@@ -1437,6 +1437,35 @@ static bool pro_stats_rows(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *
     return true;
 }
 
+/* The wgmma input pack. Through the transposing tile: 32 pixels a block, every channel (or
+ * pack_xb of them a block along y), through shared memory (coalesced both ways). By pixel rows
+ * (pack_vec): as the statistics pass by rows, thread t keeps one vector of channels,
+ * (t % units) * pack_vec.., of every (block / units)-th pixel, so whatever the prologue reads
+ * per channel (a norm's statistics, its affine parameters) is loaded once a thread, not once
+ * an element; FG_PACK_ROWS_ITERS pixels a thread, so that small batches still fill the GPU
+ * with blocks (there are no atomics to spare here). Measured (bench/NOTES.md v32): SD's
+ * GroupNorm -> SiLU pack at 320 bf16 channels, batch 2, a thread a vector of 32 pixels x 40
+ * vectors in turn: 10.7 us, L1-bound (95 % hits: a statistic and two parameters loaded per
+ * element). */
+#define FG_PACK_ROWS_ITERS 4
+static void pack_input_launch(const fg_layer_ir *ir, const fg_wgmma_tiling *w, fg_pass *ps)
+{
+    int64_t ipix = fg_shape_sample_count(&ir->input) / ir->input.dim[1];
+    ps->launch.per_sample = true;
+    ps->launch.grid_y = ceil_div(w->xc, w->pack_xb); /* channel blocks */
+    if (w->pack_vec) {
+        int units = w->pack_xb / w->pack_vec, slots = units < 256 ? 256 / units : 1;
+        ps->launch.block = units * slots;
+        ps->launch.row_vec = w->pack_vec;
+        ps->launch.elems_per_thread = FG_PACK_ROWS_ITERS;
+        ps->launch.row_pixels = FG_PACK_ROWS_ITERS * slots;
+        ps->launch.grid_x = ceil_div(ipix, ps->launch.row_pixels);
+        return;
+    }
+    ps->launch.block = 256;
+    ps->launch.grid_x = ceil_div(ipix, WGMMA_PACK_PIXELS);
+}
+
 static void pro_stats_launch(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *ps)
 {
     ps->launch.grid_y = 1;
@@ -2275,16 +2304,9 @@ static int assign_geometry(planner *p)
         case FG_PASS_FINALIZE:
             finalize_launch(plan, q);
             break;
-        case FG_PASS_PACK_INPUT: {
-            /* 32 pixels a block, every channel (or pack_xb of them a block along y), through shared
-             * memory (coalesced both ways) */
-            int64_t ipix = fg_shape_sample_count(&p->ir->input) / p->ir->input.dim[1];
-            q->launch.block = 256;
-            q->launch.grid_x = ceil_div(ipix, WGMMA_PACK_PIXELS);
-            q->launch.grid_y = ceil_div(p->plan->wgmma.xc, p->plan->wgmma.pack_xb); /* channel blocks */
-            q->launch.per_sample = true;
+        case FG_PASS_PACK_INPUT:
+            pack_input_launch(p->ir, &p->plan->wgmma, q);
             break;
-        }
         case FG_PASS_PRO_STATS:
             pro_stats_launch(p->ir, plan, q);
             break;

@@ -943,9 +943,11 @@ function M.render_pack_input(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
   local half = M.half(w)
+  -- by rows first: the planner's launch (planner.c pack_input_launch) is the rows kernel's
+  -- wherever it set pack_vec, channel blocks included (blockIdx.y; no shared tile to fit)
+  if w.pack_vec > 0 then return M.render_pack_input_rows(layer, plan, pass, names, signature) end
   if w.pack_xb < w.xc then return M.render_pack_input_blocked(layer, plan, pass, names, signature) end
   if half and not prologue.active(layer) then return M.render_pack_input_half(layer, plan, pass, names, signature) end
-  if w.pack_vec > 0 then return M.render_pack_input_rows(layer, plan, pass, names, signature) end
   local c = lib.code()
   local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
   if half then
@@ -997,34 +999,41 @@ function M.render_pack_input(layer, plan, pass, names, signature)
 end
 
 -- The input pack by pixel rows (the planner's fg_wgmma_tiling.pack_vec: a channels-last input in
--- its packed layout already, the groups unpadded): each thread reads V consecutive channels of
--- a pixel (16 bytes), applies the prologue to each, splits them (TF32 hi and lo, or the dtype's
--- hi and lo, or one part) and stores them as 16-byte vectors at the same place of the packed
--- row; 32 pixels and XB of the XC channels a block, as the other pack kernels. An input not
--- 16-byte aligned (a view) is read an element at a time.
+-- its packed layout already, the groups unpadded): thread t keeps the V consecutive channels
+-- (16 bytes) (t % U) * V.. of the block's XB and reads them from every (T / U)-th of the block's
+-- ROWS pixels (planner.c pack_input_launch), applies the prologue to each, splits them (TF32 hi
+-- and lo, or the dtype's hi and lo, or one part) and stores them as 16-byte vectors at the same
+-- place of the packed row. A thread's channels never change, so what the prologue reads per
+-- channel is loop-invariant (loaded once). An input not 16-byte aligned (a view) is read an
+-- element at a time.
 function M.render_pack_input_rows(layer, plan, pass, names, signature)
   local w = M.tiling_of(plan)
   local g = conv_t.geometry(layer)
   local half = M.half(w)
   local V = w.pack_vec
+  local L = pass.launch
+  local U = w.pack_xb // V
   local hi, lo = names.buffer[w.packed_hi], w.packed_lo >= 0 and names.buffer[w.packed_lo] or nil
   local part = half and "fg_io" or "float"
   local c = lib.code()
-  c:line("/* pass %d: the input%s channels-innermost [N][%d][%d][%d][%d], the input's own layout (channels last, no padding channels), %s, %d channels (16 bytes) a thread at a time */",
+  c:line("/* pass %d: the input%s channels-innermost [N][%d][%d][%d][%d], the input's own layout (channels last, no padding channels), %s, %d channels (16 bytes) a thread at a time, %d pixels a block */",
     pass.index, prologue.active(layer) and " through the prologue," or "", g.I[1], g.I[2], g.I[3], w.xc,
-    packed_parts(w, half, lo), V)
-  c:line("extern \"C\" __global__ void __launch_bounds__(256) %s(%s)", pass.kernel, signature)
+    packed_parts(w, half, lo), V, L.row_pixels)
+  c:line("extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", L.block, pass.kernel, signature)
   c:open("{")
   c:line("using namespace fgw;")
-  c:line("constexpr int XB = %d, V = %d; /* packed channels a block, a thread's vector */", w.pack_xb, V)
-  c:line("const int n = batch_base + (int)blockIdx.z, pix0 = (int)blockIdx.x * 32, t = (int)threadIdx.x;")
-  c:line("const int x0 = (int)blockIdx.y * XB, nv = (XC - x0 < XB ? XC - x0 : XB) / V; /* this block's channels, its vectors a pixel */")
+  c:line("constexpr int XB = %d, V = %d, U = %d, SLOTS = %d; /* packed channels a block, a thread's vector, vectors and pixels at a time */",
+    w.pack_xb, V, U, L.block // U)
+  c:line("const int n = batch_base + (int)blockIdx.z, pix0 = (int)blockIdx.x * %d, t = (int)threadIdx.x;", L.row_pixels)
+  c:line("const int ch0 = (int)blockIdx.y * XB + (t % U) * V, slot = t / U; /* this thread's first channel, its pixel in each step */")
   c:line("(void)batch;")
+  c:line("if (ch0 >= XC) return; /* past the last channel block's channels */")
   c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
   c:line("const bool aligned = ((unsigned long long)xs & 15) == 0;")
-  c:line("const int npix = IPIX - pix0 < 32 ? IPIX - pix0 : 32;")
-  c:open("for (int i = t; i < npix * nv; i += 256) {")
-  c:line("const int pp = i / nv, ch0 = x0 + (i % nv) * V;")
+  c:line("#pragma unroll")
+  c:open("for (int it = 0; it < %d; ++it) {", L.elems)
+  c:line("const int pp = it * SLOTS + slot;")
+  c:line("if (pix0 + pp >= IPIX) break;")
   c:line("const unsigned long long at = (unsigned long long)(pix0 + pp) * XC + ch0;")
   c:line("__align__(16) %s raw[V];", g.io)
   c:open("if (aligned) {")
@@ -1049,9 +1058,11 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   end
   pack_store_split(c, half, "hv", lo and "lv", "y", "e")
   c:close()
-  c:line("const unsigned long long to = (unsigned long long)n * IPIX * XC + at; /* the same place of the packed row */")
-  c:line("*(uint4 *)((%s *)%s + to) = *(const uint4 *)hv;", part, hi)
-  if lo then c:line("*(uint4 *)((%s *)%s + to) = *(const uint4 *)lv;", part, lo) end
+  -- indexed as uint4s: through a pointer to the part's type plus an offset, NVCC stores the
+  -- vector 4 bytes at a time (it infers that pointer's alignment, not the cast's)
+  c:line("const unsigned long long to = ((unsigned long long)n * IPIX * XC + at) / V; /* the same place of the packed row, in vectors */")
+  c:line("((uint4 *)%s)[to] = *(const uint4 *)hv;", hi)
+  if lo then c:line("((uint4 *)%s)[to] = *(const uint4 *)lv;", lo) end
   c:close()
   c:close()
   return c

@@ -88,6 +88,7 @@ static int compile_ir(fg_layer_ir *ir, int force_strategy, const char *const *ar
     fg_error err = {{0}};
     if (fg_render(ir, plan, &src, &err) != 0)
         fail_msg("%s: %s", ir->name, err.msg);
+    fgt_assert_launch_bounds(src.source, plan, ir->name);
     int problems = 0;
     for (int a = 0; a < n_archs; a++) {
         fg_compiled c;
@@ -132,6 +133,7 @@ static int compile_arch(const fg_layer_ir *ir, const fg_plan *plan, const char *
         fail_msg("%s: %s", ir->name, err.msg);
     if (needle && !strstr(src.source, needle))
         fail_msg("%s: the source has no '%s'", what, needle);
+    fgt_assert_launch_bounds(src.source, plan, what);
     fg_compiled c;
     if (fg_nvrtc_compile(src.source, ir->name, arch, NULL, &c, &err) != 0)
         fail_msg("%s: %s", what, err.msg);

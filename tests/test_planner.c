@@ -2349,8 +2349,8 @@ static void wgmma_half_operands(void **state)
  * Diffusion's ResnetBlock2D): the operands are the layer's dtype, as without a prologue, but
  * the packed input is the prologue's fp32 result, no longer a value of the dtype: split into hi
  * and lo for fp32 precision (a_parts 2: x_lo.w_hi + x_hi.w_lo + x_hi.w_hi), rounded once for
- * tf32 (a_parts 1). The input pack, a block of 256 threads per 32 pixels of each sample,
- * applies the prologue and writes both parts (2-byte elements); `fusegen plan` says what the
+ * tf32 (a_parts 1). The input pack (a block per 32 pixels of each sample, or by pixel rows
+ * when channels-last) applies the prologue and writes both parts (2-byte elements); `fusegen plan` says what the
  * operands are; channels-last and split K keep the same operands. */
 static void wgmma_half_prologue_operands(void **state)
 {
@@ -2386,16 +2386,31 @@ static void wgmma_half_prologue_operands(void **state)
         assert_int_equal(plan->buffers[w->packed_hi].per_sample, ipix * w->xc * el / 4);
         if (w->packed_lo >= 0)
             assert_int_equal(plan->buffers[w->packed_lo].per_sample, ipix * w->xc * el / 4);
-        /* the input pack: 32 pixels a block, per sample; it reads the prologue's statistics and
-         * writes every packed part of the input */
+        /* the input pack, per sample; it reads the prologue's statistics and writes every
+         * packed part of the input. Through the transposing tile: 32 pixels a block. By pixel
+         * rows (a channels-last input, pack_vec): a thread a 16-byte vector of channels, kept
+         * for its FG_PACK_ROWS_ITERS (4) pixels, the block's vectors side by side */
         const fg_pass *pack = NULL;
         for (int k = 0; k < plan->n_passes; k++)
             if (plan->passes[k].kind == FG_PASS_PACK_INPUT)
                 pack = &plan->passes[k];
         assert_non_null(pack);
-        assert_int_equal(pack->launch.block, 256);
-        assert_int_equal(pack->launch.grid_x, ipix / 32);
         assert_true(pack->launch.per_sample);
+        assert_int_equal(w->pack_vec != 0, strcmp(cases[i].layout, "channels_last") == 0);
+        if (w->pack_vec) {
+            int units = w->pack_xb / w->pack_vec;
+            assert_int_equal(w->pack_vec, 16 / el);
+            assert_int_equal(pack->launch.row_vec, w->pack_vec);
+            assert_int_equal(pack->launch.elems_per_thread, 4);
+            assert_int_equal(pack->launch.block % units, 0);
+            assert_true(pack->launch.block <= 256 && pack->launch.block > 128);
+            assert_int_equal(pack->launch.row_pixels, 4 * (pack->launch.block / units));
+            assert_int_equal(pack->launch.grid_x, (ipix + pack->launch.row_pixels - 1) / pack->launch.row_pixels);
+        } else {
+            assert_int_equal(pack->launch.block, 256);
+            assert_int_equal(pack->launch.grid_x, ipix / 32);
+        }
+        assert_int_equal(pack->launch.grid_y, (w->xc + w->pack_xb - 1) / w->pack_xb);
         bool stats = false, hi = false, lo = false;
         for (int a = 0; a < pack->n_args; a++) {
             stats |= pack->args[a].kind == FG_ARG_STATS && pack->args[a].index == plan->pro_accum;

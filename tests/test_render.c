@@ -149,7 +149,7 @@ static void common_checks(const rendered_layer *r)
     fgt_assert_not_contains(s, "#include");
     fgt_assert_not_contains(s, "#import");
     assert_int_equal(check_signatures(r), r->plan->n_passes);
-    assert_int_equal(fgt_count(s, "__launch_bounds__("), r->plan->n_passes);
+    fgt_assert_launch_bounds(s, r->plan, r->ir->name);
     /* every conv pass unrolls every tap of the kernel, each once; the tensor-core engine's
      * unblocked reduction unrolls its steps of 8 (channel, tap) pairs instead, unless each
      * step flushes its own accumulator (acc_steps 1), where they are a rolled loop */

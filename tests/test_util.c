@@ -185,6 +185,23 @@ int fgt_count(const char *haystack, const char *needle)
     return n;
 }
 
+void fgt_assert_launch_bounds_at(const char *source, const fg_plan *plan, const char *what, const char *file,
+                                 int line)
+{
+    static const char key[] = "__launch_bounds__(";
+    int n = 0;
+    for (const char *p = strstr(source, key); p; p = strstr(p + 1, key), n++) {
+        if (n >= plan->n_passes)
+            FAIL_AT(file, line, "%s: more kernels than the plan's %d passes", what, plan->n_passes);
+        int bound = atoi(p + strlen(key));
+        if (bound != plan->passes[n].launch.block)
+            FAIL_AT(file, line, "%s: pass %d's kernel (%s) is written for %d threads, the plan launches %d", what, n,
+                    plan->passes[n].kernel, bound, plan->passes[n].launch.block);
+    }
+    if (n != plan->n_passes)
+        FAIL_AT(file, line, "%s: %d kernels, the plan has %d passes", what, n, plan->n_passes);
+}
+
 void fgt_assert_shape_at(const fg_shape *s, const int64_t *dims, int rank, const char *where, const char *file,
                          int line)
 {

@@ -62,6 +62,13 @@ void fgt_assert_not_contains_at(const char *haystack, const char *needle, const 
 #define fgt_assert_not_contains(h, n) fgt_assert_not_contains_at((h), (n), __FILE__, __LINE__)
 int fgt_count(const char *haystack, const char *needle);
 
+/* Each kernel of `source` (one a pass, in pass order) is written for the block its pass
+ * launches: its __launch_bounds__ is launch.block. A kernel that strides by a fixed thread
+ * count misses work under a smaller block, and nothing else in the source shows it. */
+void fgt_assert_launch_bounds_at(const char *source, const fg_plan *plan, const char *what, const char *file,
+                                 int line);
+#define fgt_assert_launch_bounds(src, plan, what) fgt_assert_launch_bounds_at((src), (plan), (what), __FILE__, __LINE__)
+
 /* Shape assertions: FGT_ASSERT_SHAPE(&op->out, 1, 6, 6, 6) (dim[0], the batch, is 1). */
 void fgt_assert_shape_at(const fg_shape *s, const int64_t *dims, int rank, const char *where, const char *file,
                          int line);
