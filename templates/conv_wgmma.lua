@@ -1030,24 +1030,32 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   c:line("if (ch0 >= XC) return; /* past the last channel block's channels */")
   c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
   c:line("const bool aligned = ((unsigned long long)xs & 15) == 0;")
+  -- every pixel's load first (clamped to a valid pixel), then the prologue and the stores of
+  -- those inside: loads behind a guard each, between the stores, went out one at a time
+  -- (bench/NOTES.md v33)
+  c:line("__align__(16) %s raw[%d][V];", g.io, L.elems)
+  c:line("#pragma unroll")
+  c:open("for (int it = 0; it < %d; ++it) {", L.elems)
+  c:line("const int pl = min(pix0 + it * SLOTS + slot, IPIX - 1);")
+  c:line("const unsigned long long at = (unsigned long long)pl * XC + ch0;")
+  c:open("if (aligned) {")
+  c:line("*(uint4 *)raw[it] = *(const uint4 *)(xs + at);")
+  c:close("} else {")
+  c.depth = c.depth + 1
+  c:line("#pragma unroll")
+  c:line("for (int e = 0; e < V; ++e) raw[it][e] = xs[at + e];")
+  c:close()
+  c:close()
   c:line("#pragma unroll")
   c:open("for (int it = 0; it < %d; ++it) {", L.elems)
   c:line("const int pp = it * SLOTS + slot;")
   c:line("if (pix0 + pp >= IPIX) break;")
   c:line("const unsigned long long at = (unsigned long long)(pix0 + pp) * XC + ch0;")
-  c:line("__align__(16) %s raw[V];", g.io)
-  c:open("if (aligned) {")
-  c:line("*(uint4 *)raw = *(const uint4 *)(xs + at);")
-  c:close("} else {")
-  c.depth = c.depth + 1
-  c:line("#pragma unroll")
-  c:line("for (int e = 0; e < V; ++e) raw[e] = xs[at + e];")
-  c:close()
   c:line("__align__(16) %s hv[V];", part)
   if lo then c:line("__align__(16) %s lv[V];", part) end
   c:line("#pragma unroll")
   c:open("for (int e = 0; e < V; ++e) {")
-  local load = g.half and "fg_io_widen(raw[e])" or "raw[e]"
+  local load = g.half and "fg_io_widen(raw[it][e])" or "raw[it][e]"
   if prologue.active(layer) then
     c:line("const int ch = ch0 + e;")
     c:line("(void)ch; /* the ops' channel, when one reads it */")

@@ -155,6 +155,10 @@ function M.render(layer, plan, pass, names, signature)
   return c
 end
 
+-- Pixels a thread of a pass by pixel rows loads before it uses the first: their 16-byte loads
+-- in flight together (a thread of the statistics pass holds 8 x 16 bytes)
+local ROWS_IN_FLIGHT = 8
+
 -- The statistics pass by pixel rows (planner.c pro_stats_rows: a channels-last input, a
 -- statistic over every spatial dim, so a key is a group of channels): thread t reads the
 -- V channels (16 bytes) (t % U) * V.. of every (T / U)-th pixel of the block's ROWS pixels,
@@ -184,19 +188,29 @@ function M.render_rows(layer, plan, pass, names, signature)
   c:line("double s[%d], s2[%d];", V, V)
   c:line("#pragma unroll")
   c:line("for (int e = 0; e < %d; ++e) s[e] = s2[e] = %s;", V, def.identity)
-  c:line("#pragma unroll 8")
-  c:open("for (int it = 0; it < %d; ++it) {", L.elems)
-  c:line("const int p = (int)blockIdx.x * %d + it * %d + slot;", L.row_pixels, slots)
-  c:open("if (p < %d) {", pixels)
-  c:line("__align__(16) %s xv[%d];", io, V)
-  c:line("const %s *at = xs + (unsigned long long)p * %d + ch0;", io, ch)
+  -- ROWS_IN_FLIGHT pixels' loads first, then their sums: loads each behind its own guard,
+  -- interleaved with the sums, went out one at a time (bench/NOTES.md v33)
+  local bursts = (L.elems + ROWS_IN_FLIGHT - 1) // ROWS_IN_FLIGHT
+  local burst = (L.elems + bursts - 1) // bursts -- as even as they go (11 pixels: 6 + 5, not 8 + 3)
+  c:open("for (int it0 = 0; it0 < %d; it0 += %d) {", L.elems, burst)
+  c:line("__align__(16) %s xv[%d][%d];", io, burst, V)
+  c:line("#pragma unroll")
+  c:open("for (int u = 0; u < %d; ++u) {", burst)
+  c:line("const int pl = min((int)blockIdx.x * %d + min(it0 + u, %d) * %d + slot, %d); /* clamped: a valid address, its sums skipped below */",
+    L.row_pixels, L.elems - 1, slots, pixels - 1)
+  c:line("const %s *at = xs + (unsigned long long)pl * %d + ch0;", io, ch)
   c:open("if (aligned) {")
-  c:line("*(uint4 *)xv = *(const uint4 *)at;")
+  c:line("*(uint4 *)xv[u] = *(const uint4 *)at;")
   c:close("} else {")
   c.depth = c.depth + 1
   c:line("#pragma unroll")
-  c:line("for (int e = 0; e < %d; ++e) xv[e] = at[e];", V)
+  c:line("for (int e = 0; e < %d; ++e) xv[u][e] = at[e];", V)
   c:close()
+  c:close()
+  c:line("#pragma unroll")
+  c:open("for (int u = 0; u < %d; ++u) {", burst)
+  c:line("const int p = (int)blockIdx.x * %d + (it0 + u) * %d + slot;", L.row_pixels, slots)
+  c:open("if (it0 + u < %d && p < %d) {", L.elems, pixels)
   -- the pixel's spatial coordinates, once a pixel (the ops before the norm may read them)
   local coords = { [1] = "ch" }
   local spatial = {}
@@ -206,9 +220,10 @@ function M.render_rows(layer, plan, pass, names, signature)
   c:open("for (int e = 0; e < %d; ++e) {", V)
   c:line("const int ch = ch0 + e;")
   c:line("(void)ch; /* the ops' channel, when one reads it */")
-  c:line("const float x0 = %s;", lib.io_half(layer) and "fg_io_widen(xv[e])" or "xv[e]")
+  c:line("const float x0 = %s;", lib.io_half(layer) and "fg_io_widen(xv[u][e])" or "xv[u][e]")
   local v = M.apply(c, layer, plan, pass, names, "x0", coords, plan.pro_norm)
   lib.emit(c, lib.fill(def.combine, nil, { s = "s[e]", q = "s2[e]", x = "(double)" .. v }))
+  c:close()
   c:close()
   c:close()
   c:close()
