@@ -142,8 +142,9 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                            wg ? "as the wgmma input pack writes it (the packed hi/lo hold the normalized input)"
                               : "as the conv stages it in shared memory");
         if (plan->pro_norm >= 0)
-            snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d by a pass over the input",
-                     plan->pro_norm);
+            snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d by a pass over the input%s",
+                     plan->pro_norm,
+                     plan->pack_finalizes ? ", finalized by each block of the input pack (no finalize pass)" : "");
         emit(ctx, line);
         if (ir->precision == FG_PRECISION_TF32 && !wg && !plan->tf32_exact) {
             snprintf(line, sizeof line,

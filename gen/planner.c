@@ -1879,8 +1879,8 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
 
 /* The prologue's statistics: when one of its norms needs statistics of the input (shape
  * inference allows one), a pass over the input gathers them (the registry's accumulators,
- * the norms' fp64 moments) and a finalize pass turns them into mean and 1/sqrt(var + eps)
- * per key, before any pass that stages the input. */
+ * the norms' fp64 moments); prologue_finalize below decides who turns them into mean and
+ * 1/sqrt(var + eps) per key. */
 static int prologue_passes(planner *p)
 {
     const fg_layer_ir *ir = p->ir;
@@ -1914,7 +1914,24 @@ static int prologue_passes(planner *p)
         return -1;
     ps->first = 1;
     ps->last = 0; /* no op of the chain */
-    return add_finalize(p, plan->pro_accum);
+    return 0;
+}
+
+/* Where the prologue's statistics are finalized: by the wgmma input pack by pixel rows when it
+ * is their only reader (the wgmma conv reads the packed, normalized input) -- each of its
+ * blocks finalizes its sample's keys into shared memory, a finalize pass's work repeated a
+ * block, which costs less than the pass's launch and its gap in the graph (bench/NOTES.md
+ * v34) -- else by a finalize pass before the passes that stage the input. */
+#define FG_PACK_FINALIZE_KEYS 2048 /* fg_stat in the pack's shared memory: 16 KB */
+static int prologue_finalize(planner *p)
+{
+    fg_plan *plan = p->plan;
+    if (plan->pro_accum < 0)
+        return 0;
+    const fg_accum *a = &plan->accums[plan->pro_accum];
+    plan->pack_finalizes = p->use_wgmma && plan->wgmma.pack_vec > 0 && a->max_accum < 0 &&
+                           a->keys_per_sample <= FG_PACK_FINALIZE_KEYS;
+    return plan->pack_finalizes ? 0 : add_finalize(p, plan->pro_accum);
 }
 
 /* What a pass that stages the input reads for the prologue: each op's operand and
@@ -1935,8 +1952,8 @@ static void prologue_args(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *p
             add_arg(ps, FG_ARG_PARAM, op->mean_param);
             add_arg(ps, FG_ARG_PARAM, op->var_param);
         }
-        if (j == plan->pro_norm)
-            add_arg(ps, FG_ARG_STATS, plan->pro_accum);
+        if (j == plan->pro_norm) /* the sums where the pass finalizes them itself */
+            add_arg(ps, plan->pack_finalizes ? FG_ARG_ACCUM : FG_ARG_STATS, plan->pro_accum);
     }
 }
 
@@ -2155,6 +2172,8 @@ static fg_pass *first_passes(planner *p, int wanted)
         wgmma_a_tma(p->opts, ir, &plan->wgmma);
         wgmma_ping_pong(&plan->wgmma);
     }
+    if (prologue_finalize(p))
+        return NULL;
     if (p->use_wgmma && add_pack_passes(p))
         return NULL;
     /* precision "tf32" permits TF32 products; narrow groups get the exact conv pass, which

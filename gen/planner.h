@@ -424,6 +424,10 @@ typedef struct fg_plan {
      * accumulator (-1: none); the conv pass (or, on wgmma, the input pack) applies every
      * prologue op to each input element it stages: no tensor holds the normalized input */
     int pro_norm, pro_accum;
+    /* the prologue's statistics are finalized by each block of the wgmma input pack by pixel
+     * rows (its sample's keys into shared memory), not by a finalize pass: that pack is their
+     * only reader (gen/planner.c, pack_finalizes) */
+    bool pack_finalizes;
     /* precision "tf32" whose conv the exact engines compute: one TF32 product is no faster
      * there (narrow groups; on sm_90a, fewer than 32 outputs a group: gen/planner.c,
      * tf32_stays_exact) -- no cuDNN pass, no wgmma */

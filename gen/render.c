@@ -294,6 +294,7 @@ static void push_accum_defs(lua_State *L)
         lua_createtable(L, 0, 12);
         set_str(L, "name", a->name);
         set_str(L, "ctype", a->ctype);
+        set_int(L, "bytes_per_key", a->bytes_per_key);
         set_str(L, "identity", a->identity);
         set_str(L, "combine", a->combine);
         set_opt_str(L, "contribution", a->contribution);
@@ -545,6 +546,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
     lua_setfield(L, -2, "accums");
     set_int(L, "pro_norm", plan->pro_norm);
     set_int(L, "pro_accum", plan->pro_accum);
+    set_bool(L, "pack_finalizes", plan->pack_finalizes);
     lua_createtable(L, FG_MAX_OPS, 0);
     for (int k = 0; k < FG_MAX_OPS; k++) {
         lua_createtable(L, 0, 3);

@@ -1027,17 +1027,18 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   c:line("const int n = batch_base + (int)blockIdx.z, pix0 = (int)blockIdx.x * %d, t = (int)threadIdx.x;", L.row_pixels)
   c:line("const int ch0 = (int)blockIdx.y * XB + (t % U) * V, slot = t / U; /* this thread's first channel, its pixel in each step */")
   c:line("(void)batch;")
-  c:line("if (ch0 >= XC) return; /* past the last channel block's channels */")
   c:line("const %s *xs = %s + (unsigned long long)n * %d;", g.io, names.input, g.in_sample)
   c:line("const bool aligned = ((unsigned long long)xs & 15) == 0;")
-  -- every pixel's load first (clamped to a valid pixel), then the prologue and the stores of
-  -- those inside: loads behind a guard each, between the stores, went out one at a time
-  -- (bench/NOTES.md v33)
+  -- every pixel's load first (clamped to a valid pixel and channel), then the prologue and
+  -- the stores of those inside: loads behind a guard each, between the stores, went out one
+  -- at a time (bench/NOTES.md v33); the statistics finalized in the block (if so) while the
+  -- loads are in flight
+  c:line("const int chl = ch0 < XC ? ch0 : XC - V; /* a thread past the last channel block's channels loads its last vector */")
   c:line("__align__(16) %s raw[%d][V];", g.io, L.elems)
   c:line("#pragma unroll")
   c:open("for (int it = 0; it < %d; ++it) {", L.elems)
   c:line("const int pl = min(pix0 + it * SLOTS + slot, IPIX - 1);")
-  c:line("const unsigned long long at = (unsigned long long)pl * XC + ch0;")
+  c:line("const unsigned long long at = (unsigned long long)pl * XC + chl;")
   c:open("if (aligned) {")
   c:line("*(uint4 *)raw[it] = *(const uint4 *)(xs + at);")
   c:close("} else {")
@@ -1046,6 +1047,8 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   c:line("for (int e = 0; e < V; ++e) raw[it][e] = xs[at + e];")
   c:close()
   c:close()
+  if prologue.block_finalizes(plan, pass) then prologue.finalize_in_block(c, layer, plan, names, L.block) end
+  c:line("if (ch0 >= XC) return; /* past the last channel block's channels */")
   c:line("#pragma unroll")
   c:open("for (int it = 0; it < %d; ++it) {", L.elems)
   c:line("const int pp = it * SLOTS + slot;")

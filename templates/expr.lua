@@ -135,7 +135,7 @@ function M.sample_key(sample, per_sample, within)
 end
 
 -- Key of a norm's statistic for an element at `coords` of its input.
-function Eval:norm_key(op, coords)
+function Eval:norm_key(op, coords, within_sample)
   local st, shape = op.stat, op.in_shape
   local key = st.channel_group == 1 and coords[1] or string.format("(%s) / %d", coords[1], st.channel_group)
   if st.channel_group == shape.dim[1] then key = "0" end
@@ -144,7 +144,7 @@ function Eval:norm_key(op, coords)
       key = string.format("(%s) * %d + %s", key, shape.dim[d], coords[d])
     end
   end
-  if not st.over_batch then key = M.sample_key("n", st.keys_per_sample, key) end
+  if not st.over_batch and not within_sample then key = M.sample_key("n", st.keys_per_sample, key) end
   return key
 end
 

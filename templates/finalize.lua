@@ -6,6 +6,28 @@ local lib = import("lib")
 
 local M = {}
 
+-- The registry's finalize of accumulator `a` for the key in the C variable `key`: reads
+-- acc_expr[..key..] (the sums), writes stats_expr[key]. Batch-wide keys read `batch` (their
+-- count); with `void_batch`, a kernel whose finalize does not says "(void)batch;".
+function M.emit(c, layer, plan, names, a, acc_expr, stats_expr, void_batch)
+  local acc = plan.accums[a]
+  local op = acc.prologue and layer.pro[acc.op] or layer.ops[acc.op]
+  local def = plan.accum_defs[acc.kind]
+  if not def.finalize then error(string.format("accumulator %s has no finalize", acc.kind)) end
+  -- the monoid's finalize reads `cnt` (elements per key) where it needs it
+  local reads_batch = def.finalize:find("cnt", 1, true) and acc.over_batch
+  if def.finalize:find("cnt", 1, true) then
+    if acc.over_batch then
+      c:line("const double cnt = %s * (double)batch;", lib.dlit(acc.count_per_sample))
+    else
+      c:line("const double cnt = %s;", lib.dlit(acc.count_per_sample))
+    end
+  end
+  if void_batch and not reads_batch then c:line("(void)batch;") end
+  local max = acc.max_accum >= 0 and names.accum[acc.max_accum] or nil
+  lib.emit(c, lib.fill(def.finalize, nil, { acc = acc_expr, max = max, stats = stats_expr, eps = lib.dlit(op.eps) }))
+end
+
 function M.render(layer, plan, pass, names, signature)
   local c = lib.code()
   local a = pass.finalize_accum
@@ -28,22 +50,7 @@ function M.render(layer, plan, pass, names, signature)
   else
     c:line("const long long key = (long long)(batch_base + (int)blockIdx.z) * %d + q;", keys)
   end
-  local def = plan.accum_defs[acc.kind]
-  if not def.finalize then error(string.format("accumulator %s has no finalize", acc.kind)) end
-  -- the monoid's finalize reads `cnt` (elements per key) where it needs it
-  if def.finalize:find("cnt", 1, true) then
-    if acc.over_batch then
-      c:line("const double cnt = %s * (double)batch;", lib.dlit(acc.count_per_sample))
-    else
-      c:line("const double cnt = %s;", lib.dlit(acc.count_per_sample))
-      c:line("(void)batch;")
-    end
-  else
-    c:line("(void)batch;")
-  end
-  local max = acc.max_accum >= 0 and names.accum[acc.max_accum] or nil
-  lib.emit(c, lib.fill(def.finalize, nil, { acc = names.accum[a], max = max, stats = names.stats[a],
-    eps = lib.dlit(op.eps) }))
+  M.emit(c, layer, plan, names, a, names.accum[a], names.stats[a], true)
   c:close()
   return c
 end

@@ -8,9 +8,13 @@
 local lib = import("lib")
 local ops = import("ops")
 local expr = import("expr")
+local finalize = import("finalize")
 local flit = lib.flit
 
 local M = {}
+
+-- The shared-memory statistics of a pass that finalizes them itself (M.finalize_in_block)
+local BLOCK_STATS = "pro_stats_sh"
 
 -- Prints the prologue's ops 0..upto-1 applied to `x` (a float variable) at `coords` of the
 -- input (coords[1] the channel, coords[2..] the spatial coordinates, as C expressions; `n`
@@ -31,7 +35,11 @@ function M.apply(c, layer, plan, pass, names, x, coords, upto)
       local src
       if op.has_stats then
         if j ~= plan.pro_norm then error("prologue: a norm with statistics the plan does not gather") end
-        src = string.format("%s[%s]", names.stats[plan.pro_accum], ev:norm_key(op, coords))
+        if M.block_finalizes(plan, pass) then
+          src = string.format("%s[%s]", BLOCK_STATS, ev:norm_key(op, coords, not plan.accums[plan.pro_accum].over_batch))
+        else
+          src = string.format("%s[%s]", names.stats[plan.pro_accum], ev:norm_key(op, coords))
+        end
       end
       e = ev:normalize(op, v, coords, src, false)
     else
@@ -42,6 +50,33 @@ function M.apply(c, layer, plan, pass, names, x, coords, upto)
     v = var
   end
   return v
+end
+
+-- Whether `pass` finalizes the prologue's statistics itself (the planner's pack_finalizes: the
+-- wgmma input pack by rows, their only reader), into BLOCK_STATS (M.finalize_in_block).
+function M.block_finalizes(plan, pass) return plan.pack_finalizes and pass.kind == "pack_input" end
+
+-- Turns the prologue's sums of sample `n` (every key of it, or the batch-wide ones) into the
+-- statistics the norm reads, in shared memory, with the registry's finalize (finalize.lua):
+-- the finalize pass's work, done by every block of the pass that reads them instead of by a
+-- pass of its own. Every thread of the block must reach it (a barrier ends it).
+function M.finalize_in_block(c, layer, plan, names, threads)
+  local a = plan.pro_accum
+  local acc = plan.accums[a]
+  local def = plan.accum_defs[acc.kind]
+  local keys = acc.keys_per_sample
+  c:line("/* the prologue's statistics, finalized from their sums here (no finalize pass): %s keys */",
+    acc.over_batch and string.format("the batch's %d", keys) or string.format("this sample's %d", keys))
+  c:line("__shared__ fg_stat %s[%d];", BLOCK_STATS, keys)
+  c:open("for (int kq = (int)threadIdx.x; kq < %d; kq += %d) {", keys, threads)
+  c:line("const long long key = kq;")
+  -- the sample's sums from key 0 on: the accumulator's bytes_per_key a key
+  local sums = acc.over_batch and names.accum[a] or
+      string.format("((const %s *)((const char *)%s + (long long)n * %d))", def.ctype, names.accum[a],
+        keys * def.bytes_per_key)
+  finalize.emit(c, layer, plan, names, a, sums, BLOCK_STATS, false)
+  c:close()
+  c:line("__syncthreads();")
 end
 
 -- Whether a pass applies a prologue (then it reads each input element with a plain load and

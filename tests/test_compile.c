@@ -402,7 +402,8 @@ static void half_dtypes(void **state)
 /* Prologues (tests/prologue_specs.h, the GPU test's layers): each layer for sm_80, sm_90 and
  * sm_90a with the FMA and mma.sync engines forced, and for sm_90a on wgmma; the plan's conv
  * is on the forced engine (wgmma where the shape allows it), no pass is cuDNN's, the conv
- * (or the wgmma input pack) reads the prologue's statistics when it has some, and every
+ * (or the wgmma input pack: their sums, where it finalizes them) reads the prologue's
+ * statistics when it has some, and every
  * kernel compiles with NVRTC without spills. */
 static void prologues(void **state)
 {
@@ -432,9 +433,11 @@ static void prologues(void **state)
                 if (ps->kind == FG_PASS_CUDNN)
                     fail_msg("%s: a prologue layer planned on cuDNN", what);
                 engine_seen |= ps->kind == FG_PASS_CONV && (int)ps->conv.engine == runs[r].engine_is;
+                /* finalized statistics, or (the rows pack that finalizes them itself) the sums */
+                fg_arg_kind read = ps->kind == FG_PASS_PACK_INPUT && plan->pack_finalizes ? FG_ARG_ACCUM : FG_ARG_STATS;
                 if ((ps->kind == FG_PASS_CONV && ps->conv.engine != FG_CONV_WGMMA) || ps->kind == FG_PASS_PACK_INPUT)
                     for (int a = 0; a < ps->n_args; a++)
-                        stats_read |= ps->args[a].kind == FG_ARG_STATS && ps->args[a].index == plan->pro_accum;
+                        stats_read |= ps->args[a].kind == read && ps->args[a].index == plan->pro_accum;
             }
             /* wgmma only where the shape allows it (the planner falls back to mma.sync) */
             if (!engine_seen && runs[r].engine_is != FG_CONV_WGMMA)

@@ -2411,9 +2411,17 @@ static void wgmma_half_prologue_operands(void **state)
             assert_int_equal(pack->launch.grid_x, ipix / 32);
         }
         assert_int_equal(pack->launch.grid_y, (w->xc + w->pack_xb - 1) / w->pack_xb);
+        /* the statistics finalized: by a finalize pass, or (the rows pack, their only reader) by
+         * each pack block from the sums, with no finalize pass */
+        assert_int_equal(plan->pack_finalizes, w->pack_vec != 0);
+        int finalize_passes = 0;
+        for (int k = 0; k < plan->n_passes; k++)
+            finalize_passes += plan->passes[k].kind == FG_PASS_FINALIZE;
+        assert_int_equal(finalize_passes, !plan->pack_finalizes);
         bool stats = false, hi = false, lo = false;
         for (int a = 0; a < pack->n_args; a++) {
-            stats |= pack->args[a].kind == FG_ARG_STATS && pack->args[a].index == plan->pro_accum;
+            stats |= pack->args[a].kind == (plan->pack_finalizes ? FG_ARG_ACCUM : FG_ARG_STATS) &&
+                     pack->args[a].index == plan->pro_accum;
             hi |= pack->args[a].kind == FG_ARG_BUFFER && pack->args[a].index == w->packed_hi;
             lo |= pack->args[a].kind == FG_ARG_BUFFER && pack->args[a].index == w->packed_lo;
         }
