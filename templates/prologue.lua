@@ -190,8 +190,9 @@ function M.render(layer, plan, pass, names, signature)
   return c
 end
 
--- Pixels a thread of a pass by pixel rows loads before it uses the first: their 16-byte loads
--- in flight together (a thread of the statistics pass holds 8 x 16 bytes)
+-- The most pixels a thread of the statistics pass by pixel rows loads before it uses the
+-- first: their 16-byte loads in flight together, at most 8 x 16 bytes of registers a thread
+-- (the input pack by rows loads all of its FG_PACK_ROWS_ITERS pixels at once)
 local ROWS_IN_FLIGHT = 8
 
 -- The statistics pass by pixel rows (planner.c pro_stats_rows: a channels-last input, a
