@@ -12,6 +12,7 @@
 #include "compare.h"
 #include "fusegen.h"
 #include "../common/clock.h"
+#include "../common/accuracy.h"
 #include "../common/half.h"
 
 static const char usage[] =
@@ -36,6 +37,7 @@ static const char usage[] =
     "                        layer's dtype; a channels_last layer's as [N, (D,) H, W, C])\n"
     "  --check               also run the CPU reference (float64) on the same data and compare:\n"
     "                        max abs error, relative L2 error, PASS/FAIL at atol = rtol = 1e-4\n"
+    "                        (precision tf32: 5e-3, with bf16 4e-2)\n"
     "                        (plus 1 ulp of the dtype for a bf16/fp16 layer)\n"
     "  --check-samples K     compare only the first K samples (the reference is slow on big batches)\n"
     "  --force               run the CPU reference even when it needs more than 2e10 multiply-adds\n"
@@ -372,21 +374,44 @@ static fg_status run_reference(fg_layer *layer, const float *x, float *y, int64_
 }
 
 /* --check: the output against the reference (`what`, computed on `samples` of `batch` samples
- * since t0) within atol = rtol = 1e-4, plus 1 ulp of a bf16/fp16 dtype (the reference is
- * rounded to it too: compare.h); prints the line and returns whether it passed. */
+ * since t0) within the layer's accuracy bar (common/accuracy.h: atol = rtol = 1e-4 for exact
+ * fp32 precision; for precision "tf32", which some layer of a block has when `tf32`, 5e-3 or
+ * 4e-2 with bf16), plus 1 ulp of a bf16/fp16 dtype (the reference is rounded to it too:
+ * compare.h); prints the line and returns whether it passed. */
 static bool check_report(const float *y, const float *ref, int64_t n, const char *what, int64_t samples,
-                         int64_t batch, double t0, int dtype, const char *dname)
+                         int64_t batch, double t0, int dtype, const char *dname, bool tf32)
 {
+    const double bar = fg_accuracy_bar(tf32, dtype);
     fg_comparison cmp;
-    fg_compare_dtype(y, ref, (size_t)n, 1e-4, 1e-4, dtype ? 1.0 : 0.0, dtype, &cmp);
+    fg_compare_dtype(y, ref, (size_t)n, bar, bar, dtype ? 1.0 : 0.0, dtype, &cmp);
     char ulp[40] = "";
     if (dtype)
         snprintf(ulp, sizeof ulp, " + 1 ulp of %s", dname);
+    const int exp10 = (int)floor(log10(bar) + 1e-9); /* the bar as the docs write it: 1e-4, 5e-3 */
     printf("check against the CPU reference (%s, %lld of %lld samples, %.1f s): max abs error %.3g, "
-           "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=1e-4%s%s: %s\n",
+           "relative L2 error %.3g, %lld of %lld elements outside atol=rtol=%ge%d%s%s%s: %s\n",
            what, (long long)samples, (long long)batch, fg_seconds_now() - t0, cmp.max_abs, cmp.rel_l2,
-           (long long)cmp.bad, (long long)cmp.count, ulp, cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
+           (long long)cmp.bad, (long long)cmp.count, bar / pow(10.0, exp10), exp10, ulp, tf32 ? " (precision tf32)" : "",
+           cmp.nan ? " (NaN present)" : "", cmp.pass ? "PASS" : "FAIL");
     return cmp.pass;
+}
+
+/* Whether the layer's conv may use one TF32 (or half) product: the spec's precision "tf32". */
+static bool layer_tf32(fg_layer *layer)
+{
+    const fg_layer_ir *ir = fg_tools_layer_ir(layer);
+    return ir && ir->precision == FG_PRECISION_TF32;
+}
+
+/* The same for a block: any of its layers. */
+static bool block_tf32(fg_block *block)
+{
+    int n = 0;
+    fg_block_layer_count(block, &n);
+    for (int i = 0; i < n; i++)
+        if (layer_tf32(fg_tools_block_layer(block, i)))
+            return true;
+    return false;
 }
 
 /* `run` on a block spec (docs/spec.md, "Blocks"): random inputs (each input its own stream of
@@ -522,7 +547,8 @@ static int run_block(const run_opts *o, fg_context *ctx, fg_block *block)
             rc = EXIT_FAIL;
             goto out;
         }
-        if (!check_report(y, ref, per_out * samples, "float64 per layer", samples, batch, t0, dtype, dname))
+        if (!check_report(y, ref, per_out * samples, "float64 per layer", samples, batch, t0, dtype, dname,
+                          block_tf32(block)))
             rc = EXIT_FAIL;
     }
 out:
@@ -627,7 +653,7 @@ int cmd_run(int argc, char **argv)
         }
         const char *dname;
         int dtype = layer_dtype(layer, &dname);
-        if (!check_report(y, ref, per_out * samples, "float64", samples, batch, t0, dtype, dname))
+        if (!check_report(y, ref, per_out * samples, "float64", samples, batch, t0, dtype, dname, layer_tf32(layer)))
             rc = EXIT_FAIL;
     }
 out:

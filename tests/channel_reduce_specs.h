@@ -9,6 +9,7 @@
 #define FG_TEST_CHANNEL_REDUCE_SPECS_H
 
 #include <stdint.h>
+#include "../common/accuracy.h"
 
 typedef struct channel_reduce_case {
     const char *name;
@@ -79,7 +80,7 @@ static const channel_reduce_case channel_reduce_cases[] = {
         mul { value = "l" },
     })},
     /* one TF32 product (precision "tf32"): the plain accumulator path */
-    {"chanred_sum_tf32", 2, 5e-3, CHANNEL_REDUCE_SPEC(return layer "chanred_sum_tf32" {
+    {"chanred_sum_tf32", 2, FG_BAR_TF32, CHANNEL_REDUCE_SPEC(return layer "chanred_sum_tf32" {
         input = { "N", 128, 20, 20 },
         precision = "tf32",
         conv2d { out_channels = 128, kernel = 3, padding = 1 },

@@ -9,6 +9,7 @@
 #define FG_TEST_PROLOGUE_SPECS_H
 
 #include <stdint.h>
+#include "../common/accuracy.h"
 
 typedef struct prologue_case {
     const char *name;
@@ -188,7 +189,7 @@ static const prologue_case prologue_cases[] = {
         silu {},
         conv2d { out_channels = 64, kernel = 3, padding = 1 },
     })},
-    {"pro_tf32_gn_silu", NULL, 2, 5e-3, PROLOGUE_SPEC(return layer "pro_tf32_gn_silu" {
+    {"pro_tf32_gn_silu", NULL, 2, FG_BAR_TF32, PROLOGUE_SPEC(return layer "pro_tf32_gn_silu" {
         input = { "N", 32, 16, 16 },
         precision = "tf32",
         group_norm { groups = 8 },
@@ -200,7 +201,7 @@ static const prologue_case prologue_cases[] = {
      * x_hi.w_lo + x_hi.w_hi, the fp32 bar plus an ulp of the dtype) or rounded to it once
      * (tf32: the v12 bars, 4e-2 bf16, 5e-3 fp16); group and instance norms, padded channels
      * with groups, channels-last, two channel blocks, split K at batch 1 */
-    {"pro_bf16_gn_silu_tf32_wgmma", "wgmma", 2, 4e-2, PROLOGUE_SPEC(return layer "pro_bf16_gn_silu_tf32_wgmma" {
+    {"pro_bf16_gn_silu_tf32_wgmma", "wgmma", 2, FG_BAR_TF32_BF16, PROLOGUE_SPEC(return layer "pro_bf16_gn_silu_tf32_wgmma" {
         input = { "N", 32, 15, 17 },
         dtype = "bf16",
         precision = "tf32",
@@ -215,7 +216,7 @@ static const prologue_case prologue_cases[] = {
         silu {},
         conv2d { out_channels = 64, kernel = 3, padding = 1 },
     })},
-    {"pro_fp16_gn_silu_tf32_wgmma", "wgmma", 2, 5e-3, PROLOGUE_SPEC(return layer "pro_fp16_gn_silu_tf32_wgmma" {
+    {"pro_fp16_gn_silu_tf32_wgmma", "wgmma", 2, FG_BAR_TF32, PROLOGUE_SPEC(return layer "pro_fp16_gn_silu_tf32_wgmma" {
         input = { "N", 64, 16, 16 },
         dtype = "fp16",
         precision = "tf32",
@@ -230,7 +231,7 @@ static const prologue_case prologue_cases[] = {
         leaky_relu { negative_slope = 0.1 },
         conv2d { out_channels = 24, kernel = 3, padding = 1, stride = 2 },
     })},
-    {"pro_fp16_instance_norm_3d_tf32_wgmma", "wgmma", 2, 5e-3,
+    {"pro_fp16_instance_norm_3d_tf32_wgmma", "wgmma", 2, FG_BAR_TF32,
      PROLOGUE_SPEC(return layer "pro_fp16_instance_norm_3d_tf32_wgmma" {
         input = { "N", 8, 6, 10, 12 },
         dtype = "fp16",

@@ -9,6 +9,7 @@
 #define FG_TEST_SPLIT_K_SPECS_H
 
 #include <stdint.h>
+#include "../common/accuracy.h"
 
 typedef struct split_k_case {
     const char *name;
@@ -63,7 +64,7 @@ static const split_k_case split_k_cases[] = {
         softmax { dim = 1 },
     })},
     /* one TF32 product: the plain accumulator path */
-    {"split_tf32", 1, 9, 5e-3, SPLIT_K_SPEC(return layer "split_tf32" {
+    {"split_tf32", 1, 9, FG_BAR_TF32, SPLIT_K_SPEC(return layer "split_tf32" {
         input = { "N", 256, 14, 14 },
         precision = "tf32",
         conv2d { out_channels = 256, kernel = 3, padding = 1 },

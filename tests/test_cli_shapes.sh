@@ -88,5 +88,16 @@ check "channels_last input file in memory order" "cl2: output [2, 2, 4, 6] (chan
 sed 's/  layout = "channels_last",//; s/"cl2"/"nchw2"/' "$work/cl2.lua" >"$work/nchw2.lua"
 out=$("$fusegen" run "$work/nchw2.lua" --device cpu --input "$work/cl.safetensors" 2>&1)
 check "an NCHW layer refuses the NHWC file" "does not have the layer's input shape" "$out"
+# --check's bar follows the precision (common/accuracy.h): 1e-4 for exact fp32, 5e-3 for
+# precision tf32, 4e-2 for tf32 with bf16 (plus an ulp of the dtype); on the CPU the check
+# compares the reference with itself, so only the bar it names is checked here
+out=$("$fusegen" run "$work/nchw2.lua" --device cpu --batch 2 --check 2>&1)
+check "--check at the exact bar" "elements outside atol=rtol=1e-4: PASS" "$out"
+sed 's/^  input = .*$/&\n  precision = "tf32",/' "$work/nchw2.lua" >"$work/t32.lua"
+out=$("$fusegen" run "$work/t32.lua" --device cpu --batch 2 --check 2>&1)
+check "--check at the tf32 bar" "elements outside atol=rtol=5e-3 (precision tf32): PASS" "$out"
+sed 's/^  input = .*$/&\n  dtype = "bf16",/' "$work/t32.lua" >"$work/t32b.lua"
+out=$("$fusegen" run "$work/t32b.lua" --device cpu --batch 2 --check 2>&1)
+check "--check at the bf16 tf32 bar" "elements outside atol=rtol=4e-2 + 1 ulp of bf16 (precision tf32): PASS" "$out"
 echo "cli shapes: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -21,6 +21,7 @@
 #define FG_TEST_WGMMA_REACH_SPECS_H
 
 #include <stdint.h>
+#include "../common/accuracy.h"
 
 typedef struct wgmma_reach_case {
     const char *name;
@@ -70,7 +71,7 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
         conv2d { out_channels = 64, kernel = 3, padding = 1 },
     })},
     /* precision tf32, one TF32 part: 512 channels in two blocks of 256 (the TF32 bar) */
-    {"wide_tf32_1x1_512", "channel blocks", 2, 5e-3, WGMMA_REACH_SPEC(return layer "wide_tf32_1x1_512" {
+    {"wide_tf32_1x1_512", "channel blocks", 2, FG_BAR_TF32, WGMMA_REACH_SPEC(return layer "wide_tf32_1x1_512" {
         input = { "N", 512, 12, 12 },
         precision = "tf32",
         conv2d { out_channels = 128, kernel = 1 },
@@ -96,9 +97,9 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
         gelu {},
     })},
     /* SD-like: bf16 channels last, 192 -> 320 (2 blocks of 160: 27 K chunks), precision tf32
-     * (the weights rounded to bf16: the half cases' tf32 bar, 4e-2, test_gpu_variants.c), a
+     * (the weights rounded to bf16: the half cases' tf32 bar, FG_BAR_TF32_BF16, test_gpu_variants.c), a
      * residual of the output's shape */
-    {"wide_bn_bf16_cl_3x3_320", "wide channel blocks", 2, 4e-2, WGMMA_REACH_SPEC(return layer "wide_bn_bf16_cl_3x3_320" {
+    {"wide_bn_bf16_cl_3x3_320", "wide channel blocks", 2, FG_BAR_TF32_BF16, WGMMA_REACH_SPEC(return layer "wide_bn_bf16_cl_3x3_320" {
         input = { "N", 192, 10, 9 },
         dtype = "bf16",
         layout = "channels_last",

@@ -16,6 +16,7 @@
 #include "../prologue_specs.h"
 #include "../wgmma_reach_specs.h"
 #include "gpu_harness.h"
+#include "../../common/accuracy.h"
 
 typedef struct variant {
     const char *name;
@@ -241,14 +242,14 @@ static const variant fixed[] = {
     })},
     /* precision tf32 with 32 outputs: one TF32 product (wgmma on sm_90a, cuDNN elsewhere); with
      * fewer the exact engines run it on sm_90a (planner.c, tf32_stays_exact) */
-    {"tf32_cudnn_path", 2, 5e-3, SPEC(return layer "tf32_cudnn_path" {
+    {"tf32_cudnn_path", 2, FG_BAR_TF32, SPEC(return layer "tf32_cudnn_path" {
         input = { "N", 16, 20, 20 },
         precision = "tf32",
         conv2d { out_channels = 32, kernel = 3 },
         instance_norm {},
         div { scalar = 2.0 },
     })},
-    {"tf32_cudnn_conv3d_max", 2, 5e-3, SPEC(return layer "tf32_cudnn_conv3d_max" {
+    {"tf32_cudnn_conv3d_max", 2, FG_BAR_TF32, SPEC(return layer "tf32_cudnn_conv3d_max" {
         input = { "N", 3, 8, 10, 10 },
         precision = "tf32",
         conv3d { out_channels = 16, kernel = 3 },
@@ -336,7 +337,7 @@ static const variant fixed[] = {
         batch_norm { name = "bn", stats = "running" },
         relu {},
     })},
-    {"batch_norm_folded_tf32_cudnn", 2, 5e-3, SPEC(return layer "batch_norm_folded_tf32_cudnn" {
+    {"batch_norm_folded_tf32_cudnn", 2, FG_BAR_TF32, SPEC(return layer "batch_norm_folded_tf32_cudnn" {
         input = { "N", 16, 20, 20 },
         precision = "tf32",
         conv2d { out_channels = 32, kernel = 3 },
@@ -465,7 +466,7 @@ static const half_variant halves[] = {
     })},
     /* on sm_90a this runs on wgmma with bf16 operands, the weights rounded once to bf16: the
      * tf32 bar scaled by bf16's rounding (the wgmma cases below say why) */
-    {"half_bf16_tf32_no_cudnn", NULL, 2, 0, 4e-2, SPEC(return layer "half_bf16_tf32_no_cudnn" {
+    {"half_bf16_tf32_no_cudnn", NULL, 2, 0, FG_BAR_TF32_BF16, SPEC(return layer "half_bf16_tf32_no_cudnn" {
         input = { "N", 16, 20, 20 },
         dtype = "bf16",
         precision = "tf32",
@@ -478,7 +479,8 @@ static const half_variant halves[] = {
      * 2^-16 of itself in bf16, to 2^-22 or 2^-25 absolute in fp16: tests/test_half_split.c)
      * or rounded once for tf32. The tf32 bar is the TF32 cases' 5e-3 scaled by the weight
      * rounding: TF32 rounds x and w to 11 significant bits; fp16 rounds only w, to 11 bits
-     * (5e-3 holds); bf16 rounds w to 8 bits, 2^3 times coarser (4e-2). Each shape below also
+     * (5e-3 holds); bf16 rounds w to 8 bits, 2^3 times coarser (4e-2: common/accuracy.h,
+     * FG_BAR_TF32 and FG_BAR_TF32_BF16, which `fusegen run --check` applies too). Each shape below also
      * checks a packing detail: channels padded to 8 a tap (3 -> 8, 12 -> 16), 2 channel
      * blocks (200 channels), stride 2, split K at batch 1, channels-last input. */
     {"half_bf16_wgmma_exact_group_norm", "wgmma", 2, 0, 1e-4, SPEC(return layer "half_bf16_wgmma_exact_group_norm" {
@@ -494,14 +496,14 @@ static const half_variant halves[] = {
         conv2d { out_channels = 200, kernel = 3, stride = 2, padding = 1 },
         gelu {},
     })},
-    {"half_bf16_wgmma_tf32", "wgmma", 2, 0, 4e-2, SPEC(return layer "half_bf16_wgmma_tf32" {
+    {"half_bf16_wgmma_tf32", "wgmma", 2, 0, FG_BAR_TF32_BF16, SPEC(return layer "half_bf16_wgmma_tf32" {
         input = { "N", 64, 20, 22 },
         dtype = "bf16",
         precision = "tf32",
         conv2d { out_channels = 64, kernel = 3, padding = 1 },
         relu {},
     })},
-    {"half_fp16_wgmma_tf32", "wgmma", 2, 1, 5e-3, SPEC(return layer "half_fp16_wgmma_tf32" {
+    {"half_fp16_wgmma_tf32", "wgmma", 2, 1, FG_BAR_TF32, SPEC(return layer "half_fp16_wgmma_tf32" {
         input = { "N", 32, 19, 21 },
         dtype = "fp16",
         precision = "tf32",
@@ -529,7 +531,7 @@ static const half_variant halves[] = {
         relu {},
     })},
     /* one tile (100 pixels x 128 channels) at batch 1: split K in 4 of 9 chunks */
-    {"half_fp16_wgmma_split_k_tf32", NULL, 1, 0, 5e-3, SPEC(return layer "half_fp16_wgmma_split_k_tf32" {
+    {"half_fp16_wgmma_split_k_tf32", NULL, 1, 0, FG_BAR_TF32, SPEC(return layer "half_fp16_wgmma_split_k_tf32" {
         input = { "N", 256, 10, 10 },
         dtype = "fp16",
         precision = "tf32",
@@ -610,7 +612,7 @@ static const half_variant layouts[] = {
         conv2d { out_channels = 64, kernel = 3, padding = 1, groups = 2 },
         group_norm { groups = 4 },
     })},
-    {"cl_bf16_wgmma_tf32", "wgmma", 2, 0, 4e-2, SPEC(return layer "cl_bf16_wgmma_tf32" {
+    {"cl_bf16_wgmma_tf32", "wgmma", 2, 0, FG_BAR_TF32_BF16, SPEC(return layer "cl_bf16_wgmma_tf32" {
         input = { "N", 32, 16, 18 },
         layout = "channels_last",
         dtype = "bf16",
@@ -658,7 +660,7 @@ static const half_variant layouts[] = {
         group_norm { groups = 4 },
         relu {},
     })},
-    {"cl_tf32_no_cudnn", NULL, 2, 0, 5e-3, SPEC(return layer "cl_tf32_no_cudnn" {
+    {"cl_tf32_no_cudnn", NULL, 2, 0, FG_BAR_TF32, SPEC(return layer "cl_tf32_no_cudnn" {
         input = { "N", 16, 20, 20 },
         layout = "channels_last",
         precision = "tf32",
@@ -785,7 +787,7 @@ static const half_variant direct_inputs[] = {
         conv2d { out_channels = 96, kernel = 1 },
         relu {},
     })},
-    {"direct_fp16_cl_3x3_groups_tf32", "wgmma", 3, 1, 5e-3, SPEC(return layer "direct_fp16_cl_3x3_groups_tf32" {
+    {"direct_fp16_cl_3x3_groups_tf32", "wgmma", 3, 1, FG_BAR_TF32, SPEC(return layer "direct_fp16_cl_3x3_groups_tf32" {
         input = { "N", 32, 17, 13 },
         dtype = "fp16",
         layout = "channels_last",
@@ -865,7 +867,7 @@ static const half_variant cl_rows_inputs[] = {
         leaky_relu { negative_slope = 0.01 },
         conv3d { out_channels = 32, kernel = 3, padding = 1 },
     })},
-    {"rows_fp16_bn_batch_tf32", "wgmma", 3, 0, 5e-3, SPEC(return layer "rows_fp16_bn_batch_tf32" {
+    {"rows_fp16_bn_batch_tf32", "wgmma", 3, 0, FG_BAR_TF32, SPEC(return layer "rows_fp16_bn_batch_tf32" {
         input = { "N", 128, 6, 11 },
         layout = "channels_last",
         dtype = "fp16",
