@@ -426,7 +426,7 @@ typedef struct fg_plan {
     int pro_norm, pro_accum;
     /* the prologue's statistics are finalized by each block of the wgmma input pack by pixel
      * rows (its sample's keys into shared memory), not by a finalize pass: that pack is their
-     * only reader (gen/planner.c, pack_finalizes) */
+     * only reader (gen/planner.c, prologue_finalize) */
     bool pack_finalizes;
     /* precision "tf32" whose conv the exact engines compute: one TF32 product is no faster
      * there (narrow groups; on sm_90a, fewer than 32 outputs a group: gen/planner.c,

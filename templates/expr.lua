@@ -134,7 +134,8 @@ function M.sample_key(sample, per_sample, within)
   return string.format("(long long)%s * %d + %s", sample, per_sample, within)
 end
 
--- Key of a norm's statistic for an element at `coords` of its input.
+-- Key of a norm's statistic for an element at `coords` of its input (`within_sample`: its
+-- index among its sample's keys, as a block's finalized copy of them is indexed).
 function Eval:norm_key(op, coords, within_sample)
   local st, shape = op.stat, op.in_shape
   local key = st.channel_group == 1 and coords[1] or string.format("(%s) / %d", coords[1], st.channel_group)

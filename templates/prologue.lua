@@ -36,7 +36,7 @@ function M.apply(c, layer, plan, pass, names, x, coords, upto)
       if op.has_stats then
         if j ~= plan.pro_norm then error("prologue: a norm with statistics the plan does not gather") end
         if M.block_finalizes(plan, pass) then
-          src = string.format("%s[%s]", BLOCK_STATS, ev:norm_key(op, coords, not plan.accums[plan.pro_accum].over_batch))
+          src = string.format("%s[%s]", BLOCK_STATS, ev:norm_key(op, coords, true))
         else
           src = string.format("%s[%s]", names.stats[plan.pro_accum], ev:norm_key(op, coords))
         end
