@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_registry.h"
+#include "planner.h"
+
 void fg_block_ir_free(fg_block_ir *b)
 {
     free(b->layers);
@@ -23,6 +26,51 @@ bool fg_block_param_first_use(const fg_block_ir *b, int layer, int param)
             if (!b->layers[m].params[j].batched && !strcmp(b->layers[m].params[j].name, mine->name))
                 return false;
     return true;
+}
+
+/* Whether norm op's statistics (a prologue's, on its input) can come from the layer writing
+ * that input: one set per sample and channel group over every spatial position, so that every
+ * output of a channel adds into one key (what a conv epilogue's per-channel partials gather). */
+static bool linkable_norm(const fg_op *op)
+{
+    if (fg_op_kind_class(op->kind) != FG_CLASS_NORM || !fg_op_stats(op))
+        return false;
+    fg_stat_layout L;
+    fg_norm_stat_layout(op, &L);
+    return !L.over_batch && L.whole_channels;
+}
+
+static bool same_statistics(const fg_op *a, const fg_op *b)
+{
+    fg_stat_layout x, y;
+    fg_norm_stat_layout(a, &x);
+    fg_norm_stat_layout(b, &y);
+    return fg_op_stats(a) == fg_op_stats(b) && x.channel_group == y.channel_group && x.mask == y.mask &&
+           fg_shape_same(&a->in, &b->in);
+}
+
+void fg_block_link_statistics(fg_block_ir *b)
+{
+    for (int i = 0; i < b->n_layers; i++)
+        b->stats_from[i] = -1;
+    for (int i = 0; i < b->n_layers; i++) {
+        fg_layer_ir *reader = &b->layers[i];
+        int w = b->tensors[b->layer[i].from].layer; /* in run order, before layer i */
+        if (w < 0 || reader->n_pro == 0 || !linkable_norm(&reader->pro[0]))
+            continue;
+        fg_layer_ir *src = &b->layers[w];
+        /* not resident (one kernel that keeps its output in shared memory), and an output laid
+         * out as it is shaped (no view at the end: the kernels index the value before it) */
+        if (src->strategy == FG_STRATEGY_RESIDENT ||
+            !fg_shape_same(fg_value_layout(src, src->n_ops - 1), &src->ops[src->n_ops - 1].out))
+            continue;
+        if (src->exports_stats && !same_statistics(&src->export_norm, &reader->pro[0]))
+            continue;
+        src->exports_stats = true;
+        src->export_norm = reader->pro[0];
+        reader->pro_stats_given = true;
+        b->stats_from[i] = w;
+    }
 }
 
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i)

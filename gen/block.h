@@ -51,6 +51,9 @@ typedef struct fg_block_ir {
     fg_block_layer layer[FG_MAX_BLOCK_LAYERS]; /* in run order: every layer after what it reads */
     fg_layer_ir *layers;     /* n_layers IRs (heap), in run order; ir.name is BLOCK.LAYER */
     int output;              /* the tensor the block returns */
+    /* stats_from[i]: the layer (run order) whose output pass gathers the statistics layer i's
+     * prologue norm reads (fg_block_link_statistics), -1: layer i gathers its own or has none */
+    int stats_from[FG_MAX_BLOCK_LAYERS];
     /* The block's `dtype` and `layout`: of every tensor of the block (its inputs, the layers'
      * outputs), so every layer has them (each layer reads and writes tensors of the block);
      * a layer's `tensor` operands are read in them too. Parameters stay float32 NC(D)HW. */
@@ -64,6 +67,15 @@ typedef struct fg_block_ir {
 int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err);
 int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err);
 void fg_block_ir_free(fg_block_ir *b);
+
+/* Hands statistics from layer to layer (the loader calls it once the layers are in run order
+ * and their shapes inferred): where a layer's first prologue op is a norm whose statistics
+ * are per sample over all spatial positions (group and instance norms, a layer norm over
+ * [C, spatial...]) and its input is another layer's output, the writing layer gathers them
+ * in the pass that stores that output (fg_layer_ir.exports_stats) and the reader runs no
+ * statistics pass (pro_stats_given). A writer gathers one set: a second reader of its output
+ * whose norm groups the channels otherwise gathers its own. */
+void fg_block_link_statistics(fg_block_ir *b);
 
 /* The layer's name inside the block ("a" of "bottleneck.a"). */
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i);

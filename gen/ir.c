@@ -70,6 +70,9 @@ void fg_norm_stat_layout(const fg_op *op, fg_stat_layout *out)
         if (reduced)
             out->mask |= 1u << d;
     }
+    out->whole_channels = true;
+    for (int d = 2; d < s->rank; d++)
+        out->whole_channels = out->whole_channels && (out->mask & (1u << d));
     out->keys_per_sample = channels / out->channel_group;
     out->count_per_sample = out->channel_group;
     for (int d = 2; d < s->rank; d++) {

@@ -226,6 +226,16 @@ typedef struct fg_layer_ir {
      * stays the conv) and no `as`. */
     int n_pro;
     fg_op pro[FG_MAX_PROLOGUE];
+    /* Statistics handed from one layer of a block to the next (gen/block.c,
+     * fg_block_link_statistics; a layer loaded alone has neither). pro_stats_given: the
+     * prologue's norm, pro[0], reads statistics of the input that the layer writing it gathered
+     * (the runtime points the norm's accumulator at them), so no pass here gathers them.
+     * exports_stats: the pass writing this layer's output also gathers, over the values it
+     * stores, the statistics export_norm needs; export_norm is the reading layer's pro[0] with
+     * this layer's output shape as its shapes. */
+    bool pro_stats_given;
+    bool exports_stats;
+    fg_op export_norm;
     int n_params;
     fg_param params[FG_MAX_PARAMS];
 } fg_layer_ir;
@@ -258,6 +268,7 @@ const char *fg_shape_str(const fg_shape *s, char *buf, int cap);
  * where n enters only when the statistic is per sample (everything but batch_norm). */
 typedef struct fg_stat_layout {
     unsigned mask;           /* spatial dims reduced into one statistic */
+    bool whole_channels;     /* mask holds every spatial dim: a key is a group of channels */
     int64_t channel_group;   /* consecutive channels sharing one statistic */
     bool over_batch;         /* the statistic spans the batch (batch_norm, batch stats) */
     int64_t keys_per_sample; /* statistics per sample (in all, when over_batch) */

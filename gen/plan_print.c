@@ -142,8 +142,9 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                            wg ? "as the wgmma input pack writes it (the packed hi/lo hold the normalized input)"
                               : "as the conv stages it in shared memory");
         if (plan->pro_norm >= 0)
-            snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d by a pass over the input%s",
-                     plan->pro_norm,
+            snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d %s%s", plan->pro_norm,
+                     ir->pro_stats_given ? "gathered by the layer of the block that writes the input, as it stores it"
+                                         : "by a pass over the input",
                      plan->pack_finalizes ? ", finalized by each block of the input pack (no finalize pass)" : "");
         emit(ctx, line);
         if (ir->precision == FG_PRECISION_TF32 && !wg && !plan->tf32_exact) {
@@ -447,11 +448,22 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         char of[48];
         if (a->prologue)
             snprintf(of, sizeof of, "the input (for pro%d)", a->op);
+        else if (a->link == FG_LINK_EXPORTED)
+            snprintf(of, sizeof of, "v%d (the output)", a->value);
         else
             snprintf(of, sizeof of, "v%d", a->value);
         snprintf(line, sizeof line, "  statistics s%d: %s of %s, %" PRId64 " per %s over %" PRId64 " elements each%s",
                  i, accum_kind_name(a->kind), of, a->keys_per_sample, a->over_batch ? "layer (whole batch)" : "sample",
                  a->count_per_sample, a->per_channel ? " (one a channel)" : "");
         emit(ctx, line);
+        if (a->link == FG_LINK_EXPORTED) {
+            snprintf(line, sizeof line,
+                     "      for the %s of the block's layer that reads the output: it runs no statistics pass "
+                     "(outside this layer's workspace)",
+                     fg_op_written_name(&ir->export_norm));
+            emit(ctx, line);
+        } else if (a->link == FG_LINK_GIVEN) {
+            emit(ctx, "      gathered by the block's layer that writes the input (outside this layer's workspace)");
+        }
     }
 }

@@ -566,7 +566,9 @@ retile:;
     w->kch = (int)ceil_div(g->taps * w->cp, w->kc_elems);
     w->b_bytes = (int64_t)w->bn * 128;
     int64_t opix = g->out[0] * g->out[1] * g->out[2];
-    bool partials = layer_has_statistics(ir);
+    /* the conv pass feeds statistics: a later op's (gathered across the block's tiles in up to
+     * two accumulators), or only those of the output that the next layer of a block reads (one) */
+    const bool op_stats = layer_has_statistics(ir), partials = op_stats || ir->exports_stats;
     /* TF32 operands: two m64 tiles per consumer warpgroup where the registers and at least 3
      * stages allow it (twice the rows per weight tile), else one. Half operands: one (128-pixel
      * tiles), measured (bench/NOTES.md v19: FUSEGEN_WGMMA_M64=1 against the planner's 256-pixel
@@ -578,22 +580,30 @@ retile:;
      * partial per channel slot and its working set (estimates: ptxas reports, and the
      * compile test fails on any spill). */
     /* statistics partials gathered across a block's tiles: two fp64 per channel and per
-     * consumer warp (two accumulators at most) */
-    w->stat_bytes = partials ? 2 * 8 * (int64_t)w->bn * 2 * 8 : 0;
-    /* a channels-last output without statistics is stored through the staging slabs
-     * (fg_wgmma_staged_epilogue): measured on the H200, the fragments' own 2- and 4-byte
-     * stores and loads C elements apart took a ResNet-50 bottleneck's last 1x1 conv (bf16,
-     * channels last, batch 32) 148 us for ~115 MB, at 0.7 TB/s (bench/NOTES.md v26) */
-    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && !partials
+     * consumer warp and accumulator */
+    w->stat_bytes = (op_stats ? 2 : ir->exports_stats ? 1 : 0) * 8 * (int64_t)w->bn * 2 * 8;
+    /* a channels-last output is stored through the staging slabs (fg_wgmma_staged_epilogue)
+     * unless a later op needs statistics (then the conv pass is not the one writing the
+     * output, or its epilogue keeps per-channel partials in the fragments' mapping): measured
+     * on the H200, the fragments' own 2- and 4-byte stores and loads C elements apart took a
+     * ResNet-50 bottleneck's last 1x1 conv (bf16, channels last, batch 32) 148 us for ~115 MB,
+     * at 0.7 TB/s (bench/NOTES.md v26). The statistics the next layer reads are gathered in
+     * the slabs' mapping (a lane a channel). */
+    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && !op_stats
                        ? 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4
                        : 0;
+    /* live partials in the epilogue: a float pair per channel slot (the fragments' bn / 4
+     * slots, or a lane's channel in each of the slabs' 32-channel chunks) */
+    const int partial_regs = !partials            ? 0
+                             : w->epi_bytes == 0 ? w->bn / 2
+                                                 : 2 * (int)ceil_div(w->bn, FG_WGMMA_EPI_COLS);
     if (most_m64 == 0)
         most_m64 = w->operand == FG_WGMMA_TF32 ? 2 : 1;
     const bool two = w->ctas_per_sm == 2;
     for (w->wgmt = two ? 1 : most_m64; w->wgmt >= 1; w->wgmt--) {
         int acc = w->wgmt * w->bn / 2;
         int main_loop = acc * (1 + w->block_acc) + 32;
-        int epilogue = acc + (partials ? w->bn / 2 : 0) + 48;
+        int epilogue = acc + partial_regs + 48;
         int need = round_up((main_loop > epilogue ? main_loop : epilogue) + 16, 8);
         w->bm = 128 * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
@@ -778,8 +788,9 @@ const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling 
 
 bool fg_wgmma_staged_epilogue(const fg_wgmma_tiling *w, const fg_pass *ps)
 {
+    /* (the one statistic it may feed is the output's, for the next layer: fg_layer_ir.exports_stats) */
     return w->epi_bytes > 0 && ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && ps->store_output &&
-           ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds == 0 && ps->chan_reduce < 0;
+           ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds <= 1 && ps->chan_reduce < 0;
 }
 
 /* Whether the producer loads A by TMA in im2col mode (fg_wgmma_tiling.a_tma): where
@@ -1417,12 +1428,9 @@ static bool pro_stats_rows(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *
     const fg_shape *s = &norm->in;
     fg_stat_layout L;
     fg_norm_stat_layout(norm, &L);
-    unsigned spatial = 0;
-    for (int d = 2; d < s->rank; d++)
-        spatial |= 1u << d;
     int vec = io_vec_elems(ir);
     int64_t channels = s->dim[1];
-    if (ir->layout != FG_LAYOUT_CHANNELS_LAST || L.mask != spatial || channels % vec || channels / vec > 256)
+    if (ir->layout != FG_LAYOUT_CHANNELS_LAST || !L.whole_channels || channels % vec || channels / vec > 256)
         return false;
     int units = (int)(channels / vec), slots = 256 / units;
     int64_t pixels = 1;
@@ -1737,10 +1745,7 @@ static bool plan_resident(planner *p, int sm)
         return false;
     fg_stat_layout sl;
     fg_norm_stat_layout(norm, &sl);
-    unsigned all_spatial = 0;
-    for (int d = 2; d < norm->in.rank; d++)
-        all_spatial |= 1u << d;
-    if (sl.over_batch || sl.mask != all_spatial)
+    if (sl.over_batch || !sl.whole_channels)
         return false;
     int reduce_op;
     if (!resident_tail_ok(ir, k, t, &reduce_op))
@@ -1873,8 +1878,22 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
     }
     for (int k = 0; k < ir->n_ops; k++)
         plan->inline_loop[k] = is_window(&ir->ops[k]);
-    plan->pro_norm = plan->pro_accum = -1;
+    plan->pro_norm = plan->pro_accum = plan->export_accum = -1;
     fg_bn_fold_find(ir, &plan->fold);
+}
+
+/* An accumulator of norm op's statistics (the registry's r: one accumulator), no pass yet. */
+static void norm_accum(fg_accum *a, const fg_op *op, const fg_reduce_def *r)
+{
+    memset(a, 0, sizeof *a);
+    a->kind = r->accums[0];
+    a->max_accum = -1;
+    a->finalized = -1;
+    fg_stat_layout L;
+    fg_norm_stat_layout(op, &L);
+    a->keys_per_sample = L.keys_per_sample;
+    a->count_per_sample = L.count_per_sample;
+    a->over_batch = L.over_batch;
 }
 
 /* The prologue's statistics: when one of its norms needs statistics of the input (shape
@@ -1896,24 +1915,51 @@ static int prologue_passes(planner *p)
         return fg_fail(p->err, "%s:%d: %s: the prologue's statistics need one accumulator", ir->file, op->line,
                        fg_op_written_name(op));
     fg_accum *a = &plan->accums[plan->n_accums];
-    memset(a, 0, sizeof *a);
-    a->kind = r->accums[0];
+    norm_accum(a, op, r);
     a->op = plan->pro_norm;
     a->value = -1;
     a->prologue = true;
-    a->max_accum = -1;
-    a->finalized = -1;
-    fg_stat_layout L;
-    fg_norm_stat_layout(op, &L);
-    a->keys_per_sample = L.keys_per_sample;
-    a->count_per_sample = L.count_per_sample;
-    a->over_batch = L.over_batch;
     plan->pro_accum = plan->n_accums++;
+    if (ir->pro_stats_given) {
+        /* the layer writing the input gathered them (gen/block.c, fg_block_link_statistics) */
+        if (plan->pro_norm != 0)
+            return fg_fail(p->err, "%s:%d: %s: statistics handed from another layer are of the input itself, but "
+                                   "prologue op %d is not the first (internal error)",
+                           ir->file, op->line, fg_op_written_name(op), plan->pro_norm);
+        a->link = FG_LINK_GIVEN;
+        return 0;
+    }
     fg_pass *ps = new_pass(p, FG_PASS_PRO_STATS);
     if (!ps || feed(p, ps, plan->pro_accum))
         return -1;
     ps->first = 1;
     ps->last = 0; /* no op of the chain */
+    return 0;
+}
+
+/* The statistics of the output that the next layer of a block reads (fg_layer_ir.exports_stats):
+ * one accumulator over the last value, fed by the pass that stores it (chain_passes), so that
+ * the reader runs no statistics pass. The values fed are the fp32 ones the pass rounds to the
+ * output's dtype as it stores them (not the rounded ones a pass over the stored output would
+ * add up: the statistics of a half output are the more exact for it). */
+static int export_accum(planner *p)
+{
+    const fg_layer_ir *ir = p->ir;
+    fg_plan *plan = p->plan;
+    if (!ir->exports_stats)
+        return 0;
+    const fg_op *op = &ir->export_norm;
+    const fg_reduce_def *r = fg_op_stats(op);
+    if (plan->n_accums == FG_MAX_ACCUMS || !r || r->n_accums != 1 ||
+        !fg_shape_same(&op->in, &ir->ops[ir->n_ops - 1].out))
+        return fg_fail(p->err, "%s:%d: %s: the statistics the next layer reads cannot be gathered here (internal error)",
+                       ir->file, op->line, fg_op_written_name(op));
+    fg_accum *a = &plan->accums[plan->n_accums];
+    norm_accum(a, op, r);
+    a->op = -1;
+    a->value = ir->n_ops - 1;
+    a->link = FG_LINK_EXPORTED;
+    plan->export_accum = plan->n_accums++;
     return 0;
 }
 
@@ -1973,8 +2019,9 @@ static int chain_end(planner *p, int lowest, int first, bool conv_pass)
  * (cuDNN reads the input as it is; the generated conv applies the prologue as it stages). */
 static bool cudnn_conv(const fg_layer_ir *ir, const fg_plan *plan, bool use_wgmma)
 {
+    /* a cuDNN conv that writes the output itself cannot gather statistics of it */
     return ir->precision == FG_PRECISION_TF32 && !use_wgmma && !plan->tf32_exact && ir->dtype == FG_DTYPE_FP32 &&
-           ir->layout == FG_LAYOUT_NCHW && ir->n_pro == 0;
+           ir->layout == FG_LAYOUT_NCHW && ir->n_pro == 0 && !(ir->exports_stats && ir->n_ops == 1);
 }
 
 /* A reduction over the channels fused into the wgmma conv pass's epilogue. A wgmma tile is
@@ -1993,7 +2040,8 @@ static int wgmma_channel_reduction(const planner *p, int t)
 {
     const fg_layer_ir *ir = p->ir;
     const fg_op *conv = &ir->ops[0];
-    if (!p->use_wgmma || conv->groups != 1 || p->plan->wgmma.nblk != 1 || t + 1 >= ir->n_ops)
+    /* (its epilogue feeds no statistics: a layer exporting them keeps the reduction's own pass) */
+    if (!p->use_wgmma || conv->groups != 1 || p->plan->wgmma.nblk != 1 || t + 1 >= ir->n_ops || ir->exports_stats)
         return -1;
     const int r = t + 1;
     const fg_op *red = &ir->ops[r];
@@ -2161,7 +2209,7 @@ static fg_pass *first_passes(planner *p, int wanted)
     fg_plan *plan = p->plan;
     int last_op = ir->n_ops - 1;
     plan->strategy = FG_STRATEGY_MATERIALIZE;
-    if (prologue_passes(p))
+    if (prologue_passes(p) || export_accum(p))
         return NULL;
     p->use_wgmma = choose_wgmma(p);
     if (!p->use_wgmma) /* choose_wgmma may have tiled it before choosing another engine */
@@ -2239,7 +2287,13 @@ static int chain_passes(planner *p, fg_pass *ps)
         int k = ps->last + 1; /* the op that stopped the chain */
         if (ps->last == last_op) {
             ps->store_output = true;
-            return 0;
+            if (plan->export_accum < 0)
+                return 0;
+            if (ps->kind != FG_PASS_CONV && ps->kind != FG_PASS_MAP)
+                return fg_fail(err, "%s: the pass writing the output cannot gather the statistics the next layer "
+                                    "reads (internal error)",
+                               ir->file);
+            return feed(p, ps, plan->export_accum);
         }
         const fg_op *op = &ir->ops[k];
         if (plan->strategy == FG_STRATEGY_CHANNEL_SUMS && !p->ready[k]) {
@@ -2404,6 +2458,10 @@ int fg_plan_layer(const fg_layer_ir *ir, const fg_plan_options *given, fg_plan *
                                     "statistics are per position (over the channels), resident keeps whole channels; "
                                     "use \"auto\", \"materialize\" or \"recompute\"",
                                ir->file, ir->ops[k].line);
+        if (ir->exports_stats) /* the block links no layer whose spec asks for resident */
+            return fg_fail(err, "%s: strategy \"resident\" cannot gather the statistics of the output that the next "
+                                "layer of the block reads; use \"auto\", \"materialize\" or \"recompute\"",
+                           ir->file);
         if (!plan_resident(&p, opts.sm))
             return fg_fail(err, "%s: strategy \"resident\" is not possible for this layer on sm_%d: it needs a norm "
                                 "over whole channels (group/instance/layer norm) after the conv's elementwise ops, at "

@@ -50,6 +50,13 @@ typedef enum fg_pass_kind {
     FG_PASS_PRO_STATS,
 } fg_pass_kind;
 
+typedef enum fg_accum_link {
+    FG_LINK_NONE,
+    FG_LINK_GIVEN,    /* the prologue norm's statistics, gathered by the layer writing the input */
+    FG_LINK_EXPORTED, /* this layer's output's statistics for the next layer's prologue norm */
+} fg_accum_link;
+#define FG_LINKS 2 /* FG_LINK_GIVEN and FG_LINK_EXPORTED: fg_launch_memory.links[link - 1] */
+
 typedef struct fg_accum {
     fg_accum_kind kind;
     int op;                 /* the op that consumes it */
@@ -60,6 +67,10 @@ typedef struct fg_accum {
     int64_t count_per_sample; /* elements per statistic and per sample */
     int finalized;          /* norms and softmax: the finalize pass that reads it, else -1 */
     bool prologue;          /* op indexes the prologue (ir->pro) and value is -1: the layer input */
+    /* statistics shared with another layer of a block (fg_layer_ir.pro_stats_given,
+     * exports_stats): the runtime places them outside the layer's workspace, where both
+     * layers' kernels find them (fg_launch_memory.links) */
+    fg_accum_link link;
     /* keyed per (sample, channel) of `value`, n * C + c, over its spatial positions, whatever
      * op's own statistics are: the channel-sums strategy's moments (gen/planner.c,
      * channel_sums_reduction), read raw by its map pass (the norm op's statistics assembled from
@@ -424,6 +435,9 @@ typedef struct fg_plan {
      * accumulator (-1: none); the conv pass (or, on wgmma, the input pack) applies every
      * prologue op to each input element it stages: no tensor holds the normalized input */
     int pro_norm, pro_accum;
+    /* the accumulator of fg_layer_ir.export_norm's statistics over the output, fed by the
+     * pass that stores the output (-1: the layer exports none) */
+    int export_accum;
     /* the prologue's statistics are finalized by each block of the wgmma input pack by pixel
      * rows (its sample's keys into shared memory), not by a finalize pass: that pack is their
      * only reader (gen/planner.c, prologue_finalize) */

@@ -333,6 +333,13 @@ static void push_ir(lua_State *L, const fg_layer_ir *ir, const fg_bn_fold *fold)
         lua_rawseti(L, -2, j);
     }
     lua_setfield(L, -2, "pro");
+    /* the next layer's prologue norm whose statistics of the output this layer gathers (the
+     * accumulator marked `exported`; gen/block.c links only outputs laid out as they are shaped) */
+    if (ir->exports_stats) {
+        const fg_shape *out = fg_value_layout(ir, ir->n_ops - 1);
+        push_op_at(L, &ir->export_norm, out, out, fold, -1);
+        lua_setfield(L, -2, "export_norm");
+    }
     int n_params = fg_bn_fold_param_count(ir, fold);
     set_int(L, "n_params", n_params);
     lua_createtable(L, n_params, 1);
@@ -541,6 +548,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "finalized", a->finalized);
         set_bool(L, "prologue", a->prologue);
         set_bool(L, "per_channel", a->per_channel);
+        set_bool(L, "exported", a->link == FG_LINK_EXPORTED);
         lua_rawseti(L, -2, i);
     }
     lua_setfield(L, -2, "accums");

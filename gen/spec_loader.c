@@ -1358,6 +1358,7 @@ static int resolve_block(fg_block_ir *b, walk_ctx *w, fg_error *err)
     memcpy(b->layer, layer, sizeof layer);
     free(b->layers);
     b->layers = sorted;
+    fg_block_link_statistics(b);
     return 0;
 }
 
@@ -1487,6 +1488,7 @@ int fg_block_spec_load_string(const char *display_name, const char *source, size
     if (rc == 0 && b->single) {
         b->n_layers = 1;
         b->output = -1;
+        b->stats_from[0] = -1;
         b->dtype = b->layers[0].dtype;
         b->layout = b->layers[0].layout;
         snprintf(b->name, sizeof b->name, "%s", b->layers[0].name);

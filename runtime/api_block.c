@@ -493,21 +493,49 @@ static uint64_t align256(uint64_t x)
     return (x + 255) & ~(uint64_t)255;
 }
 
-/* Where each intermediate tensor lies in the workspace (offsets[t], bytes), then the layers'
- * scratch (at *scratch, *scratch_bytes); returns the total or 0 with the error set. */
-static fg_status layout_for(const fg_block *b, int64_t batch, uint64_t offsets[FG_MAX_BLOCK_TENSORS], uint64_t *scratch,
-                            uint64_t *scratch_bytes, uint64_t *total)
+/* The block's workspace for one batch: each intermediate tensor (offsets[t] bytes in), the
+ * statistics each layer gathers for the next one (stats[i]: of layer i's output; 0 where it
+ * gathers none), then the scratch the layers share (every layer's own workspace). */
+typedef struct block_layout {
+    uint64_t offsets[FG_MAX_BLOCK_TENSORS];
+    uint64_t stats[FG_MAX_BLOCK_LAYERS];
+    uint64_t scratch, scratch_bytes, total;
+} block_layout;
+
+/* The bytes of the statistics layer `ir` gathers of its output for the next layer, 0: none. */
+static uint64_t exported_stats_bytes(const fg_layer_ir *ir, int64_t batch)
+{
+    if (!ir->exports_stats)
+        return 0;
+    fg_stat_layout L;
+    fg_norm_stat_layout(&ir->export_norm, &L);
+    const fg_reduce_def *r = fg_op_stats(&ir->export_norm);
+    return (uint64_t)batch * (uint64_t)L.keys_per_sample * (uint64_t)fg_accum_defs[r->accums[0]].bytes_per_key;
+}
+
+/* Fills *l for `batch`, or fails with the error set. */
+static fg_status layout_for(const fg_block *b, int64_t batch, block_layout *l)
 {
     if (batch < 1 || batch > INT32_MAX)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "block %s: batch must be between 1 and %d (got %lld)", b->ir.name,
                            INT32_MAX, (long long)batch);
+    memset(l, 0, sizeof *l);
     uint64_t at = 0;
     for (int i = 0; i < b->ir.n_layers; i++) {
         int t = b->ir.layer[i].out;
-        offsets[t] = at;
+        l->offsets[t] = at;
         if (t != b->ir.output)
             at += align256((uint64_t)batch * (uint64_t)fg_shape_sample_count(&b->ir.tensors[t].shape) *
                            (uint64_t)fg_dtype_size(b->ir.dtype)); /* a tensor of the block: its dtype */
+    }
+    /* outside the scratch: the writer's passes fill them, the reader's read them, other layers
+     * run in between */
+    for (int i = 0; i < b->ir.n_layers; i++) {
+        uint64_t bytes = exported_stats_bytes(&b->ir.layers[i], batch);
+        if (bytes) {
+            l->stats[i] = at;
+            at += align256(bytes);
+        }
     }
     uint64_t most = 0;
     for (int i = 0; i < b->ir.n_layers; i++) {
@@ -518,20 +546,20 @@ static fg_status layout_for(const fg_block *b, int64_t batch, uint64_t offsets[F
         if (need > most)
             most = need;
     }
-    *scratch = at;
-    *scratch_bytes = most;
-    *total = at + align256(most);
+    l->scratch = at;
+    l->scratch_bytes = most;
+    l->total = at + align256(most);
     return FG_OK;
 }
 
 FG_API fg_status fg_block_workspace_size(const fg_block *block, int64_t batch, size_t *bytes)
 {
     ENTER_BLOCK(block, "fg_block_workspace_size");
-    uint64_t offsets[FG_MAX_BLOCK_TENSORS], scratch, scratch_bytes, total = 0;
-    fg_status s = bytes ? layout_for(block, batch, offsets, &scratch, &scratch_bytes, &total)
+    block_layout l;
+    fg_status s = bytes ? layout_for(block, batch, &l)
                         : fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_block_workspace_size: bytes is NULL");
     if (s == FG_OK)
-        *bytes = (size_t)total;
+        *bytes = (size_t)l.total;
     fg_handle_release(block);
     return s;
 }
@@ -543,12 +571,12 @@ typedef struct block_run {
     CUdeviceptr tensors[FG_MAX_BLOCK_TENSORS];
     CUdeviceptr workspace, scratch; /* scratch: 0 when no layer needs any */
     uint64_t scratch_bytes;
+    CUdeviceptr stats[FG_MAX_BLOCK_LAYERS]; /* block_layout.stats in this workspace (0: none) */
     fg_status status; /* of run_layers, when a capture enqueues it */
 } block_run;
 
 static fg_status place_tensors(const fg_block *b, const void *const *inputs, void *output, int64_t batch,
-                               CUdeviceptr ws, const uint64_t *offsets, uint64_t scratch, uint64_t scratch_bytes,
-                               block_run *run)
+                               CUdeviceptr ws, const block_layout *l, block_run *run)
 {
     memset(run, 0, sizeof *run);
     for (int t = 0; t < b->ir.n_inputs; t++) {
@@ -559,12 +587,13 @@ static fg_status place_tensors(const fg_block *b, const void *const *inputs, voi
     }
     for (int i = 0; i < b->ir.n_layers; i++) {
         int t = b->ir.layer[i].out;
-        run->tensors[t] = t == b->ir.output ? (CUdeviceptr)output : ws + offsets[t];
+        run->tensors[t] = t == b->ir.output ? (CUdeviceptr)output : ws + l->offsets[t];
+        run->stats[i] = b->ir.layers[i].exports_stats ? ws + l->stats[i] : 0;
     }
     run->batch = batch;
     run->workspace = ws;
-    run->scratch = scratch_bytes ? ws + scratch : 0;
-    run->scratch_bytes = scratch_bytes;
+    run->scratch = l->scratch_bytes ? ws + l->scratch : 0;
+    run->scratch_bytes = l->scratch_bytes;
     return FG_OK;
 }
 
@@ -584,9 +613,13 @@ static fg_status run_layers(fg_block *b, const block_run *run, CUstream stream)
                 layer->params[p].bound = true;
             }
         pthread_rwlock_unlock(&layer->bindings_lock);
-        s = fg_layer_run_workspace(layer, (const void *)run->tensors[b->ir.layer[i].from],
-                                   (void *)run->tensors[b->ir.layer[i].out], run->batch, (void *)run->scratch,
-                                   run->scratch_bytes, stream);
+        /* the statistics it reads from the layer writing its input, those it gathers for the next */
+        CUdeviceptr links[FG_LINKS] = {0};
+        links[FG_LINK_GIVEN - 1] = b->ir.stats_from[i] >= 0 ? run->stats[b->ir.stats_from[i]] : 0;
+        links[FG_LINK_EXPORTED - 1] = run->stats[i];
+        s = fg_layer_run_linked(layer, (const void *)run->tensors[b->ir.layer[i].from],
+                                (void *)run->tensors[b->ir.layer[i].out], run->batch, (void *)run->scratch,
+                                run->scratch_bytes, links, stream);
     }
     return s;
 }
@@ -752,10 +785,11 @@ static fg_status run_held(fg_block *b, const void *const *inputs, void *output, 
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "fg_block_run: inputs or output is NULL");
     if (!b->ctx->cu)
         return fg_api_fail(FG_ERR_NO_DEVICE, "fg_block_run: the context has no device (device -1)");
-    uint64_t offsets[FG_MAX_BLOCK_TENSORS], scratch, scratch_bytes, total;
-    fg_status s = layout_for(b, batch, offsets, &scratch, &scratch_bytes, &total);
+    block_layout l;
+    fg_status s = layout_for(b, batch, &l);
     if (s != FG_OK)
         return s;
+    const uint64_t total = l.total;
     pthread_mutex_lock(&b->lock);
     CUdeviceptr ws = (CUdeviceptr)workspace;
     if (own) {
@@ -786,7 +820,7 @@ static fg_status run_held(fg_block *b, const void *const *inputs, void *output, 
     }
     block_run run;
     if (s == FG_OK)
-        s = place_tensors(b, inputs, output, batch, ws, offsets, scratch, scratch_bytes, &run);
+        s = place_tensors(b, inputs, output, batch, ws, &l, &run);
     /* Inside a capture of the caller's the run's launches become nodes of the caller's graph:
      * an event recorded there could not be waited on outside that graph (a later bind's wait
      * would fail), and the caller's graph orders its own replays */

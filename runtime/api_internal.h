@@ -115,6 +115,12 @@ fg_status fg_layer_prepare_held(fg_layer *layer, int64_t batch);
  * the context's architecture and registered as a live layer handle. */
 fg_status fg_layer_create_from_ir(fg_context *ctx, const fg_layer_ir *ir, fg_layer **out);
 
+/* fg_layer_run_workspace for a layer of a block: `links` (FG_LINKS pointers) hold the
+ * statistics it shares with the block's other layers (fg_accum.link), each where the block
+ * keeps them for this run. The handle held. */
+fg_status fg_layer_run_linked(fg_layer *layer, const void *input, void *output, int64_t batch, void *workspace,
+                              size_t workspace_bytes, const CUdeviceptr links[FG_LINKS], void *stream);
+
 /* The context a live block was loaded on (runtime/tools.c's timing), or NULL. */
 fg_context *fg_block_context(const fg_block *block);
 

@@ -1001,9 +1001,16 @@ static fg_status run_locked(fg_layer *layer, const void *input, void *output, in
     return FG_OK;
 }
 
-/* The checks every GPU run starts with: its pointers and batch. */
-static fg_status check_run_args(const char *fn, const void *input, const void *output, int64_t batch)
+/* The checks every GPU run starts with: its pointers and batch; a layer that shares statistics
+ * with the other layers of its block runs in the block only. */
+static fg_status check_run_args(const fg_layer *layer, const char *fn, const void *input, const void *output,
+                                int64_t batch, bool linked)
 {
+    if (!linked && (layer->ir.pro_stats_given || layer->ir.exports_stats))
+        return fg_api_fail(FG_ERR_INVALID_ARGUMENT,
+                           "%s: layer %s hands statistics to another layer of its block, or reads theirs: run the "
+                           "block",
+                           fn, layer->ir.name);
     if (!input || !output)
         return fg_api_fail(FG_ERR_INVALID_ARGUMENT, "%s: input or output is NULL", fn);
     if (batch < 1 || batch > INT32_MAX)
@@ -1031,7 +1038,7 @@ static fg_status bound_and_prepared(fg_layer *layer, int64_t batch, CUstream str
 
 static fg_status run_held(fg_layer *layer, const void *input, void *output, int64_t batch, void *stream)
 {
-    fg_status s = check_run_args("fg_layer_run", input, output, batch);
+    fg_status s = check_run_args(layer, "fg_layer_run", input, output, batch, false);
     if (s != FG_OK || (s = fg_api_enter(layer->ctx)) != FG_OK)
         return s;
     pthread_rwlock_rdlock(&layer->bindings_lock); /* no bind frees a parameter under this run */
@@ -1096,9 +1103,9 @@ FG_API fg_status fg_layer_workspace_size(const fg_layer *layer, int64_t batch, s
  * own (each pass is launched on `stream`), so it works inside a capture of the caller's, and
  * runs on different streams with different workspaces may overlap. */
 static fg_status run_workspace_held(fg_layer *layer, const void *input, void *output, int64_t batch, void *workspace,
-                                    size_t workspace_bytes, void *stream)
+                                    size_t workspace_bytes, const CUdeviceptr *links, void *stream)
 {
-    fg_status s = check_run_args("fg_layer_run_workspace", input, output, batch);
+    fg_status s = check_run_args(layer, "fg_layer_run_workspace", input, output, batch, links != NULL);
     if (s != FG_OK)
         return s;
     if (layer->has_cudnn)
@@ -1136,6 +1143,8 @@ static fg_status run_workspace_held(fg_layer *layer, const void *input, void *ou
         mem.workspace = (CUdeviceptr)workspace;
         mem.sm_count = layer->ctx->sm_count;
         mem.params = params;
+        for (int k = 0; links && k < FG_LINKS; k++)
+            mem.links[k] = links[k];
         /* the lock covers enqueuing only (the launch table's scratch arrays): the kernels of
          * runs on different streams still overlap on the GPU */
         pthread_mutex_lock(&layer->lock);
@@ -1151,9 +1160,15 @@ FG_API fg_status fg_layer_run_workspace(fg_layer *layer, const void *input, void
                                         void *workspace, size_t workspace_bytes, void *stream)
 {
     ENTER_LAYER(layer, "fg_layer_run_workspace");
-    fg_status s = run_workspace_held(layer, input, output, batch, workspace, workspace_bytes, stream);
+    fg_status s = run_workspace_held(layer, input, output, batch, workspace, workspace_bytes, NULL, stream);
     fg_handle_release(layer);
     return s;
+}
+
+fg_status fg_layer_run_linked(fg_layer *layer, const void *input, void *output, int64_t batch, void *workspace,
+                              size_t workspace_bytes, const CUdeviceptr links[FG_LINKS], void *stream)
+{
+    return run_workspace_held(layer, input, output, batch, workspace, workspace_bytes, links, stream);
 }
 
 static fg_status run_cpu_held(fg_layer *layer, const float *input, float *output, int64_t batch,

@@ -150,6 +150,7 @@ int fg_launch_table_init(fg_launch_table *t, const fg_layer_ir *ir, const fg_pla
             st->per_sample = keys * 8;
         }
         t->clear_pattern[i] = fg_accum_defs[a->kind].clear_word;
+        t->accum_link[i] = a->link;
     }
     for (int i = 0; i < plan->n_passes; i++) {
         const fg_pass *ps = &plan->passes[i];
@@ -261,6 +262,15 @@ bool fg_launch_input_direct(const fg_launch_table *t, CUdeviceptr input)
     return t->wgmma.parts && t->wgmma.input_direct && t->wgmma.packed_hi >= 0 && input % 16 == 0;
 }
 
+/* Accumulator a's storage: the block's where it is shared with another layer, else the workspace's. */
+static CUdeviceptr accum_pointer(const fg_launch_table *t, const fg_launch_memory *m, int a)
+{
+    fg_accum_link link = t->accum_link[a];
+    if (link != FG_LINK_NONE && m->links[link - 1])
+        return m->links[link - 1];
+    return m->workspace + m->layout.accum_offset[a];
+}
+
 /* The pointer for argument `a`; `direct_buffer` is the buffer the input stands in for (-1:
  * none, fg_launch_input_direct). */
 static CUdeviceptr arg_pointer(const fg_launch_table *t, const fg_arg *a, const fg_launch_memory *m,
@@ -281,7 +291,7 @@ static CUdeviceptr arg_pointer(const fg_launch_table *t, const fg_arg *a, const 
     case FG_ARG_PARAM:
         return m->params[a->index];
     case FG_ARG_ACCUM:
-        return m->workspace + m->layout.accum_offset[a->index];
+        return accum_pointer(t, m, a->index);
     case FG_ARG_STATS:
         return m->workspace + m->layout.stats_offset[a->index];
     case FG_ARG_BATCH:
@@ -362,7 +372,7 @@ static int launch_pass(const fg_cuda *cu, const fg_launch_table *t, int i, const
     const fg_launch_pass *lp = &t->passes[i];
     for (int z = 0; z < lp->n_zero; z++) {
         int a = lp->zero[z];
-        CUresult r = cu->MemsetD32Async(mem->workspace + mem->layout.accum_offset[a], t->clear_pattern[a],
+        CUresult r = cu->MemsetD32Async(accum_pointer(t, mem, a), t->clear_pattern[a],
                                         mem->layout.accum_bytes[a] / 4, stream);
         if (r != CUDA_SUCCESS)
             return fg_cuda_fail(err, r, "clearing statistics (cuMemsetD32Async)");

@@ -67,6 +67,7 @@ typedef struct fg_launch_table {
     fg_launch_piece buffers[FG_MAX_BUFFERS];
     fg_launch_piece accums[FG_MAX_ACCUMS], stats[FG_MAX_ACCUMS];
     uint32_t clear_pattern[FG_MAX_ACCUMS];
+    fg_accum_link accum_link[FG_MAX_ACCUMS]; /* statistics shared with another layer of a block */
     int conv_weight, conv_bias; /* parameters of the conv (cuDNN), -1 for no bias */
     fg_wgmma_tiling wgmma;      /* the plan's (its split K) */
     /* split K: the buffer of the tiles' arrival counters, -1 when none. The layout places it
@@ -137,6 +138,9 @@ typedef struct fg_launch_memory {
     fg_launch_layout layout;    /* for this batch */
     fg_cudnn_conv *cudnn;       /* for a cuDNN pass */
     int sm_count;               /* the device's multiprocessors (persistent passes) */
+    /* where a block keeps the statistics its layers hand on (fg_accum.link: links[link - 1]);
+     * 0: the accumulator's own place in the workspace (a layer timed alone, runtime/tuning.c) */
+    CUdeviceptr links[FG_LINKS];
     /* the split-K counters (fg_launch_table.split_counters) already hold zeros: the layer's own
      * workspace, zeroed with fg_launch_clear_counters when allocated; the tuning's shared
      * workspace, cleared before each timed run outside its timing. False: every run clears

@@ -1435,7 +1435,10 @@ function M.render(layer, plan, pass, names, signature)
   -- much as the wgmmas on KB17 (bench/NOTES.md v6). Additive monoids (moments, sums) only;
   -- others feed per tile.
   local ev = expr.new(layer, plan, pass, c, names)
-  local slots = feed.conv_slots(layer, plan, pass.feeds, w.bn // 4)
+  -- a statistics slot per channel a thread holds: bn / 4 in the fragments' mapping, one in each
+  -- 32-channel chunk of the slabs' (a lane a channel; th below)
+  local chunks = (w.bn + w.epi_cols - 1) // w.epi_cols
+  local slots = feed.conv_slots(layer, plan, pass.feeds, pass.staged_epilogue and chunks or w.bn // 4)
   local additive = pass.feeds.n > 0 and pass.feeds.n <= 2 and w.stat_bytes > 0
   for i = 0, pass.feeds.n - 1 do
     local kind = plan.accums[pass.feeds[i]].kind
@@ -1487,7 +1490,6 @@ function M.render(layer, plan, pass, names, signature)
     -- contiguous bytes. Instead each warp writes its 16 rows x 32 channels (of m64 tile mt,
     -- channels co0 + 32 kk ..) to its slab and reads them back a row (pixel) at a time, lane
     -- = channel: 32 channels' contiguous bytes per access.
-    local chunks = (w.bn + w.epi_cols - 1) // w.epi_cols
     local S, J = w.epi_stride, w.epi_cols // 8 -- the slab's row pitch; 8-channel fragment blocks a chunk
     th = {
       loops = { { "kk", chunks }, { "mt", w.wgmt }, { "rr", w.epi_rows } },
@@ -1500,6 +1502,11 @@ function M.render(layer, plan, pass, names, signature)
       -- lost 13 %)
       valid = w.bn % w.epi_cols ~= 0 and string.format("%d * kk + lane < BN", w.epi_cols) or nil,
       full = full,
+      -- statistics (the output's, for the next layer of a block): slot kk is the lane's channel
+      -- of chunk kk, no other lane holds it
+      slot = "kk",
+      slot_co = function(q) return string.format("co0 + %d * (%s) + lane", w.epi_cols, q) end,
+      feeds_outside = across,
       stage = function(c)
         c:line("/* this warp's accumulators of tile mt, channels 32 kk .. 32 kk + 31 of the tile, into its slab */")
         c:line("#pragma unroll")
@@ -1533,24 +1540,62 @@ function M.render(layer, plan, pass, names, signature)
   end
   -- feeds what s_stat holds (for sample fed_n, group fed_g, channels fed_co0..), then clears it;
   -- every consumer thread takes the tile-uniform condition (the barriers)
+  local cc = { string.format("(g * %d + co)", g.cout_g) }
+  for d = 2, g.conv.out_shape.rank - 1 do cc[d] = "0" end
+  -- a statistic of several consecutive channels (a group norm's): the lanes holding one key add
+  -- up their sums first (a segmented sum over the warp, from the last lane of each key to its
+  -- first), and only the first lane of each key feeds it. Every tile's channels feeding every
+  -- key apart put hundreds of fp64 atomics on each address at once: SD's 320-channel layer (32
+  -- groups of 10, 32 tiles of 128 pixels a sample) took ~10 us more per launch, at any batch
+  -- (bench/NOTES.md v35).
+  local grouped = false
+  for i = 0, pass.feeds.n - 1 do
+    local acc = plan.accums[pass.feeds[i]]
+    local op = not acc.per_channel and lib.accum_op(layer, acc)
+    grouped = grouped or (op and op.class == "norm" and op.stat.channel_group > 1)
+  end
   local function flush(cond)
     c:open("if (%s) {", cond)
     c:line("asm volatile(\"bar.sync 1, 256;\" ::: \"memory\"); /* every warp's partials are in */")
-    c:open("for (int ch = tid; ch < BN; ch += 256) {")
-    c:line("const int n = fed_n, g = fed_g, co = fed_co0 + ch;")
-    c:open("if (co < %d) {", g.cout_g)
-    local cc = { string.format("(g * %d + co)", g.cout_g) }
-    for d = 2, g.conv.out_shape.rank - 1 do cc[d] = "0" end
+    if grouped then
+      c:open("for (int ch0 = 0; ch0 < BN; ch0 += 256) { /* every thread: the warps' shuffles */")
+      c:line("const int ch = ch0 + tid, n = fed_n, g = fed_g, co = fed_co0 + ch;")
+      c:line("const bool valid = ch < BN && co < %d;", g.cout_g)
+    else
+      c:open("for (int ch = tid; ch < BN; ch += 256) {")
+      c:line("const int n = fed_n, g = fed_g, co = fed_co0 + ch;")
+      c:open("if (co < %d) {", g.cout_g)
+    end
     for i = 0, pass.feeds.n - 1 do
       local a = pass.feeds[i]
       local def = plan.accum_defs[plan.accums[a].kind]
       c:line("double ss%d = 0.0, sq%d = 0.0;", a, a)
+      if grouped then
+        c:line("long long sk%d = -1;", a)
+        c:open("if (valid) {")
+      end
       c:line("for (int wi = 0; wi < 8; ++wi) { ss%d += s_stat[((%d * 8 + wi) * BN + ch) * 2]; sq%d += s_stat[((%d * 8 + wi) * BN + ch) * 2 + 1]; }",
         a, i, a, i)
-      c:line("const long long sk%d = %s;", a, ev:accum_key(a, cc))
+      if grouped then
+        c:line("sk%d = %s;", a, ev:accum_key(a, cc))
+        c:close()
+        c:open("for (int o = 1; o < 32; o <<= 1) {")
+        c:line("const double s2 = __shfl_down_sync(0xffffffffu, ss%d, o), q2 = __shfl_down_sync(0xffffffffu, sq%d, o);", a, a)
+        c:line("const long long k2 = __shfl_down_sync(0xffffffffu, sk%d, o);", a)
+        c:open("if (lane + o < 32 && k2 == sk%d) {", a)
+        c:line("ss%d += s2;", a)
+        c:line("sq%d += q2;", a)
+        c:close()
+        c:close()
+        c:line("const long long kp%d = __shfl_up_sync(0xffffffffu, sk%d, 1);", a, a)
+        c:open("if (sk%d >= 0 && (lane == 0 || kp%d != sk%d)) {", a, a, a)
+      else
+        c:line("const long long sk%d = %s;", a, ev:accum_key(a, cc))
+      end
       lib.emit(c, lib.fill(def.flush, nil, { acc = names.accum[a], k = "sk" .. a, s = "ss" .. a, q = "sq" .. a }))
+      if grouped then c:close() end
     end
-    c:close()
+    if not grouped then c:close() end
     c:close()
     c:line("asm volatile(\"bar.sync 1, 256;\" ::: \"memory\"); /* read before cleared */")
     c:line("for (int i = tid; i < %d; i += 256) s_stat[i] = 0.0;", pass.feeds.n * 8 * w.bn * 2)
@@ -1567,7 +1612,21 @@ function M.render(layer, plan, pass, names, signature)
   else
     conv_t.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   end
-  if across then
+  if across and pass.staged_epilogue then
+    -- this tile's partials into s_stat (in fp64): a lane holds its channel's alone
+    for i = 0, pass.feeds.n - 1 do
+      local a = pass.feeds[i]
+      c:line("#pragma unroll")
+      c:open("for (int q = 0; q < %d; ++q) {", slots)
+      c:open("if (%d * q + lane < BN) {", w.epi_cols)
+      c:line("double *d = s_stat + ((%d * 8 + swarp) * BN + %d * q + lane) * 2;", i, w.epi_cols)
+      c:line("d[0] += (double)fs%d[q];", a)
+      c:line("d[1] += (double)fq%d[q];", a)
+      c:close()
+      c:close()
+    end
+    c:line("fed_n = n; fed_g = g; fed_co0 = co0;")
+  elseif across then
     -- this tile's partials: over the 8 lanes holding each channel, then into s_stat (in fp64)
     c:line("const unsigned full = 0xffffffffu;")
     for i = 0, pass.feeds.n - 1 do

@@ -172,7 +172,7 @@ function Eval:accum_key(a, coords)
   local acc = self.plan.accums[a]
   -- the channel-sums rule's sums: one per (sample, channel) of the value they add up
   if acc.per_channel then return M.sample_key("n", acc.keys_per_sample, coords[1]) end
-  local op = self.layer.ops[acc.op]
+  local op = lib.accum_op(self.layer, acc)
   if op.class == "norm" then return self:norm_key(op, coords) end
   return self:reduce_key(op, coords)
 end

@@ -130,7 +130,7 @@ function M.per_pixel(layer, plan, feeds)
   for i = 0, feeds.n - 1 do
     local acc = plan.accums[feeds[i]]
     if acc.per_channel then return false end
-    local op = layer.ops[acc.op]
+    local op = lib.accum_op(layer, acc)
     local shape = op.in_shape
     local across
     if op.class == "norm" then
@@ -147,7 +147,7 @@ end
 function M.uniform_per_channel(layer, plan, a)
   local acc = plan.accums[a]
   if acc.per_channel then return true end -- keyed (sample, channel) by construction
-  local op = layer.ops[acc.op]
+  local op = lib.accum_op(layer, acc)
   local shape = op.in_shape
   local norm = op.class == "norm"
   local mask = norm and op.stat.mask or op.reduce_mask

@@ -11,7 +11,7 @@ local M = {}
 -- count); with `void_batch`, a kernel whose finalize does not says "(void)batch;".
 function M.emit(c, layer, plan, names, a, acc_expr, stats_expr, void_batch)
   local acc = plan.accums[a]
-  local op = acc.prologue and layer.pro[acc.op] or layer.ops[acc.op]
+  local op = lib.accum_op(layer, acc)
   local def = plan.accum_defs[acc.kind]
   if not def.finalize then error(string.format("accumulator %s has no finalize", acc.kind)) end
   -- the monoid's finalize reads `cnt` (elements per key) where it needs it
@@ -32,7 +32,7 @@ function M.render(layer, plan, pass, names, signature)
   local c = lib.code()
   local a = pass.finalize_accum
   local acc = plan.accums[a]
-  local op = acc.prologue and layer.pro[acc.op] or layer.ops[acc.op]
+  local op = lib.accum_op(layer, acc)
   local keys = acc.keys_per_sample
   if acc.prologue then
     c:line("/* pass %d: finalize statistics s%d of the input for the prologue's %s (pro%d) */", pass.index, a,

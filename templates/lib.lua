@@ -182,6 +182,15 @@ __device__ __forceinline__ void fg_cluster_sync(void)
 -- in `fg_io` (unsigned short; the prelude below defines it and its conversions). Everything
 -- in between is float32: a half input is widened where it is loaded, the output rounded
 -- where it is stored.
+-- The op whose statistics accumulator acc holds: a prologue norm's (on the layer input), the
+-- next layer's prologue norm's (an accumulator `exported`: over this layer's output), or op
+-- acc.op's of the chain.
+function lib.accum_op(layer, acc)
+  if acc.prologue then return layer.pro[acc.op] end
+  if acc.exported then return layer.export_norm end
+  return layer.ops[acc.op]
+end
+
 function lib.io_half(layer) return layer.dtype ~= "fp32" end
 function lib.io_ctype(layer) return lib.io_half(layer) and "fg_io" or "float" end
 

@@ -543,6 +543,120 @@ static void packed_weights_outside_the_workspace(void **state)
     fg_context_destroy(ctx);
 }
 
+/* The pass of plan that feeds accumulator a, or NULL. */
+static const fg_pass *feeder_of(const fg_plan *plan, int a)
+{
+    for (int i = 0; i < plan->n_passes; i++)
+        for (int f = 0; f < plan->passes[i].n_feeds; f++)
+            if (plan->passes[i].feeds[f] == a)
+                return &plan->passes[i];
+    return NULL;
+}
+
+static bool has_pass(const fg_plan *plan, fg_pass_kind kind)
+{
+    for (int i = 0; i < plan->n_passes; i++)
+        if (plan->passes[i].kind == kind)
+            return true;
+    return false;
+}
+
+/* Statistics handed on (fg_block_link_statistics): SD's layer out normalizes layer h's output,
+ * so h's pass that stores it gathers the GroupNorm's statistics (cleared before that pass) and
+ * out runs no statistics pass, on every engine; its accumulator is the block's, outside the
+ * layer's scratch, and the layer runs only in its block. A norm keyed otherwise (per pixel,
+ * batch statistics), a layer reading the block input, and a second reader grouping the channels
+ * otherwise gather their own. */
+static void statistics_handed_on(void **state)
+{
+    (void)state;
+    fg_block_ir *b = load_block(SD_BLOCK(""));
+    assert_int_equal(b->stats_from[0], -1);
+    assert_int_equal(b->stats_from[1], 0);
+    assert_true(b->layers[0].exports_stats && !b->layers[0].pro_stats_given);
+    assert_true(b->layers[1].pro_stats_given && !b->layers[1].exports_stats);
+    for (int e = 0; e < 3; e++) {
+        fg_plan_options opts;
+        fg_plan_options_init(&opts, 90);
+        opts.engine = e == 0 ? FG_ENGINE_PREFER_FMA : e == 1 ? FG_ENGINE_PREFER_MMA : FG_ENGINE_PREFER_WGMMA;
+        fg_plan *h = fgt_plan_with(&b->layers[0], &opts), *out = fgt_plan_with(&b->layers[1], &opts);
+        assert_true(h->export_accum >= 0);
+        assert_int_equal(h->accums[h->export_accum].link, FG_LINK_EXPORTED);
+        assert_int_equal(h->accums[h->export_accum].keys_per_sample, 4);
+        const fg_pass *ps = feeder_of(h, h->export_accum);
+        assert_non_null(ps);
+        assert_true(ps->store_output);
+        bool cleared = false;
+        for (int z = 0; z < ps->n_zero; z++)
+            cleared = cleared || ps->zero[z] == h->export_accum;
+        assert_true(cleared);
+        assert_true(has_pass(h, FG_PASS_PRO_STATS)); /* of the block input: its own */
+        assert_int_equal(out->export_accum, -1);
+        assert_int_equal(out->accums[out->pro_accum].link, FG_LINK_GIVEN);
+        assert_false(has_pass(out, FG_PASS_PRO_STATS));
+        assert_null(feeder_of(out, out->pro_accum));
+        free(h), free(out);
+    }
+    free_block(b);
+
+    /* gathered by the reader itself */
+    static const char *const own[] = {
+        "layer_norm { dim = 1 }", /* a statistic per pixel */
+        "batch_norm { name = \"bn\" }", /* over the batch */
+    };
+    for (int i = 0; i < 2; i++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "return block \"o\" {\n  input = { \"N\", 8, 4, 4 },\n"
+                 "  layer \"a\" { group_norm { groups = 2 }, conv2d { name = \"c1\", out_channels = 8, kernel = 1 } },\n"
+                 "  layer \"b\" { %s, conv2d { name = \"c2\", out_channels = 8, kernel = 1 } },\n}\n",
+                 own[i]);
+        b = load_block(src);
+        assert_int_equal(b->stats_from[0], -1); /* the block input */
+        assert_int_equal(b->stats_from[1], -1);
+        assert_false(b->layers[0].exports_stats || b->layers[1].pro_stats_given);
+        free_block(b);
+    }
+    b = load_block("return block \"two\" {\n  input = { \"N\", 8, 4, 4 },\n  output = \"c\",\n"
+                   "  layer \"a\" { conv2d { name = \"c1\", out_channels = 8, kernel = 1 } },\n"
+                   "  layer \"b\" { from = \"a\", group_norm { groups = 2 }, conv2d { name = \"c2\", out_channels = 8, kernel = 1 } },\n"
+                   "  layer \"c\" { from = \"a\", group_norm { groups = 4 }, conv2d { name = \"c3\", out_channels = 8, kernel = 1 },\n"
+                   "    add { tensor = \"b\" } },\n}\n");
+    assert_int_equal(b->stats_from[1], 0);
+    assert_int_equal(b->stats_from[2], -1);
+    fg_stat_layout L;
+    fg_norm_stat_layout(&b->layers[0].export_norm, &L);
+    assert_int_equal(L.keys_per_sample, 2);
+    free_block(b);
+
+    /* the runtime: the statistics outside the layers' scratch, the layer refused alone */
+    fg_context_options o;
+    fg_context_options_init(&o);
+    o.device = -1;
+    o.arch = "sm_90a";
+    fg_context *ctx = NULL;
+    assert_int_equal(fg_context_create(&o, &ctx), FG_OK);
+    fg_block *blk = NULL;
+    assert_int_equal(fg_block_load_string(ctx, "sd.lua", SD_BLOCK(""), &blk), FG_OK);
+    for (int64_t batch = 1; batch <= 3; batch += 2) {
+        size_t most = 0, got = 0;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(fg_layer_workspace_size(fg_tools_block_layer(blk, i), batch, &got), FG_OK);
+            most = got > most ? got : most;
+        }
+        assert_int_equal(fg_block_workspace_size(blk, batch, &got), FG_OK);
+        /* h's output (float [N, 8, 4, 4]), its statistics (4 keys x 2 doubles a sample), the scratch */
+        uint64_t tensor = ((uint64_t)batch * 8 * 16 * 4 + 255) & ~255ull, stats = ((uint64_t)batch * 4 * 16 + 255) & ~255ull;
+        assert_int_equal(got, tensor + stats + ((most + 255) & ~(size_t)255));
+    }
+    float dummy[4];
+    assert_int_equal(fg_layer_run_workspace(fg_tools_block_layer(blk, 1), dummy, dummy, 1, NULL, 0, NULL),
+                     FG_ERR_INVALID_ARGUMENT);
+    fgt_assert_contains(fg_last_error(), "run the block");
+    fg_block_destroy(blk);
+    fg_context_destroy(ctx);
+}
+
 /* The block specs in specs/blocks/ load, and their layers plan for sm_80 and sm_90a. */
 static void shipped_block_specs(void **state)
 {
@@ -575,6 +689,7 @@ int main(void)
         cmocka_unit_test(sd_bf16_channels_last_reference),
         cmocka_unit_test(dtype_layout_api),
         cmocka_unit_test(packed_weights_outside_the_workspace),
+        cmocka_unit_test(statistics_handed_on),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);

@@ -852,6 +852,50 @@ static void block_dtypes(void **state)
     assert_int_equal(problems, 0);
 }
 
+/* Statistics handed from layer to layer (gen/block.c, fg_block_link_statistics): SD's shape
+ * (GroupNorm -> SiLU -> conv, twice) with layer h gathering the statistics of its output for
+ * layer out, compiled without spills on the wgmma engine in bf16 channels-last (the epilogue
+ * through the slabs, a lane a channel, feeds them) and fp32 NCHW (the fragments' mapping), and
+ * on sm_80's engine. */
+static void statistics_handed_on(void **state)
+{
+    (void)state;
+    static const char *const sm80[] = {"sm_80"};
+    int problems = 0;
+    for (int f = 0; f < 2; f++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "return block \"sd\" {\n  input = { \"N\", 64, 16, 16 },\n  inputs = { temb = { \"N\", 64 } }, %s\n"
+                 "  layer \"h\" { group_norm { name = \"norm1\", groups = 8 }, silu {},\n"
+                 "    conv2d { name = \"conv1\", out_channels = 64, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
+                 "  layer \"out\" { group_norm { name = \"norm2\", groups = 8 }, silu {},\n"
+                 "    conv2d { name = \"conv2\", out_channels = 64, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n",
+                 f == 0 ? "dtype = \"bf16\", layout = \"channels_last\"," : "");
+        fg_block_ir b;
+        fg_error err;
+        if (fg_block_spec_load_string("sd.lua", src, strlen(src), &b, &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_true(b.layers[0].exports_stats && b.layers[1].pro_stats_given);
+        for (int l = 0; l < 2; l++) {
+            fg_layer_ir *ir = &b.layers[l];
+            if (f == 1)
+                problems += compile_ir(ir, -1, sm80, 1);
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.engine = FG_ENGINE_PREFER_WGMMA;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s) for sm_90a (wgmma)", ir->name, f == 0 ? "bf16 cl" : "fp32");
+            /* h's partials added up per channel: a lane's own (slabs), or over the 8 lanes holding it */
+            const char *needle = l == 1 ? NULL : f == 0 ? "* BN + 32 * q + lane) * 2;" : "s += __shfl_xor_sync(full, s, 4);";
+            problems += compile_sm90a(ir, plan, what, needle);
+            free(plan);
+        }
+        fg_block_ir_free(&b);
+    }
+    assert_int_equal(problems, 0);
+}
+
 /* What counts as a wgmma warning in NVRTC's log: ptxas's C75xx lines, not a front-end warning
  * in a source whose layer name says wgmma */
 static void wgmma_warning_lines(void **state)
@@ -879,6 +923,7 @@ int main(void)
         cmocka_unit_test(reference_specs),
         cmocka_unit_test(blocks),
         cmocka_unit_test(block_dtypes),
+        cmocka_unit_test(statistics_handed_on),
         cmocka_unit_test(wgmma_engine),
         cmocka_unit_test(wgmma_split_k),
         cmocka_unit_test(wgmma_channel_reduction),
