@@ -51,8 +51,6 @@ static bool same_statistics(const fg_op *a, const fg_op *b)
 
 void fg_block_link_statistics(fg_block_ir *b)
 {
-    for (int i = 0; i < b->n_layers; i++)
-        b->stats_from[i] = -1;
     for (int i = 0; i < b->n_layers; i++) {
         fg_layer_ir *reader = &b->layers[i];
         int w = b->tensors[b->layer[i].from].layer; /* in run order, before layer i */
@@ -69,8 +67,12 @@ void fg_block_link_statistics(fg_block_ir *b)
         src->exports_stats = true;
         src->export_norm = reader->pro[0];
         reader->pro_stats_given = true;
-        b->stats_from[i] = w;
     }
+}
+
+int fg_block_stats_from(const fg_block_ir *b, int i)
+{
+    return b->layers[i].pro_stats_given ? b->tensors[b->layer[i].from].layer : -1;
 }
 
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i)

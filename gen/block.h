@@ -51,9 +51,6 @@ typedef struct fg_block_ir {
     fg_block_layer layer[FG_MAX_BLOCK_LAYERS]; /* in run order: every layer after what it reads */
     fg_layer_ir *layers;     /* n_layers IRs (heap), in run order; ir.name is BLOCK.LAYER */
     int output;              /* the tensor the block returns */
-    /* stats_from[i]: the layer (run order) whose output pass gathers the statistics layer i's
-     * prologue norm reads (fg_block_link_statistics), -1: layer i gathers its own or has none */
-    int stats_from[FG_MAX_BLOCK_LAYERS];
     /* The block's `dtype` and `layout`: of every tensor of the block (its inputs, the layers'
      * outputs), so every layer has them (each layer reads and writes tensors of the block);
      * a layer's `tensor` operands are read in them too. Parameters stay float32 NC(D)HW. */
@@ -76,6 +73,10 @@ void fg_block_ir_free(fg_block_ir *b);
  * statistics pass (pro_stats_given). A writer gathers one set: a second reader of its output
  * whose norm groups the channels otherwise gathers its own. */
 void fg_block_link_statistics(fg_block_ir *b);
+
+/* The layer (run order) whose output pass gathers the statistics layer i's prologue norm
+ * reads (fg_layer_ir.pro_stats_given: the layer writing its input), -1: none. */
+int fg_block_stats_from(const fg_block_ir *b, int i);
 
 /* The layer's name inside the block ("a" of "bottleneck.a"). */
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i);

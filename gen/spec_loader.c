@@ -1488,7 +1488,6 @@ int fg_block_spec_load_string(const char *display_name, const char *source, size
     if (rc == 0 && b->single) {
         b->n_layers = 1;
         b->output = -1;
-        b->stats_from[0] = -1;
         b->dtype = b->layers[0].dtype;
         b->layout = b->layers[0].layout;
         snprintf(b->name, sizeof b->name, "%s", b->layers[0].name);

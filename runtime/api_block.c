@@ -615,7 +615,8 @@ static fg_status run_layers(fg_block *b, const block_run *run, CUstream stream)
         pthread_rwlock_unlock(&layer->bindings_lock);
         /* the statistics it reads from the layer writing its input, those it gathers for the next */
         CUdeviceptr links[FG_LINKS] = {0};
-        links[FG_LINK_GIVEN - 1] = b->ir.stats_from[i] >= 0 ? run->stats[b->ir.stats_from[i]] : 0;
+        const int from = fg_block_stats_from(&b->ir, i);
+        links[FG_LINK_GIVEN - 1] = from >= 0 ? run->stats[from] : 0;
         links[FG_LINK_EXPORTED - 1] = run->stats[i];
         s = fg_layer_run_linked(layer, (const void *)run->tensors[b->ir.layer[i].from],
                                 (void *)run->tensors[b->ir.layer[i].out], run->batch, (void *)run->scratch,

@@ -571,8 +571,8 @@ static void statistics_handed_on(void **state)
 {
     (void)state;
     fg_block_ir *b = load_block(SD_BLOCK(""));
-    assert_int_equal(b->stats_from[0], -1);
-    assert_int_equal(b->stats_from[1], 0);
+    assert_int_equal(fg_block_stats_from(b, 0), -1);
+    assert_int_equal(fg_block_stats_from(b, 1), 0);
     assert_true(b->layers[0].exports_stats && !b->layers[0].pro_stats_given);
     assert_true(b->layers[1].pro_stats_given && !b->layers[1].exports_stats);
     for (int e = 0; e < 3; e++) {
@@ -612,8 +612,8 @@ static void statistics_handed_on(void **state)
                  "  layer \"b\" { %s, conv2d { name = \"c2\", out_channels = 8, kernel = 1 } },\n}\n",
                  own[i]);
         b = load_block(src);
-        assert_int_equal(b->stats_from[0], -1); /* the block input */
-        assert_int_equal(b->stats_from[1], -1);
+        assert_int_equal(fg_block_stats_from(b, 0), -1); /* the block input */
+        assert_int_equal(fg_block_stats_from(b, 1), -1);
         assert_false(b->layers[0].exports_stats || b->layers[1].pro_stats_given);
         free_block(b);
     }
@@ -622,8 +622,8 @@ static void statistics_handed_on(void **state)
                    "  layer \"b\" { from = \"a\", group_norm { groups = 2 }, conv2d { name = \"c2\", out_channels = 8, kernel = 1 } },\n"
                    "  layer \"c\" { from = \"a\", group_norm { groups = 4 }, conv2d { name = \"c3\", out_channels = 8, kernel = 1 },\n"
                    "    add { tensor = \"b\" } },\n}\n");
-    assert_int_equal(b->stats_from[1], 0);
-    assert_int_equal(b->stats_from[2], -1);
+    assert_int_equal(fg_block_stats_from(b, 1), 0);
+    assert_int_equal(fg_block_stats_from(b, 2), -1);
     fg_stat_layout L;
     fg_norm_stat_layout(&b->layers[0].export_norm, &L);
     assert_int_equal(L.keys_per_sample, 2);
