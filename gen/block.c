@@ -111,6 +111,16 @@ void fg_block_print(const fg_block_ir *b, void (*emit)(void *ctx, const char *li
                  fg_shape_str(&b->tensors[b->layer[i].out].shape, shape, sizeof shape),
                  b->tensors[b->layer[i].from].name, reads, b->layer[i].line);
         emit(ctx, line);
+        if (b->layer[i].moved_ops > 0) {
+            const fg_op *first = &ir->pro[0], *last = &ir->pro[b->layer[i].moved_ops - 1];
+            const char *w = b->tensors[b->layer[i].from].name;
+            snprintf(line, sizeof line,
+                     "         its prologue pro0..pro%d (%s .. %s, line %d%s) moved here from the end of layer %s, "
+                     "whose output only this layer reads: %s stores the value before them",
+                     b->layer[i].moved_ops - 1, fg_op_written_name(first), fg_op_written_name(last), first->line,
+                     last->line != first->line ? "ff." : "", w, w);
+            emit(ctx, line);
+        }
     }
     snprintf(line, sizeof line, "  output %-12s %s", b->tensors[b->output].name,
              fg_shape_str(&b->tensors[b->output].shape, shape, sizeof shape));

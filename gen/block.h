@@ -36,6 +36,9 @@ typedef struct fg_block_layer {
     int from;                /* the tensor it reads as its input */
     int out;                 /* the tensor it writes */
     int spec_index;          /* its position in the spec */
+    /* ops the spec put after the conv of the layer writing `from` (a norm and the elementwise
+     * ops after it) that the loader moved to the front of this layer's prologue (0: none) */
+    int moved_ops;
 } fg_block_layer;
 
 typedef struct fg_block_ir {

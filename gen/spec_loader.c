@@ -1176,6 +1176,116 @@ static int find_tensor(const fg_block_ir *b, const char *name, const char *file,
     return -1;
 }
 
+/* Layer i's shapes (its input is tensor `from`'s, known: the layers before it in run order
+ * are inferred), and its output tensor's shape from them. */
+static int infer_block_layer(fg_block_ir *b, int i, fg_error *err)
+{
+    fg_layer_ir *ir = &b->layers[i];
+    ir->input = b->tensors[b->layer[i].from].shape;
+    if (ir->input.rank < 4) {
+        char buf[128];
+        return fg_fail(err, "%s:%d: layer: field 'from' names '%s', which is %s: a layer's input needs a channel "
+                            "and spatial dims",
+                       b->file, b->layer[i].line, b->tensors[b->layer[i].from].name,
+                       fg_shape_str(&ir->input, buf, sizeof buf));
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass ? ir->n_ops : ir->n_pro;
+        for (int k = 0; k < n; k++) {
+            fg_op *op = pass ? &ir->ops[k] : &ir->pro[k];
+            if (!op->tensor_operand)
+                continue;
+            for (int t = 0; t < b->n_tensors; t++)
+                if (!strcmp(b->tensors[t].name, op->param_name)) {
+                    op->tensor_rank = b->tensors[t].shape.rank;
+                    memcpy(op->tensor_dim, b->tensors[t].shape.dim, sizeof op->tensor_dim);
+                }
+        }
+    }
+    if (fg_infer_shapes(ir, err) != 0)
+        return -1;
+    for (int p = 0; p < ir->n_params; p++)
+        if (ir->params[p].batched)
+            for (int t = 0; t < b->n_tensors; t++)
+                if (!strcmp(b->tensors[t].name, ir->params[p].name))
+                    ir->params[p].tensor = t;
+    b->tensors[b->layer[i].out].shape = ir->ops[ir->n_ops - 1].out;
+    return 0;
+}
+
+/* A norm after a layer's conv, and the elementwise ops after it, moved into the prologue of the
+ * one layer that reads the output (gen/block.h, fg_block_layer.moved_ops): the writer then
+ * stores its conv chain's value before the norm and gathers the norm's statistics as it stores
+ * it (fg_block_link_statistics), and the reader applies the norm where it stages its input --
+ * no stored value before the norm and no map pass over it in the writer. The same function:
+ * the moved ops are shape-preserving and the writer's output is read by nothing else.
+ * Measured (bench/NOTES.md v36): the nnU-Net stage in bf16 at batch 2, 0.6435 -> 0.600 ms.
+ * Moved where: the reader has no prologue and reads the writer's output as its input only;
+ * nothing else reads it (another layer, a tensor operand, the block's output); the writer's
+ * ops from the norm on are all prologue ops (fg_op_def.prologue), the norm first, with
+ * statistics per sample over whole channels, none naming or reading a value (`as`, `value`);
+ * at most FG_MAX_PROLOGUE of them. Both layers are inferred again from their parsed forms (which
+ * then hold the move: a writer may itself have been a reader); should either fail (it cannot:
+ * the ops keep their shapes), both stay as they were. */
+static void move_norms_to_readers(fg_block_ir *b, fg_layer_ir *parsed,
+                                  int deps[FG_MAX_BLOCK_LAYERS][FG_MAX_BLOCK_TENSORS], const int *n_deps)
+{
+    for (int r = 0; r < b->n_layers; r++) {
+        const int from = b->layer[r].from, w = b->tensors[from].layer;
+        if (w < 0 || from == b->output || parsed[r].n_pro > 0 || b->layers[r].n_pro > 0)
+            continue;
+        int readers = 0;
+        for (int i = 0; i < b->n_layers; i++)
+            for (int d = 0; d < n_deps[i]; d++)
+                readers += deps[i][d] == from;
+        if (readers != 1) /* deps[r][0] is `from`; a tensor operand naming it is another read */
+            continue;
+        const fg_layer_ir *src = &b->layers[w];
+        int k = -1;
+        for (int j = 1; j < src->n_ops && k < 0; j++)
+            if (fg_op_kind_class(src->ops[j].kind) == FG_CLASS_NORM && fg_op_stats(&src->ops[j]))
+                k = j;
+        if (k < 0 || src->n_ops - k > FG_MAX_PROLOGUE)
+            continue;
+        fg_stat_layout L;
+        fg_norm_stat_layout(&src->ops[k], &L);
+        bool movable = !L.over_batch && L.whole_channels;
+        for (int j = k; j < src->n_ops && movable; j++) {
+            const fg_op *op = &parsed[w].ops[j];
+            movable = fg_op_defs[op->kind].prologue && op->operand != FG_OPERAND_VALUE && !op->as[0] &&
+                      (j == k || !fg_op_stats(op)) && fg_shape_same(&src->ops[j].in, &src->ops[j].out);
+        }
+        if (!movable)
+            continue;
+        /* was[0..1]: the two layers as inferred; was[2..3]: their parsed forms after the move */
+        fg_layer_ir *was = malloc(4 * sizeof *was);
+        if (!was)
+            return; /* nothing moved: the layers stay as inferred */
+        was[0] = b->layers[w];
+        was[1] = b->layers[r];
+        was[2] = parsed[w];
+        was[3] = parsed[r];
+        for (int j = k; j < was[2].n_ops; j++)
+            was[3].pro[was[3].n_pro++] = was[2].ops[j];
+        was[2].n_ops = k;
+        const fg_shape out_was = b->tensors[b->layer[w].out].shape;
+        b->layers[w] = was[2];
+        b->layers[r] = was[3];
+        fg_error ignored;
+        if (infer_block_layer(b, w, &ignored) != 0 || infer_block_layer(b, r, &ignored) != 0 ||
+            !fg_shape_same(&b->tensors[b->layer[w].out].shape, &out_was)) {
+            b->layers[w] = was[0];
+            b->layers[r] = was[1];
+            b->tensors[b->layer[w].out].shape = out_was;
+        } else {
+            parsed[w] = was[2];
+            parsed[r] = was[3];
+            b->layer[r].moved_ops = was[3].n_pro;
+        }
+        free(was);
+    }
+}
+
 /* Wires the block's layers (from, tensor operands, output), orders them so that each comes
  * after what it reads, infers every layer's shapes in that order and checks the parameters
  * shared by name. */
@@ -1279,40 +1389,18 @@ static int resolve_block(fg_block_ir *b, walk_ctx *w, fg_error *err)
         if (!used[b->layer[i].out])
             return fg_fail(err, "%s:%d: layer: '%s' is not used: the block's output ('%s') does not depend on it",
                            b->file, b->layer[i].line, tensor_of_layer_name(b, i), b->tensors[b->output].name);
-    /* shapes, in run order */
-    for (int j = 0; j < b->n_layers; j++) {
-        int i = order[j];
-        fg_layer_ir *ir = &b->layers[i];
-        ir->input = b->tensors[b->layer[i].from].shape;
-        if (ir->input.rank < 4) {
-            char buf[128];
-            return fg_fail(err, "%s:%d: layer: field 'from' names '%s', which is %s: a layer's input needs a channel "
-                                "and spatial dims",
-                           b->file, b->layer[i].line, b->tensors[b->layer[i].from].name,
-                           fg_shape_str(&ir->input, buf, sizeof buf));
-        }
-        for (int pass = 0; pass < 2; pass++) {
-            int n = pass ? ir->n_ops : ir->n_pro;
-            for (int k = 0; k < n; k++) {
-                fg_op *op = pass ? &ir->ops[k] : &ir->pro[k];
-                if (!op->tensor_operand)
-                    continue;
-                for (int t = 0; t < b->n_tensors; t++)
-                    if (!strcmp(b->tensors[t].name, op->param_name)) {
-                        op->tensor_rank = b->tensors[t].shape.rank;
-                        memcpy(op->tensor_dim, b->tensors[t].shape.dim, sizeof op->tensor_dim);
-                    }
-            }
-        }
-        if (fg_infer_shapes(ir, err) != 0)
+    /* shapes, in run order; the layers as parsed kept for move_norms_to_readers */
+    fg_layer_ir *parsed = malloc(sizeof *parsed * (size_t)b->n_layers);
+    if (!parsed)
+        return fg_fail(err, "%s: out of memory", b->file);
+    memcpy(parsed, b->layers, sizeof *parsed * (size_t)b->n_layers);
+    for (int j = 0; j < b->n_layers; j++)
+        if (infer_block_layer(b, order[j], err) != 0) {
+            free(parsed);
             return -1;
-        for (int p = 0; p < ir->n_params; p++)
-            if (ir->params[p].batched)
-                for (int t = 0; t < b->n_tensors; t++)
-                    if (!strcmp(b->tensors[t].name, ir->params[p].name))
-                        ir->params[p].tensor = t;
-        b->tensors[b->layer[i].out].shape = ir->ops[ir->n_ops - 1].out;
-    }
+        }
+    move_norms_to_readers(b, parsed, deps, n_deps);
+    free(parsed);
     /* a parameter name keeps one shape across the block (load_state_dict binds it once) */
     for (int i = 0; i < b->n_layers; i++)
         for (int p = 0; p < b->layers[i].n_params; p++) {

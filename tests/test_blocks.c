@@ -657,6 +657,98 @@ static void statistics_handed_on(void **state)
     fg_context_destroy(ctx);
 }
 
+/* A norm after a layer's conv moves into the prologue of the one layer reading its output
+ * (move_norms_to_readers, gen/spec_loader.c): a chain of three nnU-Net-like layers ends with a
+ * with its conv alone, b with a's instance_norm -> leaky_relu as its prologue (statistics from
+ * a's epilogue), c with b's; the block's reference equals the three layers as written, run
+ * apart. Nothing moves where the output has another reader (a residual), the reader has a
+ * prologue, the norm keys pixels, or an op after the norm reads a named value. */
+static void norms_moved_to_readers(void **state)
+{
+    (void)state;
+#define NN_LAYER(name, from, conv, norm)                                                                        \
+    "  layer \"" name "\" { from = \"" from "\", conv2d { name = \"" conv "\", out_channels = 6, kernel = 3, "     \
+    "padding = 1 },\n    instance_norm { name = \"" norm "\", affine = true }, leaky_relu { negative_slope = 0.01 } },\n"
+    fg_block_ir *b = load_block("return block \"nn\" {\n  input = { \"N\", 4, 5, 5 },\n" NN_LAYER("a", "input", "c1", "n1")
+                                    NN_LAYER("b", "a", "c2", "n2") NN_LAYER("c", "b", "c3", "n3") "}\n");
+    assert_int_equal(b->n_layers, 3);
+    assert_int_equal(b->layers[0].n_ops, 1);
+    assert_int_equal(b->layers[0].n_pro, 0);
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(b->layer[i].moved_ops, 2);
+        assert_int_equal(b->layers[i].n_pro, 2);
+        assert_int_equal(b->layers[i].pro[0].kind, FG_OP_INSTANCE_NORM);
+        assert_int_equal(b->layers[i].pro[1].kind, FG_OP_LEAKY_RELU);
+        assert_int_equal(b->layers[i].n_ops, i == 2 ? 3 : 1); /* c keeps its own: the block's output */
+        assert_int_equal(fg_block_stats_from(b, i), i - 1);
+        assert_true(b->layers[i].pro_stats_given && b->layers[i - 1].exports_stats);
+    }
+    assert_string_equal(b->layers[1].pro[0].name, "n1");
+    assert_string_equal(b->layers[2].pro[0].name, "n2");
+    int has_n1 = 0;
+    for (int p = 0; p < b->layers[1].n_params; p++)
+        has_n1 += !strcmp(b->layers[1].params[p].name, "n1.weight") || !strcmp(b->layers[1].params[p].name, "n1.bias");
+    assert_int_equal(has_n1, 2);
+    assert_int_equal(b->layers[0].n_params, 2); /* c1.weight, c1.bias */
+    const int64_t batch = 2, n_in = batch * 4 * 25;
+    float *x = malloc(sizeof(float) * (size_t)n_in);
+    fill(x, n_in, 11);
+    const float *inputs[1] = {x};
+    double *y = run_block(b, batch, inputs);
+    int64_t n1, n2, n3;
+    float *a = run_layer("return layer \"a\" { input = { \"N\", 4, 5, 5 },\n  conv2d { name = \"c1\", out_channels = 6, "
+                         "kernel = 3, padding = 1 },\n  instance_norm { name = \"n1\", affine = true }, leaky_relu "
+                         "{ negative_slope = 0.01 } }\n",
+                         batch, x, &n1);
+    float *bb = run_layer("return layer \"b\" { input = { \"N\", 6, 5, 5 },\n  conv2d { name = \"c2\", out_channels = 6, "
+                          "kernel = 3, padding = 1 },\n  instance_norm { name = \"n2\", affine = true }, leaky_relu "
+                          "{ negative_slope = 0.01 } }\n",
+                          batch, a, &n2);
+    float *cc = run_layer("return layer \"c\" { input = { \"N\", 6, 5, 5 },\n  conv2d { name = \"c3\", out_channels = 6, "
+                          "kernel = 3, padding = 1 },\n  instance_norm { name = \"n3\", affine = true }, leaky_relu "
+                          "{ negative_slope = 0.01 } }\n",
+                          batch, bb, &n3);
+    assert_int_equal(n3, batch * 6 * 25);
+    double worst = 0;
+    for (int64_t i = 0; i < n3; i++)
+        worst = fmax(worst, fabs((double)cc[i] - y[i]));
+    assert_true(worst < 1e-5); /* the tensors between layers are floats, at other points */
+    free(x), free(y), free(a), free(bb), free(cc);
+    free_block(b);
+
+    /* stays where it was written */
+    static const char *const kept[] = {
+        /* a residual reads a's output too */
+        "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n" NN_LAYER("a", "input", "c1", "n1")
+        "  layer \"b\" { conv2d { name = \"c2\", out_channels = 6, kernel = 1 }, add { tensor = \"a\" } },\n}\n",
+        /* b has a prologue of its own */
+        "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n" NN_LAYER("a", "input", "c1", "n1")
+        "  layer \"b\" { relu {}, conv2d { name = \"c2\", out_channels = 6, kernel = 1 } },\n}\n",
+        /* a per-pixel statistic */
+        "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n"
+        "  layer \"a\" { conv2d { name = \"c1\", out_channels = 6, kernel = 1 }, layer_norm { dim = 1 } },\n"
+        "  layer \"b\" { conv2d { name = \"c2\", out_channels = 6, kernel = 1 } },\n}\n",
+        /* an op after the norm reads a named value */
+        "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n"
+        "  layer \"a\" { conv2d { name = \"c1\", out_channels = 6, kernel = 1, as = \"y\" }, instance_norm {},\n"
+        "    add { value = \"y\" } },\n"
+        "  layer \"b\" { conv2d { name = \"c2\", out_channels = 6, kernel = 1 } },\n}\n",
+        /* two layers read a */
+        "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n  output = \"c\",\n" NN_LAYER("a", "input", "c1", "n1")
+        "  layer \"b\" { from = \"a\", conv2d { name = \"c2\", out_channels = 6, kernel = 1 } },\n"
+        "  layer \"c\" { from = \"a\", conv2d { name = \"c3\", out_channels = 6, kernel = 1 }, add { tensor = \"b\" } },\n}\n",
+    };
+#undef NN_LAYER
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) {
+        b = load_block(kept[i]);
+        for (int l = 0; l < b->n_layers; l++)
+            if (b->layer[l].moved_ops != 0)
+                fail_msg("case %zu: layer %d took %d ops", i, l, b->layer[l].moved_ops);
+        assert_true(b->layers[0].n_ops >= 2);
+        free_block(b);
+    }
+}
+
 /* The block specs in specs/blocks/ load, and their layers plan for sm_80 and sm_90a. */
 static void shipped_block_specs(void **state)
 {
@@ -690,6 +782,7 @@ int main(void)
         cmocka_unit_test(dtype_layout_api),
         cmocka_unit_test(packed_weights_outside_the_workspace),
         cmocka_unit_test(statistics_handed_on),
+        cmocka_unit_test(norms_moved_to_readers),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);
