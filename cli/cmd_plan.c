@@ -73,9 +73,21 @@ static int plan_block(const fg_block_ir *b, const char *arch)
                fg_shape_str(&b->tensors[t].shape, shape, sizeof shape), (long long)n, elements);
         floats += n;
     }
+    /* the statistics a layer gathers of its output for the next one's norm (fp64 sums) */
+    int64_t stat_bytes = 0;
+    for (int i = 0; i < b->n_layers; i++) {
+        int64_t bytes = fg_block_stats_sample_bytes(b, i);
+        if (bytes)
+            printf("  statistics of %s for its reader's %s   %lld bytes a sample\n", fg_block_ir_layer_name(b, i),
+                   fg_op_written_name(&b->layers[i].export_norm), (long long)bytes);
+        stat_bytes += bytes;
+    }
+    char stats[64] = "";
+    if (stat_bytes)
+        snprintf(stats, sizeof stats, " + N x %lld bytes of statistics", (long long)stat_bytes);
     printf("  then one scratch area for the layers' own workspace (the largest; the layers run one after "
-           "the other)\n  in all N x %lld %s + the scratch\n",
-           (long long)floats, elements);
+           "the other)\n  in all N x %lld %s%s + the scratch\n",
+           (long long)floats, elements, stats);
     return EXIT_OK;
 }
 

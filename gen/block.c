@@ -75,6 +75,17 @@ int fg_block_stats_from(const fg_block_ir *b, int i)
     return b->layers[i].pro_stats_given ? b->tensors[b->layer[i].from].layer : -1;
 }
 
+int64_t fg_block_stats_sample_bytes(const fg_block_ir *b, int i)
+{
+    const fg_layer_ir *ir = &b->layers[i];
+    if (!ir->exports_stats)
+        return 0;
+    fg_stat_layout L;
+    fg_norm_stat_layout(&ir->export_norm, &L);
+    const fg_reduce_def *r = fg_op_stats(&ir->export_norm);
+    return L.keys_per_sample * (int64_t)fg_accum_defs[r->accums[0]].bytes_per_key;
+}
+
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i)
 {
     if (b->single)

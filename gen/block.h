@@ -81,6 +81,11 @@ void fg_block_link_statistics(fg_block_ir *b);
  * reads (fg_layer_ir.pro_stats_given: the layer writing its input), -1: none. */
 int fg_block_stats_from(const fg_block_ir *b, int i);
 
+/* The bytes a sample of the statistics layer i gathers of its output for the next layer
+ * (fg_layer_ir.exports_stats: the reader's norm's accumulator, fp64 sums), 0: none. The
+ * runtime keeps them in the block's workspace, outside the layers' shared scratch. */
+int64_t fg_block_stats_sample_bytes(const fg_block_ir *b, int i);
+
 /* The layer's name inside the block ("a" of "bottleneck.a"). */
 const char *fg_block_ir_layer_name(const fg_block_ir *b, int i);
 

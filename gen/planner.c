@@ -1939,10 +1939,10 @@ static int prologue_passes(planner *p)
 
 /* The statistics of the output that the next layer of a block reads (fg_layer_ir.exports_stats):
  * one accumulator over the last value, fed by the pass that stores it (chain_passes), so that
- * the reader runs no statistics pass. The values fed are the fp32 ones the pass rounds to the
- * output's dtype as it stores them, not the rounded ones the reader normalizes (and a pass over
- * the stored output would add up): for a half output the two differ where a group's spread is
- * below the dtype's step (an open item, bench/NOTES.md v35). */
+ * the reader runs no statistics pass. For a half output the values fed are the stored ones
+ * (rounded to the dtype and widened: templates/feed.lua), the ones the reader normalizes, not
+ * the fp32 values before the rounding: the two differ where a group's spread is below the
+ * dtype's step (bench/NOTES.md v37). */
 static int export_accum(planner *p)
 {
     const fg_layer_ir *ir = p->ir;

@@ -502,17 +502,6 @@ typedef struct block_layout {
     uint64_t scratch, scratch_bytes, total;
 } block_layout;
 
-/* The bytes of the statistics layer `ir` gathers of its output for the next layer, 0: none. */
-static uint64_t exported_stats_bytes(const fg_layer_ir *ir, int64_t batch)
-{
-    if (!ir->exports_stats)
-        return 0;
-    fg_stat_layout L;
-    fg_norm_stat_layout(&ir->export_norm, &L);
-    const fg_reduce_def *r = fg_op_stats(&ir->export_norm);
-    return (uint64_t)batch * (uint64_t)L.keys_per_sample * (uint64_t)fg_accum_defs[r->accums[0]].bytes_per_key;
-}
-
 /* Fills *l for `batch`, or fails with the error set. */
 static fg_status layout_for(const fg_block *b, int64_t batch, block_layout *l)
 {
@@ -531,7 +520,7 @@ static fg_status layout_for(const fg_block *b, int64_t batch, block_layout *l)
     /* outside the scratch: the writer's passes fill them, the reader's read them, other layers
      * run in between */
     for (int i = 0; i < b->ir.n_layers; i++) {
-        uint64_t bytes = exported_stats_bytes(&b->ir.layers[i], batch);
+        uint64_t bytes = (uint64_t)batch * (uint64_t)fg_block_stats_sample_bytes(&b->ir, i);
         if (bytes) {
             l->stats[i] = at;
             at += align256(bytes);

@@ -60,13 +60,21 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
     local def = def_of(plan, a)
+    -- The statistics of a half layer's output that the next layer of a block normalizes are
+    -- those of the values it reads: rounded to the dtype as they are stored, then widened
+    -- (exact). The fp32 values would differ where a group's spread is below the dtype's step.
+    local fed = v
+    if plan.accums[a].exported and lib.io_half(ev.layer) then
+      fed = ev:fresh("r")
+      code:line("const float %s = fg_io_widen(%s);", fed, lib.io_store(ev.layer, v))
+    end
     -- per-slot partials know their key from the slot; a contribution may read it per element
     local key
     if not slot or def.contribution then
       key = ev:fresh("key")
       code:line("const long long %s = %s;", key, ev:accum_key(a, coords))
     end
-    local x = contribution(code, ev, plan, a, v, key)
+    local x = contribution(code, ev, plan, a, fed, key)
     if slot then
       combine(code, def, string.format("fs%d[%s]", a, slot), string.format("fq%d[%s]", a, slot), x)
     else
