@@ -73,6 +73,7 @@ void fg_norm_stat_layout(const fg_op *op, fg_stat_layout *out)
     out->whole_channels = true;
     for (int d = 2; d < s->rank; d++)
         out->whole_channels = out->whole_channels && (out->mask & (1u << d));
+    out->per_position = out->mask == 0 && out->channel_group == channels;
     out->keys_per_sample = channels / out->channel_group;
     out->count_per_sample = out->channel_group;
     for (int d = 2; d < s->rank; d++) {

@@ -269,6 +269,7 @@ const char *fg_shape_str(const fg_shape *s, char *buf, int cap);
 typedef struct fg_stat_layout {
     unsigned mask;           /* spatial dims reduced into one statistic */
     bool whole_channels;     /* mask holds every spatial dim: a key is a group of channels */
+    bool per_position;       /* mask empty and every channel together: a key is one position's channels */
     int64_t channel_group;   /* consecutive channels sharing one statistic */
     bool over_batch;         /* the statistic spans the batch (batch_norm, batch stats) */
     int64_t keys_per_sample; /* statistics per sample (in all, when over_batch) */

@@ -143,8 +143,10 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                               : "as the conv stages it in shared memory");
         if (plan->pro_norm >= 0)
             snprintf(line + len, sizeof line - (size_t)len, "; statistics of pro%d %s%s", plan->pro_norm,
-                     ir->pro_stats_given ? "gathered by the layer of the block that writes the input, as it stores it"
-                                         : "by a pass over the input",
+                     ir->pro_stats_given      ? "gathered by the layer of the block that writes the input, as it stores it"
+                     : plan->pack_pixel_stats ? "computed by the input pack, each pixel's from its channels in the block "
+                                                "(fp32, two passes over registers: no statistics pass, no finalize)"
+                                              : "by a pass over the input",
                      plan->pack_finalizes ? ", finalized by each block of the input pack (no finalize pass)" : "");
         emit(ctx, line);
         if (ir->precision == FG_PRECISION_TF32 && !wg && !plan->tf32_exact) {

@@ -1896,10 +1896,34 @@ static void norm_accum(fg_accum *a, const fg_op *op, const fg_reduce_def *r)
     a->over_batch = L.over_batch;
 }
 
+/* Whether the wgmma input pack computes the prologue norm's statistics itself
+ * (fg_plan.pack_pixel_stats): a norm over each position's channels (mean and variance), first
+ * in the prologue (the pack reads the input as the statistics are of it), statistics not
+ * handed from another layer, and a pack by pixel rows whose blocks hold every channel of their
+ * pixels (one channel block, no padding channels). Then a pixel's statistics are a few
+ * threads' registers added up in the block, where a statistics pass would read the input once
+ * more and a finalize pass follow it (ConvNeXt's LayerNorm before its 1x1 conv: bench/NOTES.md
+ * v37). */
+static bool pack_pixel_statistics(const planner *p)
+{
+    const fg_layer_ir *ir = p->ir;
+    const fg_plan *plan = p->plan;
+    const fg_wgmma_tiling *w = &plan->wgmma;
+    if (!p->use_wgmma || plan->pro_norm != 0 || ir->pro_stats_given || w->pack_vec == 0 || w->pack_xb != w->xc ||
+        w->xc != ir->input.dim[1])
+        return false;
+    const fg_op *op = &ir->pro[0];
+    const fg_reduce_def *r = fg_op_stats(op);
+    fg_stat_layout L;
+    fg_norm_stat_layout(op, &L);
+    return r && r->n_accums == 1 && r->accums[0] == FG_ACCUM_MOMENTS && L.per_position && !L.over_batch;
+}
+
 /* The prologue's statistics: when one of its norms needs statistics of the input (shape
  * inference allows one), a pass over the input gathers them (the registry's accumulators,
- * the norms' fp64 moments); prologue_finalize below decides who turns them into mean and
- * 1/sqrt(var + eps) per key. */
+ * the norms' fp64 moments) and prologue_finalize below decides who turns them into mean and
+ * 1/sqrt(var + eps) per key -- unless the layer writing the input gathered them, or the
+ * input pack computes them itself (pack_pixel_statistics). */
 static int prologue_passes(planner *p)
 {
     const fg_layer_ir *ir = p->ir;
@@ -1908,6 +1932,8 @@ static int prologue_passes(planner *p)
         if (needs_stats(&ir->pro[j]))
             plan->pro_norm = j;
     if (plan->pro_norm < 0)
+        return 0;
+    if ((plan->pack_pixel_stats = pack_pixel_statistics(p)))
         return 0;
     const fg_op *op = &ir->pro[plan->pro_norm];
     const fg_reduce_def *r = fg_op_stats(op);
@@ -1999,7 +2025,7 @@ static void prologue_args(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *p
             add_arg(ps, FG_ARG_PARAM, op->mean_param);
             add_arg(ps, FG_ARG_PARAM, op->var_param);
         }
-        if (j == plan->pro_norm) /* the sums where the pass finalizes them itself */
+        if (j == plan->pro_norm && plan->pro_accum >= 0) /* the sums where the pass finalizes them itself */
             add_arg(ps, plan->pack_finalizes ? FG_ARG_ACCUM : FG_ARG_STATS, plan->pro_accum);
     }
 }
@@ -2210,8 +2236,8 @@ static fg_pass *first_passes(planner *p, int wanted)
     fg_plan *plan = p->plan;
     int last_op = ir->n_ops - 1;
     plan->strategy = FG_STRATEGY_MATERIALIZE;
-    if (prologue_passes(p) || export_accum(p))
-        return NULL;
+    /* the engine first: where the prologue's statistics are gathered depends on its input
+     * pack (prologue_passes); the engine's choice reads no pass nor accumulator */
     p->use_wgmma = choose_wgmma(p);
     if (!p->use_wgmma) /* choose_wgmma may have tiled it before choosing another engine */
         memset(&plan->wgmma, 0, sizeof plan->wgmma);
@@ -2221,6 +2247,8 @@ static fg_pass *first_passes(planner *p, int wanted)
         wgmma_a_tma(p->opts, ir, &plan->wgmma);
         wgmma_ping_pong(&plan->wgmma);
     }
+    if (prologue_passes(p) || export_accum(p))
+        return NULL;
     if (prologue_finalize(p))
         return NULL;
     if (p->use_wgmma && add_pack_passes(p))

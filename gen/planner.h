@@ -442,6 +442,11 @@ typedef struct fg_plan {
      * rows (its sample's keys into shared memory), not by a finalize pass: that pack is their
      * only reader (gen/planner.c, prologue_finalize) */
     bool pack_finalizes;
+    /* the prologue's norm is over each position's channels (layer_norm { dim = 1 }, first in
+     * the prologue) and the wgmma input pack by pixel rows holds every channel of its pixels
+     * in one block: the pack computes each pixel's mean and variance itself (pro_accum -1: no
+     * statistics pass, no accumulator, no finalize; gen/planner.c, pack_pixel_statistics) */
+    bool pack_pixel_stats;
     /* precision "tf32" whose conv the exact engines compute: one TF32 product is no faster
      * there (narrow groups; on sm_90a, fewer than 32 outputs a group: gen/planner.c,
      * tf32_stays_exact) -- no cuDNN pass, no wgmma */

@@ -555,6 +555,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
     set_int(L, "pro_norm", plan->pro_norm);
     set_int(L, "pro_accum", plan->pro_accum);
     set_bool(L, "pack_finalizes", plan->pack_finalizes);
+    set_bool(L, "pack_pixel_stats", plan->pack_pixel_stats);
     lua_createtable(L, FG_MAX_OPS, 0);
     for (int k = 0; k < FG_MAX_OPS; k++) {
         lua_createtable(L, 0, 3);

@@ -1213,6 +1213,22 @@ static int infer_block_layer(fg_block_ir *b, int i, fg_error *err)
     return 0;
 }
 
+/* Whether layer r reads a norm over each position's channels best itself: a channels-last
+ * block (a pixel's channels contiguous) whose layer r starts with a 1x1 conv over all its
+ * channels (ConvNeXt's LayerNorm -> Linear): the wgmma input pack by pixel rows computes each
+ * pixel's statistics from its channels (fg_plan.pack_pixel_stats), where the writer would
+ * run its conv twice (once to gather them) or store the value before the norm. */
+static bool pixel_norm_reader(const fg_block_ir *b, int r)
+{
+    const fg_op *conv = &b->layers[r].ops[0];
+    if (b->layout != FG_LAYOUT_CHANNELS_LAST || fg_op_kind_class(conv->kind) != FG_CLASS_CONV || conv->groups != 1)
+        return false;
+    for (int d = 0; d < conv->in.rank - 2; d++)
+        if (conv->kernel[d] != 1 || conv->stride[d] != 1 || conv->padding[d] != 0)
+            return false;
+    return true;
+}
+
 /* A norm after a layer's conv, and the elementwise ops after it, moved into the prologue of the
  * one layer that reads the output (gen/block.h, fg_block_layer.moved_ops): the writer then
  * stores its conv chain's value before the norm and gathers the norm's statistics as it stores
@@ -1223,7 +1239,9 @@ static int infer_block_layer(fg_block_ir *b, int i, fg_error *err)
  * Moved where: the reader has no prologue and reads the writer's output as its input only;
  * nothing else reads it (another layer, a tensor operand, the block's output); the writer's
  * ops from the norm on are all prologue ops (fg_op_def.prologue), the norm first, with
- * statistics per sample over whole channels, none naming or reading a value (`as`, `value`);
+ * statistics per sample over whole channels (or over each position's channels, where
+ * pixel_norm_reader says the reader computes them best), none naming or reading a value
+ * (`as`, `value`);
  * at most FG_MAX_PROLOGUE of them. Both layers are inferred again from their parsed forms (which
  * then hold the move: a writer may itself have been a reader); should either fail (it cannot:
  * the ops keep their shapes), both stay as they were. */
@@ -1249,7 +1267,7 @@ static void move_norms_to_readers(fg_block_ir *b, fg_layer_ir *parsed,
             continue;
         fg_stat_layout L;
         fg_norm_stat_layout(&src->ops[k], &L);
-        bool movable = !L.over_batch && L.whole_channels;
+        bool movable = !L.over_batch && (L.whole_channels || (L.per_position && pixel_norm_reader(b, r)));
         for (int j = k; j < src->n_ops && movable; j++) {
             const fg_op *op = &parsed[w].ops[j];
             movable = fg_op_defs[op->kind].prologue && op->operand != FG_OPERAND_VALUE && !op->as[0] &&

@@ -1048,6 +1048,10 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   c:close()
   c:close()
   if prologue.block_finalizes(plan, pass) then prologue.finalize_in_block(c, layer, plan, names, L.block) end
+  if prologue.pixel_stats(plan, pass) then
+    prologue.pixel_statistics(c, layer, plan, L.elems, L.block // U, U, V,
+      function(e) return g.half and string.format("fg_io_widen(raw[it][%s])", e) or string.format("raw[it][%s]", e) end)
+  end
   c:line("if (ch0 >= XC) return; /* past the last channel block's channels */")
   c:line("#pragma unroll")
   c:open("for (int it = 0; it < %d; ++it) {", L.elems)

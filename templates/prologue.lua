@@ -15,6 +15,8 @@ local M = {}
 
 -- The shared-memory statistics of a pass that finalizes them itself (M.finalize_in_block)
 local BLOCK_STATS = "pro_stats_sh"
+-- A thread's pixels' statistics in the input pack that computes them (M.pixel_statistics)
+local PIXEL_STATS = "px_stat"
 
 -- Prints the prologue's ops 0..upto-1 applied to `x` (a float variable) at `coords` of the
 -- input (coords[1] the channel, coords[2..] the spatial coordinates, as C expressions; `n`
@@ -35,7 +37,9 @@ function M.apply(c, layer, plan, pass, names, x, coords, upto)
       local src
       if op.has_stats then
         if j ~= plan.pro_norm then error("prologue: a norm with statistics the plan does not gather") end
-        if M.block_finalizes(plan, pass) then
+        if M.pixel_stats(plan, pass) then
+          src = PIXEL_STATS .. "[it]" -- the rows pack's step (M.pixel_statistics)
+        elseif M.block_finalizes(plan, pass) then
           src = string.format("%s[%s]", BLOCK_STATS, ev:norm_key(op, coords, true))
         else
           src = string.format("%s[%s]", names.stats[plan.pro_accum], ev:norm_key(op, coords))
@@ -55,6 +59,53 @@ end
 -- Whether `pass` finalizes the prologue's statistics itself (the planner's pack_finalizes: the
 -- wgmma input pack by rows, their only reader), into BLOCK_STATS (M.finalize_in_block).
 function M.block_finalizes(plan, pass) return plan.pack_finalizes and pass.kind == "pack_input" end
+
+-- Whether `pass` computes the prologue norm's statistics itself, each pixel's from its channels
+-- (the planner's pack_pixel_stats: the wgmma input pack by rows, M.pixel_statistics).
+function M.pixel_stats(plan, pass) return plan.pack_pixel_stats and pass.kind == "pack_input" end
+
+-- The statistics of a norm over each pixel's channels, in the wgmma input pack by pixel rows
+-- whose block holds every channel of its pixels (planner.c, pack_pixel_statistics): in each
+-- of the `steps` steps `it`, the `units` threads t = slot * units + u of one pixel hold `vec`
+-- of its channels each, widened from raw[it] (`value(e)`: element e of the thread's vector).
+-- They add up the sum through shared memory, then the squares of the differences from the
+-- mean (two passes over registers, in fp32: no cancellation of E[x^2] - mean^2, and the same
+-- order every run), into px_stat[it] = mean, 1/sqrt(var + eps) (biased, as PyTorch). Every
+-- thread of the block must reach it (barriers).
+function M.pixel_statistics(c, layer, plan, steps, slots, units, vec, value)
+  local op = layer.pro[plan.pro_norm]
+  local channels = op.in_shape.dim[1]
+  c:line("/* the prologue norm's statistics, each pixel's over its %d channels (no statistics pass) */", channels)
+  c:line("__shared__ float px_part[%d][%d][%d]; /* [step][pixel][its threads' partials] */", steps, slots, units)
+  c:line("fg_stat %s[%d];", PIXEL_STATS, steps)
+  local function partials(what)
+    c:line("#pragma unroll")
+    c:open("for (int it = 0; it < %d; ++it) {", steps)
+    c:line("float s = 0.0f;")
+    c:line("#pragma unroll")
+    c:open("for (int e = 0; e < %d; ++e) {", vec)
+    c:line("const float x = %s;", value("e"))
+    c:line("s += %s;", what)
+    c:close()
+    c:line("px_part[it][t / %d][t %% %d] = s;", units, units)
+    c:close()
+    c:line("__syncthreads();")
+  end
+  local function total(into)
+    c:line("#pragma unroll")
+    c:open("for (int it = 0; it < %d; ++it) {", steps)
+    c:line("float s = 0.0f;")
+    c:line("#pragma unroll")
+    c:line("for (int u = 0; u < %d; ++u) s += px_part[it][t / %d][u];", units, units)
+    c:line(into)
+    c:close()
+  end
+  partials("x")
+  total(string.format("%s[it].a = s / %s;", PIXEL_STATS, lib.flit(channels)))
+  c:line("__syncthreads(); /* every sum read before the squares overwrite them */")
+  partials(string.format("(x - %s[it].a) * (x - %s[it].a)", PIXEL_STATS, PIXEL_STATS))
+  total(string.format("%s[it].b = 1.0f / sqrtf(s / %s + %s);", PIXEL_STATS, lib.flit(channels), lib.flit(op.eps)))
+end
 
 -- Turns the prologue's sums of sample `n` (every key of it, or the batch-wide ones) into the
 -- statistics the norm reads, in shared memory, with the registry's finalize (finalize.lua):

@@ -265,6 +265,41 @@ static const prologue_case prologue_cases[] = {
         silu {},
         conv2d { out_channels = 200, kernel = 3, padding = 1 },
     })},
+    /* layer_norm { dim = 1 } first in the prologue of a wgmma conv over a channels-last input:
+     * the input pack by rows computes each pixel's statistics from its channels (the planner's
+     * pack_pixel_stats): 12 threads a pixel (96 bf16 channels, ConvNeXt's), 16 (64 fp32), 6
+     * with a padded 3x3 after it, 4 in 3D (fp16); pixels that do not fill the last block */
+    {"pro_bf16_cl_cln_1x1_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_cl_cln_1x1_wgmma" {
+        input = { "N", 96, 7, 9 },
+        dtype = "bf16",
+        layout = "channels_last",
+        layer_norm { name = "norm", dim = 1, eps = 1e-6 },
+        conv2d { out_channels = 192, kernel = 1 },
+        gelu {},
+    })},
+    {"pro_cl_cln_relu_1x1_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_cl_cln_relu_1x1_wgmma" {
+        input = { "N", 64, 5, 11 },
+        layout = "channels_last",
+        layer_norm { name = "norm", dim = 1 },
+        relu {},
+        conv2d { out_channels = 128, kernel = 1 },
+    })},
+    {"pro_bf16_cl_cln_3x3_wgmma", "wgmma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_cl_cln_3x3_wgmma" {
+        input = { "N", 48, 13, 11 },
+        dtype = "bf16",
+        layout = "channels_last",
+        layer_norm { name = "norm", dim = 1 },
+        mul { param = "scale" },
+        conv2d { out_channels = 64, kernel = 3, padding = 1 },
+    })},
+    {"pro_fp16_cl_cln_3d_tf32_wgmma", "wgmma", 2, FG_BAR_TF32, PROLOGUE_SPEC(return layer "pro_fp16_cl_cln_3d_tf32_wgmma" {
+        input = { "N", 32, 4, 5, 6 },
+        dtype = "fp16",
+        layout = "channels_last",
+        precision = "tf32",
+        layer_norm { name = "norm", dim = 1 },
+        conv3d { out_channels = 64, kernel = 1 },
+    })},
     {"pro_bf16_split_k_batch1", "wgmma", 1, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_split_k_batch1" {
         input = { "N", 256, 14, 14 },
         dtype = "bf16",

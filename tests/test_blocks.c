@@ -724,10 +724,14 @@ static void norms_moved_to_readers(void **state)
         /* b has a prologue of its own */
         "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n" NN_LAYER("a", "input", "c1", "n1")
         "  layer \"b\" { relu {}, conv2d { name = \"c2\", out_channels = 6, kernel = 1 } },\n}\n",
-        /* a per-pixel statistic */
+        /* a per-pixel statistic in an NCHW block (channels last, a 1x1 reader takes it: below) */
         "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n"
         "  layer \"a\" { conv2d { name = \"c1\", out_channels = 6, kernel = 1 }, layer_norm { dim = 1 } },\n"
         "  layer \"b\" { conv2d { name = \"c2\", out_channels = 6, kernel = 1 } },\n}\n",
+        /* a per-pixel statistic, channels last, read by a 3x3 conv */
+        "return block \"k\" {\n  input = { \"N\", 4, 5, 5 }, layout = \"channels_last\",\n"
+        "  layer \"a\" { conv2d { name = \"c1\", out_channels = 6, kernel = 1 }, layer_norm { dim = 1 } },\n"
+        "  layer \"b\" { conv2d { name = \"c2\", out_channels = 6, kernel = 3, padding = 1 } },\n}\n",
         /* an op after the norm reads a named value */
         "return block \"k\" {\n  input = { \"N\", 4, 5, 5 },\n"
         "  layer \"a\" { conv2d { name = \"c1\", out_channels = 6, kernel = 1, as = \"y\" }, instance_norm {},\n"
@@ -747,6 +751,64 @@ static void norms_moved_to_readers(void **state)
         assert_true(b->layers[0].n_ops >= 2);
         free_block(b);
     }
+}
+
+/* x [N][C][P] as [N][P][C] (channels last), or back with `back`. */
+static void transpose_channels(const double *from, double *to, int64_t n, int64_t c, int64_t p, bool back)
+{
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t q = 0; q < p; q++) {
+                int64_t nchw = (s * c + ch) * p + q, nhwc = (s * p + q) * c + ch;
+                to[back ? nchw : nhwc] = from[back ? nhwc : nchw];
+            }
+}
+
+/* A norm over each pixel's channels moves into the reader's prologue too where the block is
+ * channels last and the reader starts with a 1x1 conv (pixel_norm_reader, gen/spec_loader.c:
+ * ConvNeXt's dwconv -> LayerNorm -> Linear; its wgmma input pack computes the statistics).
+ * No statistics are linked (the reader's pack computes them); the block's reference equals
+ * the NCHW block's, where nothing moves, on the same numbers. */
+static void pixel_norms_moved_to_a_pointwise_reader(void **state)
+{
+    (void)state;
+#define CNX(layout)                                                                                          \
+    "return block \"cnx\" {\n  input = { \"N\", 8, 6, 5 }," layout "\n"                                        \
+    "  layer \"a\" { conv2d { name = \"dw\", out_channels = 8, kernel = 7, padding = 3, groups = 8 },\n"        \
+    "    layer_norm { name = \"norm\", dim = 1, eps = 1e-6 }, mul { scalar = 2 } },\n"                          \
+    "  layer \"b\" { conv2d { name = \"pw1\", out_channels = 32, kernel = 1 }, gelu {} },\n"                   \
+    "  layer \"c\" { conv2d { name = \"pw2\", out_channels = 8, kernel = 1 }, add { tensor = \"input\" } },\n}\n"
+    fg_block_ir *cl = load_block(CNX(" layout = \"channels_last\","));
+    fg_block_ir *nchw = load_block(CNX(""));
+#undef CNX
+    assert_int_equal(cl->layers[0].n_ops, 1);
+    assert_int_equal(cl->layer[1].moved_ops, 2);
+    assert_int_equal(cl->layers[1].n_pro, 2);
+    assert_int_equal(cl->layers[1].pro[0].kind, FG_OP_CHANNEL_LAYER_NORM);
+    assert_int_equal(cl->layers[1].pro[1].kind, FG_OP_MUL);
+    assert_false(cl->layers[1].pro_stats_given || cl->layers[0].exports_stats);
+    assert_int_equal(cl->layer[2].moved_ops, 0);
+    assert_int_equal(nchw->layer[1].moved_ops, 0);
+    assert_int_equal(nchw->layers[0].n_ops, 3);
+    const int64_t batch = 2, c = 8, p = 30, n = batch * c * p;
+    float *x = malloc(sizeof(float) * (size_t)n), *x_cl = malloc(sizeof(float) * (size_t)n);
+    double *xd = malloc(sizeof(double) * (size_t)n), *xd_cl = malloc(sizeof(double) * (size_t)n);
+    fill(x, n, 5);
+    for (int64_t i = 0; i < n; i++)
+        xd[i] = x[i];
+    transpose_channels(xd, xd_cl, batch, c, p, false);
+    for (int64_t i = 0; i < n; i++)
+        x_cl[i] = (float)xd_cl[i];
+    const float *in_nchw[1] = {x}, *in_cl[1] = {x_cl};
+    double *y = run_block(nchw, batch, in_nchw), *y_cl = run_block(cl, batch, in_cl);
+    transpose_channels(y_cl, xd, batch, c, p, true);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs(xd[i] - y[i]));
+    assert_true(worst < 1e-5); /* the tensors between layers are floats, at other points */
+    free(x), free(x_cl), free(xd), free(xd_cl), free(y), free(y_cl);
+    free_block(cl);
+    free_block(nchw);
 }
 
 /* The block specs in specs/blocks/ load, and their layers plan for sm_80 and sm_90a. */
@@ -783,6 +845,7 @@ int main(void)
         cmocka_unit_test(packed_weights_outside_the_workspace),
         cmocka_unit_test(statistics_handed_on),
         cmocka_unit_test(norms_moved_to_readers),
+        cmocka_unit_test(pixel_norms_moved_to_a_pointwise_reader),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);

@@ -2690,9 +2690,76 @@ static void prologue_statistics_pass(void **state)
     free(ir);
 }
 
+/* A norm over each position's channels (layer_norm { dim = 1 }) first in the prologue of a wgmma
+ * conv whose channels-last input the pack reads by pixel rows, every channel of a pixel in one
+ * block: the pack computes the statistics (fg_plan.pack_pixel_stats), no statistics pass, no
+ * accumulator, no finalize. Not for an NCHW input, a norm after another prologue op, a norm
+ * over whole channels, or off wgmma. */
+static void pack_computes_pixel_statistics(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields, *pro;
+        int cout;
+        bool pack_stats;
+    } cases[] = {
+        {"dtype = \"bf16\", layout = \"channels_last\"", "layer_norm { dim = 1, eps = 1e-6 }", 384, true},
+        {"layout = \"channels_last\"", "layer_norm { dim = 1 }, relu {}", 128, true},
+        {"dtype = \"fp16\", layout = \"channels_last\", precision = \"tf32\"", "layer_norm { dim = 1 }", 64, true},
+        {"dtype = \"bf16\"", "layer_norm { dim = 1 }", 384, false},
+        {"dtype = \"bf16\", layout = \"channels_last\"", "add { scalar = 1 }, layer_norm { dim = 1 }", 384, false},
+        {"dtype = \"bf16\", layout = \"channels_last\"", "group_norm { groups = 8 }", 384, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"pix\" {\n  input = { \"N\", 96, 14, 14 }, %s,\n  %s,\n"
+                 "  conv2d { out_channels = %d, kernel = 1 },\n}\n",
+                 cases[i].fields, cases[i].pro, cases[i].cout);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.parts != 0, 1);
+        assert_int_equal(plan->pack_pixel_stats, cases[i].pack_stats);
+        int stats_passes = 0;
+        for (int k = 0; k < plan->n_passes; k++)
+            stats_passes += plan->passes[k].kind == FG_PASS_PRO_STATS || plan->passes[k].kind == FG_PASS_FINALIZE;
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        if (cases[i].pack_stats) {
+            assert_int_equal(plan->pro_norm, 0);
+            assert_int_equal(plan->pro_accum, -1);
+            assert_int_equal(plan->n_accums, 0);
+            assert_int_equal(stats_passes, 0);
+            fgt_assert_contains(t->buf, "statistics of pro0 computed by the input pack, each pixel's from its channels");
+        } else {
+            assert_true(plan->pro_accum >= 0);
+            assert_true(stats_passes >= 1);
+            fgt_assert_not_contains(t->buf, "computed by the input pack");
+        }
+        free(t);
+        free(plan);
+        free(ir);
+    }
+    /* off wgmma (sm_80): the statistics pass */
+    fg_layer_ir *ir = fgt_load_string("return layer \"pix\" {\n  input = { \"N\", 96, 14, 14 }, dtype = \"bf16\", "
+                                      "layout = \"channels_last\",\n  layer_norm { dim = 1 },\n"
+                                      "  conv2d { out_channels = 384, kernel = 1 },\n}\n");
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_80");
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_false(plan->pack_pixel_stats);
+    assert_int_equal(plan->passes[0].kind, FG_PASS_PRO_STATS);
+    free(plan);
+    free(ir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(pack_computes_pixel_statistics),
         cmocka_unit_test(many_parameters_in_one_pass),
         cmocka_unit_test(ungeneratable_convs_are_refused),
         cmocka_unit_test(kb17),
