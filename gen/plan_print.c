@@ -219,11 +219,15 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      plan->pro_accum, accum_kind_name(a->kind), plan->pro_norm, fg_op_kind_name(norm->kind),
                      (long long)a->keys_per_sample, (long long)a->count_per_sample, a->over_batch ? ", over the batch" : "");
             emit(ctx, line);
+            fg_stat_layout sl;
+            fg_norm_stat_layout(norm, &sl);
             if (ps->launch.row_vec)
                 snprintf(line, sizeof line,
                          "           launch: %d threads, grid %lld x 1 x N: pixel rows (channels last), %d channels "
-                         "(16 bytes) a thread at a time, %d pixels a block, per-channel fp64 sums added into the keys",
-                         ps->launch.block, (long long)ps->launch.grid_x, ps->launch.row_vec, ps->launch.row_pixels);
+                         "(16 bytes) a thread at a time, %d pixels a block, %s",
+                         ps->launch.block, (long long)ps->launch.grid_x, ps->launch.row_vec, ps->launch.row_pixels,
+                         sl.per_position ? "a pixel's threads' fp64 sums added up in the block, one flush a pixel (its key)"
+                                         : "per-channel fp64 sums added into the keys");
             else
                 snprintf(line, sizeof line, "           launch: %d threads, grid %lld x 1 x N", ps->launch.block,
                          (long long)ps->launch.grid_x);

@@ -1414,14 +1414,16 @@ static void finalize_launch(const fg_plan *plan, fg_pass *ps)
  * channel in fp64, and the block adds its per-channel sums into the keys; FG_PRO_ROWS_BLOCKS
  * blocks a sample at most: every block flushes every key of its sample (fp64 atomics on the
  * same few addresses), so the fewer the better, as long as a batch of two fills the GPU
- * with loads in flight (8 of a thread's 16-byte loads unrolled). Any other
- * statistic (a layer norm over a pixel's channels, an NCHW input, channels that do not fill
+ * with loads in flight (8 of a thread's 16-byte loads unrolled). A statistic over each pixel's
+ * channels (a layer norm with dim = 1) is read the same way, a key a pixel. Any other
+ * statistic (an NCHW input, channels that do not fill
  * 16-byte vectors or more of them than a block has threads) sums a span of at most
  * FG_PRO_STATS_SPAN elements of one key a block, so grid.x = keys x spans; a key of fewer
  * elements takes a smaller block. (Read along a channel, a channels-last input is read a
  * 2- or 4-byte element C elements apart: measured 18-22 us for SD's 2.6 MB sample.) */
 #define FG_PRO_STATS_SPAN 4096
 #define FG_PRO_ROWS_BLOCKS 64
+#define FG_PRO_PIXEL_ROWS_ITERS 4
 static bool pro_stats_rows(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *ps)
 {
     const fg_op *norm = &ir->pro[plan->pro_norm];
@@ -1430,13 +1432,18 @@ static bool pro_stats_rows(const fg_layer_ir *ir, const fg_plan *plan, fg_pass *
     fg_norm_stat_layout(norm, &L);
     int vec = io_vec_elems(ir);
     int64_t channels = s->dim[1];
-    if (ir->layout != FG_LAYOUT_CHANNELS_LAST || !L.whole_channels || channels % vec || channels / vec > 256)
+    if (ir->layout != FG_LAYOUT_CHANNELS_LAST || !(L.whole_channels || L.per_position) || channels % vec ||
+        channels / vec > 256)
         return false;
     int units = (int)(channels / vec), slots = 256 / units;
     int64_t pixels = 1;
     for (int d = 2; d < s->rank; d++)
         pixels *= s->dim[d];
-    int64_t iters = ceil_div(pixels, (int64_t)slots * FG_PRO_ROWS_BLOCKS);
+    /* a key a pixel (a statistic over each pixel's channels): no key is shared by two blocks,
+     * so as many blocks as the pixels make, FG_PRO_PIXEL_ROWS_ITERS pixels a thread (their loads
+     * in flight together), where one block a pixel and one element a thread ran ~100k tiny
+     * blocks at ConvNeXt's N32 (templates/prologue.lua, render_pixel_rows) */
+    int64_t iters = L.per_position ? FG_PRO_PIXEL_ROWS_ITERS : ceil_div(pixels, (int64_t)slots * FG_PRO_ROWS_BLOCKS);
     ps->launch.block = units * slots;
     ps->launch.row_vec = vec;
     ps->launch.row_pixels = (int)(iters * slots);

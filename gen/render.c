@@ -265,10 +265,11 @@ static void push_op_at(lua_State *L, const fg_op *op, const fg_shape *in, const 
     if (d->cls == FG_CLASS_NORM) {
         fg_stat_layout sl;
         fg_norm_stat_layout(op, &sl);
-        lua_createtable(L, 0, 5);
+        lua_createtable(L, 0, 6);
         set_int(L, "mask", sl.mask);
         set_int(L, "channel_group", sl.channel_group);
         set_bool(L, "over_batch", sl.over_batch);
+        set_bool(L, "per_position", sl.per_position);
         set_int(L, "keys_per_sample", sl.keys_per_sample);
         set_int(L, "count_per_sample", sl.count_per_sample);
         lua_setfield(L, -2, "stat");

@@ -1216,8 +1216,9 @@ static int infer_block_layer(fg_block_ir *b, int i, fg_error *err)
 /* Whether layer r reads a norm over each position's channels best itself: a channels-last
  * block (a pixel's channels contiguous) whose layer r starts with a 1x1 conv over all its
  * channels (ConvNeXt's LayerNorm -> Linear): the wgmma input pack by pixel rows computes each
- * pixel's statistics from its channels (fg_plan.pack_pixel_stats), where the writer would
- * run its conv twice (once to gather them) or store the value before the norm. */
+ * pixel's statistics from its channels (fg_plan.pack_pixel_stats) where one of its blocks holds
+ * them, else a statistics pass by pixel rows does (a key a pixel), where the writer would run
+ * its conv twice (once to gather them) or store the value before the norm. */
 static bool pixel_norm_reader(const fg_block_ir *b, int r)
 {
     const fg_op *conv = &b->layers[r].ops[0];
@@ -1231,8 +1232,9 @@ static bool pixel_norm_reader(const fg_block_ir *b, int r)
 
 /* A norm after a layer's conv, and the elementwise ops after it, moved into the prologue of the
  * one layer that reads the output (gen/block.h, fg_block_layer.moved_ops): the writer then
- * stores its conv chain's value before the norm and gathers the norm's statistics as it stores
- * it (fg_block_link_statistics), and the reader applies the norm where it stages its input --
+ * stores its conv chain's value before the norm (and, for a norm over whole channels, gathers
+ * its statistics as it stores it: fg_block_link_statistics), and the reader applies the norm
+ * where it stages its input --
  * no stored value before the norm and no map pass over it in the writer. The same function:
  * the moved ops are shape-preserving and the writer's output is read by nothing else.
  * Measured (bench/NOTES.md v36): the nnU-Net stage in bf16 at batch 2, 0.6435 -> 0.600 ms.

@@ -241,6 +241,82 @@ function M.render(layer, plan, pass, names, signature)
   return c
 end
 
+-- The statistics pass by pixel rows for a statistic over each pixel's channels (a key a pixel:
+-- layer_norm { dim = 1 }, planner.c pro_stats_rows): thread t reads the V channels (t % U) * V..
+-- of each of its pixels (every (T / U)-th of the block's ROWS), all loads first, sums them
+-- through the prologue's ops before the norm in fp64, and the U threads of a pixel add up their
+-- sums through shared memory; one thread a pixel flushes its key (no key shared by two blocks).
+-- Where the conv's input pack computes these statistics itself there is no such pass
+-- (pixel_statistics above); this one serves the other engines.
+function M.render_pixel_rows(layer, plan, pass, names, signature)
+  local c = lib.code()
+  local a, acc, op, def = stats_of(layer, plan)
+  local shape = layer.input
+  local L = pass.launch
+  local V, T, ch = L.row_vec, L.block, shape.dim[1]
+  local U = ch // V
+  local slots = T // U
+  local pixels = shape.sample // ch
+  local io = lib.io_ctype(layer)
+  c:line("/* pass %d: statistics s%d of the input for the prologue's %s (pro%d): a key a pixel over its %d channels, by pixel rows (channels last): %d pixels a block, %d channels a thread at a time */",
+    pass.index, a, op.spec_name, plan.pro_norm, ch, L.row_pixels, V)
+  c:line("extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", T, pass.kernel, signature)
+  c:open("{")
+  c:line("(void)batch;")
+  c:line("const int n = batch_base + (int)blockIdx.z, t = (int)threadIdx.x;")
+  c:line("const int ch0 = (t %% %d) * %d, slot = t / %d; /* this thread's first channel, its pixel in each step */", U, V, U)
+  c:line("const %s *xs = %s + (unsigned long long)n * %d;", io, names.input, shape.sample)
+  c:line("const bool aligned = ((unsigned long long)xs & 15) == 0;")
+  c:line("__align__(16) %s xv[%d][%d];", io, L.elems, V)
+  c:line("#pragma unroll")
+  c:open("for (int it = 0; it < %d; ++it) {", L.elems)
+  c:line("const int pl = min((int)blockIdx.x * %d + it * %d + slot, %d); /* clamped: a valid address, its key not flushed */",
+    L.row_pixels, slots, pixels - 1)
+  c:line("const %s *at = xs + (unsigned long long)pl * %d + ch0;", io, ch)
+  c:open("if (aligned) {")
+  c:line("*(uint4 *)xv[it] = *(const uint4 *)at;")
+  c:close("} else {")
+  c.depth = c.depth + 1
+  c:line("#pragma unroll")
+  c:line("for (int e = 0; e < %d; ++e) xv[it][e] = at[e];", V)
+  c:close()
+  c:close()
+  c:line("__shared__ double sh[2][%d][%d]; /* [sums, squares][the block's pixel][its threads] */", L.row_pixels, U)
+  c:line("#pragma unroll")
+  c:open("for (int it = 0; it < %d; ++it) {", L.elems)
+  c:line("const int p = min((int)blockIdx.x * %d + it * %d + slot, %d);", L.row_pixels, slots, pixels - 1)
+  local coords = { [1] = "ch" }
+  local spatial = {}
+  for d = 2, shape.rank - 1 do spatial[#spatial + 1] = d end
+  unravel_dims(c, shape, spatial, "p", "r", coords)
+  c:line("double s = %s, s2 = %s;", def.identity, def.identity)
+  c:line("#pragma unroll")
+  c:open("for (int e = 0; e < %d; ++e) {", V)
+  c:line("const int ch = ch0 + e;")
+  c:line("(void)ch; /* the ops' channel, when one reads it */")
+  c:line("const float x0 = %s;", lib.io_half(layer) and "fg_io_widen(xv[it][e])" or "xv[it][e]")
+  local v = M.apply(c, layer, plan, pass, names, "x0", coords, plan.pro_norm)
+  lib.emit(c, lib.fill(def.combine, nil, { s = "s", q = "s2", x = "(double)" .. v }))
+  c:close()
+  c:line("sh[0][it * %d + slot][t %% %d] = s;", slots, U)
+  c:line("sh[1][it * %d + slot][t %% %d] = s2;", slots, U)
+  c:close()
+  c:line("__syncthreads();")
+  c:open("for (int i = t; i < %d; i += %d) {", L.row_pixels, T)
+  c:line("const int q = (int)blockIdx.x * %d + i;", L.row_pixels)
+  c:line("if (q >= %d) break;", pixels)
+  c:line("double sq = %s, sq2 = %s;", def.identity, def.identity)
+  c:line("#pragma unroll")
+  c:open("for (int u = 0; u < %d; ++u) {", U)
+  c:line("sq += sh[0][i][u];")
+  c:line("sq2 += sh[1][i][u];")
+  c:close()
+  flush_key(c, plan, names, "sq", "sq2")
+  c:close()
+  c:close()
+  return c
+end
+
 -- The most pixels a thread of the statistics pass by pixel rows loads before it uses the
 -- first: their 16-byte loads in flight together, at most 8 x 16 bytes of registers a thread
 -- (the input pack by rows loads all of its FG_PACK_ROWS_ITERS pixels at once)
@@ -253,6 +329,7 @@ local ROWS_IN_FLIGHT = 8
 -- sums them per channel through shared memory and flushes one partial a key. An input not
 -- 16-byte aligned (a view) is read an element at a time, into the same sums.
 function M.render_rows(layer, plan, pass, names, signature)
+  if layer.pro[plan.pro_norm].stat.per_position then return M.render_pixel_rows(layer, plan, pass, names, signature) end
   local c = lib.code()
   local a, acc, op, def = stats_of(layer, plan)
   local shape = layer.input

@@ -300,6 +300,24 @@ static const prologue_case prologue_cases[] = {
         layer_norm { name = "norm", dim = 1 },
         conv3d { out_channels = 64, kernel = 1 },
     })},
+    /* the statistics pass by pixel rows (mma.sync reads the input itself): a key a pixel for
+     * layer_norm { dim = 1 } (96 bf16 channels: 12 threads a pixel), a key a channel for an
+     * instance norm whose channels are as many as the pixels (16 on 4x4) */
+    {"pro_bf16_cl_cln_rows_mma", "mma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_cl_cln_rows_mma" {
+        input = { "N", 96, 7, 9 },
+        dtype = "bf16",
+        layout = "channels_last",
+        layer_norm { name = "norm", dim = 1, eps = 1e-6 },
+        conv2d { out_channels = 32, kernel = 1 },
+    })},
+    {"pro_bf16_cl_in_keys_as_pixels_mma", "mma", 2, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_cl_in_keys_as_pixels_mma" {
+        input = { "N", 16, 4, 4 },
+        dtype = "bf16",
+        layout = "channels_last",
+        instance_norm { affine = true },
+        leaky_relu { negative_slope = 0.1 },
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+    })},
     {"pro_bf16_split_k_batch1", "wgmma", 1, 1e-4, PROLOGUE_SPEC(return layer "pro_bf16_split_k_batch1" {
         input = { "N", 256, 14, 14 },
         dtype = "bf16",

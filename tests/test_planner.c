@@ -2576,8 +2576,9 @@ static void prologue_statistics_pass(void **state)
     free(ir);
 
     /* channels last: the statistics by pixel rows where a key is a group of channels (16-byte
-     * vectors of a pixel, 64 blocks a sample at most); not for a layer norm
-     * over a pixel's channels, an NCHW input or channels that do not fill the vectors */
+     * vectors of a pixel, 64 blocks a sample at most) or a pixel (a layer norm over its
+     * channels: 4 pixels a thread, as many blocks as that makes); not for an NCHW input or
+     * channels that do not fill the vectors */
     static const struct {
         const char *spec;
         int row_vec, block, row_pixels;
@@ -2593,7 +2594,12 @@ static void prologue_statistics_pass(void **state)
         {"input = { \"N\", 320, 64, 64 }, dtype = \"bf16\",\n  group_norm { groups = 32 },\n", 0, 0, 0, 0},
         {"input = { \"N\", 12, 8, 8 }, layout = \"channels_last\", dtype = \"bf16\",\n  group_norm { groups = 4 },\n",
          0, 0, 0, 0},
-        {"input = { \"N\", 32, 8, 8 }, layout = \"channels_last\",\n  layer_norm { dim = 1 },\n", 0, 0, 0, 0},
+        /* a key a pixel: 8 vectors a pixel, 32 pixels a step, 4 steps a block, 64 pixels */
+        {"input = { \"N\", 32, 8, 8 }, layout = \"channels_last\",\n  layer_norm { dim = 1 },\n", 4, 256, 128, 1},
+        /* 96 bf16 channels (ConvNeXt's) on 56x56: 12 vectors a pixel, 21 a step, 84 a block */
+        {"input = { \"N\", 96, 56, 56 }, layout = \"channels_last\", dtype = \"bf16\",\n  layer_norm { dim = 1 },\n",
+         8, 252, 84, 38},
+        {"input = { \"N\", 32, 8, 8 },\n  layer_norm { dim = 1 },\n", 0, 0, 0, 0},
     };
     for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
         char spec[512];

@@ -621,6 +621,45 @@ static void half_prologue_packs_the_dtype(void **state)
     }
 }
 
+/* The prologue's statistics pass by pixel rows: a key a pixel for a norm over each pixel's
+ * channels (layer_norm { dim = 1 }: its threads' sums added up in the block, one flush a
+ * pixel), per-channel sums for a norm over whole channels, also where the channels happen to
+ * be as many as the pixels (an instance norm of 16 channels on 4x4: the key count alone does
+ * not tell them apart). */
+static void statistics_rows_by_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *norm;
+        bool pixel_keys;
+    } cases[] = {
+        {"layer_norm { dim = 1 }", true},
+        {"instance_norm { affine = true }", false},
+        {"group_norm { groups = 1 }", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"rows\" {\n  input = { \"N\", 16, 4, 4 }, layout = \"channels_last\", dtype = \"bf16\",\n"
+                 "  %s,\n  conv2d { out_channels = 16, kernel = 3, padding = 1 },\n}\n",
+                 cases[i].norm);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_80");
+        rendered_layer *r = render_ir_with(fgt_load_string(spec), &opts);
+        assert_int_equal(r->plan->passes[0].kind, FG_PASS_PRO_STATS);
+        assert_true(r->plan->passes[0].launch.row_vec > 0);
+        char *k = kernel_text(r->src.source, "fg_pass0_pro_stats");
+        if (cases[i].pixel_keys) {
+            fgt_assert_contains(k, "[the block's pixel][its threads]");
+        } else {
+            fgt_assert_not_contains(k, "[the block's pixel][its threads]");
+            fgt_assert_contains(k, "the block's sums a channel");
+        }
+        free(k);
+        free_rendered(r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -637,6 +676,7 @@ int main(void)
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(prologue_applied_where_staged),
         cmocka_unit_test(half_prologue_packs_the_dtype),
+        cmocka_unit_test(statistics_rows_by_key),
     };
     char *dir = fgt_tmpdir("render-env");
     fgt_isolate_environment(dir);
