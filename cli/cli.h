@@ -57,11 +57,13 @@ int cli_load_and_plan(const char *path, const char *arch, fg_layer_ir *ir, fg_pl
  * built to ship holds both plans whatever the builder's environment). */
 int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan *plan, fg_plan *alternative,
                          bool as_this_process);
-/* Loads the spec at `path` as the runtime will: a layer spec (b->single; its layer in
- * layers[0]) or a block (its layers in run order, each IR exactly the one fg_block_load_file
- * gives its layer, so the same cache keys). Prints why it failed; returns 0 or -1.
- * fg_block_ir_free frees it after success (a failure frees what it loaded). */
-int cli_load_spec(const char *path, fg_block_ir *b);
+/* Loads the spec at `path` as the runtime will for `arch` (a block's IR may depend on the
+ * target: fg_block_spec_load_file_for; NULL: the structure alone, for what does not depend on
+ * it): a layer spec (b->single; its layer in layers[0]) or a block (its layers in run order,
+ * each IR exactly the one fg_block_load_file gives its layer on that target, so the same cache
+ * keys). Prints why it failed; returns 0 or -1. fg_block_ir_free frees it after success (a
+ * failure frees what it loaded). */
+int cli_load_spec(const char *path, const char *arch, fg_block_ir *b);
 /* The plans a cache for `arch` must hold for one layer (build, cache export): the planner's
  * in plans[0], and in plans[1] the one the runtime times it against at the first run, if
  * any. Returns how many (1 or 2), or -1 after printing why the layer cannot be planned. */

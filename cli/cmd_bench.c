@@ -161,7 +161,7 @@ int cmd_bench(int argc, char **argv)
     const char *path = ceilings_only ? NULL : argv[optind];
     /* the spec first: a bad one is an error whether or not there is a GPU */
     static fg_block_ir spec;
-    if (path && cli_load_spec(path, &spec) != 0)
+    if (path && cli_load_spec(path, NULL, &spec) != 0) /* (its inputs: the same on any target) */
         return EXIT_FAIL;
     int rc = EXIT_FAIL, n_inputs = path ? (spec.single ? 1 : spec.n_inputs) : 0;
     fg_context *ctx = NULL;

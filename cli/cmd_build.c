@@ -166,9 +166,10 @@ static int check_cached(const char *cache_dir, const char *dest, char archs[][16
         for (int s = 0; s < n_specs && rc == EXIT_OK; s++) {
             fg_layer *single = NULL;
             fg_block *block = NULL;
-            fg_status st = specs[s].single ? fg_layer_load_file(ctx, paths[s], &single)
-                                           : fg_block_load_file(ctx, paths[s], &block);
-            for (int l = 0; l < specs[s].n_layers && st == FG_OK; l++) {
+            const fg_block_ir *spec = &specs[s * n_archs + a]; /* the layer count: the same for any target */
+            fg_status st = spec->single ? fg_layer_load_file(ctx, paths[s], &single)
+                                        : fg_block_load_file(ctx, paths[s], &block);
+            for (int l = 0; l < spec->n_layers && st == FG_OK; l++) {
                 fg_layer *layer = single ? single : fg_tools_block_layer(block, l);
                 int wanted = 0;
                 bool found[2];
@@ -272,8 +273,9 @@ int cmd_build(int argc, char **argv)
                     archs[a], major, minor);
     }
 
-    /* every spec as the runtime loads it: a layer, or a block's layers (docs/spec.md, Blocks) */
-    fg_block_ir *specs = calloc((size_t)n_specs, sizeof *specs);
+    /* every spec as the runtime loads it for each target: a layer, or a block's layers
+     * (docs/spec.md, Blocks; a block's IR may depend on the target), specs[s * n_archs + a] */
+    fg_block_ir *specs = calloc((size_t)n_specs * (size_t)n_archs, sizeof *specs);
     fg_plan *plan = malloc(2 * sizeof *plan);
     fg_rendered *srcs = NULL;
     work *items = NULL;
@@ -283,12 +285,14 @@ int cmd_build(int argc, char **argv)
         rc = EXIT_FAIL;
         goto out;
     }
-    for (; n_loaded < n_specs; n_loaded++) {
-        if (cli_load_spec(argv[optind + n_loaded], &specs[n_loaded]) != 0) {
+    for (; n_loaded < n_specs * n_archs; n_loaded++) {
+        const int s = n_loaded / n_archs, a = n_loaded % n_archs;
+        if (cli_load_spec(argv[optind + s], archs[a], &specs[n_loaded]) != 0) {
             rc = EXIT_FAIL;
             goto out;
         }
-        n_layers += specs[n_loaded].n_layers;
+        if (a == 0)
+            n_layers += specs[n_loaded].n_layers;
     }
     if (check) {
         rc = check_cached(cache_dir, cache_dir ? cache_dir : cache.user_dir, archs, n_archs, argv + optind, specs,
@@ -309,8 +313,9 @@ int cmd_build(int argc, char **argv)
     double t0 = fg_seconds_now();
     for (int s = 0; s < n_specs; s++) {
         for (int a = 0; a < n_archs; a++) {
-            for (int l = 0; l < specs[s].n_layers; l++) {
-                const fg_layer_ir *ir = &specs[s].layers[l];
+            const fg_block_ir *spec = &specs[s * n_archs + a];
+            for (int l = 0; l < spec->n_layers; l++) {
+                const fg_layer_ir *ir = &spec->layers[l];
                 int n_plans = cli_plans_for_cache(ir, archs[a], plan);
                 if (n_plans < 0) {
                     rc = EXIT_FAIL;

@@ -150,13 +150,15 @@ int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output,
     if (!spec || !plan)
         rc = EXIT_FAIL;
     int exported = 0, n_layers = 0;
-    for (int s = 0; s < n_specs && rc == EXIT_OK; s++) {
-        if (cli_load_spec(specs[s], spec) != 0) { /* a layer, or a block's layers */
-            rc = EXIT_FAIL;
-            break;
-        }
-        n_layers += spec->n_layers;
-        for (int a = 0; a < n_archs && rc == EXIT_OK; a++)
+    for (int s = 0; s < n_specs && rc == EXIT_OK; s++)
+        for (int a = 0; a < n_archs && rc == EXIT_OK; a++) {
+            /* a layer, or a block's layers as the runtime loads them for that target */
+            if (cli_load_spec(specs[s], archs[a], spec) != 0) {
+                rc = EXIT_FAIL;
+                break;
+            }
+            if (a == 0)
+                n_layers += spec->n_layers;
             for (int l = 0; l < spec->n_layers && rc == EXIT_OK; l++) {
                 /* with the plan the runtime times it against at the first run (runtime/tuning.h),
                  * which `fusegen build` stored too: a shipped cache spares users that compile */
@@ -170,8 +172,8 @@ int cli_cache_export(fg_cache *cache, const char *arch_list, const char *output,
                         exported++;
                 }
             }
-        fg_block_ir_free(spec);
-    }
+            fg_block_ir_free(spec);
+        }
     free(spec);
     free(plan);
     if (rc == EXIT_OK) {

@@ -47,7 +47,9 @@ int cmd_gen(int argc, char **argv)
         return cli_usage_error("gen", "expects exactly one SPEC");
     static fg_block_ir block;
     fg_error berr;
-    if (fg_block_spec_load_file(argv[optind], &block, &berr) != 0) {
+    fg_plan_options bopts;
+    cli_plan_options(&bopts, arch); /* a block's IR may depend on the target: as the runtime loads it */
+    if (fg_block_spec_load_file_for(argv[optind], &bopts, &block, &berr) != 0) {
         fprintf(stderr, "%s\n", berr.msg);
         fg_block_ir_free(&block);
         return EXIT_FAIL;

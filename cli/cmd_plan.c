@@ -115,7 +115,9 @@ int cmd_plan(int argc, char **argv)
         return cli_usage_error("plan", "expects exactly one SPEC");
     static fg_block_ir block;
     fg_error err;
-    if (fg_block_spec_load_file(argv[optind], &block, &err) != 0) {
+    fg_plan_options opts;
+    cli_plan_options(&opts, arch); /* a block's IR may depend on the target: as the runtime loads it */
+    if (fg_block_spec_load_file_for(argv[optind], &opts, &block, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         fg_block_ir_free(&block);
         return EXIT_FAIL;

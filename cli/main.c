@@ -130,11 +130,14 @@ int cli_alternative_plan(const fg_layer_ir *ir, const char *arch, const fg_plan 
     return memcmp(alternative, plan, sizeof *plan) != 0;
 }
 
-int cli_load_spec(const char *path, fg_block_ir *b)
+int cli_load_spec(const char *path, const char *arch, fg_block_ir *b)
 {
     fg_error err;
     memset(b, 0, sizeof *b);
-    if (fg_block_spec_load_file(path, b, &err) != 0) {
+    fg_plan_options opts;
+    if (arch)
+        cli_plan_options(&opts, arch);
+    if (fg_block_spec_load_file_for(path, arch ? &opts : NULL, b, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         fg_block_ir_free(b);
         return -1;

@@ -59,6 +59,9 @@ typedef struct fg_block_ir {
      * a layer's `tensor` operands are read in them too. Parameters stay float32 NC(D)HW. */
     fg_dtype dtype;
     fg_layout layout;
+    /* Loaded with no norm over each position's channels moved to its reader
+     * (fg_block_spec_load_*_for: the target's reader would not compute its statistics). */
+    bool pixel_norms_kept;
 } fg_block_ir;
 
 /* Loads a spec that returns a block or a layer (then single, n_layers 1). Returns 0 or -1
@@ -67,6 +70,22 @@ typedef struct fg_block_ir {
 int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err);
 int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err);
 void fg_block_ir_free(fg_block_ir *b);
+
+struct fg_plan_options;
+/* The same for the target `opts` plans for (gen/planner.h; NULL: as above). A norm over each
+ * position's channels moves to its reader only where the reader's plan for that target runs
+ * its conv on wgmma, whose input pack normalizes by pixel rows (and computes the statistics
+ * itself where one of its blocks holds a pixel's channels: fg_plan.pack_pixel_stats);
+ * elsewhere the block is loaded again with every such norm kept by its writer
+ * (pixel_norms_kept). Measured (bench/NOTES.md v37): ConvNeXt in bf16 channels last with the
+ * reader on mma.sync (sm_80's engine, forced on the H200) ran 19 % slower moved, its staging
+ * normalizing each element; on wgmma 30 % faster at 96 channels, 14 % at 384 (a statistics
+ * pass, the pack in channel blocks), even at 768.
+ * The IR then depends on the target: the runtime, `fusegen plan`, `gen` and `build` load each
+ * block for the target they plan for. */
+int fg_block_spec_load_file_for(const char *path, const struct fg_plan_options *opts, fg_block_ir *b, fg_error *err);
+int fg_block_spec_load_string_for(const char *display_name, const char *source, size_t len,
+                                  const struct fg_plan_options *opts, fg_block_ir *b, fg_error *err);
 
 /* Hands statistics from layer to layer (the loader calls it once the layers are in run order
  * and their shapes inferred): where a layer's first prologue op is a norm whose statistics

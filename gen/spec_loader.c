@@ -15,6 +15,7 @@
 
 #include "op_registry.h"
 #include "block.h"
+#include "planner.h"
 #include "shape_infer.h"
 
 /* ---- The constructors a spec can call: the op registry's (op_registry.h) ------------------ */
@@ -1218,7 +1219,8 @@ static int infer_block_layer(fg_block_ir *b, int i, fg_error *err)
  * channels (ConvNeXt's LayerNorm -> Linear): the wgmma input pack by pixel rows computes each
  * pixel's statistics from its channels (fg_plan.pack_pixel_stats) where one of its blocks holds
  * them, else a statistics pass by pixel rows does (a key a pixel), where the writer would run
- * its conv twice (once to gather them) or store the value before the norm. */
+ * its conv twice (once to gather them) or store the value before the norm. The structure only:
+ * fg_block_spec_load_*_for keeps the norm with its writer where the reader is not on wgmma. */
 static bool pixel_norm_reader(const fg_block_ir *b, int r)
 {
     const fg_op *conv = &b->layers[r].ops[0];
@@ -1269,7 +1271,8 @@ static void move_norms_to_readers(fg_block_ir *b, fg_layer_ir *parsed,
             continue;
         fg_stat_layout L;
         fg_norm_stat_layout(&src->ops[k], &L);
-        bool movable = !L.over_batch && (L.whole_channels || (L.per_position && pixel_norm_reader(b, r)));
+        bool movable =
+            !L.over_batch && (L.whole_channels || (L.per_position && !b->pixel_norms_kept && pixel_norm_reader(b, r)));
         for (int j = k; j < src->n_ops && movable; j++) {
             const fg_op *op = &parsed[w].ops[j];
             movable = fg_op_defs[op->kind].prologue && op->operand != FG_OPERAND_VALUE && !op->as[0] &&
@@ -1583,9 +1586,11 @@ int fg_spec_load_file(const char *path, fg_layer_ir *ir, fg_error *err)
     return rc;
 }
 
-int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err)
+static int load_block_string(const char *display_name, const char *source, size_t len, bool pixel_norms_kept,
+                             fg_block_ir *b, fg_error *err)
 {
     memset(b, 0, sizeof *b);
+    b->pixel_norms_kept = pixel_norms_kept;
     const char *display = display_name ? display_name : "<string>";
     snprintf(b->file, sizeof b->file, "%s", display);
     b->layers = calloc(FG_MAX_BLOCK_LAYERS, sizeof *b->layers);
@@ -1603,16 +1608,60 @@ int fg_block_spec_load_string(const char *display_name, const char *source, size
     return rc;
 }
 
-int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err)
+int fg_block_spec_load_string(const char *display_name, const char *source, size_t len, fg_block_ir *b, fg_error *err)
+{
+    return load_block_string(display_name, source, len, false, b, err);
+}
+
+/* Whether a norm over each position's channels that the loader moved to a reader is one that
+ * reader's plan for `opts` does not apply in the wgmma input pack (or the plan fails: the load
+ * without the move reports what is wrong, if anything). */
+static bool pixel_moves_unfit(const fg_block_ir *b, const fg_plan_options *opts)
+{
+    fg_plan *plan = NULL;
+    bool unfit = false;
+    for (int r = 0; r < b->n_layers && !unfit; r++) {
+        const fg_layer_ir *ir = &b->layers[r];
+        if (b->layer[r].moved_ops == 0 || fg_op_kind_class(ir->pro[0].kind) != FG_CLASS_NORM)
+            continue;
+        fg_stat_layout L;
+        fg_norm_stat_layout(&ir->pro[0], &L);
+        if (!L.per_position)
+            continue;
+        if (!plan && !(plan = malloc(sizeof *plan)))
+            return true;
+        fg_error ignored;
+        unfit = fg_plan_layer(ir, opts, plan, &ignored) != 0 || plan->wgmma.parts == 0;
+    }
+    free(plan);
+    return unfit;
+}
+
+int fg_block_spec_load_string_for(const char *display_name, const char *source, size_t len,
+                                  const fg_plan_options *opts, fg_block_ir *b, fg_error *err)
+{
+    int rc = load_block_string(display_name, source, len, false, b, err);
+    if (rc != 0 || !opts || b->single || !pixel_moves_unfit(b, opts))
+        return rc;
+    fg_block_ir_free(b);
+    return load_block_string(display_name, source, len, true, b, err);
+}
+
+int fg_block_spec_load_file_for(const char *path, const fg_plan_options *opts, fg_block_ir *b, fg_error *err)
 {
     size_t len;
     memset(b, 0, sizeof *b);
     char *buf = read_spec(path, &len, err);
     if (!buf)
         return -1;
-    int rc = fg_block_spec_load_string(path, buf, len, b, err);
+    int rc = fg_block_spec_load_string_for(path, buf, len, opts, b, err);
     free(buf);
     return rc;
+}
+
+int fg_block_spec_load_file(const char *path, fg_block_ir *b, fg_error *err)
+{
+    return fg_block_spec_load_file_for(path, NULL, b, err);
 }
 
 void fg_spec_vocabulary(void (*word)(void *ctx, const char *w), void *ctx)

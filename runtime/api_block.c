@@ -117,8 +117,11 @@ static fg_status load_held(fg_context *ctx, const char *name, const char *source
         return fg_api_fail(FG_ERR_OUT_OF_MEMORY, "out of memory");
     b->ctx = ctx;
     fg_error err;
-    int rc = is_file ? fg_block_spec_load_file(source, &b->ir, &err)
-                     : fg_block_spec_load_string(name ? name : "<string>", source, len, &b->ir, &err);
+    /* for the context's target, as its layers are planned (fg_layer_create_from_ir) */
+    fg_plan_options popts = ctx->plan_options;
+    fg_plan_options_set_arch(&popts, ctx->arch);
+    int rc = is_file ? fg_block_spec_load_file_for(source, &popts, &b->ir, &err)
+                     : fg_block_spec_load_string_for(name ? name : "<string>", source, len, &popts, &b->ir, &err);
     if (rc != 0) {
         fg_block_ir_free(&b->ir);
         free(b);

@@ -811,6 +811,52 @@ static void pixel_norms_moved_to_a_pointwise_reader(void **state)
     free_block(nchw);
 }
 
+/* Loaded for a target (fg_block_spec_load_string_for), a norm over each pixel's channels moves
+ * only where the reader's conv runs on wgmma there: ConvNeXt's block in bf16 channels last
+ * moves it for sm_90a, keeps it with its writer for sm_80 and with the engine forced to
+ * mma.sync (pixel_norms_kept); a norm over whole channels moves on any target. */
+static void pixel_norm_moves_follow_the_target(void **state)
+{
+    (void)state;
+    static const char *const convnext =
+        "return block \"cnx\" {\n  input = { \"N\", 96, 14, 14 }, dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  layer \"a\" { conv2d { name = \"dw\", out_channels = 96, kernel = 7, padding = 3, groups = 96 },\n"
+        "    layer_norm { name = \"norm\", dim = 1, eps = 1e-6 } },\n"
+        "  layer \"b\" { conv2d { name = \"pw1\", out_channels = 384, kernel = 1 }, gelu {} },\n"
+        "  layer \"c\" { conv2d { name = \"pw2\", out_channels = 96, kernel = 1 }, add { tensor = \"input\" } },\n}\n";
+    static const char *const nnunet =
+        "return block \"nn\" {\n  input = { \"N\", 32, 8, 8 }, dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  layer \"a\" { conv2d { name = \"c1\", out_channels = 64, kernel = 3, padding = 1 }, instance_norm {} },\n"
+        "  layer \"b\" { conv2d { name = \"c2\", out_channels = 64, kernel = 3, padding = 1 } },\n}\n";
+    static const struct {
+        const char *arch;
+        int engine;
+        bool moved;
+    } targets[] = {
+        {"sm_90a", FG_ENGINE_AUTO, true},
+        {"sm_80", FG_ENGINE_AUTO, false},
+        {"sm_90a", FG_ENGINE_PREFER_MMA, false},
+    };
+    for (size_t t = 0; t < sizeof targets / sizeof *targets; t++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, targets[t].arch);
+        opts.engine = targets[t].engine;
+        fg_block_ir b;
+        fg_error err;
+        if (fg_block_spec_load_string_for("cnx.lua", convnext, strlen(convnext), &opts, &b, &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(b.layer[1].moved_ops, targets[t].moved ? 1 : 0);
+        assert_int_equal(b.pixel_norms_kept, !targets[t].moved);
+        assert_int_equal(b.layers[0].n_ops, targets[t].moved ? 1 : 2);
+        fg_block_ir_free(&b);
+        if (fg_block_spec_load_string_for("nn.lua", nnunet, strlen(nnunet), &opts, &b, &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(b.layer[1].moved_ops, 1);
+        assert_false(b.pixel_norms_kept);
+        fg_block_ir_free(&b);
+    }
+}
+
 /* The block specs in specs/blocks/ load, and their layers plan for sm_80 and sm_90a. */
 static void shipped_block_specs(void **state)
 {
@@ -846,6 +892,7 @@ int main(void)
         cmocka_unit_test(statistics_handed_on),
         cmocka_unit_test(norms_moved_to_readers),
         cmocka_unit_test(pixel_norms_moved_to_a_pointwise_reader),
+        cmocka_unit_test(pixel_norm_moves_follow_the_target),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fgt_rmtree(dir);
