@@ -241,6 +241,27 @@ function M.render(layer, plan, pass, names, signature)
   return c
 end
 
+-- The 16-byte load of a thread's V channels at `at` (a pointer in scope) into the vector `dst`,
+-- or element by element where the input is not 16-byte aligned (`aligned` in scope: a view).
+local function load_vector(c, dst, V)
+  c:open("if (aligned) {")
+  c:line("*(uint4 *)%s = *(const uint4 *)at;", dst)
+  c:close("} else {")
+  c.depth = c.depth + 1
+  c:line("#pragma unroll")
+  c:line("for (int e = 0; e < %d; ++e) %s[e] = at[e];", V, dst)
+  c:close()
+end
+
+-- coords[2..] of pixel `p` (a C expression) of `shape`, declared as r<d> (coords[1] the channel)
+local function pixel_coords(c, shape, p)
+  local coords = { [1] = "ch" }
+  local spatial = {}
+  for d = 2, shape.rank - 1 do spatial[#spatial + 1] = d end
+  unravel_dims(c, shape, spatial, p, "r", coords)
+  return coords
+end
+
 -- The statistics pass by pixel rows for a statistic over each pixel's channels (a key a pixel:
 -- layer_norm { dim = 1 }, planner.c pro_stats_rows): thread t reads the V channels (t % U) * V..
 -- of each of its pixels (every (T / U)-th of the block's ROWS), all loads first, sums them
@@ -273,22 +294,13 @@ function M.render_pixel_rows(layer, plan, pass, names, signature)
   c:line("const int pl = min((int)blockIdx.x * %d + it * %d + slot, %d); /* clamped: a valid address, its key not flushed */",
     L.row_pixels, slots, pixels - 1)
   c:line("const %s *at = xs + (unsigned long long)pl * %d + ch0;", io, ch)
-  c:open("if (aligned) {")
-  c:line("*(uint4 *)xv[it] = *(const uint4 *)at;")
-  c:close("} else {")
-  c.depth = c.depth + 1
-  c:line("#pragma unroll")
-  c:line("for (int e = 0; e < %d; ++e) xv[it][e] = at[e];", V)
-  c:close()
+  load_vector(c, "xv[it]", V)
   c:close()
   c:line("__shared__ double sh[2][%d][%d]; /* [sums, squares][the block's pixel][its threads] */", L.row_pixels, U)
   c:line("#pragma unroll")
   c:open("for (int it = 0; it < %d; ++it) {", L.elems)
   c:line("const int p = min((int)blockIdx.x * %d + it * %d + slot, %d);", L.row_pixels, slots, pixels - 1)
-  local coords = { [1] = "ch" }
-  local spatial = {}
-  for d = 2, shape.rank - 1 do spatial[#spatial + 1] = d end
-  unravel_dims(c, shape, spatial, "p", "r", coords)
+  local coords = pixel_coords(c, shape, "p")
   c:line("double s = %s, s2 = %s;", def.identity, def.identity)
   c:line("#pragma unroll")
   c:open("for (int e = 0; e < %d; ++e) {", V)
@@ -363,23 +375,14 @@ function M.render_rows(layer, plan, pass, names, signature)
   c:line("const int pl = min((int)blockIdx.x * %d + min(it0 + u, %d) * %d + slot, %d); /* clamped: a valid address, its sums skipped below */",
     L.row_pixels, L.elems - 1, slots, pixels - 1)
   c:line("const %s *at = xs + (unsigned long long)pl * %d + ch0;", io, ch)
-  c:open("if (aligned) {")
-  c:line("*(uint4 *)xv[u] = *(const uint4 *)at;")
-  c:close("} else {")
-  c.depth = c.depth + 1
-  c:line("#pragma unroll")
-  c:line("for (int e = 0; e < %d; ++e) xv[u][e] = at[e];", V)
-  c:close()
+  load_vector(c, "xv[u]", V)
   c:close()
   c:line("#pragma unroll")
   c:open("for (int u = 0; u < %d; ++u) {", burst)
   c:line("const int p = (int)blockIdx.x * %d + (it0 + u) * %d + slot;", L.row_pixels, slots)
   c:open("if (it0 + u < %d && p < %d) {", L.elems, pixels)
   -- the pixel's spatial coordinates, once a pixel (the ops before the norm may read them)
-  local coords = { [1] = "ch" }
-  local spatial = {}
-  for d = 2, shape.rank - 1 do spatial[#spatial + 1] = d end
-  unravel_dims(c, shape, spatial, "p", "r", coords)
+  local coords = pixel_coords(c, shape, "p")
   c:line("#pragma unroll")
   c:open("for (int e = 0; e < %d; ++e) {", V)
   c:line("const int ch = ch0 + e;")
