@@ -1155,15 +1155,24 @@ static const char *tensor_of_layer_name(const fg_block_ir *b, int layer)
 }
 
 /* The tensor named `name`, or -1 with a message naming the field and the nearest name. */
+/* The tensor of the block named `name`, -1: none. */
+static int tensor_index(const fg_block_ir *b, const char *name)
+{
+    for (int t = 0; t < b->n_tensors; t++)
+        if (!strcmp(b->tensors[t].name, name))
+            return t;
+    return -1;
+}
+
 static int find_tensor(const fg_block_ir *b, const char *name, const char *file, int line, const char *what,
                        const char *field, fg_error *err)
 {
+    const int found = tensor_index(b, name);
+    if (found >= 0)
+        return found;
     const char *names[FG_MAX_BLOCK_TENSORS];
-    for (int t = 0; t < b->n_tensors; t++) {
-        if (!strcmp(b->tensors[t].name, name))
-            return t;
+    for (int t = 0; t < b->n_tensors; t++)
         names[t] = b->tensors[t].name;
-    }
     const char *near = fg_nearest_name(name, names, b->n_tensors);
     char known[1024] = "";
     for (int t = 0; t < b->n_tensors; t++)
@@ -1194,22 +1203,20 @@ static int infer_block_layer(fg_block_ir *b, int i, fg_error *err)
         int n = pass ? ir->n_ops : ir->n_pro;
         for (int k = 0; k < n; k++) {
             fg_op *op = pass ? &ir->ops[k] : &ir->pro[k];
-            if (!op->tensor_operand)
-                continue;
-            for (int t = 0; t < b->n_tensors; t++)
-                if (!strcmp(b->tensors[t].name, op->param_name)) {
-                    op->tensor_rank = b->tensors[t].shape.rank;
-                    memcpy(op->tensor_dim, b->tensors[t].shape.dim, sizeof op->tensor_dim);
-                }
+            const int t = op->tensor_operand ? tensor_index(b, op->param_name) : -1;
+            if (t >= 0) {
+                op->tensor_rank = b->tensors[t].shape.rank;
+                memcpy(op->tensor_dim, b->tensors[t].shape.dim, sizeof op->tensor_dim);
+            }
         }
     }
     if (fg_infer_shapes(ir, err) != 0)
         return -1;
-    for (int p = 0; p < ir->n_params; p++)
-        if (ir->params[p].batched)
-            for (int t = 0; t < b->n_tensors; t++)
-                if (!strcmp(b->tensors[t].name, ir->params[p].name))
-                    ir->params[p].tensor = t;
+    for (int p = 0; p < ir->n_params; p++) {
+        const int t = ir->params[p].batched ? tensor_index(b, ir->params[p].name) : -1;
+        if (t >= 0)
+            ir->params[p].tensor = t;
+    }
     b->tensors[b->layer[i].out].shape = ir->ops[ir->n_ops - 1].out;
     return 0;
 }

@@ -1048,10 +1048,9 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   c:close()
   c:close()
   if prologue.block_finalizes(plan, pass) then prologue.finalize_in_block(c, layer, plan, names, L.block) end
-  if prologue.pixel_stats(plan, pass) then
-    prologue.pixel_statistics(c, layer, plan, L.elems, L.block // U, U, V,
-      function(e) return g.half and string.format("fg_io_widen(raw[it][%s])", e) or string.format("raw[it][%s]", e) end)
-  end
+  -- element e (a C expression) of the thread's vector of step it, widened
+  local function raw_at(e) return g.half and string.format("fg_io_widen(raw[it][%s])", e) or string.format("raw[it][%s]", e) end
+  if prologue.pixel_stats(plan, pass) then prologue.pixel_statistics(c, layer, plan, L.elems, L.block // U, U, V, raw_at) end
   c:line("if (ch0 >= XC) return; /* past the last channel block's channels */")
   c:line("#pragma unroll")
   c:open("for (int it = 0; it < %d; ++it) {", L.elems)
@@ -1062,7 +1061,7 @@ function M.render_pack_input_rows(layer, plan, pass, names, signature)
   if lo then c:line("__align__(16) %s lv[V];", part) end
   c:line("#pragma unroll")
   c:open("for (int e = 0; e < V; ++e) {")
-  local load = g.half and "fg_io_widen(raw[it][e])" or "raw[it][e]"
+  local load = raw_at("e")
   if prologue.active(layer) then
     c:line("const int ch = ch0 + e;")
     c:line("(void)ch; /* the ops' channel, when one reads it */")
