@@ -195,6 +195,7 @@ const fg_accum_def fg_accum_defs[FG_ACCUM_KIND_COUNT] = {
         .flush = "atomicAdd({acc} + 2 * {k}, (double){s}); atomicAdd({acc} + 2 * {k} + 1, (double){q});",
         .merge = SUM_MERGE,
         .feed = "fg_feed2({acc}, {k}, (double){s}, (double){q});",
+        .shifted = true,
         /* the biased variance (PyTorch normalizes with it) from fp64 sums */
         .finalize = "const double mean = {acc}[2 * key] / cnt;\n"
                     "double var = {acc}[2 * key + 1] / cnt - mean * mean;\n"

@@ -120,6 +120,11 @@ typedef struct fg_accum_def {
     const char *feed;           /* the warp-aggregated atomics of mk, ms (mq) or {k}, {s} ({q}) */
     bool extreme;               /* max/min: merged as floats, fed as ordered ints */
     bool needs_max;             /* reads the FG_ACCUM_MAX of the same value ({max}) */
+    /* a thread's float partials add up {x} = the element minus a shift (the slot's first
+     * element) and count the elements; they become fp64 sums of the values before any merge
+     * (templates/feed.lua): a variance from float sums of x and x^2 is lost where the mean is
+     * far above the spread */
+    bool shifted;
     /* a finalize pass (one thread per key) writing fg_stat {a, b}: statements over {acc},
      * {max}, {stats}, {key}, {count} (elements per key), {eps}; NULL: read directly */
     const char *finalize;

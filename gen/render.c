@@ -292,7 +292,7 @@ static void push_accum_defs(lua_State *L)
     lua_createtable(L, 0, FG_ACCUM_KIND_COUNT);
     for (int k = 0; k < FG_ACCUM_KIND_COUNT; k++) {
         const fg_accum_def *a = &fg_accum_defs[k];
-        lua_createtable(L, 0, 12);
+        lua_createtable(L, 0, 13);
         set_str(L, "name", a->name);
         set_str(L, "ctype", a->ctype);
         set_int(L, "bytes_per_key", a->bytes_per_key);
@@ -304,6 +304,7 @@ static void push_accum_defs(lua_State *L)
         set_str(L, "feed", a->feed);
         set_bool(L, "extreme", a->extreme);
         set_bool(L, "needs_max", a->needs_max);
+        set_bool(L, "shifted", a->shifted);
         set_opt_str(L, "finalize", a->finalize);
         lua_setfield(L, -2, a->name);
     }

@@ -356,7 +356,9 @@ end
 -- interleave the outputs' work instead of branching around each); `valid` (a condition that
 -- also holds a lane's outputs in, checked in both cases: lanes past a tile's channels in a
 -- mapping of whole warps); `pixel`, when outputs are
--- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds).
+-- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds);
+-- `slot_end(c)`, code at the end of each iteration of the first loop (where a slot's outputs
+-- are all fed, every lane of the warp reaches it: a caller's per-tile partials go there).
 -- The conv's value at an output, v0 = the accumulator + the bias (hoisted where the evaluator
 -- hoists per-channel loads), opened as a scope of the evaluator in which op 0 at `coords` is
 -- v0: the epilogue's ops are evaluated from it (the caller pops the scope).
@@ -505,6 +507,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       end, checked)
     end
     for i = pair and #loops - 1 or #loops, 1, -1 do
+      -- the end of a slot's outputs (the first loop's iteration): th.slot_end takes its partials
+      if i == 1 and th.slot_end then th.slot_end(c) end
       c:close()
       if i == #loops and th.unstage then th.unstage(c) end
     end

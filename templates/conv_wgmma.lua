@@ -1231,6 +1231,56 @@ function M.render_pack_weights(layer, plan, pass, names, signature)
   return c
 end
 
+-- A tile's statistics partials of slot q (the end of the epilogue's iteration over q, th.slot_end)
+-- into s_stat, in fp64, where the next flush finds them. Staged: a lane holds its channel of
+-- chunk q alone. The fragments' mapping: the 8 lanes holding one channel (lanes l, l ^ 4, ...)
+-- add up first, their shifted partials moved to one shift (lane l % 4's: the warp's first row,
+-- the lowest pixel, which exists wherever any of the warp's do) so that float sums of
+-- neighbouring values stay exact. The sums are read, added and written back as volatile: left
+-- free, ptxas hoisted every slot's loads and fp64 arithmetic together (kb85: 135 -> 168
+-- registers and spills; 128 as volatile).
+local function tile_partials(c, plan, pass, ev, w, q, staged)
+  if not staged then c:line("const unsigned full = 0xffffffffu;") end
+  for i = 0, pass.feeds.n - 1 do
+    local a = pass.feeds[i]
+    local shifted = feed.shifted(plan, a)
+    local function at(name) return string.format("%s%d[%s]", name, a, q) end
+    if staged then
+      c:open("if (%d * %s + lane < BN) {", w.epi_cols, q)
+      c:line("volatile double *d = s_stat + ((%d * 8 + swarp) * BN + %d * %s + lane) * 2;", i, w.epi_cols, q)
+      local s, t = "(double)" .. at("fs"), "(double)" .. at("fq")
+      if shifted then s, t = feed.unshift(c, ev, at("fs"), at("fq"), at("fo"), at("fn")) end
+      c:line("d[0] += %s;", s)
+      c:line("d[1] += %s;", t)
+      c:close()
+    else
+      c:open("{")
+      c:line("float s = %s, t = %s;", at("fs"), at("fq"))
+      local lanes = { "s", "t" }
+      if shifted then
+        c:line("float m = %s;", at("fn"))
+        c:line("const float o = __shfl_sync(full, %s, lane & 3), dd = %s - o;", at("fo"), at("fo"))
+        c:line("t += dd * (2.0f * s + m * dd);")
+        c:line("s += m * dd;")
+        lanes[3] = "m"
+      end
+      for _, o in ipairs({ 4, 8, 16 }) do
+        local parts = {}
+        for _, v in ipairs(lanes) do parts[#parts + 1] = string.format("%s += __shfl_xor_sync(full, %s, %d);", v, v, o) end
+        c:line("%s", table.concat(parts, " "))
+      end
+      c:open("if ((lane >> 2) == 0) {")
+      c:line("volatile double *d = s_stat + ((%d * 8 + swarp) * BN + 8 * (%s >> 1) + 2 * lane + (%s & 1)) * 2;", i, q, q)
+      local s, t = "(double)s", "(double)t"
+      if shifted then s, t = feed.unshift(c, ev, "s", "t", "o", "m") end
+      c:line("d[0] += %s;", s)
+      c:line("d[1] += %s;", t)
+      c:close()
+      c:close()
+    end
+  end
+end
+
 -- The epilogue of a conv pass that reduces over the channels (pass.chan_reduce: planner.c's
 -- wgmma_channel_reduction). The tile holds every channel of its pixels: pixel (mt, h) of a
 -- thread is in slots q = 0..BN/4-1 of its registers (th.value) and of the 3 other lanes of its
@@ -1609,46 +1659,14 @@ function M.render(layer, plan, pass, names, signature)
     -- a new sample or channel block: feed the old one's partials first
     flush("fed_n >= 0 && (fed_n != n || fed_g != g || fed_co0 != co0)")
     feed.declare(c, plan, pass.feeds, slots)
+    th.slot_end = function(c) tile_partials(c, plan, pass, ev, w, th.slot, pass.staged_epilogue) end
   end
   if pass.chan_reduce >= 0 then
     reduce_epilogue(c, g, layer, plan, pass, names, ev, w, th)
   else
     conv_t.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   end
-  if across and pass.staged_epilogue then
-    -- this tile's partials into s_stat (in fp64): a lane holds its channel's alone
-    for i = 0, pass.feeds.n - 1 do
-      local a = pass.feeds[i]
-      c:line("#pragma unroll")
-      c:open("for (int q = 0; q < %d; ++q) {", slots)
-      c:open("if (%d * q + lane < BN) {", w.epi_cols)
-      c:line("double *d = s_stat + ((%d * 8 + swarp) * BN + %d * q + lane) * 2;", i, w.epi_cols)
-      c:line("d[0] += (double)fs%d[q];", a)
-      c:line("d[1] += (double)fq%d[q];", a)
-      c:close()
-      c:close()
-    end
-    c:line("fed_n = n; fed_g = g; fed_co0 = co0;")
-  elseif across then
-    -- this tile's partials: over the 8 lanes holding each channel, then into s_stat (in fp64)
-    c:line("const unsigned full = 0xffffffffu;")
-    for i = 0, pass.feeds.n - 1 do
-      local a = pass.feeds[i]
-      c:line("#pragma unroll")
-      c:open("for (int q = 0; q < %d; ++q) {", slots)
-      c:line("float s = fs%d[q], t = fq%d[q];", a, a)
-      c:line("s += __shfl_xor_sync(full, s, 4); t += __shfl_xor_sync(full, t, 4);")
-      c:line("s += __shfl_xor_sync(full, s, 8); t += __shfl_xor_sync(full, t, 8);")
-      c:line("s += __shfl_xor_sync(full, s, 16); t += __shfl_xor_sync(full, t, 16);")
-      c:open("if ((lane >> 2) == 0) {")
-      c:line("double *d = s_stat + ((%d * 8 + swarp) * BN + 8 * (q >> 1) + 2 * lane + (q & 1)) * 2;", i)
-      c:line("d[0] += (double)s;")
-      c:line("d[1] += (double)t;")
-      c:close()
-      c:close()
-    end
-    c:line("fed_n = n; fed_g = g; fed_co0 = co0;")
-  end
+  if across then c:line("fed_n = n; fed_g = g; fed_co0 = co0;") end
   c:close()
   if across then flush("fed_n >= 0") end
   if pair then

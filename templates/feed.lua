@@ -8,7 +8,14 @@
 --  * running: one register partial for the current key; when an element's key differs the
 --    partial is flushed with plain atomics (rare: neighbouring elements share statistics),
 --    and the last partial goes through the warp-aggregated path at the end.
--- Partials over a thread's few elements are float; everything beyond is fp64.
+-- Partials over a thread's few elements are float; everything beyond is fp64. But float sums
+-- of x and x^2 lose the variance E[x^2] - mean^2 where the mean is far above the spread (each
+-- square is rounded at 2^-24 of mean^2: at mean/spread ~1000 the variance was off by percents,
+-- bench/NOTES.md v38), so a `shifted` accumulator's (the registry's: the moments) are kept
+-- otherwise: per-slot partials add up x - o and (x - o)^2, the shift o the slot's first
+-- element, and count the elements n, and become fp64 sums of x and x^2 before any merge;
+-- running partials, whose key may change at every element (a flush each), are fp64 sums of x
+-- and x^2 from the start (x^2 of a float is exact in fp64).
 --
 -- Every piece of code that depends on the accumulator's kind comes from its monoid in the
 -- registry (gen/op_registry.c, fg_accum_defs; plan.accum_defs here).
@@ -18,20 +25,37 @@ local M = {}
 
 local function def_of(plan, a) return plan.accum_defs[plan.accums[a].kind] end
 
--- Declarations before the element loop. `slots` > 0 selects per-slot partials.
+-- Whether accumulator a's partials are shifted (see above).
+function M.shifted(plan, a) return def_of(plan, a).shifted end
+
+-- The fp64 sums of x and x^2 of a shifted partial (sums s of x - o and q of (x - o)^2 over n
+-- elements): declares them and returns their names.
+function M.unshift(code, ev, s, q, o, n)
+  local us, uq = ev:fresh("us"), ev:fresh("uq")
+  code:line("const double %s = (double)%s + (double)%s * (double)%s;", us, s, n, o)
+  code:line("const double %s = (double)%s + (double)%s * (2.0 * (double)%s + (double)%s * (double)%s);", uq, q, o, s,
+    n, o)
+  return us, uq
+end
+
+-- Declarations before the element loop. `slots` > 0 selects per-slot partials; a shifted
+-- accumulator's also keep each slot's shift fo and count fn, its running partials are fp64.
 function M.declare(code, plan, feeds, slots)
   for i = 0, feeds.n - 1 do
     local a = feeds[i]
     local init = def_of(plan, a).identity
+    local shifted = M.shifted(plan, a)
     if slots > 0 then
       -- no keys kept: a slot's key is known from its channel (see finish)
       code:line("float fs%d[%d], fq%d[%d];", a, slots, a, slots)
+      if shifted then code:line("float fo%d[%d], fn%d[%d];", a, slots, a, slots) end
       code:line("#pragma unroll") -- constant indices keep the partials in registers
       code:open("for (int q = 0; q < %d; ++q) {", slots)
-      code:line("fs%d[q] = %s; fq%d[q] = 0.0f;", a, init, a)
+      code:line("fs%d[q] = %s; fq%d[q] = 0.0f;%s", a, init, a,
+        shifted and string.format(" fo%d[q] = 0.0f; fn%d[q] = 0.0f;", a, a) or "")
       code:close()
     else
-      code:line("long long fk%d = -1; float fs%d = %s, fq%d = 0.0f;", a, a, init, a)
+      code:line("long long fk%d = -1; %s fs%d = %s, fq%d = 0.0f;", a, shifted and "double" or "float", a, init, a)
     end
   end
 end
@@ -46,7 +70,17 @@ local function contribution(code, ev, plan, a, v, key)
   return x
 end
 
-local function combine(code, def, s, q, x)
+-- Adds x into partials s (and q); a shifted accumulator's per-slot partials relative to shift
+-- o, counted in n, its running partials (o nil) in fp64.
+local function combine(code, ev, def, s, q, x, o, n)
+  if def.shifted and not o then
+    x = "(double)" .. x
+  elseif def.shifted then
+    local d = ev:fresh("d")
+    code:line("const float %s = %s - %s;", d, x, o)
+    code:line("%s += 1.0f;", n)
+    x = d
+  end
   lib.emit(code, lib.fill(def.combine, nil, { s = s, q = q, x = x }))
 end
 
@@ -76,7 +110,11 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
     end
     local x = contribution(code, ev, plan, a, fed, key)
     if slot then
-      combine(code, def, string.format("fs%d[%s]", a, slot), string.format("fq%d[%s]", a, slot), x)
+      local o, n = string.format("fo%d[%s]", a, slot), string.format("fn%d[%s]", a, slot)
+      -- the slot's first element is its shift (known at compile time where every element of
+      -- the unrolled loop exists)
+      if def.shifted then code:line("if (%s == 0.0f) %s = %s;", n, o, x) end
+      combine(code, ev, def, string.format("fs%d[%s]", a, slot), string.format("fq%d[%s]", a, slot), x, o, n)
     else
       code:open("if (%s != fk%d) {", key, a)
       code:open("if (fk%d >= 0) {", a)
@@ -84,7 +122,7 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
       code:close()
       code:line("fk%d = %s; fs%d = %s; fq%d = 0.0f;", a, key, a, def.identity, a)
       code:close()
-      combine(code, def, "fs" .. a, "fq" .. a, x)
+      combine(code, ev, def, "fs" .. a, "fq" .. a, x)
     end
   end
 end
@@ -99,7 +137,8 @@ function M.finish(code, ev, plan, feeds, slots, slot_key, merge_lanes)
     local a = feeds[i]
     local def = def_of(plan, a)
     local acc = ev.names.accum[a]
-    local function call(k, s, q)
+    local function call(k, s, q, o, n)
+      if def.shifted and o then s, q = M.unshift(code, ev, s, q, o, n) end
       if merge_lanes then
         code:open("{")
         code:line("long long mk = %s;", k)
@@ -112,7 +151,8 @@ function M.finish(code, ev, plan, feeds, slots, slot_key, merge_lanes)
     if slots > 0 then
       code:line("#pragma unroll")
       code:open("for (int q = 0; q < %d; ++q) {", slots)
-      call(string.format("(%s)", slot_key(a, "q")), string.format("fs%d[q]", a), string.format("fq%d[q]", a))
+      call(string.format("(%s)", slot_key(a, "q")), string.format("fs%d[q]", a), string.format("fq%d[q]", a),
+        string.format("fo%d[q]", a), string.format("fn%d[q]", a))
       code:close()
     else
       call("fk" .. a, "fs" .. a, "fq" .. a)

@@ -886,8 +886,9 @@ static void statistics_handed_on(void **state)
             fg_plan *plan = fgt_plan_with(ir, &opts);
             char what[256];
             snprintf(what, sizeof what, "%s (%s) for sm_90a (wgmma)", ir->name, f == 0 ? "bf16 cl" : "fp32");
-            /* h's partials added up per channel: a lane's own (slabs), or over the 8 lanes holding it */
-            const char *needle = l == 1 ? NULL : f == 0 ? "* BN + 32 * q + lane) * 2;" : "s += __shfl_xor_sync(full, s, 4);";
+            /* h's partials added up per channel at the end of each slot: a lane's own (slabs), or
+             * over the 8 lanes holding it, their counts too (the shifted partials) */
+            const char *needle = l == 1 ? NULL : f == 0 ? "* BN + 32 * kk + lane) * 2;" : "m += __shfl_xor_sync(full, m, 4);";
             problems += compile_sm90a(ir, plan, what, needle);
             free(plan);
         }

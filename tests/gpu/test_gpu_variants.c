@@ -208,6 +208,43 @@ static const variant fixed[] = {
         instance_norm {},
         sub { value = "r" },
     })},
+    /* statistics of values far above their spread (mean/spread ~200): float partial sums of x
+     * and x^2 lose the variance there (bench/NOTES.md v38); each way of gathering moments once:
+     * the conv epilogue's per-channel slots, recompute, resident, a per-pixel key, a map pass */
+    {"far_from_zero_group_norm", 2, 1e-4, SPEC(return layer "far_from_zero_group_norm" {
+        input = { "N", 16, 24, 24 },
+        conv2d { out_channels = 32, kernel = 3, padding = 1 },
+        add { scalar = 100 },
+        group_norm { groups = 8 },
+    })},
+    {"far_from_zero_instance_norm_recompute", 2, 1e-4, SPEC(return layer "far_from_zero_instance_norm_recompute" {
+        input = { "N", 8, 20, 22 },
+        strategy = "recompute",
+        conv2d { out_channels = 24, kernel = 3 },
+        add { scalar = -100 },
+        instance_norm {},
+    })},
+    {"far_from_zero_resident", 2, 1e-4, SPEC(return layer "far_from_zero_resident" {
+        input = { "N", 8, 40, 38 },
+        strategy = "resident",
+        conv2d { out_channels = 16, kernel = 3, padding = 1 },
+        add { scalar = 100 },
+        group_norm { groups = 4 },
+    })},
+    {"far_from_zero_layer_norm_channels", 2, 1e-4, SPEC(return layer "far_from_zero_layer_norm_channels" {
+        input = { "N", 16, 12, 14 },
+        conv2d { out_channels = 48, kernel = 3, padding = 1 },
+        add { scalar = 100 },
+        layer_norm { dim = 1 },
+    })},
+    {"far_from_zero_norm_after_norm", 2, 1e-4, SPEC(return layer "far_from_zero_norm_after_norm" {
+        input = { "N", 8, 20, 20 },
+        conv2d { out_channels = 16, kernel = 3 },
+        group_norm { groups = 4 },
+        mul { scalar = 0.01 },
+        add { scalar = 2 },
+        instance_norm {},
+    })},
     {"conv_only_1x1_stride", 4, 1e-4, SPEC(return layer "conv_only_1x1_stride" {
         input = { "N", 33, 9, 10 },
         conv2d { out_channels = 35, kernel = 1, stride = 3 },
