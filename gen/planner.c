@@ -593,7 +593,10 @@ retile:;
                        ? 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4
                        : 0;
     /* live partials in the epilogue: a float pair per channel slot (the fragments' bn / 4
-     * slots, or a lane's channel in each of the slabs' 32-channel chunks) */
+     * slots, or a lane's channel in each of the slabs' 32-channel chunks); a moments slot
+     * holds four (templates/feed.lua: shift and count too), but the wgmma epilogue adds a
+     * slot's partials into s_stat at the end of its iteration (th.slot_end), so few are live
+     * at once there */
     const int partial_regs = !partials            ? 0
                              : w->epi_bytes == 0 ? w->bn / 2
                                                  : 2 * (int)ceil_div(w->bn, FG_WGMMA_EPI_COLS);

@@ -358,7 +358,8 @@ end
 -- mapping of whole warps); `pixel`, when outputs are
 -- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds);
 -- `slot_end(c)`, code at the end of each iteration of the first loop (where a slot's outputs
--- are all fed, every lane of the warp reaches it: a caller's per-tile partials go there).
+-- are all fed, every lane of the warp reaches it: a caller's per-tile partials go there; not
+-- with `pair` and a single loop, which no caller has).
 -- The conv's value at an output, v0 = the accumulator + the bias (hoisted where the evaluator
 -- hoists per-channel loads), opened as a scope of the evaluator in which op 0 at `coords` is
 -- v0: the epilogue's ops are evaluated from it (the caller pops the scope).

@@ -1235,10 +1235,12 @@ end
 -- into s_stat, in fp64, where the next flush finds them. Staged: a lane holds its channel of
 -- chunk q alone. The fragments' mapping: the 8 lanes holding one channel (lanes l, l ^ 4, ...)
 -- add up first, their shifted partials moved to one shift (lane l % 4's: the warp's first row,
--- the lowest pixel, which exists wherever any of the warp's do) so that float sums of
--- neighbouring values stay exact. The sums are read, added and written back as volatile: left
+-- the lowest pixel, which exists wherever any of the warp's do) so that their float sums
+-- stay small against the spread. The sums are read, added and written back as volatile: left
 -- free, ptxas hoisted every slot's loads and fp64 arithmetic together (kb85: 135 -> 168
--- registers and spills; 128 as volatile).
+-- registers and spills; 128 as volatile). Measured: layers feeding statistics in the
+-- fragments' mapping run 5-8 % slower than with float sums of x and x^2, the staged mapping
+-- as fast (bench/NOTES.md v38, with the two alternatives tried).
 local function tile_partials(c, plan, pass, ev, w, q, staged)
   if not staged then c:line("const unsigned full = 0xffffffffu;") end
   for i = 0, pass.feeds.n - 1 do
