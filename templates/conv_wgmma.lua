@@ -1260,11 +1260,10 @@ local function tile_partials(c, plan, pass, ev, w, q, staged)
       c:line("float s = %s, t = %s;", at("fs"), at("fq"))
       local lanes = { "s", "t" }
       if shifted then
-        c:line("float m = %s;", at("fn"))
+        c:line("const float m = %s;", at("fn"))
         c:line("const float o = __shfl_sync(full, %s, lane & 3), dd = %s - o;", at("fo"), at("fo"))
         c:line("t += dd * (2.0f * s + m * dd);")
         c:line("s += m * dd;")
-        lanes[3] = "m"
       end
       for _, o in ipairs({ 4, 8, 16 }) do
         local parts = {}
@@ -1274,7 +1273,7 @@ local function tile_partials(c, plan, pass, ev, w, q, staged)
       c:open("if ((lane >> 2) == 0) {")
       c:line("volatile double *d = s_stat + ((%d * 8 + swarp) * BN + 8 * (%s >> 1) + 2 * lane + (%s & 1)) * 2;", i, q, q)
       local s, t = "(double)s", "(double)t"
-      if shifted then s, t = feed.unshift(c, ev, "s", "t", "o", "m") end
+      if shifted then s, t = feed.unshift(c, ev, "s", "t", "o", "wrows") end
       c:line("d[0] += %s;", s)
       c:line("d[1] += %s;", t)
       c:close()
@@ -1661,6 +1660,14 @@ function M.render(layer, plan, pass, names, signature)
     -- a new sample or channel block: feed the old one's partials first
     flush("fed_n >= 0 && (fed_n != n || fed_g != g || fed_co0 != co0)")
     feed.declare(c, plan, pass.feeds, slots)
+    if not pass.staged_epilogue then
+      -- the warp's rows of this tile: the count of each of its channels' elements
+      local rows = {}
+      for mt = 0, w.wgmt - 1 do
+        rows[#rows + 1] = string.format("min(max(%d - (pm0 + %d + 16 * warp), 0), 16)", O[1] * O[2] * O[3], 64 * mt)
+      end
+      c:line("const float wrows = (float)(%s);", table.concat(rows, " + "))
+    end
     th.slot_end = function(c) tile_partials(c, plan, pass, ev, w, th.slot, pass.staged_epilogue) end
   end
   if pass.chan_reduce >= 0 then

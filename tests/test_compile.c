@@ -888,7 +888,7 @@ static void statistics_handed_on(void **state)
             snprintf(what, sizeof what, "%s (%s) for sm_90a (wgmma)", ir->name, f == 0 ? "bf16 cl" : "fp32");
             /* h's partials added up per channel at the end of each slot: a lane's own (slabs), or
              * over the 8 lanes holding it, their counts too (the shifted partials) */
-            const char *needle = l == 1 ? NULL : f == 0 ? "* BN + 32 * kk + lane) * 2;" : "m += __shfl_xor_sync(full, m, 4);";
+            const char *needle = l == 1 ? NULL : f == 0 ? "* BN + 32 * kk + lane) * 2;" : "const float o = __shfl_sync(full, fo";
             problems += compile_sm90a(ir, plan, what, needle);
             free(plan);
         }
