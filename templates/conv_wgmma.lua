@@ -1236,7 +1236,9 @@ end
 -- chunk q alone. The fragments' mapping: the 8 lanes holding one channel (lanes l, l ^ 4, ...)
 -- add up first, their shifted partials moved to one shift (lane l % 4's: the warp's first row,
 -- the lowest pixel, which exists wherever any of the warp's do) so that their float sums
--- stay small against the spread. The sums are read, added and written back as volatile: left
+-- stay small against the spread; their count is the warp's valid rows (wrows, once a tile:
+-- shuffling each slot's count cost SD's fp32 block 2 %). The sums are read, added and written
+-- back as volatile: left
 -- free, ptxas hoisted every slot's loads and fp64 arithmetic together (kb85: 135 -> 168
 -- registers and spills; 128 as volatile). Measured: layers feeding statistics in the
 -- fragments' mapping run 5-8 % slower than with float sums of x and x^2, the staged mapping
@@ -1660,7 +1662,9 @@ function M.render(layer, plan, pass, names, signature)
     -- a new sample or channel block: feed the old one's partials first
     flush("fed_n >= 0 && (fed_n != n || fed_g != g || fed_co0 != co0)")
     feed.declare(c, plan, pass.feeds, slots)
-    if not pass.staged_epilogue then
+    local shifted = false
+    for i = 0, pass.feeds.n - 1 do shifted = shifted or feed.shifted(plan, pass.feeds[i]) end
+    if shifted and not pass.staged_epilogue then
       -- the warp's rows of this tile: the count of each of its channels' elements
       local rows = {}
       for mt = 0, w.wgmt - 1 do
