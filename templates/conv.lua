@@ -404,6 +404,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local pair = th.pair and O[3] % 2 == 0 and not (g.cl and pass.store_output)
   local width = pair and (th.pair == true and 2 or th.pair) or 1
   local loops = th.loops
+  -- slot_end closes the first loop's iteration, which a pair over a single loop does not have
+  if th.slot_end and pair and #loops == 1 then error("conv epilogue: slot_end with a pair over a single loop") end
   local dshape = layer.ops[pass.last].out_shape
   local targets = {} -- { array, value index (nil: the pass's domain value) }
   if pass.store_output then targets[#targets + 1] = { names.output, nil, g.half, g.cl } end
