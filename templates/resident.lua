@@ -10,6 +10,7 @@
 -- of the chain (and a reduction over the channels, when the block holds them all) is
 -- applied to the kept values and the output is written, coalesced, once.
 local lib = import("lib")
+local feed = import("feed")
 local expr = import("expr")
 local conv_t = import("conv")
 
@@ -136,8 +137,8 @@ function M.render(layer, plan, pass, names, signature)
   c:line("#pragma unroll")
   c:open("for (int j = 0; j < %d; ++j) {", T.RC)
   c:line("if (ct * %d + j >= %d) break; /* uniform: padding channels */", T.RC, B)
-  c:line("double a = (double)ps[j] + (double)pn[j] * (double)po[j];")
-  c:line("double b = (double)pq[j] + (double)po[j] * (2.0 * (double)ps[j] + (double)pn[j] * (double)po[j]);")
+  local us, uq = feed.unshift(c, ev, "ps[j]", "pq[j]", "po[j]", "pn[j]")
+  c:line("double a = %s, b = %s;", us, uq)
   c:open("for (int o = 16; o > 0; o >>= 1) {")
   c:line("a += __shfl_xor_sync(0xffffffffu, a, o);")
   c:line("b += __shfl_xor_sync(0xffffffffu, b, o);")
