@@ -57,6 +57,29 @@ static bool is_window(const fg_op *op)
     return c == FG_CLASS_POOL || (c == FG_CLASS_REDUCE && !is_big_reduce(op));
 }
 
+int fg_io_buffer_value(const fg_layer_ir *ir)
+{
+    if (ir->layout != FG_LAYOUT_CHANNELS_LAST || ir->dtype == FG_DTYPE_FP32 || ir->precision != FG_PRECISION_TF32 ||
+        ir->strategy == FG_STRATEGY_RECOMPUTE || ir->strategy == FG_STRATEGY_RESIDENT || ir->n_ops < 2)
+        return -1;
+    const fg_shape *out = &ir->ops[ir->n_ops - 1].out;
+    int stat = -1;
+    for (int k = 1; k < ir->n_ops; k++) {
+        const fg_op *op = &ir->ops[k];
+        fg_op_class c = fg_op_kind_class(op->kind);
+        /* elementwise ops and norms over the output's shape; no value read back by name */
+        if ((c != FG_CLASS_UNARY && c != FG_CLASS_BINARY && c != FG_CLASS_NORM) || !fg_shape_same(&op->out, out) ||
+            op->operand == FG_OPERAND_VALUE)
+            return -1;
+        if (accumulated(op)) {
+            if (stat >= 0)
+                return -1;
+            stat = k;
+        }
+    }
+    return stat >= 1 && fg_shape_same(&ir->ops[stat - 1].out, out) ? stat - 1 : -1;
+}
+
 static int add_buffer(planner *p, int value)
 {
     if (p->stored[value])
@@ -67,6 +90,9 @@ static int add_buffer(planner *p, int value)
     fg_buffer *b = &plan->buffers[plan->n_buffers];
     b->value = value;
     b->per_sample = fg_shape_sample_count(&p->ir->ops[value].out);
+    b->io = value == fg_io_buffer_value(p->ir);
+    if (b->io) /* two 16-bit elements a float */
+        b->per_sample = (b->per_sample + 1) / 2;
     p->stored[value] = true;
     p->buffer_of[value] = plan->n_buffers;
     return plan->n_buffers++;
@@ -589,7 +615,7 @@ retile:;
      * ResNet-50 bottleneck's last 1x1 conv (bf16, channels last, batch 32) 148 us for ~115 MB,
      * at 0.7 TB/s (bench/NOTES.md v26). The statistics the next layer reads are gathered in
      * the slabs' mapping (a lane a channel). */
-    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && !op_stats
+    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && (!op_stats || fg_io_buffer_value(ir) >= 0)
                        ? 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4
                        : 0;
     /* live partials in the epilogue: a float pair per channel slot (the fragments' bn / 4
@@ -789,11 +815,14 @@ const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling 
     return NULL;
 }
 
-bool fg_wgmma_staged_epilogue(const fg_wgmma_tiling *w, const fg_pass *ps)
+bool fg_wgmma_staged_epilogue(const fg_plan *plan, const fg_pass *ps)
 {
-    /* (the one statistic it may feed is the output's, for the next layer: fg_layer_ir.exports_stats) */
-    return w->epi_bytes > 0 && ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && ps->store_output &&
-           ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds <= 1 && ps->chan_reduce < 0;
+    /* it stores the output, or a buffer held as the output is (fg_io_buffer_value); the one
+     * statistic it may feed is the output's, for the next layer (fg_layer_ir.exports_stats),
+     * or that buffer's */
+    bool io_store = ps->store_output ? ps->store_buffer < 0 : ps->store_buffer >= 0 && plan->buffers[ps->store_buffer].io;
+    return plan->wgmma.epi_bytes > 0 && ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && io_store &&
+           ps->n_extra_stores == 0 && ps->n_feeds <= 1 && ps->chan_reduce < 0;
 }
 
 /* Whether the producer loads A by TMA in im2col mode (fg_wgmma_tiling.a_tma): where
@@ -1323,7 +1352,8 @@ static int map_cl_tile(const planner *p, const fg_pass *ps, int *tile_c, int *ti
     const fg_layer_ir *ir = p->ir;
     const fg_shape *dom = &ir->ops[ps->domain].out;
     if (ir->layout != FG_LAYOUT_CHANNELS_LAST || !ps->store_output || ps->store_buffer >= 0 ||
-        ps->n_extra_stores > 0 || ps->chan_sums >= 0 || ps->source_buffer < 0 || ps->n_feeds > 0)
+        ps->n_extra_stores > 0 || ps->chan_sums >= 0 || ps->source_buffer < 0 || ps->n_feeds > 0 ||
+        p->plan->buffers[ps->source_buffer].io) /* channels last already: read in the output's order */
         return 0;
     /* a shape op (templates see the shapes before it: fg_value_layout), or one channel or one
      * pixel (channels last is the NC(D)HW order there) */

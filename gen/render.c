@@ -453,7 +453,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_setfield(L, -2, "feeds");
         set_int(L, "finalize_accum", ps->finalize_accum);
         set_int(L, "chan_reduce", ps->chan_reduce);
-        set_bool(L, "staged_epilogue", fg_wgmma_staged_epilogue(&plan->wgmma, ps));
+        set_bool(L, "staged_epilogue", fg_wgmma_staged_epilogue(plan, ps));
         set_int(L, "chan_sums", ps->chan_sums);
         lua_createtable(L, 0, 10);
         const fg_conv_tiling *t = &ps->conv;
@@ -531,6 +531,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_createtable(L, 0, 2);
         set_int(L, "value", plan->buffers[i].value);
         set_int(L, "per_sample", plan->buffers[i].per_sample);
+        set_bool(L, "io", plan->buffers[i].io);
         set_int(L, "fixed", plan->buffers[i].fixed);
         lua_rawseti(L, -2, i);
     }

@@ -51,8 +51,13 @@ function Eval:load_from_buffer(v, b)
   self.loaders[v] = function(coords)
     local shape = self.layer.ops[v].out_shape
     local var = self:fresh("v" .. v .. "_")
-    self.code:line("const float %s = %s[(fg_u64)n * %d + %s];", var, self.names.buffer[b], shape.sample,
-      lib.lin(shape, coords))
+    if self.plan.buffers[b].io then -- held as the output is (planner.h, fg_io_buffer_value)
+      self.code:line("const float %s = fg_io_widen(%s[(fg_u64)n * %d + %s]);", var, self.names.buffer[b], shape.sample,
+        lib.lin_cl(shape, coords))
+    else
+      self.code:line("const float %s = %s[(fg_u64)n * %d + %s];", var, self.names.buffer[b], shape.sample,
+        lib.lin(shape, coords))
+    end
     return var
   end
 end

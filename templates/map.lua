@@ -74,7 +74,14 @@ function M.render(layer, plan, pass, names, signature)
   c:open("if (li < %d) {", dshape.sample)
   c:line("const int i = (int)li;")
   ev:push_scope()
-  local coords = lib.unravel(c, dshape, "i", "o")
+  local coords
+  if pass.source_buffer >= 0 and plan.buffers[pass.source_buffer].io then
+    -- a source held channels last (planner.h, fg_io_buffer_value): elements in that order, so
+    -- that its loads and the output's stores are contiguous
+    coords = M.unravel_cl(c, dshape, "i", "o")
+  else
+    coords = lib.unravel(c, dshape, "i", "o")
+  end
   local v = ev:eval(pass.last, coords)
   for _, st in ipairs(stores(plan, pass, names)) do
     local v = ev:eval(st[2], coords)
@@ -89,6 +96,27 @@ function M.render(layer, plan, pass, names, signature)
   feed.finish(c, ev, plan, pass.feeds, 0)
   c:close()
   return c
+end
+
+-- Coordinate variables `<prefix>1..` for the per-sample index `idx` of the channels-last order
+-- (N(D)HWC: the channel innermost, then W, H (, D)); returns their names.
+function M.unravel_cl(code, shape, idx, prefix)
+  local coords, stride = {}, 1
+  local order = { 1 }
+  for d = shape.rank - 1, 2, -1 do order[#order + 1] = d end
+  for k, d in ipairs(order) do
+    if shape.dim[d] == 1 then
+      coords[d] = "0"
+    else
+      local name = prefix .. d
+      local e = stride == 1 and idx or string.format("(%s / %d)", idx, stride)
+      if k < #order then e = string.format("%s %% %d", e, shape.dim[d]) end
+      code:line("const int %s = %s;", name, e)
+      coords[d] = name
+    end
+    stride = stride * shape.dim[d]
+  end
+  return coords
 end
 
 -- A channels-last output through a shared-memory tile (the planner's choice: gen/planner.c,
@@ -180,6 +208,9 @@ function M.vectorizable(layer, plan, pass)
   if dshape.sample % 4 ~= 0 or pass.launch.elems % 4 ~= 0 then return false end
   -- a channels-last output: four consecutive elements of the domain are not consecutive there
   if pass.store_output and lib.io_cl(layer) then return false end
+  for _, b in ipairs(read_buffers(pass)) do
+    if plan.buffers[b].io then return false end
+  end
   for k = pass.first, pass.last do
     local op = layer.ops[k]
     local cls = op.class

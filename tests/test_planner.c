@@ -1896,18 +1896,21 @@ static void wgmma_multicast_where_b_is_shared(void **state)
 /* The staged channels-last epilogue (fg_wgmma_staged_epilogue): the slabs are reserved for a
  * channels-last layer without statistics, after the partials and before the barriers, and used
  * by its conv pass where the output is its only target; never for NCHW, nor where the layer
- * has statistics (the pass then stores a buffer). */
+ * has statistics (the pass then stores a buffer), but where that buffer is held as the output
+ * is (fg_io_buffer_value: a half layer at precision tf32), in half the bytes. */
 static void wgmma_staged_epilogue_where_channels_last(void **state)
 {
     (void)state;
     static const struct {
-        const char *layout, *ops;
+        const char *layout, *ops, *precision;
         int reserved, staged;
     } cases[] = {
-        {"channels_last", "relu {}", 1, 1},
-        {"channels_last", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", 1, 1}, /* a per-channel load */
-        {"channels_last", "instance_norm {}, relu {}", 0, 0},
-        {"nchw", "relu {}", 0, 0},
+        {"channels_last", "relu {}", "fp32", 1, 1},
+        {"channels_last", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", "fp32", 1, 1}, /* a per-channel load */
+        {"channels_last", "instance_norm {}, relu {}", "fp32", 0, 0},
+        {"channels_last", "instance_norm {}, relu {}", "tf32", 1, 1}, /* the buffer held in bf16, channels last */
+        {"nchw", "relu {}", "fp32", 0, 0},
+        {"nchw", "instance_norm {}, relu {}", "tf32", 0, 0},
     };
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
@@ -1916,8 +1919,8 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         char spec[512];
         snprintf(spec, sizeof spec,
                  "return layer \"t\" {\n  input = { \"N\", 64, 20, 20 },\n  dtype = \"bf16\",\n  layout = \"%s\",\n"
-                 "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n  %s,\n}\n",
-                 cases[i].layout, cases[i].ops);
+                 "  precision = \"%s\",\n  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n  %s,\n}\n",
+                 cases[i].layout, cases[i].precision, cases[i].ops);
         fg_layer_ir *ir = fgt_load_string(spec);
         fg_plan *plan = fgt_plan_with(ir, &opts);
         const fg_wgmma_tiling *w = &plan->wgmma;
@@ -1930,14 +1933,28 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         assert_int_equal(w->bar_offset, w->stat_offset + w->stat_bytes + w->epi_bytes);
         int staged = 0;
         for (int p = 0; p < plan->n_passes; p++)
-            staged += fg_wgmma_staged_epilogue(w, &plan->passes[p]);
+            staged += fg_wgmma_staged_epilogue(plan, &plan->passes[p]);
         assert_int_equal(staged, cases[i].staged);
+        int io_buffers = 0;
+        for (int b = 0; b < plan->n_buffers; b++)
+            io_buffers += plan->buffers[b].io;
+        bool io_expected = strstr(cases[i].ops, "norm") && !strcmp(cases[i].precision, "tf32") &&
+                           !strcmp(cases[i].layout, "channels_last");
+        assert_int_equal(io_buffers, io_expected ? 1 : 0);
         fg_rendered src;
         fg_error err = {{0}};
         assert_int_equal(fg_render(ir, plan, &src, &err), 0);
         text_sink *t = calloc(1, sizeof *t);
         assert_non_null(t);
         fg_plan_print(ir, plan, collect_line, t);
+        if (io_expected) {
+            /* stored rounded along the channels, its statistics fed as stored, read back widened */
+            fgt_assert_contains(src.source, "fg_io *__restrict__ b");
+            fgt_assert_contains(src.source, " + c + (px) * 64] = fg_io_round(v0);");
+            fgt_assert_contains(src.source, "fg_io_widen(fg_io_round(v0))");
+            fgt_assert_contains(src.source, "const fg_io *__restrict__ b");
+            fgt_assert_contains(t->buf, "in the layer's dtype, channels last");
+        }
         if (cases[i].staged) {
             fgt_assert_contains(src.source, "float *const slab = ");
             fgt_assert_contains(src.source, "const float v0 = slab[rr * 40 + lane]");
