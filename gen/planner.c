@@ -60,7 +60,8 @@ static bool is_window(const fg_op *op)
 int fg_io_buffer_value(const fg_layer_ir *ir)
 {
     if (ir->layout != FG_LAYOUT_CHANNELS_LAST || ir->dtype == FG_DTYPE_FP32 || ir->precision != FG_PRECISION_TF32 ||
-        ir->strategy == FG_STRATEGY_RECOMPUTE || ir->strategy == FG_STRATEGY_RESIDENT || ir->n_ops < 2)
+        ir->strategy == FG_STRATEGY_RECOMPUTE || ir->strategy == FG_STRATEGY_RESIDENT || ir->n_ops < 2 ||
+        ir->exports_stats) /* its map pass would feed them in channels-last order: a key change an element */
         return -1;
     const fg_shape *out = &ir->ops[ir->n_ops - 1].out;
     int stat = -1;
@@ -607,7 +608,7 @@ retile:;
      * compile test fails on any spill). */
     /* statistics partials gathered across a block's tiles: two fp64 per channel and per
      * consumer warp and accumulator */
-    w->stat_bytes = (op_stats ? 2 : ir->exports_stats ? 1 : 0) * 8 * (int64_t)w->bn * 2 * 8;
+    w->stat_bytes = (op_stats && fg_io_buffer_value(ir) < 0 ? 2 : partials ? 1 : 0) * 8 * (int64_t)w->bn * 2 * 8;
     /* a channels-last output is stored through the staging slabs (fg_wgmma_staged_epilogue)
      * unless a later op needs statistics (then the conv pass is not the one writing the
      * output, or its epilogue keeps per-channel partials in the fragments' mapping): measured
