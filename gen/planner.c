@@ -57,10 +57,12 @@ static bool is_window(const fg_op *op)
     return c == FG_CLASS_POOL || (c == FG_CLASS_REDUCE && !is_big_reduce(op));
 }
 
-int fg_io_buffer_value(const fg_layer_ir *ir)
+static int wanted_strategy(const fg_layer_ir *ir, const fg_plan_options *opts);
+
+int fg_io_buffer_value(const fg_layer_ir *ir, int wanted)
 {
     if (ir->layout != FG_LAYOUT_CHANNELS_LAST || ir->dtype == FG_DTYPE_FP32 || ir->precision != FG_PRECISION_TF32 ||
-        ir->strategy == FG_STRATEGY_RECOMPUTE || ir->strategy == FG_STRATEGY_RESIDENT || ir->n_ops < 2 ||
+        wanted == FG_STRATEGY_RECOMPUTE || wanted == FG_STRATEGY_RESIDENT || ir->n_ops < 2 ||
         ir->exports_stats) /* its map pass would feed them in channels-last order: a key change an element */
         return -1;
     const fg_shape *out = &ir->ops[ir->n_ops - 1].out;
@@ -78,7 +80,13 @@ int fg_io_buffer_value(const fg_layer_ir *ir)
             stat = k;
         }
     }
-    return stat >= 1 && fg_shape_same(&ir->ops[stat - 1].out, out) ? stat - 1 : -1;
+    if (stat < 1 || !fg_shape_same(&ir->ops[stat - 1].out, out))
+        return -1;
+    /* a key a group of whole channels: the slabs' mapping (a lane a channel) feeds a per-pixel
+     * or per-row key (layer_norm over the channels or over W) with 32 lanes on one key */
+    fg_stat_layout sl;
+    fg_norm_stat_layout(&ir->ops[stat], &sl);
+    return sl.whole_channels ? stat - 1 : -1;
 }
 
 static int add_buffer(planner *p, int value)
@@ -91,7 +99,7 @@ static int add_buffer(planner *p, int value)
     fg_buffer *b = &plan->buffers[plan->n_buffers];
     b->value = value;
     b->per_sample = fg_shape_sample_count(&p->ir->ops[value].out);
-    b->io = value == fg_io_buffer_value(p->ir);
+    b->io = value == fg_io_buffer_value(p->ir, wanted_strategy(p->ir, p->opts));
     if (b->io) /* two 16-bit elements a float */
         b->per_sample = (b->per_sample + 1) / 2;
     p->stored[value] = true;
@@ -493,7 +501,7 @@ static int io_vec_elems(const fg_layer_ir *ir)
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
-                         int bn_asked, fg_wgmma_tiling *w, const char **why)
+                         int bn_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
     memset(w, 0, sizeof *w);
     const char *unused;
@@ -608,7 +616,7 @@ retile:;
      * compile test fails on any spill). */
     /* statistics partials gathered across a block's tiles: two fp64 per channel and per
      * consumer warp and accumulator */
-    w->stat_bytes = (op_stats && fg_io_buffer_value(ir) < 0 ? 2 : partials ? 1 : 0) * 8 * (int64_t)w->bn * 2 * 8;
+    w->stat_bytes = (op_stats && io_value < 0 ? 2 : partials ? 1 : 0) * 8 * (int64_t)w->bn * 2 * 8;
     /* a channels-last output is stored through the staging slabs (fg_wgmma_staged_epilogue)
      * unless a later op needs statistics (then the conv pass is not the one writing the
      * output, or its epilogue keeps per-channel partials in the fragments' mapping): measured
@@ -616,7 +624,7 @@ retile:;
      * ResNet-50 bottleneck's last 1x1 conv (bf16, channels last, batch 32) 148 us for ~115 MB,
      * at 0.7 TB/s (bench/NOTES.md v26). The statistics the next layer reads are gathered in
      * the slabs' mapping (a lane a channel). */
-    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && (!op_stats || fg_io_buffer_value(ir) >= 0)
+    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && (!op_stats || io_value >= 0)
                        ? 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4
                        : 0;
     /* live partials in the epilogue: a float pair per channel slot (the fragments' bn / 4
@@ -926,7 +934,8 @@ static bool choose_wgmma(planner *p)
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, &p->plan->wgmma,
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
+                      fg_io_buffer_value(p->ir, wanted_strategy(p->ir, opts)), &p->plan->wgmma,
                       &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
@@ -1012,7 +1021,8 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     conv_geometry g;
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
-    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, &w, NULL))
+    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
+                      fg_io_buffer_value(ir, wanted_strategy(ir, opts)), &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)

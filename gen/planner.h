@@ -91,8 +91,10 @@ typedef struct fg_buffer {
  * last between its conv pass and its map pass (the value before its one statistic, of the
  * output's shape, read back by nothing but that map pass), or -1. PyTorch's half model rounds
  * there too; fp32 NC(D)HW doubles the bytes and the conv's stores go C elements apart
- * (bench/NOTES.md: the nnU-Net block's output norm, 134 MB written and read at batch 2). */
-int fg_io_buffer_value(const fg_layer_ir *ir);
+ * (bench/NOTES.md: the nnU-Net block's output norm, 134 MB written and read at batch 2).
+ * `wanted_strategy`: the strategy asked for (the spec's, or the caller's for "auto"; -1 auto):
+ * recompute and resident store no such value. */
+int fg_io_buffer_value(const fg_layer_ir *ir, int wanted_strategy);
 
 typedef enum fg_arg_kind {
     FG_ARG_INPUT,   /* the layer input (const float*) */

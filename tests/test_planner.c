@@ -1902,15 +1902,20 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
 {
     (void)state;
     static const struct {
-        const char *layout, *ops, *precision;
-        int reserved, staged;
+        const char *layout, *ops, *precision, *strategy;
+        int reserved, staged, io;
     } cases[] = {
-        {"channels_last", "relu {}", "fp32", 1, 1},
-        {"channels_last", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", "fp32", 1, 1}, /* a per-channel load */
-        {"channels_last", "instance_norm {}, relu {}", "fp32", 0, 0},
-        {"channels_last", "instance_norm {}, relu {}", "tf32", 1, 1}, /* the buffer held in bf16, channels last */
-        {"nchw", "relu {}", "fp32", 0, 0},
-        {"nchw", "instance_norm {}, relu {}", "tf32", 0, 0},
+        {"channels_last", "relu {}", "fp32", "auto", 1, 1, 0},
+        {"channels_last", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", "fp32", "auto", 1, 1, 0}, /* a per-channel load */
+        {"channels_last", "instance_norm {}, relu {}", "fp32", "auto", 0, 0, 0},
+        {"channels_last", "instance_norm {}, relu {}", "tf32", "auto", 1, 1, 1}, /* the buffer held in bf16, channels last */
+        {"channels_last", "group_norm { groups = 4 }, relu {}", "tf32", "materialize", 1, 1, 1},
+        /* recompute stores no value: no buffer, and the statistics pass keeps the fragments' mapping */
+        {"channels_last", "instance_norm {}, relu {}", "tf32", "recompute", 0, 0, 0},
+        /* a key a pixel: 32 lanes of the slabs' mapping would feed one key */
+        {"channels_last", "layer_norm { dim = 1 }, relu {}", "tf32", "materialize", 0, 0, 0},
+        {"nchw", "relu {}", "fp32", "auto", 0, 0, 0},
+        {"nchw", "instance_norm {}, relu {}", "tf32", "auto", 0, 0, 0},
     };
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
@@ -1919,8 +1924,9 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         char spec[512];
         snprintf(spec, sizeof spec,
                  "return layer \"t\" {\n  input = { \"N\", 64, 20, 20 },\n  dtype = \"bf16\",\n  layout = \"%s\",\n"
-                 "  precision = \"%s\",\n  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n  %s,\n}\n",
-                 cases[i].layout, cases[i].precision, cases[i].ops);
+                 "  precision = \"%s\",\n  strategy = \"%s\",\n  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n"
+                 "  %s,\n}\n",
+                 cases[i].layout, cases[i].precision, cases[i].strategy, cases[i].ops);
         fg_layer_ir *ir = fgt_load_string(spec);
         fg_plan *plan = fgt_plan_with(ir, &opts);
         const fg_wgmma_tiling *w = &plan->wgmma;
@@ -1938,8 +1944,7 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         int io_buffers = 0;
         for (int b = 0; b < plan->n_buffers; b++)
             io_buffers += plan->buffers[b].io;
-        bool io_expected = strstr(cases[i].ops, "norm") && !strcmp(cases[i].precision, "tf32") &&
-                           !strcmp(cases[i].layout, "channels_last");
+        const bool io_expected = cases[i].io;
         assert_int_equal(io_buffers, io_expected ? 1 : 0);
         fg_rendered src;
         fg_error err = {{0}};
@@ -1949,10 +1954,13 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         fg_plan_print(ir, plan, collect_line, t);
         if (io_expected) {
             /* stored rounded along the channels, its statistics fed as stored, read back widened */
-            fgt_assert_contains(src.source, "fg_io *__restrict__ b");
-            fgt_assert_contains(src.source, " + c + (px) * 64] = fg_io_round(v0);");
+            /* the conv pass's parameter (not const), its stores from the slabs along the channels */
+            fgt_assert_contains(src.source, ", fg_io *__restrict__ b2, double *a0");
+            fgt_assert_contains(src.source, "b2[(fg_u64)n * 25600 + c + (px) * 64] = fg_io_round(v0);");
             fgt_assert_contains(src.source, "fg_io_widen(fg_io_round(v0))");
-            fgt_assert_contains(src.source, "const fg_io *__restrict__ b");
+            /* the map pass reads it in channels-last order: (c, x, y) at c + 64 x + 1280 y */
+            fgt_assert_contains(src.source, "fg_pass4_map(const fg_io *__restrict__ b2,");
+            fgt_assert_contains(src.source, "fg_io_widen(b2[(fg_u64)n * 25600 + o1 + (o2) * 1280 + (o3) * 64])");
             fgt_assert_contains(t->buf, "in the layer's dtype, channels last");
         }
         if (cases[i].staged) {
@@ -1968,6 +1976,19 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         free(plan);
         free(ir);
     }
+    /* a caller's default for "auto" (FUSEGEN_STRATEGY) asking for recompute: no slabs either */
+    opts.default_strategy = FG_STRATEGY_RECOMPUTE;
+    fg_layer_ir *ir = fgt_load_string("return layer \"t\" {\n  input = { \"N\", 64, 20, 20 },\n  dtype = \"bf16\",\n"
+                                      "  layout = \"channels_last\",\n  precision = \"tf32\",\n"
+                                      "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n"
+                                      "  instance_norm {}, relu {},\n}\n");
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+    assert_int_equal(plan->wgmma.epi_bytes, 0);
+    for (int b = 0; b < plan->n_buffers; b++)
+        assert_false(plan->buffers[b].io);
+    free(plan);
+    free(ir);
 }
 
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and

@@ -677,7 +677,30 @@ static const half_variant layouts[] = {
         group_norm { groups = 4 },
         silu {},
     })},
-    {"cl_bf16_fma_tf32_io_buffer", "fma", 2, 1, FG_BAR_TF32_BF16, SPEC(return layer "cl_bf16_fma_tf32_io_buffer" {
+    /* groups of 48 channels: a group spans two of the slabs' 32-channel chunks (and one
+     * chunk two groups) */
+    {"cl_fp16_wgmma_tf32_io_buffer_groups", "wgmma", 2, 0, FG_BAR_TF32, SPEC(return layer "cl_fp16_wgmma_tf32_io_buffer_groups" {
+        input = { "N", 40, 11, 13 },
+        layout = "channels_last",
+        dtype = "fp16",
+        precision = "tf32",
+        conv2d { out_channels = 96, kernel = 3, padding = 1 },
+        group_norm { groups = 2, affine = true },
+        silu {},
+    })},
+    /* batch 1, one tile of 100 pixels: split K, the last split's epilogue stores the buffer */
+    {"cl_bf16_wgmma_tf32_io_buffer_split_k", NULL, 1, 0, FG_BAR_TF32_BF16, SPEC(return layer "cl_bf16_wgmma_tf32_io_buffer_split_k" {
+        input = { "N", 256, 10, 10 },
+        layout = "channels_last",
+        dtype = "bf16",
+        precision = "tf32",
+        conv2d { out_channels = 128, kernel = 3, padding = 1 },
+        group_norm { groups = 8 },
+        silu {},
+    })},
+    /* the FMA engine is exact: the buffer's rounding (half an ulp of the dtype at the value
+     * before the norm) is the only error besides the output's */
+    {"cl_bf16_fma_tf32_io_buffer", "fma", 2, 1, 1e-2, SPEC(return layer "cl_bf16_fma_tf32_io_buffer" {
         input = { "N", 5, 15, 13 },
         layout = "channels_last",
         dtype = "bf16",
