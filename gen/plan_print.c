@@ -429,6 +429,13 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      l->tile_c, l->tile_p);
             emit(ctx, line);
         }
+        if (ps->kind == FG_PASS_MAP && l->cl_vec > 0) {
+            snprintf(line, sizeof line,
+                     "           channels last from a buffer held so: a thread takes %d consecutive channels of a "
+                     "pixel, one 16-byte load and store (planner.c, map_launch)",
+                     l->cl_vec);
+            emit(ctx, line);
+        }
         snprintf(line, sizeof line, "           launch: %d threads, grid %" PRId64 " x %" PRId64 " x %s, %d B shared",
                  l->block, l->grid_x, l->grid_y, l->per_sample ? "N" : "1", l->smem_bytes);
         emit(ctx, line);

@@ -1403,6 +1403,16 @@ static int map_cl_tile(const planner *p, const fg_pass *ps, int *tile_c, int *ti
     return n;
 }
 
+/* Whether map pass `ps` reads no buffer but its source (no op of it reads a value by name:
+ * op_args). */
+static bool map_reads_only_source(const fg_layer_ir *ir, const fg_pass *ps)
+{
+    for (int k = ps->first; k <= ps->last; k++)
+        if (ir->ops[k].operand == FG_OPERAND_VALUE)
+            return false;
+    return true;
+}
+
 static void map_launch(const planner *p, fg_pass *ps)
 {
     const fg_layer_ir *ir = p->ir;
@@ -1422,6 +1432,18 @@ static void map_launch(const planner *p, fg_pass *ps)
     ps->launch.grid_x = (n + 256 * ps->launch.elems_per_thread - 1) / (256 * ps->launch.elems_per_thread);
     ps->launch.grid_y = 1;
     ps->launch.per_sample = true;
+    /* a source held channels last in the dtype (fg_buffer.io): measured on the H200 (bench/
+     * NOTES.md v39), its scalar pass (a 2-byte load a thread at a time) ran at 0.9 TB/s, too
+     * few bytes in flight; 8 elements a thread are 16 bytes, one pixel's channels (C % 8) */
+    const int cl_vec = 16 / 2;
+    if (!gathers && ps->source_buffer >= 0 && p->plan->buffers[ps->source_buffer].io && ir->ops[ps->domain].out.dim[1] % cl_vec == 0 &&
+        ps->store_output && ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds == 0 && ps->chan_sums < 0 &&
+        map_reads_only_source(ir, ps)) {
+        ps->launch.cl_vec = cl_vec;
+        ps->launch.elems_per_thread = cl_vec;
+        ps->launch.grid_x = ceil_div(n, 256 * cl_vec);
+        return;
+    }
     int tc, tp, pitch, staged = map_cl_tile(p, ps, &tc, &tp, &pitch);
     if (staged > 0) {
         const fg_shape *dom = &ir->ops[ps->domain].out;

@@ -139,6 +139,11 @@ typedef struct fg_launch {
      * bytes), a block row_pixels pixels of one sample; both 0 for the kernel that sums a span
      * of one key's elements a block, and for any other pass */
     int row_vec, row_pixels;
+    /* a map pass whose source is held channels last in the layer's dtype (fg_buffer.io) and
+     * which reads nothing else, stores only the output and feeds nothing: each thread takes
+     * cl_vec consecutive elements of the channels-last order (channels of one pixel), one
+     * 16-byte load and one store (planner.c, map_launch); 0 for any other pass */
+    int cl_vec;
 } fg_launch;
 
 /* How the conv pass multiplies. */

@@ -498,7 +498,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "rows", ps->res.rows);
         set_int(L, "slice", ps->res.slice);
         lua_setfield(L, -2, "res");
-        lua_createtable(L, 0, 11);
+        lua_createtable(L, 0, 12);
         set_int(L, "block", ps->launch.block);
         set_int(L, "elems", ps->launch.elems_per_thread);
         set_int(L, "grid_x", ps->launch.grid_x);
@@ -510,6 +510,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "tile_pitch", ps->launch.tile_pitch);
         set_int(L, "row_vec", ps->launch.row_vec);
         set_int(L, "row_pixels", ps->launch.row_pixels);
+        set_int(L, "cl_vec", ps->launch.cl_vec);
         lua_setfield(L, -2, "launch");
         lua_createtable(L, ps->n_args, 1);
         for (int a = 0; a < ps->n_args; a++) {

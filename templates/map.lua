@@ -63,6 +63,11 @@ function M.render(layer, plan, pass, names, signature)
     c:close()
     return c
   end
+  if pass.launch.cl_vec > 0 then -- a source held channels last (planner.c, map_launch)
+    M.render_cl_vec(c, ev, layer, plan, pass, names)
+    c:close()
+    return c
+  end
   if M.vectorizable(layer, plan, pass) then
     M.render_vectorized(c, ev, layer, plan, pass, names)
     feed.finish(c, ev, plan, pass.feeds, 0)
@@ -117,6 +122,54 @@ function M.unravel_cl(code, shape, idx, prefix)
     stride = stride * shape.dim[d]
   end
   return coords
+end
+
+-- A source held channels last in the layer's dtype (planner.h, fg_buffer.io; the planner's
+-- launch.cl_vec): each thread takes cl_vec consecutive elements of that order, the channels
+-- c0.. of one pixel (C is a multiple of cl_vec), with one 16-byte load of the source and one
+-- store of the output where it is aligned. The pass reads no other buffer, stores only the
+-- output and feeds nothing (planner.c, map_launch).
+function M.render_cl_vec(c, ev, layer, plan, pass, names)
+  local dshape = layer.ops[pass.domain].out_shape
+  local V, b = pass.launch.cl_vec, pass.source_buffer
+  if V ~= 8 or not lib.io_half(layer) then error("map pass: cl_vec is 8 halves (16 bytes)") end
+  local v = plan.buffers[b].value
+  c:line("const long long gi = (long long)blockIdx.x * %d + (int)threadIdx.x;", pass.launch.block)
+  c:open("if (gi < %d) {", dshape.sample // V)
+  c:line("const int i0 = (int)gi * %d;", V)
+  local base = M.unravel_cl(c, dshape, "i0", "o")
+  c:line("const uint4 q = *(const uint4 *)(%s + (fg_u64)n * %d + i0);", names.buffer[b], dshape.sample)
+  c:line("const unsigned qw[4] = {q.x, q.y, q.z, q.w};")
+  local loader = ev.loaders[v]
+  local lane -- the element being evaluated: its value is a half of qw
+  ev.loaders[v] = function(coords)
+    if lane then return string.format("fg_io_widen((unsigned short)(qw[%d] >> %d))", lane // 2, lane % 2 * 16) end
+    return loader(coords)
+  end
+  c:line("fg_io h[%d];", V)
+  for j = 0, V - 1 do
+    c:open("{")
+    ev:push_scope()
+    local coords = {}
+    for d, name in pairs(base) do coords[d] = name end
+    coords[1] = string.format("(%s + %d)", base[1], j)
+    lane = j
+    local r = ev:eval(pass.last, coords)
+    lane = nil
+    c:line("h[%d] = %s;", j, lib.io_store(layer, r))
+    ev:pop_scope()
+    c:close()
+  end
+  c:line("fg_io *y = %s + (fg_u64)n * %d + i0;", names.output, dshape.sample)
+  c:open("if (((fg_u64)y & 15) == 0) {")
+  c:line("*(uint4 *)y = make_uint4((unsigned)h[0] | ((unsigned)h[1] << 16), (unsigned)h[2] | ((unsigned)h[3] << 16), "
+    .. "(unsigned)h[4] | ((unsigned)h[5] << 16), (unsigned)h[6] | ((unsigned)h[7] << 16));")
+  c:close("} else {")
+  c.depth = c.depth + 1
+  c:line("for (int j = 0; j < %d; ++j) y[j] = h[j];", V)
+  c:close()
+  c:close()
+  ev.loaders[v] = loader
 end
 
 -- A channels-last output through a shared-memory tile (the planner's choice: gen/planner.c,

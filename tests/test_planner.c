@@ -1958,9 +1958,12 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
             fgt_assert_contains(src.source, ", fg_io *__restrict__ b2, double *a0");
             fgt_assert_contains(src.source, "b2[(fg_u64)n * 25600 + c + (px) * 64] = fg_io_round(v0);");
             fgt_assert_contains(src.source, "fg_io_widen(fg_io_round(v0))");
-            /* the map pass reads it in channels-last order: (c, x, y) at c + 64 x + 1280 y */
+            /* the map pass reads it in channels-last order, 8 channels of a pixel a thread */
             fgt_assert_contains(src.source, "fg_pass4_map(const fg_io *__restrict__ b2,");
-            fgt_assert_contains(src.source, "fg_io_widen(b2[(fg_u64)n * 25600 + o1 + (o2) * 1280 + (o3) * 64])");
+            fgt_assert_contains(src.source, "const uint4 q = *(const uint4 *)(b2 + (fg_u64)n * 25600 + i0);");
+            fgt_assert_contains(src.source, "fg_io_widen((unsigned short)(qw[3] >> 16)) - st");
+            fgt_assert_contains(src.source, "*(uint4 *)y = make_uint4(");
+            fgt_assert_contains(t->buf, "a thread takes 8 consecutive channels of a pixel");
             fgt_assert_contains(t->buf, "in the layer's dtype, channels last");
         }
         if (cases[i].staged) {

@@ -668,7 +668,7 @@ static const half_variant layouts[] = {
         instance_norm { affine = true },
         leaky_relu { negative_slope = 0.01 },
     })},
-    {"cl_fp16_mma_tf32_io_buffer", "mma", 2, 0, FG_BAR_TF32, SPEC(return layer "cl_fp16_mma_tf32_io_buffer" {
+    {"cl_fp16_mma_tf32_io_buffer", "mma", 2, 1, FG_BAR_TF32, SPEC(return layer "cl_fp16_mma_tf32_io_buffer" {
         input = { "N", 8, 14, 18 },
         layout = "channels_last",
         dtype = "fp16",
