@@ -698,9 +698,10 @@ static const half_variant layouts[] = {
         group_norm { groups = 8 },
         silu {},
     })},
-    /* the FMA engine is exact: the buffer's rounding (half an ulp of the dtype at the value
-     * before the norm) is the only error besides the output's */
-    {"cl_bf16_fma_tf32_io_buffer", "fma", 2, 1, 1e-2, SPEC(return layer "cl_bf16_fma_tf32_io_buffer" {
+    /* the FMA engine is exact, so the buffer's rounding (half an ulp of bf16 at the value
+     * before the norm, over the group's spread) is the error besides the output's: at 1e-2 it
+     * failed 4 of 2002 elements by up to 0.0156 on the H200, as PyTorch's bf16 model rounds */
+    {"cl_bf16_fma_tf32_io_buffer", "fma", 2, 1, FG_BAR_TF32_BF16, SPEC(return layer "cl_bf16_fma_tf32_io_buffer" {
         input = { "N", 5, 15, 13 },
         layout = "channels_last",
         dtype = "bf16",
