@@ -432,7 +432,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         if (ps->kind == FG_PASS_MAP && l->cl_vec > 0) {
             snprintf(line, sizeof line,
                      "           channels last from a buffer held so: a thread takes %d consecutive channels of a "
-                     "pixel, one 16-byte load and store (planner.c, map_launch)",
+                     "pixel (16-byte loads and stores), a warp 32 pixels of one channel group (planner.c, map_launch)",
                      l->cl_vec);
             emit(ctx, line);
         }

@@ -1432,16 +1432,20 @@ static void map_launch(const planner *p, fg_pass *ps)
     ps->launch.grid_x = (n + 256 * ps->launch.elems_per_thread - 1) / (256 * ps->launch.elems_per_thread);
     ps->launch.grid_y = 1;
     ps->launch.per_sample = true;
-    /* a source held channels last in the dtype (fg_buffer.io): measured on the H200 (bench/
-     * NOTES.md v39), its scalar pass (a 2-byte load a thread at a time) ran at 0.9 TB/s, too
-     * few bytes in flight; 8 elements a thread are 16 bytes, one pixel's channels (C % 8) */
-    const int cl_vec = 16 / 2;
-    if (!gathers && ps->source_buffer >= 0 && p->plan->buffers[ps->source_buffer].io && ir->ops[ps->domain].out.dim[1] % cl_vec == 0 &&
+    /* a source held channels last in the dtype (fg_buffer.io): a thread takes cl_vec channels
+     * of a pixel (16 or 8: one or two 16-byte loads), a warp 32 pixels of one channel group, so
+     * that the per-channel loads (statistics, affine parameters) are the same address in every
+     * lane. Measured on the H200 (bench/NOTES.md v39): 8 channels of consecutive vectors a
+     * thread (a warp over 4 pixels x 64 channels) ran at 30 % of DRAM peak with 1, 2 or 4
+     * vectors a thread: each per-channel load spread over 8 sectors */
+    const int64_t channels = ir->ops[ps->domain].out.dim[1];
+    const int cl_vec = channels % 16 == 0 ? 16 : 8;
+    if (!gathers && ps->source_buffer >= 0 && p->plan->buffers[ps->source_buffer].io && channels % cl_vec == 0 &&
         ps->store_output && ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds == 0 && ps->chan_sums < 0 &&
         map_reads_only_source(ir, ps)) {
         ps->launch.cl_vec = cl_vec;
         ps->launch.elems_per_thread = cl_vec;
-        ps->launch.grid_x = ceil_div(n, 256 * cl_vec);
+        ps->launch.grid_x = ceil_div(channels / cl_vec * round_up(n / channels, 32), 256);
         return;
     }
     int tc, tp, pitch, staged = map_cl_tile(p, ps, &tc, &tp, &pitch);

@@ -141,8 +141,8 @@ typedef struct fg_launch {
     int row_vec, row_pixels;
     /* a map pass whose source is held channels last in the layer's dtype (fg_buffer.io) and
      * which reads nothing else, stores only the output and feeds nothing: each thread takes
-     * cl_vec consecutive elements of the channels-last order (channels of one pixel), one
-     * 16-byte load and one store (planner.c, map_launch); 0 for any other pass */
+     * cl_vec consecutive channels of one pixel (16-byte loads and stores), each warp 32
+     * consecutive pixels of one channel group (planner.c, map_launch); 0 for any other pass */
     int cl_vec;
 } fg_launch;
 

@@ -125,28 +125,39 @@ function M.unravel_cl(code, shape, idx, prefix)
 end
 
 -- A source held channels last in the layer's dtype (planner.h, fg_buffer.io; the planner's
--- launch.cl_vec): each thread takes cl_vec consecutive elements of that order, the channels
--- c0.. of one pixel (C is a multiple of cl_vec), with one 16-byte load of the source and one
--- store of the output where it is aligned. The pass reads no other buffer, stores only the
--- output and feeds nothing (planner.c, map_launch).
+-- launch.cl_vec): each thread takes cl_vec consecutive channels of one pixel (one or two 16-byte
+-- loads, the same stores where the output is aligned), each warp 32 consecutive pixels of one
+-- channel group, so that a per-channel load (a statistic, an affine parameter) is one address
+-- for the whole warp. The pass reads no other buffer, stores only the output and feeds
+-- nothing (planner.c, map_launch).
 function M.render_cl_vec(c, ev, layer, plan, pass, names)
   local dshape = layer.ops[pass.domain].out_shape
   local V, b = pass.launch.cl_vec, pass.source_buffer
-  if V ~= 8 or not lib.io_half(layer) then error("map pass: cl_vec is 8 halves (16 bytes)") end
+  local C = dshape.dim[1]
+  if (V ~= 8 and V ~= 16) or C % V ~= 0 or not lib.io_half(layer) then
+    error("map pass: cl_vec is 8 or 16 halves dividing the channels")
+  end
+  local groups, pixels, words = C // V, dshape.sample // C, V // 2
   local v = plan.buffers[b].value
-  c:line("const long long gi = (long long)blockIdx.x * %d + (int)threadIdx.x;", pass.launch.block)
-  c:open("if (gi < %d) {", dshape.sample // V)
-  c:line("const int i0 = (int)gi * %d;", V)
+  c:line("const int t = (int)blockIdx.x * %d + (int)threadIdx.x;", pass.launch.block)
+  c:line("const int g = (t >> 5) %% %d; /* the warp's channel group */", groups)
+  c:line("const int p = (t >> 5) / %d * 32 + (t & 31);", groups)
+  c:open("if (p < %d) {", pixels)
+  c:line("const int i0 = p * %d + g * %d;", C, V)
   local base = M.unravel_cl(c, dshape, "i0", "o")
-  c:line("const uint4 q = *(const uint4 *)(%s + (fg_u64)n * %d + i0);", names.buffer[b], dshape.sample)
-  c:line("const unsigned qw[4] = {q.x, q.y, q.z, q.w};")
+  c:line("const uint4 *s = (const uint4 *)(%s + (fg_u64)n * %d + i0);", names.buffer[b], dshape.sample)
+  c:line("unsigned q[%d];", words)
+  for k = 0, V // 8 - 1 do
+    c:line("{ const uint4 w = s[%d]; q[%d] = w.x; q[%d] = w.y; q[%d] = w.z; q[%d] = w.w; }", k, 4 * k, 4 * k + 1,
+      4 * k + 2, 4 * k + 3)
+  end
   local loader = ev.loaders[v]
-  local lane -- the element being evaluated: its value is a half of qw
+  local lane -- the element being evaluated: its value is a half of q
   ev.loaders[v] = function(coords)
-    if lane then return string.format("fg_io_widen((unsigned short)(qw[%d] >> %d))", lane // 2, lane % 2 * 16) end
+    if lane then return string.format("fg_io_widen((unsigned short)(q[%d] >> %d))", lane // 2, lane % 2 * 16) end
     return loader(coords)
   end
-  c:line("fg_io h[%d];", V)
+  c:line("unsigned h[%d];", words)
   for j = 0, V - 1 do
     c:open("{")
     ev:push_scope()
@@ -156,17 +167,22 @@ function M.render_cl_vec(c, ev, layer, plan, pass, names)
     lane = j
     local r = ev:eval(pass.last, coords)
     lane = nil
-    c:line("h[%d] = %s;", j, lib.io_store(layer, r))
+    if j % 2 == 0 then
+      c:line("h[%d] = (unsigned)%s;", j // 2, lib.io_store(layer, r))
+    else
+      c:line("h[%d] |= (unsigned)%s << 16;", j // 2, lib.io_store(layer, r))
+    end
     ev:pop_scope()
     c:close()
   end
   c:line("fg_io *y = %s + (fg_u64)n * %d + i0;", names.output, dshape.sample)
   c:open("if (((fg_u64)y & 15) == 0) {")
-  c:line("*(uint4 *)y = make_uint4((unsigned)h[0] | ((unsigned)h[1] << 16), (unsigned)h[2] | ((unsigned)h[3] << 16), "
-    .. "(unsigned)h[4] | ((unsigned)h[5] << 16), (unsigned)h[6] | ((unsigned)h[7] << 16));")
+  for k = 0, V // 8 - 1 do
+    c:line("((uint4 *)y)[%d] = make_uint4(h[%d], h[%d], h[%d], h[%d]);", k, 4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3)
+  end
   c:close("} else {")
   c.depth = c.depth + 1
-  c:line("for (int j = 0; j < %d; ++j) y[j] = h[j];", V)
+  c:line("for (int j = 0; j < %d; ++j) y[j] = (fg_io)(h[j >> 1] >> (j & 1) * 16);", V)
   c:close()
   c:close()
   ev.loaders[v] = loader
