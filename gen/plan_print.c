@@ -431,9 +431,10 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         }
         if (ps->kind == FG_PASS_MAP && l->cl_vec > 0) {
             snprintf(line, sizeof line,
-                     "           channels last from a buffer held so: a thread takes %d consecutive channels of a "
-                     "pixel (16-byte loads and stores), a warp 32 pixels of one channel group (planner.c, map_launch)",
-                     l->cl_vec);
+                     "           channels last from a buffer held so: a thread takes %d vectors of %d consecutive "
+                     "channels of a pixel (16-byte loads and stores), all of the same channels, %d vectors apart "
+                     "(planner.c, map_launch)",
+                     l->cl_vectors, l->cl_vec, l->cl_stride);
             emit(ctx, line);
         }
         snprintf(line, sizeof line, "           launch: %d threads, grid %" PRId64 " x %" PRId64 " x %s, %d B shared",

@@ -1413,6 +1413,11 @@ static bool map_reads_only_source(const fg_layer_ir *ir, const fg_pass *ps)
     return true;
 }
 
+/* 16-byte vectors a thread of a map pass reading a source held channels last (map_launch) */
+#ifndef MAP_CL_VECTORS
+#define MAP_CL_VECTORS 4
+#endif
+
 static void map_launch(const planner *p, fg_pass *ps)
 {
     const fg_layer_ir *ir = p->ir;
@@ -1432,20 +1437,25 @@ static void map_launch(const planner *p, fg_pass *ps)
     ps->launch.grid_x = (n + 256 * ps->launch.elems_per_thread - 1) / (256 * ps->launch.elems_per_thread);
     ps->launch.grid_y = 1;
     ps->launch.per_sample = true;
-    /* a source held channels last in the dtype (fg_buffer.io): a thread takes cl_vec channels
-     * of a pixel (16 or 8: one or two 16-byte loads), a warp 32 pixels of one channel group, so
-     * that the per-channel loads (statistics, affine parameters) are the same address in every
-     * lane. Measured on the H200 (bench/NOTES.md v39): 8 channels of consecutive vectors a
-     * thread (a warp over 4 pixels x 64 channels) ran at 30 % of DRAM peak with 1, 2 or 4
-     * vectors a thread: each per-channel load spread over 8 sectors */
+    /* a source held channels last in the dtype (fg_buffer.io): a thread takes MAP_CL_VECTORS
+     * vectors of 8 channels of a pixel (16 bytes each), consecutive vectors in consecutive
+     * threads, a thread's vectors the same 8 channels (the block's stride a multiple of C / 8
+     * vectors), so that its per-channel loads (statistics, affine parameters) are made once.
+     * Measured on the H200 (bench/NOTES.md v39), nnU-Net's block output at batch 2: one vector
+     * a thread, each element loading its own per-channel values, was L1-bound (8 sectors a
+     * per-channel load across a warp's 8 channel groups, the LSU queue full) at 30 % of DRAM
+     * peak; a warp per channel group (one address a load) was worse (91 against 78 us: 48 load
+     * instructions a thread, strided 16-byte accesses) */
     const int64_t channels = ir->ops[ps->domain].out.dim[1];
-    const int cl_vec = channels % 16 == 0 ? 16 : 8;
-    if (!gathers && ps->source_buffer >= 0 && p->plan->buffers[ps->source_buffer].io && channels % cl_vec == 0 &&
-        ps->store_output && ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds == 0 && ps->chan_sums < 0 &&
-        map_reads_only_source(ir, ps)) {
-        ps->launch.cl_vec = cl_vec;
-        ps->launch.elems_per_thread = cl_vec;
-        ps->launch.grid_x = ceil_div(channels / cl_vec * round_up(n / channels, 32), 256);
+    if (!gathers && ps->source_buffer >= 0 && p->plan->buffers[ps->source_buffer].io && channels % 8 == 0 &&
+        channels / 8 <= 256 && ps->store_output && ps->store_buffer < 0 && ps->n_extra_stores == 0 &&
+        ps->n_feeds == 0 && ps->chan_sums < 0 && map_reads_only_source(ir, ps)) {
+        const int64_t octets = channels / 8, stride = 256 - 256 % octets;
+        ps->launch.cl_vec = 8;
+        ps->launch.cl_vectors = MAP_CL_VECTORS;
+        ps->launch.cl_stride = (int)stride;
+        ps->launch.elems_per_thread = 8 * MAP_CL_VECTORS;
+        ps->launch.grid_x = ceil_div(n / 8, stride * MAP_CL_VECTORS);
         return;
     }
     int tc, tp, pitch, staged = map_cl_tile(p, ps, &tc, &tp, &pitch);

@@ -140,10 +140,12 @@ typedef struct fg_launch {
      * of one key's elements a block, and for any other pass */
     int row_vec, row_pixels;
     /* a map pass whose source is held channels last in the layer's dtype (fg_buffer.io) and
-     * which reads nothing else, stores only the output and feeds nothing: each thread takes
-     * cl_vec consecutive channels of one pixel (16-byte loads and stores), each warp 32
-     * consecutive pixels of one channel group (planner.c, map_launch); 0 for any other pass */
-    int cl_vec;
+     * which reads nothing else, stores only the output and feeds nothing (planner.c,
+     * map_launch): thread t of a block takes cl_vectors vectors of cl_vec consecutive elements
+     * of that order (channels of one pixel), t, t + cl_stride, ... from the block's first
+     * (cl_stride a multiple of C / cl_vec, so all the thread's vectors hold the same channels;
+     * threads from cl_stride on idle); all 0 for any other pass */
+    int cl_vec, cl_vectors, cl_stride;
 } fg_launch;
 
 /* How the conv pass multiplies. */

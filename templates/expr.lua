@@ -87,7 +87,8 @@ end
 
 function Eval:hoisted(ctype, text, coords)
   local h = self.hoist
-  if not h or coords[1] ~= h.channel then return nil end
+  -- h.channel: the channel variable of the hoisted loads; h.channels: a set of them
+  if not h or (coords[1] ~= h.channel and not (h.channels and h.channels[coords[1]])) then return nil end
   local v = h.cache[text]
   if v then return v end
   v = self:fresh("hc")

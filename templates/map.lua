@@ -125,66 +125,73 @@ function M.unravel_cl(code, shape, idx, prefix)
 end
 
 -- A source held channels last in the layer's dtype (planner.h, fg_buffer.io; the planner's
--- launch.cl_vec): each thread takes cl_vec consecutive channels of one pixel (one or two 16-byte
--- loads, the same stores where the output is aligned), each warp 32 consecutive pixels of one
--- channel group, so that a per-channel load (a statistic, an affine parameter) is one address
--- for the whole warp. The pass reads no other buffer, stores only the output and feeds
--- nothing (planner.c, map_launch).
+-- launch.cl_*): thread t of a block takes vectors t, t + S, ... (S = cl_stride vectors, a multiple
+-- of C / 8) of 8 consecutive elements of that order, the same 8 channels of cl_vectors pixels:
+-- its per-channel loads (statistics, affine parameters) are hoisted above its vectors, all its
+-- 16-byte loads of the source issued before any arithmetic, each vector's outputs one store
+-- where the output is aligned. The pass reads no other buffer, stores only the output and
+-- feeds nothing (planner.c, map_launch).
 function M.render_cl_vec(c, ev, layer, plan, pass, names)
   local dshape = layer.ops[pass.domain].out_shape
-  local V, b = pass.launch.cl_vec, pass.source_buffer
-  local C = dshape.dim[1]
-  if (V ~= 8 and V ~= 16) or C % V ~= 0 or not lib.io_half(layer) then
-    error("map pass: cl_vec is 8 or 16 halves dividing the channels")
+  local L, b = pass.launch, pass.source_buffer
+  local V, U, S, C = L.cl_vec, L.cl_vectors, L.cl_stride, dshape.dim[1]
+  if V ~= 8 or U < 1 or S < 1 or S % (C // V) ~= 0 or not lib.io_half(layer) then
+    error("map pass: cl_vec is 8 halves, cl_stride a multiple of C / 8")
   end
-  local groups, pixels, words = C // V, dshape.sample // C, V // 2
   local v = plan.buffers[b].value
-  c:line("const int t = (int)blockIdx.x * %d + (int)threadIdx.x;", pass.launch.block)
-  c:line("const int g = (t >> 5) %% %d; /* the warp's channel group */", groups)
-  c:line("const int p = (t >> 5) / %d * 32 + (t & 31);", groups)
-  c:open("if (p < %d) {", pixels)
-  c:line("const int i0 = p * %d + g * %d;", C, V)
-  local base = M.unravel_cl(c, dshape, "i0", "o")
-  c:line("const uint4 *s = (const uint4 *)(%s + (fg_u64)n * %d + i0);", names.buffer[b], dshape.sample)
-  c:line("unsigned q[%d];", words)
-  for k = 0, V // 8 - 1 do
-    c:line("{ const uint4 w = s[%d]; q[%d] = w.x; q[%d] = w.y; q[%d] = w.z; q[%d] = w.w; }", k, 4 * k, 4 * k + 1,
-      4 * k + 2, 4 * k + 3)
+  local vectors = dshape.sample // V
+  c:open("if ((int)threadIdx.x < %d) {", S)
+  c:line("const long long v0 = (long long)blockIdx.x * %d + (int)threadIdx.x;", S * U)
+  c:line("const int cb = (int)(v0 %% %d) * 8; /* the channels of all the thread's vectors */", C // V)
+  local channels = {}
+  for j = 0, V - 1 do
+    c:line("const int c%d = cb + %d;", j, j)
+    channels["c" .. j] = true
+  end
+  -- the per-channel loads, hoisted here (Eval:hoisted) as the elements below ask for them
+  ev:set_hoist({ at = #c.lines + 1, depth = c.depth, channels = channels, guard = "true" })
+  c:line("const fg_io *src = %s + (fg_u64)n * %d;", names.buffer[b], dshape.sample)
+  c:line("uint4 q[%d];", U)
+  for k = 0, U - 1 do
+    c:line("q[%d] = v0 + %d < %d ? *(const uint4 *)(src + (v0 + %d) * 8) : make_uint4(0, 0, 0, 0);", k, k * S,
+      vectors, k * S)
   end
   local loader = ev.loaders[v]
-  local lane -- the element being evaluated: its value is a half of q
+  local lane -- the element being evaluated: its value is a half of q[k]
   ev.loaders[v] = function(coords)
-    if lane then return string.format("fg_io_widen((unsigned short)(q[%d] >> %d))", lane // 2, lane % 2 * 16) end
+    if lane then return string.format("fg_io_widen((unsigned short)(%s >> %d))", lane.word, lane.shift) end
     return loader(coords)
   end
-  c:line("unsigned h[%d];", words)
-  for j = 0, V - 1 do
-    c:open("{")
-    ev:push_scope()
-    local coords = {}
-    for d, name in pairs(base) do coords[d] = name end
-    coords[1] = string.format("(%s + %d)", base[1], j)
-    lane = j
-    local r = ev:eval(pass.last, coords)
-    lane = nil
-    if j % 2 == 0 then
-      c:line("h[%d] = (unsigned)%s;", j // 2, lib.io_store(layer, r))
-    else
-      c:line("h[%d] |= (unsigned)%s << 16;", j // 2, lib.io_store(layer, r))
+  local words = { "x", "y", "z", "w" }
+  for k = 0, U - 1 do
+    c:open("if (v0 + %d < %d) {", k * S, vectors)
+    c:line("const int i%d = (int)(v0 + %d) * 8;", k, k * S)
+    local base = M.unravel_cl(c, dshape, "i" .. k, "o" .. k .. "_")
+    c:line("unsigned h[4];")
+    for j = 0, V - 1 do
+      c:open("{")
+      ev:push_scope()
+      local coords = {}
+      for d, name in pairs(base) do coords[d] = name end
+      coords[1] = "c" .. j
+      lane = { word = string.format("q[%d].%s", k, words[j // 2 + 1]), shift = j % 2 * 16 }
+      local r = ev:eval(pass.last, coords)
+      lane = nil
+      if j % 2 == 0 then
+        c:line("h[%d] = (unsigned)%s;", j // 2, lib.io_store(layer, r))
+      else
+        c:line("h[%d] |= (unsigned)%s << 16;", j // 2, lib.io_store(layer, r))
+      end
+      ev:pop_scope()
+      c:close()
     end
-    ev:pop_scope()
+    c:line("fg_io *y = %s + (fg_u64)n * %d + i%d;", names.output, dshape.sample, k)
+    c:line("if (((fg_u64)y & 15) == 0) *(uint4 *)y = make_uint4(h[0], h[1], h[2], h[3]);")
+    c:line("else for (int j = 0; j < 8; ++j) y[j] = (fg_io)(h[j >> 1] >> (j & 1) * 16);")
     c:close()
   end
-  c:line("fg_io *y = %s + (fg_u64)n * %d + i0;", names.output, dshape.sample)
-  c:open("if (((fg_u64)y & 15) == 0) {")
-  for k = 0, V // 8 - 1 do
-    c:line("((uint4 *)y)[%d] = make_uint4(h[%d], h[%d], h[%d], h[%d]);", k, 4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3)
-  end
-  c:close("} else {")
-  c.depth = c.depth + 1
-  c:line("for (int j = 0; j < %d; ++j) y[j] = (fg_io)(h[j >> 1] >> (j & 1) * 16);", V)
   c:close()
-  c:close()
+  ev:set_hoist(nil)
   ev.loaders[v] = loader
 end
 
