@@ -240,7 +240,7 @@ def block_spec_text(family, cfg):
     size = ", ".join(str(s) for s in cfg["size"])
     c = cfg["channels"]
     if family == "resnet":
-        return f"""return block "smoke_bottleneck" {{
+        return f"""return block "bottleneck" {{
   input = {{ "N", {c}, {size} }},
   layer "a" {{ conv2d {{ name = "conv1", out_channels = {c // 4}, kernel = 1, bias = false }},
              batch_norm {{ name = "bn1", stats = "running" }}, relu {{}} }},
@@ -251,7 +251,7 @@ def block_spec_text(family, cfg):
 }}
 """
     if family == "sd":
-        return f"""return block "smoke_sd_resnet_block" {{
+        return f"""return block "sd_resnet_block" {{
   input = {{ "N", {c}, {size} }},
   inputs = {{ temb = {{ "N", {c} }} }},
   layer "h" {{ group_norm {{ name = "norm1", groups = 32, eps = 1e-5 }}, silu {{}},
@@ -261,7 +261,7 @@ def block_spec_text(family, cfg):
 }}
 """
     if family == "nnunet":
-        return f"""return block "smoke_nnunet_stage" {{
+        return f"""return block "nnunet_stage" {{
   input = {{ "N", {cfg["in_channels"]}, {size} }},
   layer "a" {{ conv3d {{ name = "conv1", out_channels = {c}, kernel = 3, padding = 1 }},
              instance_norm {{ name = "norm1", affine = true }}, leaky_relu {{ negative_slope = 0.01 }} }},
@@ -270,7 +270,7 @@ def block_spec_text(family, cfg):
 }}
 """
     if family == "convnext":
-        return f"""return block "smoke_convnext" {{
+        return f"""return block "convnext" {{
   input = {{ "N", {c}, {size} }},
   layer "a" {{ conv2d {{ name = "dwconv", out_channels = {c}, kernel = 7, padding = 3, groups = {c} }},
              layer_norm {{ name = "norm", dim = 1, eps = 1e-6 }} }},
@@ -306,17 +306,21 @@ def with_precision(spec, precision):
 
 def block_spec_for(family, cfg, smoke, dname="fp32", layout="nchw"):
     """(spec text, name) of the block spec to run for a configuration in a dtype ("fp32",
-    "bf16", "fp16") and layout ("nchw", "cl"), or None: with --smoke the small spec
-    block_spec_text writes; else specs/blocks/'s spec of the family when its input has the
-    configuration's channels and size (any batch); either with the block fields dtype and
-    layout written in (with_block_fields)."""
+    "bf16", "fp16") and layout ("nchw", "cl"), or None: specs/blocks/'s spec of the family
+    when its input has the configuration's channels and size (any batch), else (and with
+    --smoke) the spec block_spec_text writes for the configuration's shapes (the same wiring
+    and names: every configuration runs as a block, not only the shape the repo's spec was
+    written for); either with the block fields dtype and layout written in
+    (with_block_fields)."""
     suffix = "" if (dname, layout) == ("fp32", "nchw") else f" ({dname} {layout})"
+    written = block_spec_text(family, cfg)
+    if written is not None:
+        written = with_block_fields(written, dname, layout)
     if smoke:
-        text = block_spec_text(family, cfg)
-        return (with_block_fields(text, dname, layout), f"smoke_{family}.lua{suffix}") if text else None
+        return (written, f"smoke_{family}.lua{suffix}") if written else None
     rel = BLOCK_SPECS.get(family)
     if rel is None:
-        return None
+        return (written, f"{family} (written for {describe(family, cfg)}){suffix}") if written else None
     import fusegen
 
     path = os.path.join(REPO, rel)
@@ -324,7 +328,7 @@ def block_spec_for(family, cfg, smoke, dname="fp32", layout="nchw"):
         shape = probe.input_shape(1)
     cin = cfg.get("in_channels", cfg["channels"])
     if shape[1:] != (cin,) + tuple(cfg["size"]):
-        return None
+        return (written, f"{family} (written for {describe(family, cfg)}){suffix}") if written else None
     with open(path, encoding="utf-8") as f:
         return with_block_fields(f.read(), dname, layout), rel + suffix
 

@@ -119,11 +119,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         }
     }
     if (ir->layout == FG_LAYOUT_CHANNELS_LAST) {
+        bool io_buffer = false;
+        for (int i = 0; i < plan->n_buffers; i++)
+            io_buffer |= plan->buffers[i].io;
         snprintf(line, sizeof line,
                  "  layout channels_last: the input is read as N%sC and the output written as N%sC (channels "
-                 "innermost); every buffer between is NC%s",
+                 "innermost); every buffer between is NC%s%s",
                  ir->input.rank == 5 ? "DHW" : "HW", ir->input.rank == 5 ? "DHW" : "HW",
-                 ir->input.rank == 5 ? "DHW" : "HW");
+                 ir->input.rank == 5 ? "DHW" : "HW", io_buffer ? " but one held as the output is (below)" : "");
         emit(ctx, line);
         if (ir->precision == FG_PRECISION_TF32 && ir->dtype == FG_DTYPE_FP32 && !plan->wgmma.parts &&
             !plan->tf32_exact) {
@@ -360,7 +363,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          w->consumer_regs, w->producer_regs);
                 emit(ctx, line);
             }
-            if (fg_wgmma_staged_epilogue(w, ps)) {
+            if (fg_wgmma_staged_epilogue(plan, ps)) {
                 snprintf(line, sizeof line,
                          "           the epilogue through shared memory (channels last): each consumer warp stages its "
                          "%d rows x %d channels of the accumulators and reads them back a pixel at a time, its lanes "
@@ -426,6 +429,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      l->tile_c, l->tile_p);
             emit(ctx, line);
         }
+        if (ps->kind == FG_PASS_MAP && l->cl_vec > 0) {
+            snprintf(line, sizeof line,
+                     "           channels last from a buffer held so: a thread takes %d vectors of %d consecutive "
+                     "channels of a pixel (16-byte loads and stores), all of the same channels, %d vectors apart "
+                     "(planner.c, map_launch)",
+                     l->cl_vectors, l->cl_vec, l->cl_stride);
+            emit(ctx, line);
+        }
         snprintf(line, sizeof line, "           launch: %d threads, grid %" PRId64 " x %" PRId64 " x %s, %d B shared",
                  l->block, l->grid_x, l->grid_y, l->per_sample ? "N" : "1", l->smem_bytes);
         emit(ctx, line);
@@ -444,6 +455,11 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
         else if (plan->buffers[i].value < 0)
             snprintf(line, sizeof line, "  buffer b%d: a packed operand, %" PRId64 " floats per sample + %" PRId64, i,
                      plan->buffers[i].per_sample, plan->buffers[i].fixed);
+        else if (plan->buffers[i].io)
+            snprintf(line, sizeof line,
+                     "  buffer b%d: v%d in the layer's dtype, channels last (as PyTorch's half model holds it), %" PRId64
+                     " floats per sample",
+                     i, plan->buffers[i].value, plan->buffers[i].per_sample);
         else
             snprintf(line, sizeof line, "  buffer b%d: v%d, %" PRId64 " floats per sample", i, plan->buffers[i].value,
                      plan->buffers[i].per_sample);

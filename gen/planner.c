@@ -57,6 +57,38 @@ static bool is_window(const fg_op *op)
     return c == FG_CLASS_POOL || (c == FG_CLASS_REDUCE && !is_big_reduce(op));
 }
 
+static int wanted_strategy(const fg_layer_ir *ir, const fg_plan_options *opts);
+
+int fg_io_buffer_value(const fg_layer_ir *ir, int wanted)
+{
+    if (ir->layout != FG_LAYOUT_CHANNELS_LAST || ir->dtype == FG_DTYPE_FP32 || ir->precision != FG_PRECISION_TF32 ||
+        wanted == FG_STRATEGY_RECOMPUTE || wanted == FG_STRATEGY_RESIDENT || ir->n_ops < 2 ||
+        ir->exports_stats) /* its map pass would feed them in channels-last order: a key change an element */
+        return -1;
+    const fg_shape *out = &ir->ops[ir->n_ops - 1].out;
+    int stat = -1;
+    for (int k = 1; k < ir->n_ops; k++) {
+        const fg_op *op = &ir->ops[k];
+        fg_op_class c = fg_op_kind_class(op->kind);
+        /* elementwise ops and norms over the output's shape; no value read back by name */
+        if ((c != FG_CLASS_UNARY && c != FG_CLASS_BINARY && c != FG_CLASS_NORM) || !fg_shape_same(&op->out, out) ||
+            op->operand == FG_OPERAND_VALUE)
+            return -1;
+        if (accumulated(op)) {
+            if (stat >= 0)
+                return -1;
+            stat = k;
+        }
+    }
+    if (stat < 1 || !fg_shape_same(&ir->ops[stat - 1].out, out))
+        return -1;
+    /* a key a group of whole channels: the slabs' mapping (a lane a channel) feeds a per-pixel
+     * or per-row key (layer_norm over the channels or over W) with 32 lanes on one key */
+    fg_stat_layout sl;
+    fg_norm_stat_layout(&ir->ops[stat], &sl);
+    return sl.whole_channels ? stat - 1 : -1;
+}
+
 static int add_buffer(planner *p, int value)
 {
     if (p->stored[value])
@@ -67,6 +99,9 @@ static int add_buffer(planner *p, int value)
     fg_buffer *b = &plan->buffers[plan->n_buffers];
     b->value = value;
     b->per_sample = fg_shape_sample_count(&p->ir->ops[value].out);
+    b->io = value == fg_io_buffer_value(p->ir, wanted_strategy(p->ir, p->opts));
+    if (b->io) /* two 16-bit elements a float */
+        b->per_sample = (b->per_sample + 1) / 2;
     p->stored[value] = true;
     p->buffer_of[value] = plan->n_buffers;
     return plan->n_buffers++;
@@ -466,7 +501,7 @@ static int io_vec_elems(const fg_layer_ir *ir)
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
-                         int bn_asked, fg_wgmma_tiling *w, const char **why)
+                         int bn_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
     memset(w, 0, sizeof *w);
     const char *unused;
@@ -581,7 +616,7 @@ retile:;
      * compile test fails on any spill). */
     /* statistics partials gathered across a block's tiles: two fp64 per channel and per
      * consumer warp and accumulator */
-    w->stat_bytes = (op_stats ? 2 : ir->exports_stats ? 1 : 0) * 8 * (int64_t)w->bn * 2 * 8;
+    w->stat_bytes = (op_stats && io_value < 0 ? 2 : partials ? 1 : 0) * 8 * (int64_t)w->bn * 2 * 8;
     /* a channels-last output is stored through the staging slabs (fg_wgmma_staged_epilogue)
      * unless a later op needs statistics (then the conv pass is not the one writing the
      * output, or its epilogue keeps per-channel partials in the fragments' mapping): measured
@@ -589,7 +624,7 @@ retile:;
      * ResNet-50 bottleneck's last 1x1 conv (bf16, channels last, batch 32) 148 us for ~115 MB,
      * at 0.7 TB/s (bench/NOTES.md v26). The statistics the next layer reads are gathered in
      * the slabs' mapping (a lane a channel). */
-    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && !op_stats
+    w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && (!op_stats || io_value >= 0)
                        ? 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4
                        : 0;
     /* live partials in the epilogue: a float pair per channel slot (the fragments' bn / 4
@@ -789,11 +824,14 @@ const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling 
     return NULL;
 }
 
-bool fg_wgmma_staged_epilogue(const fg_wgmma_tiling *w, const fg_pass *ps)
+bool fg_wgmma_staged_epilogue(const fg_plan *plan, const fg_pass *ps)
 {
-    /* (the one statistic it may feed is the output's, for the next layer: fg_layer_ir.exports_stats) */
-    return w->epi_bytes > 0 && ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && ps->store_output &&
-           ps->store_buffer < 0 && ps->n_extra_stores == 0 && ps->n_feeds <= 1 && ps->chan_reduce < 0;
+    /* it stores the output, or a buffer held as the output is (fg_io_buffer_value); the one
+     * statistic it may feed is the output's, for the next layer (fg_layer_ir.exports_stats),
+     * or that buffer's */
+    bool io_store = ps->store_output ? ps->store_buffer < 0 : ps->store_buffer >= 0 && plan->buffers[ps->store_buffer].io;
+    return plan->wgmma.epi_bytes > 0 && ps->kind == FG_PASS_CONV && ps->conv.engine == FG_CONV_WGMMA && io_store &&
+           ps->n_extra_stores == 0 && ps->n_feeds <= 1 && ps->chan_reduce < 0;
 }
 
 /* Whether the producer loads A by TMA in im2col mode (fg_wgmma_tiling.a_tma): where
@@ -896,7 +934,8 @@ static bool choose_wgmma(planner *p)
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, &p->plan->wgmma,
+    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
+                      fg_io_buffer_value(p->ir, wanted_strategy(p->ir, opts)), &p->plan->wgmma,
                       &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
@@ -982,7 +1021,8 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     conv_geometry g;
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
-    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, &w, NULL))
+    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
+                      fg_io_buffer_value(ir, wanted_strategy(ir, opts)), &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)
@@ -1323,7 +1363,8 @@ static int map_cl_tile(const planner *p, const fg_pass *ps, int *tile_c, int *ti
     const fg_layer_ir *ir = p->ir;
     const fg_shape *dom = &ir->ops[ps->domain].out;
     if (ir->layout != FG_LAYOUT_CHANNELS_LAST || !ps->store_output || ps->store_buffer >= 0 ||
-        ps->n_extra_stores > 0 || ps->chan_sums >= 0 || ps->source_buffer < 0 || ps->n_feeds > 0)
+        ps->n_extra_stores > 0 || ps->chan_sums >= 0 || ps->source_buffer < 0 || ps->n_feeds > 0 ||
+        p->plan->buffers[ps->source_buffer].io) /* channels last already: read in the output's order */
         return 0;
     /* a shape op (templates see the shapes before it: fg_value_layout), or one channel or one
      * pixel (channels last is the NC(D)HW order there) */
@@ -1362,6 +1403,21 @@ static int map_cl_tile(const planner *p, const fg_pass *ps, int *tile_c, int *ti
     return n;
 }
 
+/* Whether map pass `ps` reads no buffer but its source (no op of it reads a value by name:
+ * op_args). */
+static bool map_reads_only_source(const fg_layer_ir *ir, const fg_pass *ps)
+{
+    for (int k = ps->first; k <= ps->last; k++)
+        if (ir->ops[k].operand == FG_OPERAND_VALUE)
+            return false;
+    return true;
+}
+
+/* 16-byte vectors a thread of a map pass reading a source held channels last (map_launch) */
+#ifndef MAP_CL_VECTORS
+#define MAP_CL_VECTORS 4
+#endif
+
 static void map_launch(const planner *p, fg_pass *ps)
 {
     const fg_layer_ir *ir = p->ir;
@@ -1381,6 +1437,27 @@ static void map_launch(const planner *p, fg_pass *ps)
     ps->launch.grid_x = (n + 256 * ps->launch.elems_per_thread - 1) / (256 * ps->launch.elems_per_thread);
     ps->launch.grid_y = 1;
     ps->launch.per_sample = true;
+    /* a source held channels last in the dtype (fg_buffer.io): a thread takes MAP_CL_VECTORS
+     * vectors of 8 channels of a pixel (16 bytes each), consecutive vectors in consecutive
+     * threads, a thread's vectors the same 8 channels (the block's stride a multiple of C / 8
+     * vectors), so that its per-channel loads (statistics, affine parameters) are made once.
+     * Measured on the H200 (bench/NOTES.md v39), nnU-Net's block output at batch 2: one vector
+     * a thread, each element loading its own per-channel values, was L1-bound (8 sectors a
+     * per-channel load across a warp's 8 channel groups, the LSU queue full) at 30 % of DRAM
+     * peak; a warp per channel group (one address a load) was worse (91 against 78 us: 48 load
+     * instructions a thread, strided 16-byte accesses) */
+    const int64_t channels = ir->ops[ps->domain].out.dim[1];
+    if (!gathers && ps->source_buffer >= 0 && p->plan->buffers[ps->source_buffer].io && channels % 8 == 0 &&
+        channels / 8 <= 256 && ps->store_output && ps->store_buffer < 0 && ps->n_extra_stores == 0 &&
+        ps->n_feeds == 0 && ps->chan_sums < 0 && map_reads_only_source(ir, ps)) {
+        const int64_t octets = channels / 8, stride = 256 - 256 % octets;
+        ps->launch.cl_vec = 8;
+        ps->launch.cl_vectors = MAP_CL_VECTORS;
+        ps->launch.cl_stride = (int)stride;
+        ps->launch.elems_per_thread = 8 * MAP_CL_VECTORS;
+        ps->launch.grid_x = ceil_div(n / 8, stride * MAP_CL_VECTORS);
+        return;
+    }
     int tc, tp, pitch, staged = map_cl_tile(p, ps, &tc, &tp, &pitch);
     if (staged > 0) {
         const fg_shape *dom = &ir->ops[ps->domain].out;

@@ -81,9 +81,20 @@ typedef struct fg_accum {
 /* A workspace buffer holding one value for the whole batch (float). */
 typedef struct fg_buffer {
     int value;          /* the value it holds; -1 for a packed operand of the wgmma engine */
-    int64_t per_sample; /* floats per sample */
+    int64_t per_sample; /* floats per sample (of its storage) */
     int64_t fixed;      /* floats besides (the packed weights) */
+    bool io;            /* held in the layer's dtype, channels last, not as fp32 NC(D)HW
+                         * (fg_io_buffer_value) */
 } fg_buffer;
+
+/* The value a half, channels-last layer at precision tf32 stores in its dtype and channels
+ * last between its conv pass and its map pass (the value before its one statistic, of the
+ * output's shape, read back by nothing but that map pass), or -1. PyTorch's half model rounds
+ * there too; fp32 NC(D)HW doubles the bytes and the conv's stores go C elements apart
+ * (bench/NOTES.md: the nnU-Net block's output norm, 134 MB written and read at batch 2).
+ * `wanted_strategy`: the strategy asked for (the spec's, or the caller's for "auto"; -1 auto):
+ * recompute and resident store no such value. */
+int fg_io_buffer_value(const fg_layer_ir *ir, int wanted_strategy);
 
 typedef enum fg_arg_kind {
     FG_ARG_INPUT,   /* the layer input (const float*) */
@@ -128,6 +139,13 @@ typedef struct fg_launch {
      * bytes), a block row_pixels pixels of one sample; both 0 for the kernel that sums a span
      * of one key's elements a block, and for any other pass */
     int row_vec, row_pixels;
+    /* a map pass whose source is held channels last in the layer's dtype (fg_buffer.io) and
+     * which reads nothing else, stores only the output and feeds nothing (planner.c,
+     * map_launch): thread t of a block takes cl_vectors vectors of cl_vec consecutive elements
+     * of that order (channels of one pixel), t, t + cl_stride, ... from the block's first
+     * (cl_stride a multiple of C / cl_vec, so all the thread's vectors hold the same channels;
+     * threads from cl_stride on idle); all 0 for any other pass */
+    int cl_vec, cl_vectors, cl_stride;
 } fg_launch;
 
 /* How the conv pass multiplies. */
@@ -353,13 +371,14 @@ const char *fg_wgmma_a_tma_refusal(const fg_layer_ir *ir, const fg_wgmma_tiling 
 int fg_wgmma_base_regs(const fg_wgmma_tiling *w);
 
 struct fg_pass;
+struct fg_plan;
 /* Whether wgmma conv pass `ps` stores its outputs through the staging slabs (the tiling's
  * epi_bytes): its only target is a channels-last layer output, with no statistics and no
  * channel reduction. Each consumer warp then writes its 16 rows x 32 channels of the
  * accumulators to its slab and reads them back a pixel at a time with the lanes along the
  * channels, so the epilogue's loads (tensors read at the output's index) and stores are
  * contiguous along C. Read by the template (pass.staged_epilogue) and by fusegen plan. */
-bool fg_wgmma_staged_epilogue(const fg_wgmma_tiling *w, const struct fg_pass *ps);
+bool fg_wgmma_staged_epilogue(const struct fg_plan *plan, const struct fg_pass *ps);
 
 typedef struct fg_pass {
     fg_pass_kind kind;

@@ -453,7 +453,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_setfield(L, -2, "feeds");
         set_int(L, "finalize_accum", ps->finalize_accum);
         set_int(L, "chan_reduce", ps->chan_reduce);
-        set_bool(L, "staged_epilogue", fg_wgmma_staged_epilogue(&plan->wgmma, ps));
+        set_bool(L, "staged_epilogue", fg_wgmma_staged_epilogue(plan, ps));
         set_int(L, "chan_sums", ps->chan_sums);
         lua_createtable(L, 0, 10);
         const fg_conv_tiling *t = &ps->conv;
@@ -478,7 +478,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "tiles_per_block", t->tiles_per_block);
         set_int(L, "ksteps", t->ksteps);
         set_int(L, "acc_steps", t->acc_steps);
-        lua_createtable(L, 0, 12);
+        lua_createtable(L, 0, 14);
         set_int(L, "input_offset", t->smem.input_offset);
         set_int(L, "input_buffers", t->smem.input_buffers);
         set_int(L, "buffer_floats", t->smem.buffer_floats);
@@ -498,7 +498,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "rows", ps->res.rows);
         set_int(L, "slice", ps->res.slice);
         lua_setfield(L, -2, "res");
-        lua_createtable(L, 0, 11);
+        lua_createtable(L, 0, 14);
         set_int(L, "block", ps->launch.block);
         set_int(L, "elems", ps->launch.elems_per_thread);
         set_int(L, "grid_x", ps->launch.grid_x);
@@ -510,6 +510,9 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "tile_pitch", ps->launch.tile_pitch);
         set_int(L, "row_vec", ps->launch.row_vec);
         set_int(L, "row_pixels", ps->launch.row_pixels);
+        set_int(L, "cl_vec", ps->launch.cl_vec);
+        set_int(L, "cl_vectors", ps->launch.cl_vectors);
+        set_int(L, "cl_stride", ps->launch.cl_stride);
         lua_setfield(L, -2, "launch");
         lua_createtable(L, ps->n_args, 1);
         for (int a = 0; a < ps->n_args; a++) {
@@ -531,6 +534,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         lua_createtable(L, 0, 2);
         set_int(L, "value", plan->buffers[i].value);
         set_int(L, "per_sample", plan->buffers[i].per_sample);
+        set_bool(L, "io", plan->buffers[i].io);
         set_int(L, "fixed", plan->buffers[i].fixed);
         lua_rawseti(L, -2, i);
     }

@@ -401,7 +401,9 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   if not th.feeds_outside then feed.declare(c, plan, pass.feeds, slots) end
   -- with W even a pair's outputs are 8-byte aligned: one float2 store per target
   -- (a channels-last output: neighbours along W are not adjacent in memory; no pairs)
-  local pair = th.pair and O[3] % 2 == 0 and not (g.cl and pass.store_output)
+  -- a buffer held as the output is (planner.h, fg_io_buffer_value): rounded, channels last
+  local io_buffer = pass.store_buffer >= 0 and plan.buffers[pass.store_buffer].io
+  local pair = th.pair and O[3] % 2 == 0 and not (g.cl and (pass.store_output or io_buffer))
   local width = pair and (th.pair == true and 2 or th.pair) or 1
   local loops = th.loops
   -- slot_end closes the first loop's iteration, which a pair over a single loop does not have
@@ -409,7 +411,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   local dshape = layer.ops[pass.last].out_shape
   local targets = {} -- { array, value index (nil: the pass's domain value) }
   if pass.store_output then targets[#targets + 1] = { names.output, nil, g.half, g.cl } end
-  if pass.store_buffer >= 0 then targets[#targets + 1] = { names.buffer[pass.store_buffer] } end
+  if pass.store_buffer >= 0 then targets[#targets + 1] = { names.buffer[pass.store_buffer], nil, io_buffer, io_buffer } end
   for i = 0, pass.extra_stores.n - 1 do
     local b = pass.extra_stores[i]
     targets[#targets + 1] = { names.buffer[b], plan.buffers[b].value }

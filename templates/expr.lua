@@ -51,8 +51,13 @@ function Eval:load_from_buffer(v, b)
   self.loaders[v] = function(coords)
     local shape = self.layer.ops[v].out_shape
     local var = self:fresh("v" .. v .. "_")
-    self.code:line("const float %s = %s[(fg_u64)n * %d + %s];", var, self.names.buffer[b], shape.sample,
-      lib.lin(shape, coords))
+    if self.plan.buffers[b].io then -- held as the output is (planner.h, fg_io_buffer_value)
+      self.code:line("const float %s = fg_io_widen(%s[(fg_u64)n * %d + %s]);", var, self.names.buffer[b], shape.sample,
+        lib.lin_cl(shape, coords))
+    else
+      self.code:line("const float %s = %s[(fg_u64)n * %d + %s];", var, self.names.buffer[b], shape.sample,
+        lib.lin(shape, coords))
+    end
     return var
   end
 end
@@ -82,7 +87,8 @@ end
 
 function Eval:hoisted(ctype, text, coords)
   local h = self.hoist
-  if not h or coords[1] ~= h.channel then return nil end
+  -- h.channel: the channel variable of the hoisted loads; h.channels: a set of them
+  if not h or (coords[1] ~= h.channel and not (h.channels and h.channels[coords[1]])) then return nil end
   local v = h.cache[text]
   if v then return v end
   v = self:fresh("hc")

@@ -97,8 +97,11 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
     -- The statistics of a half layer's output that the next layer of a block normalizes are
     -- those of the values it reads: rounded to the dtype as they are stored, then widened
     -- (exact). The fp32 values would differ where a group's spread is below the dtype's step.
+    -- So are those of a value the pass stores in the layer's dtype for its map pass to read
+    -- (planner.h, fg_io_buffer_value: the one statistic's value).
     local fed = v
-    if plan.accums[a].exported and lib.io_half(ev.layer) then
+    local io_buffer = ev.pass.store_buffer >= 0 and plan.buffers[ev.pass.store_buffer].io
+    if (plan.accums[a].exported or io_buffer) and lib.io_half(ev.layer) then
       fed = ev:fresh("r")
       code:line("const float %s = fg_io_widen(%s);", fed, lib.io_store(ev.layer, v))
     end

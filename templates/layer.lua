@@ -37,7 +37,9 @@ local function signature(layer, plan, pass)
       parts[#parts + 1] = lib.io_ctype(layer) .. " *__restrict__ out"
     elseif k == "buffer" then
       names.buffer[idx] = "b" .. idx
-      parts[#parts + 1] = ((stores[idx] or packs) and "float" or "const float") .. " *__restrict__ b" .. idx
+      -- a buffer held as the output is (planner.h, fg_io_buffer_value) has its element type
+      local ctype = plan.buffers[idx].io and lib.io_ctype(layer) or "float"
+      parts[#parts + 1] = ((stores[idx] or packs) and "" or "const ") .. ctype .. " *__restrict__ b" .. idx
     elseif k == "param" then
       names.param[idx] = "p" .. idx
       -- a block tensor read as an operand (a batched parameter) has the layer input's dtype

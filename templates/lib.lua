@@ -138,7 +138,8 @@ function lib.lin_cl(shape, coords)
   return lin_with(shape, coords, st)
 end
 
--- The layer's input and output are channels last (the spec's `layout`); buffers never are.
+-- The layer's input and output are channels last (the spec's `layout`); buffers are not, but
+-- one held as the output is (planner.h, fg_io_buffer_value; plan.buffers[b].io).
 function lib.io_cl(layer) return layer.layout == "channels_last" end
 
 -- Declares coordinate variables `<prefix>1..` for the per-sample linear index `idx` and

@@ -63,6 +63,11 @@ function M.render(layer, plan, pass, names, signature)
     c:close()
     return c
   end
+  if pass.launch.cl_vec > 0 then -- a source held channels last (planner.c, map_launch)
+    M.render_cl_vec(c, ev, layer, plan, pass, names)
+    c:close()
+    return c
+  end
   if M.vectorizable(layer, plan, pass) then
     M.render_vectorized(c, ev, layer, plan, pass, names)
     feed.finish(c, ev, plan, pass.feeds, 0)
@@ -74,7 +79,14 @@ function M.render(layer, plan, pass, names, signature)
   c:open("if (li < %d) {", dshape.sample)
   c:line("const int i = (int)li;")
   ev:push_scope()
-  local coords = lib.unravel(c, dshape, "i", "o")
+  local coords
+  if pass.source_buffer >= 0 and plan.buffers[pass.source_buffer].io then
+    -- a source held channels last (planner.h, fg_io_buffer_value): elements in that order, so
+    -- that its loads and the output's stores are contiguous
+    coords = M.unravel_cl(c, dshape, "i", "o")
+  else
+    coords = lib.unravel(c, dshape, "i", "o")
+  end
   local v = ev:eval(pass.last, coords)
   for _, st in ipairs(stores(plan, pass, names)) do
     local v = ev:eval(st[2], coords)
@@ -89,6 +101,98 @@ function M.render(layer, plan, pass, names, signature)
   feed.finish(c, ev, plan, pass.feeds, 0)
   c:close()
   return c
+end
+
+-- Coordinate variables `<prefix>1..` for the per-sample index `idx` of the channels-last order
+-- (N(D)HWC: the channel innermost, then W, H (, D)); returns their names.
+function M.unravel_cl(code, shape, idx, prefix)
+  local coords, stride = {}, 1
+  local order = { 1 }
+  for d = shape.rank - 1, 2, -1 do order[#order + 1] = d end
+  for k, d in ipairs(order) do
+    if shape.dim[d] == 1 then
+      coords[d] = "0"
+    else
+      local name = prefix .. d
+      local e = stride == 1 and idx or string.format("(%s / %d)", idx, stride)
+      if k < #order then e = string.format("%s %% %d", e, shape.dim[d]) end
+      code:line("const int %s = %s;", name, e)
+      coords[d] = name
+    end
+    stride = stride * shape.dim[d]
+  end
+  return coords
+end
+
+-- A source held channels last in the layer's dtype (planner.h, fg_buffer.io; the planner's
+-- launch.cl_*): thread t of a block takes vectors t, t + S, ... (S = cl_stride vectors, a multiple
+-- of C / 8) of 8 consecutive elements of that order, the same 8 channels of cl_vectors pixels:
+-- its per-channel loads (statistics, affine parameters) are hoisted above its vectors, all its
+-- 16-byte loads of the source issued before any arithmetic, each vector's outputs one store
+-- where the output is aligned. The pass reads no other buffer, stores only the output and
+-- feeds nothing (planner.c, map_launch).
+function M.render_cl_vec(c, ev, layer, plan, pass, names)
+  local dshape = layer.ops[pass.domain].out_shape
+  local L, b = pass.launch, pass.source_buffer
+  local V, U, S, C = L.cl_vec, L.cl_vectors, L.cl_stride, dshape.dim[1]
+  if V ~= 8 or U < 1 or S < 1 or S % (C // V) ~= 0 or not lib.io_half(layer) then
+    error("map pass: cl_vec is 8 halves, cl_stride a multiple of C / 8")
+  end
+  local v = plan.buffers[b].value
+  local vectors = dshape.sample // V
+  c:open("if ((int)threadIdx.x < %d) {", S)
+  c:line("const long long v0 = (long long)blockIdx.x * %d + (int)threadIdx.x;", S * U)
+  c:line("const int cb = (int)(v0 %% %d) * 8; /* the channels of all the thread's vectors */", C // V)
+  local channels = {}
+  for j = 0, V - 1 do
+    c:line("const int c%d = cb + %d;", j, j)
+    channels["c" .. j] = true
+  end
+  -- the per-channel loads, hoisted here (Eval:hoisted) as the elements below ask for them
+  ev:set_hoist({ at = #c.lines + 1, depth = c.depth, channels = channels, guard = "true" })
+  c:line("const fg_io *src = %s + (fg_u64)n * %d;", names.buffer[b], dshape.sample)
+  c:line("uint4 q[%d];", U)
+  for k = 0, U - 1 do
+    c:line("q[%d] = v0 + %d < %d ? *(const uint4 *)(src + (v0 + %d) * 8) : make_uint4(0, 0, 0, 0);", k, k * S,
+      vectors, k * S)
+  end
+  local loader = ev.loaders[v]
+  local lane -- the element being evaluated: its value is a half of q[k]
+  ev.loaders[v] = function(coords)
+    if lane then return string.format("fg_io_widen((unsigned short)(%s >> %d))", lane.word, lane.shift) end
+    return loader(coords)
+  end
+  local words = { "x", "y", "z", "w" }
+  for k = 0, U - 1 do
+    c:open("if (v0 + %d < %d) {", k * S, vectors)
+    c:line("const int i%d = (int)(v0 + %d) * 8;", k, k * S)
+    local base = M.unravel_cl(c, dshape, "i" .. k, "o" .. k .. "_")
+    c:line("unsigned h[4];")
+    for j = 0, V - 1 do
+      c:open("{")
+      ev:push_scope()
+      local coords = {}
+      for d, name in pairs(base) do coords[d] = name end
+      coords[1] = "c" .. j
+      lane = { word = string.format("q[%d].%s", k, words[j // 2 + 1]), shift = j % 2 * 16 }
+      local r = ev:eval(pass.last, coords)
+      lane = nil
+      if j % 2 == 0 then
+        c:line("h[%d] = (unsigned)%s;", j // 2, lib.io_store(layer, r))
+      else
+        c:line("h[%d] |= (unsigned)%s << 16;", j // 2, lib.io_store(layer, r))
+      end
+      ev:pop_scope()
+      c:close()
+    end
+    c:line("fg_io *y = %s + (fg_u64)n * %d + i%d;", names.output, dshape.sample, k)
+    c:line("if (((fg_u64)y & 15) == 0) *(uint4 *)y = make_uint4(h[0], h[1], h[2], h[3]);")
+    c:line("else for (int j = 0; j < 8; ++j) y[j] = (fg_io)(h[j >> 1] >> (j & 1) * 16);")
+    c:close()
+  end
+  c:close()
+  ev:set_hoist(nil)
+  ev.loaders[v] = loader
 end
 
 -- A channels-last output through a shared-memory tile (the planner's choice: gen/planner.c,
@@ -180,6 +284,9 @@ function M.vectorizable(layer, plan, pass)
   if dshape.sample % 4 ~= 0 or pass.launch.elems % 4 ~= 0 then return false end
   -- a channels-last output: four consecutive elements of the domain are not consecutive there
   if pass.store_output and lib.io_cl(layer) then return false end
+  for _, b in ipairs(read_buffers(pass)) do
+    if plan.buffers[b].io then return false end
+  end
   for k = pass.first, pass.last do
     local op = layer.ops[k]
     local cls = op.class

@@ -1896,18 +1896,26 @@ static void wgmma_multicast_where_b_is_shared(void **state)
 /* The staged channels-last epilogue (fg_wgmma_staged_epilogue): the slabs are reserved for a
  * channels-last layer without statistics, after the partials and before the barriers, and used
  * by its conv pass where the output is its only target; never for NCHW, nor where the layer
- * has statistics (the pass then stores a buffer). */
+ * has statistics (the pass then stores a buffer), but where that buffer is held as the output
+ * is (fg_io_buffer_value: a half layer at precision tf32), in half the bytes. */
 static void wgmma_staged_epilogue_where_channels_last(void **state)
 {
     (void)state;
     static const struct {
-        const char *layout, *ops;
-        int reserved, staged;
+        const char *layout, *ops, *precision, *strategy;
+        int reserved, staged, io;
     } cases[] = {
-        {"channels_last", "relu {}", 1, 1},
-        {"channels_last", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", 1, 1}, /* a per-channel load */
-        {"channels_last", "instance_norm {}, relu {}", 0, 0},
-        {"nchw", "relu {}", 0, 0},
+        {"channels_last", "relu {}", "fp32", "auto", 1, 1, 0},
+        {"channels_last", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", "fp32", "auto", 1, 1, 0}, /* a per-channel load */
+        {"channels_last", "instance_norm {}, relu {}", "fp32", "auto", 0, 0, 0},
+        {"channels_last", "instance_norm {}, relu {}", "tf32", "auto", 1, 1, 1}, /* the buffer held in bf16, channels last */
+        {"channels_last", "group_norm { groups = 4 }, relu {}", "tf32", "materialize", 1, 1, 1},
+        /* recompute stores no value: no buffer, and the statistics pass keeps the fragments' mapping */
+        {"channels_last", "instance_norm {}, relu {}", "tf32", "recompute", 0, 0, 0},
+        /* a key a pixel: 32 lanes of the slabs' mapping would feed one key */
+        {"channels_last", "layer_norm { dim = 1 }, relu {}", "tf32", "materialize", 0, 0, 0},
+        {"nchw", "relu {}", "fp32", "auto", 0, 0, 0},
+        {"nchw", "instance_norm {}, relu {}", "tf32", "auto", 0, 0, 0},
     };
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
@@ -1916,8 +1924,9 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         char spec[512];
         snprintf(spec, sizeof spec,
                  "return layer \"t\" {\n  input = { \"N\", 64, 20, 20 },\n  dtype = \"bf16\",\n  layout = \"%s\",\n"
-                 "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n  %s,\n}\n",
-                 cases[i].layout, cases[i].ops);
+                 "  precision = \"%s\",\n  strategy = \"%s\",\n  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n"
+                 "  %s,\n}\n",
+                 cases[i].layout, cases[i].precision, cases[i].strategy, cases[i].ops);
         fg_layer_ir *ir = fgt_load_string(spec);
         fg_plan *plan = fgt_plan_with(ir, &opts);
         const fg_wgmma_tiling *w = &plan->wgmma;
@@ -1930,14 +1939,38 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         assert_int_equal(w->bar_offset, w->stat_offset + w->stat_bytes + w->epi_bytes);
         int staged = 0;
         for (int p = 0; p < plan->n_passes; p++)
-            staged += fg_wgmma_staged_epilogue(w, &plan->passes[p]);
+            staged += fg_wgmma_staged_epilogue(plan, &plan->passes[p]);
         assert_int_equal(staged, cases[i].staged);
+        int io_buffers = 0;
+        for (int b = 0; b < plan->n_buffers; b++)
+            io_buffers += plan->buffers[b].io;
+        const bool io_expected = cases[i].io;
+        assert_int_equal(io_buffers, io_expected ? 1 : 0);
         fg_rendered src;
         fg_error err = {{0}};
         assert_int_equal(fg_render(ir, plan, &src, &err), 0);
         text_sink *t = calloc(1, sizeof *t);
         assert_non_null(t);
         fg_plan_print(ir, plan, collect_line, t);
+        if (io_expected) {
+            /* stored rounded along the channels, its statistics fed as stored, read back widened */
+            /* the conv pass's parameter (not const), its stores from the slabs along the channels */
+            fgt_assert_contains(src.source, ", fg_io *__restrict__ b2, double *a0");
+            fgt_assert_contains(src.source, "b2[(fg_u64)n * 25600 + c + (px) * 64] = fg_io_round(v0);");
+            fgt_assert_contains(src.source, "fg_io_widen(fg_io_round(v0))");
+            /* the map pass reads it in channels-last order, 4 vectors of the same 8 channels a
+             * thread, its per-channel statistics loaded once */
+            fgt_assert_contains(src.source, "fg_pass4_map(const fg_io *__restrict__ b2,");
+            fgt_assert_contains(src.source, "const int cb = (int)(v0 % 8) * 8;");
+            fgt_assert_contains(src.source, "q[3] = v0 + 768 < 3200 ? *(const uint4 *)(src + (v0 + 768) * 8)");
+            if (strstr(cases[i].ops, "instance_norm")) {
+                fgt_assert_contains(src.source, "const fg_stat hc1 = (true) ? s0[(long long)n * 64 + c0] : fg_stat{};");
+                fgt_assert_contains(src.source, "(fg_io_widen((unsigned short)(q[3].w >> 16)) - hc22.a) * hc22.b");
+            }
+            fgt_assert_contains(src.source, "*(uint4 *)y = make_uint4(h[0], h[1], h[2], h[3]);");
+            fgt_assert_contains(t->buf, "a thread takes 4 vectors of 8 consecutive channels of a pixel");
+            fgt_assert_contains(t->buf, "in the layer's dtype, channels last");
+        }
         if (cases[i].staged) {
             fgt_assert_contains(src.source, "float *const slab = ");
             fgt_assert_contains(src.source, "const float v0 = slab[rr * 40 + lane]");
@@ -1951,6 +1984,19 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         free(plan);
         free(ir);
     }
+    /* a caller's default for "auto" (FUSEGEN_STRATEGY) asking for recompute: no slabs either */
+    opts.default_strategy = FG_STRATEGY_RECOMPUTE;
+    fg_layer_ir *ir = fgt_load_string("return layer \"t\" {\n  input = { \"N\", 64, 20, 20 },\n  dtype = \"bf16\",\n"
+                                      "  layout = \"channels_last\",\n  precision = \"tf32\",\n"
+                                      "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n"
+                                      "  instance_norm {}, relu {},\n}\n");
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_int_equal(plan->strategy, FG_STRATEGY_RECOMPUTE);
+    assert_int_equal(plan->wgmma.epi_bytes, 0);
+    for (int b = 0; b < plan->n_buffers; b++)
+        assert_false(plan->buffers[b].io);
+    free(plan);
+    free(ir);
 }
 
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
