@@ -313,14 +313,12 @@ def block_spec_for(family, cfg, smoke, dname="fp32", layout="nchw"):
     written for); either with the block fields dtype and layout written in
     (with_block_fields)."""
     suffix = "" if (dname, layout) == ("fp32", "nchw") else f" ({dname} {layout})"
-    written = block_spec_text(family, cfg)
-    if written is not None:
-        written = with_block_fields(written, dname, layout)
-    if smoke:
-        return (written, f"smoke_{family}.lua{suffix}") if written else None
+    text = block_spec_text(family, cfg)
+    name = f"smoke_{family}.lua" if smoke else f"{family} (written for {describe(family, cfg)})"
+    written = (with_block_fields(text, dname, layout), name + suffix) if text is not None else None
     rel = BLOCK_SPECS.get(family)
-    if rel is None:
-        return (written, f"{family} (written for {describe(family, cfg)}){suffix}") if written else None
+    if smoke or rel is None:
+        return written
     import fusegen
 
     path = os.path.join(REPO, rel)
@@ -328,7 +326,7 @@ def block_spec_for(family, cfg, smoke, dname="fp32", layout="nchw"):
         shape = probe.input_shape(1)
     cin = cfg.get("in_channels", cfg["channels"])
     if shape[1:] != (cin,) + tuple(cfg["size"]):
-        return (written, f"{family} (written for {describe(family, cfg)}){suffix}") if written else None
+        return written
     with open(path, encoding="utf-8") as f:
         return with_block_fields(f.read(), dname, layout), rel + suffix
 

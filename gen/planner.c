@@ -19,6 +19,7 @@ typedef struct planner {
     bool use_wgmma;              /* the conv runs on the wgmma engine (chosen before chaining) */
     bool tf32_exact_rule;        /* choose_wgmma left a tf32 conv to the exact engines (tf32_stays_exact) */
     int chan_sums;               /* the channel-sums strategy's reduction (channel_sums_reduction); -1 none */
+    int io_value;                /* fg_io_buffer_value for the strategy asked for; -1 none */
 } planner;
 
 static int64_t reduce_extent(const fg_op *op)
@@ -99,7 +100,7 @@ static int add_buffer(planner *p, int value)
     fg_buffer *b = &plan->buffers[plan->n_buffers];
     b->value = value;
     b->per_sample = fg_shape_sample_count(&p->ir->ops[value].out);
-    b->io = value == fg_io_buffer_value(p->ir, wanted_strategy(p->ir, p->opts));
+    b->io = value == p->io_value;
     if (b->io) /* two 16-bit elements a float */
         b->per_sample = (b->per_sample + 1) / 2;
     p->stored[value] = true;
@@ -935,7 +936,7 @@ static bool choose_wgmma(planner *p)
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
     if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
-                      fg_io_buffer_value(p->ir, wanted_strategy(p->ir, opts)), &p->plan->wgmma,
+                      p->io_value, &p->plan->wgmma,
                       &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
@@ -1959,6 +1960,7 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
     p->err = err;
     p->auto_cut = -1;
     p->chan_sums = -1;
+    p->io_value = fg_io_buffer_value(ir, wanted_strategy(ir, opts));
     for (int k = 0; k < FG_MAX_OPS; k++) {
         plan->op_accum[k] = plan->op_max_accum[k] = -1;
         p->buffer_of[k] = -1;

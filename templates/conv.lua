@@ -402,7 +402,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- with W even a pair's outputs are 8-byte aligned: one float2 store per target
   -- (a channels-last output: neighbours along W are not adjacent in memory; no pairs)
   -- a buffer held as the output is (planner.h, fg_io_buffer_value): rounded, channels last
-  local io_buffer = pass.store_buffer >= 0 and plan.buffers[pass.store_buffer].io
+  local io_buffer = lib.stores_io_buffer(plan, pass)
   local pair = th.pair and O[3] % 2 == 0 and not (g.cl and (pass.store_output or io_buffer))
   local width = pair and (th.pair == true and 2 or th.pair) or 1
   local loops = th.loops

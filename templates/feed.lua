@@ -100,7 +100,7 @@ function M.element(code, ev, plan, feeds, v, coords, slot)
     -- So are those of a value the pass stores in the layer's dtype for its map pass to read
     -- (planner.h, fg_io_buffer_value: the one statistic's value).
     local fed = v
-    local io_buffer = ev.pass.store_buffer >= 0 and plan.buffers[ev.pass.store_buffer].io
+    local io_buffer = lib.stores_io_buffer(plan, ev.pass)
     if (plan.accums[a].exported or io_buffer) and lib.io_half(ev.layer) then
       fed = ev:fresh("r")
       code:line("const float %s = fg_io_widen(%s);", fed, lib.io_store(ev.layer, v))

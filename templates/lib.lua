@@ -129,37 +129,57 @@ function lib.lin(shape, coords) return lin_with(shape, coords, lib.strides(shape
 
 -- Per-sample linear index of `coords` (dim 1 the channel, then the spatial dims) in `shape`
 -- laid out channels last, N(D)HWC: the channel innermost, then W, H (, D).
-function lib.lin_cl(shape, coords)
+local function cl_strides(shape)
   local st, s = { [1] = 1 }, shape.dim[1]
   for d = shape.rank - 1, 2, -1 do
     st[d] = s
     s = s * shape.dim[d]
   end
-  return lin_with(shape, coords, st)
+  return st
 end
+
+function lib.lin_cl(shape, coords) return lin_with(shape, coords, cl_strides(shape)) end
 
 -- The layer's input and output are channels last (the spec's `layout`); buffers are not, but
 -- one held as the output is (planner.h, fg_io_buffer_value; plan.buffers[b].io).
 function lib.io_cl(layer) return layer.layout == "channels_last" end
 
--- Declares coordinate variables `<prefix>1..` for the per-sample linear index `idx` and
--- returns their names.
-function lib.unravel(code, shape, idx, prefix)
-  local st = lib.strides(shape)
+-- Declares coordinate variables `<prefix>d` for the per-sample linear index `idx` under strides
+-- `st`, in the order `order` (the outermost dim, `outer`, takes no modulo); returns their names.
+local function unravel_with(code, shape, idx, prefix, st, order, outer)
   local coords = {}
-  for d = 1, shape.rank - 1 do
+  for _, d in ipairs(order) do
     if shape.dim[d] == 1 then
       coords[d] = "0"
     else
       local name = prefix .. d
       local e = st[d] == 1 and idx or string.format("(%s / %d)", idx, st[d])
-      if d > 1 then e = string.format("%s %% %d", e, shape.dim[d]) end
+      if d ~= outer then e = string.format("%s %% %d", e, shape.dim[d]) end
       code:line("const int %s = %s;", name, e)
       coords[d] = name
     end
   end
   return coords
 end
+
+-- Declares coordinate variables `<prefix>1..` for the per-sample linear index `idx` and
+-- returns their names.
+function lib.unravel(code, shape, idx, prefix)
+  local order = {}
+  for d = 1, shape.rank - 1 do order[d] = d end
+  return unravel_with(code, shape, idx, prefix, lib.strides(shape), order, 1)
+end
+
+-- The same for an index of the channels-last order (N(D)HWC: the channel innermost, then W,
+-- H (, D); lib.lin_cl's).
+function lib.unravel_cl(code, shape, idx, prefix)
+  local order = { 1 }
+  for d = shape.rank - 1, 2, -1 do order[#order + 1] = d end
+  return unravel_with(code, shape, idx, prefix, cl_strides(shape), order, order[#order])
+end
+
+-- Whether `pass` stores a buffer held as the output is (planner.h, fg_io_buffer_value).
+function lib.stores_io_buffer(plan, pass) return pass.store_buffer >= 0 and plan.buffers[pass.store_buffer].io end
 
 -- ---- clusters (sm_90) ------------------------------------------------------------------
 -- A CTA's rank in its cluster and a barrier of every thread of the cluster (each warp

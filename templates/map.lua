@@ -83,7 +83,7 @@ function M.render(layer, plan, pass, names, signature)
   if pass.source_buffer >= 0 and plan.buffers[pass.source_buffer].io then
     -- a source held channels last (planner.h, fg_io_buffer_value): elements in that order, so
     -- that its loads and the output's stores are contiguous
-    coords = M.unravel_cl(c, dshape, "i", "o")
+    coords = lib.unravel_cl(c, dshape, "i", "o")
   else
     coords = lib.unravel(c, dshape, "i", "o")
   end
@@ -101,27 +101,6 @@ function M.render(layer, plan, pass, names, signature)
   feed.finish(c, ev, plan, pass.feeds, 0)
   c:close()
   return c
-end
-
--- Coordinate variables `<prefix>1..` for the per-sample index `idx` of the channels-last order
--- (N(D)HWC: the channel innermost, then W, H (, D)); returns their names.
-function M.unravel_cl(code, shape, idx, prefix)
-  local coords, stride = {}, 1
-  local order = { 1 }
-  for d = shape.rank - 1, 2, -1 do order[#order + 1] = d end
-  for k, d in ipairs(order) do
-    if shape.dim[d] == 1 then
-      coords[d] = "0"
-    else
-      local name = prefix .. d
-      local e = stride == 1 and idx or string.format("(%s / %d)", idx, stride)
-      if k < #order then e = string.format("%s %% %d", e, shape.dim[d]) end
-      code:line("const int %s = %s;", name, e)
-      coords[d] = name
-    end
-    stride = stride * shape.dim[d]
-  end
-  return coords
 end
 
 -- A source held channels last in the layer's dtype (planner.h, fg_buffer.io; the planner's
@@ -166,7 +145,7 @@ function M.render_cl_vec(c, ev, layer, plan, pass, names)
   for k = 0, U - 1 do
     c:open("if (v0 + %d < %d) {", k * S, vectors)
     c:line("const int i%d = (int)(v0 + %d) * 8;", k, k * S)
-    local base = M.unravel_cl(c, dshape, "i" .. k, "o" .. k .. "_")
+    local base = lib.unravel_cl(c, dshape, "i" .. k, "o" .. k .. "_")
     c:line("unsigned h[4];")
     for j = 0, V - 1 do
       c:open("{")
