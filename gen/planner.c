@@ -679,6 +679,37 @@ retile:;
         return false;
     *why = NULL;
     w->m_tiles = (int)ceil_div(opix, w->bm);
+    w->opix = opix;
+    /* flat tiles where a sample leaves more than an eighth of its last tile's rows empty and
+     * the epilogue keys nothing by sample (no statistics; no reduction, softmax or pool:
+     * first_passes would clear it for a channel reduction after the tiling is chosen):
+     * ResNet-50's and ConvNeXt's 7x7 stages filled 49 of 128 rows, 0.25x and 0.40x of
+     * PyTorch bf16 (bench/NOTES.md v39). The cp.async producer's int offsets then reach
+     * into the samples a tile runs over */
+    bool gathers = false; /* a reduction, softmax or pool after the conv: its epilogue may key by sample */
+    for (int k = 1; k < ir->n_ops; k++) {
+        fg_op_class c = fg_op_kind_class(ir->ops[k].kind);
+        gathers |= c == FG_CLASS_REDUCE || c == FG_CLASS_SOFTMAX || c == FG_CLASS_POOL;
+    }
+    w->flat = !partials && !gathers && (w->m_tiles * w->bm - opix) * 8 > (int64_t)w->m_tiles * w->bm &&
+              (w->bm / opix + 2) * g->in[0] * g->in[1] * g->in[2] * w->xc <= INT32_MAX;
+    /* a flat tile's per-row sample costs the epilogue registers: at 256 channels (ResNet-50's
+     * 7x7 1x1 convs in bf16) and with two m64 tiles a warpgroup (a TF32 7x7 3x3 with a
+     * parameter of the output's shape, cp.async) it spilled at 168 */
+    if (w->flat && w->wgmt > 1) {
+        /* one m64 tile a warpgroup: flat still where 128-row tiles waste as much, else the
+         * two-tile plan as it was, unflattened */
+        const int64_t rows = ceil_div(opix, 128) * 128;
+        if ((rows - opix) * 8 > rows) {
+            most_m64 = 1;
+            goto retile;
+        }
+        w->flat = false;
+    }
+    if (w->flat && wide) {
+        wide = false;
+        goto retile;
+    }
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->epi_offset = w->stat_offset + w->stat_bytes;
     w->bar_offset = w->epi_offset + w->epi_bytes;
@@ -714,6 +745,13 @@ enum {
     WGMMA_SPLIT_FILL = 132,   /* the SMs of an H100 SXM / H200 */
     WGMMA_MAX_SPLIT = 16,
 };
+
+int64_t fg_wgmma_tiles(const fg_wgmma_tiling *w, int64_t grid_x, int64_t batch)
+{
+    if (!w->flat || w->m_tiles < 1)
+        return grid_x * batch;
+    return ceil_div(batch * w->opix, w->bm) * (grid_x / w->m_tiles);
+}
 
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles)
 {
@@ -755,7 +793,8 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
  * halved B reads save while A is copied by the producer threads); kept for the TMA producer. */
 static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int groups)
 {
-    w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 ? 2 : 1;
+    /* (flat tiles walk the channel blocks fastest: a pair's tiles would read other B) */
+    w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 && !w->flat ? 2 : 1;
 }
 
 /* TMA im2col limits (cuTensorMapEncodeIm2col, PTX cp.async.bulk.tensor .im2col; bench/hopper-tma.md
@@ -2369,8 +2408,10 @@ static fg_pass *first_passes(planner *p, int wanted)
         return NULL;
     ps->first = 0;
     int t = ps->last = ps->domain = chain_end(p, 0, 0, true);
-    if ((ps->chan_reduce = wgmma_channel_reduction(p, t)) >= 0)
+    if ((ps->chan_reduce = wgmma_channel_reduction(p, t)) >= 0) {
         t = ps->last = ps->domain = last_op; /* the reduction and what follows it, in the epilogue */
+        plan->wgmma.flat = false;             /* its epilogue keys the reduction by the tile's sample */
+    }
     /* the chain stopped at a norm that needs statistics: a strategy decides what follows */
     const bool norm_cut =
         t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM;

@@ -390,7 +390,18 @@ end
 -- Declares those variables for one output of a thread mapping `th` (its pixel, od, oh, ow
 -- expressions); with outputs numbered (th.pixel) the indices use px, so od/oh/ow may go unread.
 function M.declare_output_coords(c, g, th)
-  if th.pixel then c:line("const int px = %s;", th.pixel) end
+  if th.flat then
+    -- flat tiles (planner.h, fg_wgmma_tiling.flat): th.pixel counts from the tile's first
+    -- sample n0 on; the output's sample n and its pixel px there
+    -- (the empty asm keeps ptxas from computing every row's n and px once for all channel
+    -- chunks of the staged epilogue and holding 32 of them live: ResNet-50's last 1x1 conv
+    -- spilled at 168 registers)
+    c:line("int pr = %s;", th.pixel)
+    c:line("asm volatile(\"\" : \"+r\"(pr));")
+    c:line("const int n = n0 + pr / %d, px = pr - (n - n0) * %d;", th.flat, th.flat)
+  elseif th.pixel then
+    c:line("const int px = %s;", th.pixel)
+  end
   if g.sp == 3 then c:line("const int od = %s;", th.od) end
   c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
   if th.pixel then c:line("(void)oh; (void)ow;%s", g.sp == 3 and " (void)od;" or "") end
@@ -428,6 +439,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
       -- outputs numbered within the sample (`px`, the wgmma engine): that number is the check
       if th.pixel then valid = { string.format("co < %d", g.cout_g), string.format("px < %d", O[1] * O[2] * O[3]) } end
+      -- flat tiles: every sample's pixels are there, up to the batch's end
+      if th.flat then valid = { string.format("co < %d", g.cout_g), "n < batch" } end
       if th.valid then valid[#valid + 1] = th.valid end
       c:open("if (%s) {", table.concat(valid, " && "))
     elseif th.valid then
