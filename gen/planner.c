@@ -681,8 +681,8 @@ retile:;
     w->m_tiles = (int)ceil_div(opix, w->bm);
     w->opix = opix;
     /* flat tiles where a sample leaves more than an eighth of its last tile's rows empty and
-     * the epilogue keys nothing by sample (no statistics; no reduction, softmax or pool:
-     * first_passes would clear it for a channel reduction after the tiling is chosen):
+     * the epilogue keys nothing by sample (no statistics; no reduction, softmax or pool, so
+     * no channel reduction in the epilogue either):
      * ResNet-50's and ConvNeXt's 7x7 stages filled 49 of 128 rows, 0.25x and 0.40x of
      * PyTorch bf16 (bench/NOTES.md v39). The cp.async producer's int offsets then reach
      * into the samples a tile runs over */
@@ -793,8 +793,7 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
  * halved B reads save while A is copied by the producer threads); kept for the TMA producer. */
 static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int groups)
 {
-    /* (flat tiles walk the channel blocks fastest: a pair's tiles would read other B) */
-    w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 && !w->flat ? 2 : 1;
+    w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 ? 2 : 1;
 }
 
 /* TMA im2col limits (cuTensorMapEncodeIm2col, PTX cp.async.bulk.tensor .im2col; bench/hopper-tma.md
@@ -2408,10 +2407,8 @@ static fg_pass *first_passes(planner *p, int wanted)
         return NULL;
     ps->first = 0;
     int t = ps->last = ps->domain = chain_end(p, 0, 0, true);
-    if ((ps->chan_reduce = wgmma_channel_reduction(p, t)) >= 0) {
+    if ((ps->chan_reduce = wgmma_channel_reduction(p, t)) >= 0)
         t = ps->last = ps->domain = last_op; /* the reduction and what follows it, in the epilogue */
-        plan->wgmma.flat = false;             /* its epilogue keys the reduction by the tile's sample */
-    }
     /* the chain stopped at a norm that needs statistics: a strategy decides what follows */
     const bool norm_cut =
         t < last_op && needs_stats(&ir->ops[t + 1]) && fg_op_kind_class(ir->ops[t + 1].kind) == FG_CLASS_NORM;

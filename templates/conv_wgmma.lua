@@ -229,7 +229,7 @@ function M.prelude(layer, plan)
   end
   local engine = M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast, w.a_tma, w.a_tma_rank,
     w.ping_pong)
-  if w.flat then engine = M.flatten(engine) end
+  if w.flat then engine = M.flatten(engine, w.a_tma ~= 2) end
   for l in engine:gmatch("([^\n]*)\n") do
     c:line(l)
   end
@@ -627,14 +627,20 @@ local function replace_once(text, old, new, what)
   return text:sub(1, i - 1) .. new .. text:sub(j + 1)
 end
 
-function M.flatten(text)
+-- `cp_async`: the producer is the cp.async one (its rows must be rewritten: a flat decode with
+-- the per-sample producer would load the wrong rows without any compile error)
+function M.flatten(text, cp_async)
   text = replace_once(text, flat_decode_old, flat_decode_new, "decode_tile")
   text = replace_once(text, " * in registers across tiles. A tile never spans two samples. */",
     " * in registers across tiles. Flat tiles: a tile's rows run over consecutive samples. */", "decode_tile's comment")
-  if text:find(flat_rows_old, 1, true) then -- the cp.async producer (not with A by TMA)
+  if cp_async then
     text = replace_once(text, flat_rows_old, flat_rows_new, "the producer's rows")
     text = replace_once(text, flat_roff_old, flat_roff_new, "the producer's row offsets")
     text = replace_once(text, flat_sig_old, flat_sig_new, "the producer's signature")
+  else
+    text = replace_once(text, " * sample's pixels (zeros past the batch), which every epilogue path masks (q < OPIX). */",
+      " * sample's pixels (zeros past the batch): with flat tiles those rows are the tile's outputs. */",
+      "the TMA producer's comment")
   end
   return text
 end

@@ -77,7 +77,7 @@ static const split_k_case split_k_cases[] = {
         conv2d { out_channels = 256, kernel = 3, padding = 1 },
         relu {},
     })},
-    /* ... and at one that does not: 4 x 2 flat tiles (each over 3 samples) x 12 splits */
+    /* ... and at one that does not: 4 x 2 flat tiles (each over up to 4 samples) x 12 splits */
     {"split_7x7_batch_8", 8, 12, 1e-4, SPLIT_K_SPEC(return layer "split_7x7_batch_8" {
         input = { "N", 256, 7, 7 },
         conv2d { out_channels = 256, kernel = 3, padding = 1 },

@@ -492,7 +492,8 @@ static void wgmma_reach(void **state)
         } else if (!strcmp(v->reach, "flat tiles")) {
             if (!w->flat)
                 fail_msg("%s: tiles not flat (%lld pixels a sample, %d a tile)", ir->name, (long long)w->opix, w->bm);
-            needle = "const long long f = (long long)t * BM;"; /* decode_tile's flat rows */
+            /* decode_tile's flat rows, and the producer's: the cp.async one rows in their sample */
+            needle = w->a_tma == 2 ? "const long long f = (long long)t * BM;" : "if (tl.n + sq < batch) {";
         } else if (!strcmp(v->reach, "channel blocks")) {
             if (!blocked)
                 fail_msg("%s: the input pack is not in channel blocks (pack_xb %d, xc %d)", ir->name, w->pack_xb, w->xc);

@@ -157,6 +157,22 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
         conv3d { out_channels = 48, kernel = 3, padding = 1 },
         add { param = "b", shape = { 48, 1, 1, 1 } },
     })},
+    /* by TMA (a rank-5 im2col map): 3D, 4x4x4 with padding, 64 bf16 channels */
+    {"flat_bf16_cl_3d_tma", "flat tiles", 3, 1e-4, WGMMA_REACH_SPEC(return layer "flat_bf16_cl_3d_tma" {
+        input = { "N", 64, 4, 4, 4 },
+        dtype = "bf16",
+        layout = "channels_last",
+        conv3d { out_channels = 64, kernel = 3, padding = 1 },
+        relu {},
+    })},
+    /* by TMA: 14x14 -> 7x7, stride 2 with dilation 2 and padding 2 */
+    {"flat_bf16_cl_dilated_stride2_tma", "flat tiles", 5, 1e-4, WGMMA_REACH_SPEC(return layer "flat_bf16_cl_dilated_stride2_tma" {
+        input = { "N", 64, 14, 14 },
+        dtype = "bf16",
+        layout = "channels_last",
+        conv2d { out_channels = 64, kernel = 3, stride = 2, padding = 2, dilation = 2 },
+        silu {},
+    })},
     /* batch 128 at 7x7: 6272 pixels, 49 whole tiles (no row past the batch); a parameter
      * indexed by pixel as well as channel */
     {"flat_tf32_7x7_batch128", "flat tiles", 128, FG_BAR_TF32, WGMMA_REACH_SPEC(return layer "flat_tf32_7x7_batch128" {
