@@ -569,12 +569,17 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
      * 18-28 % at batch 1 (half the tiles) and 2 % at batch 32, so a short K keeps 128.
      * FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets it by hand. */
     bool wide = bn_asked <= 0 && w->operand != FG_WGMMA_TF32 && ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH;
+    /* where no 128-channel block fits (two parts of each operand, the statistics' partials:
+     * SD's 640-channel GroupNorm -> SiLU -> conv that exports its output's statistics, in bf16
+     * at fp32 precision, 234 KB), more blocks of fewer channels each, down to 64 (below
+     * that the 3xTF32 engine on mma.sync has been as fast) */
+    int narrower = 0; /* channel blocks added to the widest's count */
 retile:;
     const int most_bn = bn_asked > 0            ? (int)round_up(bn_asked, 8)
                         : w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN
                         : wide                ? 256
                                               : 128;
-    w->nblk = g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn);
+    w->nblk = (g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn)) + narrower;
     w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
     /* a channels-last half input with no prologue and no padding channels is the packed operand
      * as it is (planner.h, input_direct) */
@@ -672,6 +677,10 @@ retile:;
     }
     if (wide && w->wgmt < 1) { /* a wide block does not fit: 128 (two CTAs retiled above) */
         wide = false;
+        goto retile;
+    }
+    if (w->wgmt < 1 && bn_asked <= 0 && w->bn > 64 && g->cout_g > 64) { /* one more, narrower block */
+        narrower++;
         goto retile;
     }
     *why = "no tile fits the registers and shared memory with 3 stages";

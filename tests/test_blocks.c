@@ -561,6 +561,36 @@ static bool has_pass(const fg_plan *plan, fg_pass_kind kind)
     return false;
 }
 
+/* Channel blocks narrower than 128 where a 128-channel block does not fit (planner.c
+ * wgmma_tiling, `narrower`): SD's block at 640 channels in bf16, channels last, at fp32
+ * precision: layer h packs both parts of the normalized input and of the weights and keeps the
+ * exported statistics' partials, 234 KB at 128 channels, so it takes 6 blocks of 112 (it
+ * fell to mma.sync before); layer out, without the partials, keeps 5 of 128. */
+static void narrower_blocks_where_128_does_not_fit(void **state)
+{
+    (void)state;
+    fg_block_ir *b = load_block(
+        "return block \"sd\" {\n  input = { \"N\", 640, 32, 32 },\n  dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  inputs = { temb = { \"N\", 640 } },\n"
+        "  layer \"h\" { group_norm { name = \"norm1\", groups = 32 }, silu {},\n"
+        "    conv2d { name = \"conv1\", out_channels = 640, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
+        "  layer \"out\" { group_norm { name = \"norm2\", groups = 32 }, silu {},\n"
+        "    conv2d { name = \"conv2\", out_channels = 640, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
+    assert_true(b->layers[0].exports_stats);
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    fg_plan *h = fgt_plan_with(&b->layers[0], &opts), *out = fgt_plan_with(&b->layers[1], &opts);
+    assert_string_equal(h->wgmma_refused, "");
+    assert_true(h->wgmma.parts == 2 && h->wgmma.stages >= 3);
+    assert_int_equal(h->wgmma.nblk, 6);
+    assert_int_equal(h->wgmma.bn, 112);
+    assert_true(h->wgmma.bar_offset <= 227 * 1024);
+    assert_int_equal(out->wgmma.nblk, 5);
+    assert_int_equal(out->wgmma.bn, 128);
+    free(h), free(out);
+    free_block(b);
+}
+
 /* Statistics handed on (fg_block_link_statistics): SD's layer out normalizes layer h's output,
  * so h's pass that stores it gathers the GroupNorm's statistics (cleared before that pass) and
  * out runs no statistics pass, on every engine; its accumulator is the block's, outside the
@@ -890,6 +920,7 @@ int main(void)
         cmocka_unit_test(dtype_layout_api),
         cmocka_unit_test(packed_weights_outside_the_workspace),
         cmocka_unit_test(statistics_handed_on),
+        cmocka_unit_test(narrower_blocks_where_128_does_not_fit),
         cmocka_unit_test(norms_moved_to_readers),
         cmocka_unit_test(pixel_norms_moved_to_a_pointwise_reader),
         cmocka_unit_test(pixel_norm_moves_follow_the_target),
