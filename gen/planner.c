@@ -501,6 +501,13 @@ static int io_vec_elems(const fg_layer_ir *ir)
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
+/* Whether a sample's `rows` (its tiles' rows) leave enough of them empty past its `opix`
+ * output pixels for flat tiles (fg_wgmma_tiling.flat) to pay: more than a quarter */
+static bool flat_saves_rows(int64_t rows, int64_t opix)
+{
+    return (rows - opix) * 4 > rows;
+}
+
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
                          int bn_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
@@ -689,18 +696,20 @@ retile:;
     *why = NULL;
     w->m_tiles = (int)ceil_div(opix, w->bm);
     w->opix = opix;
-    /* flat tiles where a sample leaves more than an eighth of its last tile's rows empty and
-     * the epilogue keys nothing by sample (no statistics; no reduction, softmax or pool, so
-     * no channel reduction in the epilogue either):
+    /* flat tiles where a sample leaves more than a quarter of its tiles' rows empty and the
+     * epilogue keys nothing by sample (no statistics; no reduction, softmax or pool, so no
+     * channel reduction in the epilogue either):
      * ResNet-50's and ConvNeXt's 7x7 stages filled 49 of 128 rows, 0.25x and 0.40x of
-     * PyTorch bf16 (bench/NOTES.md v39). The cp.async producer's int offsets then reach
-     * into the samples a tile runs over */
+     * PyTorch bf16 (bench/NOTES.md v39), and flat tiles took 41-48 % off those blocks (v40).
+     * Not at 14x14 (196 of 256 rows): flat tiles give up wide blocks, two m64 tiles and
+     * with them split K there, and those blocks took 23-33 % longer flat (v40). The cp.async
+     * producer's int offsets then reach into the samples a tile runs over */
     bool gathers = false; /* a reduction, softmax or pool after the conv: its epilogue may key by sample */
     for (int k = 1; k < ir->n_ops; k++) {
         fg_op_class c = fg_op_kind_class(ir->ops[k].kind);
         gathers |= c == FG_CLASS_REDUCE || c == FG_CLASS_SOFTMAX || c == FG_CLASS_POOL;
     }
-    w->flat = !partials && !gathers && (w->m_tiles * w->bm - opix) * 8 > (int64_t)w->m_tiles * w->bm &&
+    w->flat = !partials && !gathers && flat_saves_rows((int64_t)w->m_tiles * w->bm, opix) &&
               (w->bm / opix + 2) * g->in[0] * g->in[1] * g->in[2] * w->xc <= INT32_MAX;
     /* a flat tile's per-row sample costs the epilogue registers: at 256 channels (ResNet-50's
      * 7x7 1x1 convs in bf16) and with two m64 tiles a warpgroup (a TF32 7x7 3x3 with a
@@ -709,7 +718,7 @@ retile:;
         /* one m64 tile a warpgroup: flat still where 128-row tiles waste as much, else the
          * two-tile plan as it was, unflattened */
         const int64_t rows = ceil_div(opix, 128) * 128;
-        if ((rows - opix) * 8 > rows) {
+        if (flat_saves_rows(rows, opix)) {
             most_m64 = 1;
             goto retile;
         }

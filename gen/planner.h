@@ -286,8 +286,8 @@ typedef struct fg_wgmma_tiling {
     int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
     int m_tiles;         /* tiles along a sample's output pixels */
     bool flat;           /* a tile's rows run on over the next samples' output pixels (the
-                          * batch's pixels flattened): where a sample would leave more than an
-                          * eighth of its last tile's rows empty (7x7 images: 49 of 128) and the
+                          * batch's pixels flattened): where a sample would leave more than a
+                          * quarter of its tiles' rows empty (7x7 images: 49 of 128) and the
                           * epilogue keys nothing by sample (no statistics, no channel
                           * reduction); the launch's tiles are fg_wgmma_tiles */
     int64_t opix;        /* output pixels of a sample */

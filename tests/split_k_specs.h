@@ -63,8 +63,8 @@ static const split_k_case split_k_cases[] = {
         conv2d { out_channels = 136, kernel = 3, padding = 1 },
         softmax { dim = 1 },
     })},
-    /* one TF32 product: the plain accumulator path (flat tiles of 128 rows: 7 stages, 5 splits) */
-    {"split_tf32", 1, 5, FG_BAR_TF32, SPLIT_K_SPEC(return layer "split_tf32" {
+    /* one TF32 product: the plain accumulator path */
+    {"split_tf32", 1, 9, FG_BAR_TF32, SPLIT_K_SPEC(return layer "split_tf32" {
         input = { "N", 256, 14, 14 },
         precision = "tf32",
         conv2d { out_channels = 256, kernel = 3, padding = 1 },

@@ -1478,7 +1478,7 @@ static void split_k_fills_small_grids(void **state)
     } cases[] = {
         {2, 256, 256, 14, 1, 1, 12, 12}, /* 4 tiles a sample, 72 K chunks, 3 stages */
         {2, 256, 256, 7, 1, 32, 12, 5},  /* 2 tiles a sample; flat: 13 x 2 at batch 32 */
-        {2, 128, 256, 28, 2, 8, 6, 5},   /* 14x14 outputs, 4 tiles, 36 K chunks; flat: 13 x 2 at batch 8 */
+        {2, 128, 256, 28, 2, 8, 6, 4},   /* 14x14 outputs, 4 tiles, 36 K chunks (not flat: 196 of 256 rows) */
         {3, 128, 128, 8, 1, 16, 16, 2},  /* 4 tiles, 108 K chunks: at most 16 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -1563,11 +1563,11 @@ static void split_k_leaves_large_grids(void **state)
     }
 }
 
-/* Flat tiles (fg_wgmma_tiling.flat): where a sample leaves more than an eighth of its last
- * tile's rows empty and the epilogue keys nothing by sample, a tile's rows run on over the next
+/* Flat tiles (fg_wgmma_tiling.flat): where a sample leaves more than a quarter of its tiles'
+ * rows empty and the epilogue keys nothing by sample, a tile's rows run on over the next
  * samples; fg_wgmma_tiles counts the batch's pixels flattened, and `fusegen plan` says so.
- * Not with statistics (an instance norm, a channel reduction), nor at 56x56 (2 % empty) or
- * 28x28 (exactly an eighth). */
+ * Not with statistics (an instance norm, a channel reduction), nor at 56x56 (2 % empty),
+ * 28x28 (an eighth) or 14x14 (60 of 256 rows, 23 %: measured slower flat, bench/NOTES.md v40). */
 static void wgmma_flat_tiles_where_images_are_small(void **state)
 {
     (void)state;
@@ -1578,7 +1578,8 @@ static void wgmma_flat_tiles_where_images_are_small(void **state)
         int64_t tiles_at_32; /* a launch's tiles at batch 32 */
     } cases[] = {
         {7, 512, "relu {}", true, 13 * 4},         /* 49 pixels: 1568 rows at batch 32, 13 tiles, 4 blocks */
-        {14, 128, "relu {}", true, 49},            /* 196 pixels: 2 tiles a sample, 49 flat */
+        {12, 128, "relu {}", true, 36},            /* 144 pixels: 2 tiles a sample, 36 flat */
+        {14, 128, "relu {}", false, 2 * 32},       /* 196 pixels: 2 tiles a sample, 60 of 256 rows empty */
         {5, 64, "gelu {}", true, 7},               /* 25 pixels: 800 rows */
         {56, 128, "relu {}", false, 25 * 32},      /* 3136 pixels: 25 tiles, 64 rows empty */
         {28, 128, "relu {}", false, 7 * 32},       /* 784 pixels: 7 tiles, 112 of 896 rows empty */
@@ -1661,8 +1662,7 @@ static void split_k_forced_and_printed(void **state)
     fg_plan_print(ir, plan, collect_line, t);
     fgt_assert_contains(t->buf, "split K in up to 12: a sample's 4 tiles fill 4 of 132 SMs");
     fgt_assert_contains(t->buf, "72 K chunks (>= 6 each)");
-    /* flat tiles (14x14: 196 pixels a sample): 7 x 2 tiles at batch 4, 13 x 2 at 8 */
-    fgt_assert_contains(t->buf, "N=1: 12, N=2: 12, N=4: 9, N=8: 5, N=16: 2, N=32: 1 (and larger: none)");
+    fgt_assert_contains(t->buf, "N=1: 12, N=2: 12, N=4: 8, N=8: 4, N=16: 2, N=32: 1 (and larger: none)");
     fgt_assert_contains(t->buf, "buffer b0: split K's arrival counters, 132 words");
     free(t);
     free(plan);
