@@ -1658,6 +1658,12 @@ function M.render(layer, plan, pass, names, signature)
         c:line("__syncwarp();")
       end,
       unstage = function(c) c:line("__syncwarp(); /* read before the next chunk overwrites it */") end,
+      -- a block tensor's rows loaded 8 at a time (conv.lua, prefetch; all 16 spilled 256-channel
+      -- tiles), where a thread holds 64 accumulators: SD's 1280-channel conv + the residual in
+      -- 256-channel tiles took 57 % longer with it (52 -> 82 us, no spills; v41), and its
+      -- 320-channel one in 160-channel tiles 2.6 %; nor in flat tiles fed by cp.async, whose
+      -- consumers spilled even with 4 (ConvNeXt's 768-channel 1x1 conv, under NVRTC)
+      prefetch_rows = w.wgmt * w.bn <= 128 and not (w.flat and w.a_tma ~= 2) and 8 or nil,
     }
     c:line("float *const slab = (float *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d) + (4 * cw + warp) * %d;",
       w.epi_offset, w.epi_rows * S)
