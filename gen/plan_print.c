@@ -27,7 +27,7 @@ static void print_split(const fg_wgmma_tiling *w, int64_t tiles, void (*emit)(vo
     emit(ctx, line);
     int len = snprintf(line, sizeof line, "           splits by batch (tiles x splits <= %d):", w->split_fill);
     for (int64_t n = 1; len < 900; n *= 2) {
-        int s = fg_wgmma_splits(w, n * tiles);
+        int s = fg_wgmma_splits(w, fg_wgmma_tiles(w, tiles, n));
         len += snprintf(line + len, sizeof line - (size_t)len, " N=%" PRId64 ": %d%s", n, s, s > 1 ? "," : "");
         if (s == 1) {
             len += snprintf(line + len, sizeof line - (size_t)len, " (and larger: none)");
@@ -336,6 +336,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                      how, w->bm, w->bn, w->wgmt, w->kch, w->kc_elems, w->stages,
                      w->multicast == 2 ? " in pairs (clusters of 2) that share each weight chunk by TMA multicast" : "");
             emit(ctx, line);
+            if (w->flat) {
+                snprintf(line, sizeof line,
+                         "           flat tiles: a sample has %" PRId64 " output pixels, so a tile's %d rows run on over the "
+                         "next samples' pixels (the batch's pixels flattened: %" PRId64 " tiles a channel block at "
+                         "batch 32 instead of %" PRId64 "); the channel blocks of a tile's rows are consecutive tiles",
+                         w->opix, w->bm, (32 * w->opix + w->bm - 1) / w->bm, (int64_t)32 * w->m_tiles);
+                emit(ctx, line);
+            }
             if (w->a_tma == 2) {
                 snprintf(line, sizeof line,
                          "           the input's im2col rows (A) by TMA in im2col mode: one rank-%d tensor copy of %d "

@@ -501,6 +501,13 @@ static int io_vec_elems(const fg_layer_ir *ir)
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
+/* Whether a sample's `rows` (its tiles' rows) leave enough of them empty past its `opix`
+ * output pixels for flat tiles (fg_wgmma_tiling.flat) to pay: more than a quarter */
+static bool flat_saves_rows(int64_t rows, int64_t opix)
+{
+    return (rows - opix) * 4 > rows;
+}
+
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
                          int bn_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
@@ -569,12 +576,17 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
      * 18-28 % at batch 1 (half the tiles) and 2 % at batch 32, so a short K keeps 128.
      * FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets it by hand. */
     bool wide = bn_asked <= 0 && w->operand != FG_WGMMA_TF32 && ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH;
+    /* where no 128-channel block fits (two parts of each operand, the statistics' partials:
+     * SD's 640-channel GroupNorm -> SiLU -> conv that exports its output's statistics, in bf16
+     * at fp32 precision, 234 KB), more blocks of fewer channels each, down to 64 (below
+     * that the 3xTF32 engine on mma.sync has been as fast) */
+    int narrower = 0; /* channel blocks added to the widest's count */
 retile:;
     const int most_bn = bn_asked > 0            ? (int)round_up(bn_asked, 8)
                         : w->ctas_per_sm == 2 ? WGMMA_TWO_CTA_BN
                         : wide                ? 256
                                               : 128;
-    w->nblk = g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn);
+    w->nblk = (g->cout_g <= most_bn ? 1 : (int)ceil_div(g->cout_g, most_bn)) + narrower;
     w->bn = round_up(ceil_div(g->cout_g, w->nblk), 8);
     /* a channels-last half input with no prologue and no padding channels is the packed operand
      * as it is (planner.h, input_direct) */
@@ -674,11 +686,48 @@ retile:;
         wide = false;
         goto retile;
     }
+    if (w->wgmt < 1 && bn_asked <= 0 && w->bn > 64 && g->cout_g > 64) { /* one more, narrower block */
+        narrower++;
+        goto retile;
+    }
     *why = "no tile fits the registers and shared memory with 3 stages";
     if (w->wgmt < 1)
         return false;
     *why = NULL;
     w->m_tiles = (int)ceil_div(opix, w->bm);
+    w->opix = opix;
+    /* flat tiles where a sample leaves more than a quarter of its tiles' rows empty and the
+     * epilogue keys nothing by sample (no statistics; no reduction, softmax or pool, so no
+     * channel reduction in the epilogue either):
+     * ResNet-50's and ConvNeXt's 7x7 stages filled 49 of 128 rows, 0.25x and 0.40x of
+     * PyTorch bf16 (bench/NOTES.md v39), and flat tiles took 41-48 % off those blocks (v40).
+     * Not at 14x14 (196 of 256 rows): flat tiles give up wide blocks, two m64 tiles and
+     * with them split K there, and those blocks took 23-33 % longer flat (v40). The cp.async
+     * producer's int offsets then reach into the samples a tile runs over */
+    bool gathers = false; /* a reduction, softmax or pool after the conv: its epilogue may key by sample */
+    for (int k = 1; k < ir->n_ops; k++) {
+        fg_op_class c = fg_op_kind_class(ir->ops[k].kind);
+        gathers |= c == FG_CLASS_REDUCE || c == FG_CLASS_SOFTMAX || c == FG_CLASS_POOL;
+    }
+    w->flat = !partials && !gathers && flat_saves_rows((int64_t)w->m_tiles * w->bm, opix) &&
+              (w->bm / opix + 2) * g->in[0] * g->in[1] * g->in[2] * w->xc <= INT32_MAX;
+    /* a flat tile's per-row sample costs the epilogue registers: at 256 channels (ResNet-50's
+     * 7x7 1x1 convs in bf16) and with two m64 tiles a warpgroup (a TF32 7x7 3x3 with a
+     * parameter of the output's shape, cp.async) it spilled at 168 */
+    if (w->flat && w->wgmt > 1) {
+        /* one m64 tile a warpgroup: flat still where 128-row tiles waste as much, else the
+         * two-tile plan as it was, unflattened */
+        const int64_t rows = ceil_div(opix, 128) * 128;
+        if (flat_saves_rows(rows, opix)) {
+            most_m64 = 1;
+            goto retile;
+        }
+        w->flat = false;
+    }
+    if (w->flat && wide) {
+        wide = false;
+        goto retile;
+    }
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->epi_offset = w->stat_offset + w->stat_bytes;
     w->bar_offset = w->epi_offset + w->epi_bytes;
@@ -714,6 +763,13 @@ enum {
     WGMMA_SPLIT_FILL = 132,   /* the SMs of an H100 SXM / H200 */
     WGMMA_MAX_SPLIT = 16,
 };
+
+int64_t fg_wgmma_tiles(const fg_wgmma_tiling *w, int64_t grid_x, int64_t batch)
+{
+    if (!w->flat || w->m_tiles < 1)
+        return grid_x * batch;
+    return ceil_div(batch * w->opix, w->bm) * (grid_x / w->m_tiles);
+}
 
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles)
 {

@@ -285,6 +285,12 @@ typedef struct fg_wgmma_tiling {
     int bn, nblk;        /* output channels per tile, tiles along the channels of a group */
     int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
     int m_tiles;         /* tiles along a sample's output pixels */
+    bool flat;           /* a tile's rows run on over the next samples' output pixels (the
+                          * batch's pixels flattened): where a sample would leave more than a
+                          * quarter of its tiles' rows empty (7x7 images: 49 of 128) and the
+                          * epilogue keys nothing by sample (no statistics, no channel
+                          * reduction); the launch's tiles are fg_wgmma_tiles */
+    int64_t opix;        /* output pixels of a sample */
     int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
     int pack_xb;         /* packed channels of a pixel one block of the input-packing pass
                           * transposes: xc, or a share of them where 32 pixels x xc channels
@@ -361,6 +367,10 @@ typedef struct fg_wgmma_tiling {
  * splits within w->split_fill, at most w->split_k; 1 (no split) below 2. The generated kernel
  * computes the same from its batch argument. */
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles);
+/* The tiles of a launch of `batch` samples of a wgmma conv pass whose grid_x (a sample's
+ * tiles) is `grid_x`: grid_x x batch, or with flat tiles (fg_wgmma_tiling.flat) the tiles of
+ * the batch's pixels flattened, ceil(batch x opix / bm) a channel block and group. */
+int64_t fg_wgmma_tiles(const fg_wgmma_tiling *w, int64_t grid_x, int64_t batch);
 
 /* Why the wgmma conv of `ir` on tiling `w` cannot load A by TMA in im2col mode (the reason, for
  * fusegen plan), or NULL where it can; where it can, fills *map (may be NULL) with the map's

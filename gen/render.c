@@ -392,6 +392,7 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "wgmt", w->wgmt);
     set_int(L, "bm", w->bm);
     set_int(L, "m_tiles", w->m_tiles);
+    set_bool(L, "flat", w->flat);
     set_int(L, "cp", w->cp);
     set_int(L, "xc", w->xc);
     set_int(L, "kch", w->kch);

@@ -415,9 +415,9 @@ static int launch_pass(const fg_cuda *cu, const fg_launch_table *t, int i, const
         return -1;
     if (lp->persistent) {
         /* ctas_per_sm blocks a multiprocessor (or one per work unit, when there are fewer):
-         * each walks the batch's tiles, grid_x of them per sample, or with split K its (tile,
-         * split) units */
-        int64_t tiles = (int64_t)lp->grid_x * batch;
+         * each walks the batch's tiles (grid_x of them per sample, or those of the batch's
+         * pixels flattened: fg_wgmma_tiles), or with split K its (tile, split) units */
+        int64_t tiles = fg_wgmma_tiles(&t->wgmma, lp->grid_x, batch);
         if (lp->split)
             tiles *= fg_wgmma_splits(&t->wgmma, tiles);
         if (mem->sm_count <= 0) /* one block would be correct but ~100x slow: say so */

@@ -390,7 +390,18 @@ end
 -- Declares those variables for one output of a thread mapping `th` (its pixel, od, oh, ow
 -- expressions); with outputs numbered (th.pixel) the indices use px, so od/oh/ow may go unread.
 function M.declare_output_coords(c, g, th)
-  if th.pixel then c:line("const int px = %s;", th.pixel) end
+  if th.flat then
+    -- flat tiles (planner.h, fg_wgmma_tiling.flat): th.pixel counts from the tile's first
+    -- sample n0 on; the output's sample n and its pixel px there
+    -- (the empty asm keeps ptxas from computing every row's n and px once for all channel
+    -- chunks of the staged epilogue and holding 32 of them live: ResNet-50's last 1x1 conv
+    -- spilled at 168 registers)
+    c:line("int pr = %s;", th.pixel)
+    c:line("asm volatile(\"\" : \"+r\"(pr));")
+    c:line("const int n = n0 + pr / %d, px = pr - (n - n0) * %d;", th.flat, th.flat)
+  elseif th.pixel then
+    c:line("const int px = %s;", th.pixel)
+  end
   if g.sp == 3 then c:line("const int od = %s;", th.od) end
   c:line("const int oh = %s, ow = %s;", th.oh, th.ow)
   if th.pixel then c:line("(void)oh; (void)ow;%s", g.sp == 3 and " (void)od;" or "") end
@@ -417,25 +428,31 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     targets[#targets + 1] = { names.buffer[b], plan.buffers[b].value }
   end
   local coords = M.output_coords(g, th.pixel)
+  -- whether an output exists (nil: every one does); checked: a tile that may run past the
+  -- outputs, else a full tile, where some lanes may still hold none (th.valid)
+  local function exists(checked)
+    if not checked then return th.valid end
+    local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]),
+      string.format("ow < %d", O[3]) }
+    if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
+    -- outputs numbered within the sample (`px`, the wgmma engine): that number is the check
+    if th.pixel then valid = { string.format("co < %d", g.cout_g), string.format("px < %d", O[1] * O[2] * O[3]) } end
+    -- flat tiles: every sample's pixels are there, up to the batch's end
+    if th.flat then valid = { string.format("co < %d", g.cout_g), "n < batch" } end
+    if th.valid then valid[#valid + 1] = th.valid end
+    return table.concat(valid, " && ")
+  end
+  -- an output's channel and coordinates in the innermost loop
+  local function declare_output(code)
+    code:line("const int co = %s;", th.co)
+    code:line("const int c = g * %d + co;", g.cout_g)
+    M.declare_output_coords(code, g, th)
+  end
   -- one output: the chain of ops, then store(k, index, value) for each target
   local function element(store, checked)
-    c:line("const int co = %s;", th.co)
-    c:line("const int c = g * %d + co;", g.cout_g)
-    M.declare_output_coords(c, g, th)
-    if checked then
-      local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]),
-        string.format("ow < %d", O[3]) }
-      if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
-      -- outputs numbered within the sample (`px`, the wgmma engine): that number is the check
-      if th.pixel then valid = { string.format("co < %d", g.cout_g), string.format("px < %d", O[1] * O[2] * O[3]) } end
-      if th.valid then valid[#valid + 1] = th.valid end
-      c:open("if (%s) {", table.concat(valid, " && "))
-    elseif th.valid then
-      -- a full tile: every output exists, but some lanes may hold none (th.valid)
-      c:open("if (%s) {", th.valid)
-    else
-      c:open("{")
-    end
+    declare_output(c)
+    local cond = exists(checked)
+    c:open(cond and string.format("if (%s) {", cond) or "{")
     M.open_conv_value(c, conv, names, ev, th.value, coords)
     local v = ev:eval(pass.last, coords)
     local idx = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin(dshape, coords))
@@ -448,13 +465,82 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     ev:pop_scope()
     c:close()
   end
+  -- A staged epilogue's tensor loads at the outputs' indices (expr.lua, prefetch), a chunk of
+  -- rows' at once before any of them is stored: loaded in the row loop, each waited before its
+  -- row's store, ResNet-50's last 1x1 conv (+ the residual) took 70 us at 2048 channels, 7x7,
+  -- batch 32, against 22 for its first (bench/NOTES.md v41). In chunks of th.prefetch_rows
+  -- rows (nil: none). The loads go where the marker line is.
+  local PREFETCH = "\1prefetch\1"
+  local chunk -- rows a chunk where the pass reads a block tensor of the output's shape, else nil
+  if th.prefetch_rows then
+    for i = 0, pass.args.n - 1 do
+      local a = pass.args[i]
+      local param = a.kind == "param" and layer.params[a.index]
+      if param and param.batched then
+        for pd = 1, param.rank - 1 do
+          if param.dim[pd] ~= 1 then chunk = th.prefetch_rows end
+        end
+      end
+    end
+    if chunk and loops[#loops][2] % chunk ~= 0 then chunk = nil end
+  end
+  local function prefetch(checked)
+    local p = ev.prefetch
+    ev:set_prefetch(nil)
+    if not p then return end
+    local at
+    for j = #c.lines, 1, -1 do
+      if c.lines[j]:find(PREFETCH, 1, true) then
+        at = j
+        break
+      end
+    end
+    local code = lib.code()
+    code.depth = p.depth
+    if #p.loads > 0 then
+      code:line("/* the tensor values of these rows, loaded together before any of them is stored */")
+      for k = 1, #p.loads do code:line("float pre%d[%d];", k - 1, p.rows) end
+      code:line("#pragma unroll")
+      code:open("for (int %s = 0; %s < %d; ++%s) {", p.var, p.var, p.rows, p.var)
+      if p.within then code:line("const int %s = %s + %s;", loops[#loops][1], p.within, p.var) end
+      declare_output(code)
+      local cond = exists(checked)
+      for k, load in ipairs(p.loads) do
+        if cond then
+          code:line("pre%d[%s] = (%s) ? %s : 0.0f;", k - 1, p.var, cond, load)
+        else
+          code:line("pre%d[%s] = %s;", k - 1, p.var, load)
+        end
+      end
+      code:close()
+    end
+    table.remove(c.lines, at)
+    for j, l in ipairs(code.lines) do table.insert(c.lines, at + j - 1, l) end
+  end
   local function body(checked)
     for i = 1, pair and #loops - 1 or #loops do
       -- a thread mapping that is not the accumulators' (th.stage): the values reach the
       -- innermost loop's threads through shared memory, written here
-      if i == #loops and th.stage then th.stage(c) end
+      if i == #loops and th.stage then
+        if not chunk and th.prefetch_rows then
+          c:line(PREFETCH)
+          ev:set_prefetch({ var = loops[i][1], rows = loops[i][2], depth = c.depth })
+        end
+        th.stage(c)
+      end
       c:line("#pragma unroll")
-      c:open("for (int %s = 0; %s < %d; ++%s) {", loops[i][1], loops[i][1], loops[i][2], loops[i][1])
+      if i == #loops and chunk then
+        -- the rows in chunks (prefetch above): rr = rh + rc
+        local var = loops[i][1]
+        c:open("for (int rh = 0; rh < %d; rh += %d) {", loops[i][2], chunk)
+        c:line(PREFETCH)
+        ev:set_prefetch({ var = "rc", rows = chunk, depth = c.depth, within = "rh" })
+        c:line("#pragma unroll")
+        c:open("for (int rc = 0; rc < %d; ++rc) {", chunk)
+        c:line("const int %s = rh + rc;", var)
+      else
+        c:open("for (int %s = 0; %s < %d; ++%s) {", loops[i][1], loops[i][1], loops[i][2], loops[i][1])
+      end
       if i == 1 then
         -- the first loop picks the channel: per-channel loads are hoisted here
         c:line("const int c = g * %d + (%s); /* the channel of the outputs below */", g.cout_g, th.co)
@@ -515,6 +601,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       -- the end of a slot's outputs (the first loop's iteration): th.slot_end takes its partials
       if i == 1 and th.slot_end then th.slot_end(c) end
       c:close()
+      if i == #loops and chunk then c:close() end
+      if i == #loops and th.stage then prefetch(checked) end
       if i == #loops and th.unstage then th.unstage(c) end
     end
     ev:set_hoist(nil)

@@ -227,8 +227,10 @@ function M.prelude(layer, plan)
   if w.multicast == 2 then
     for l in M.multicast_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
-  for l in M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast, w.a_tma, w.a_tma_rank,
-    w.ping_pong):gmatch("([^\n]*)\n") do
+  local engine = M.fill_engine(M.engine, split, half, w.a_parts, w.coord_bits, w.multicast, w.a_tma, w.a_tma_rank,
+    w.ping_pong)
+  if w.flat then engine = M.flatten(engine, w.a_tma ~= 2) end
+  for l in engine:gmatch("([^\n]*)\n") do
     c:line(l)
   end
   c:line("} // namespace fgw")
@@ -577,6 +579,71 @@ __device__ __forceinline__ void tile_range(int ntiles, int *begin, int *end)
 }
 
 ]]
+
+-- Flat tiles (planner.h, fg_wgmma_tiling.flat): a tile's BM rows run over the batch's output
+-- pixels flattened, so that a small image's tile is not mostly empty. The engine's text (filled)
+-- with (1) decode_tile walking the channel blocks and groups fastest and the flattened rows
+-- slowest (the tile's sample and first pixel from its first row: the TMA producer's box starts
+-- there and runs on into the next samples, zero-filled past the batch), (2) the cp.async
+-- producer's rows in the sample they fall in (an offset of whole samples; rows past the batch
+-- zero-filled), which needs the batch.
+local flat_decode_old = [[
+    r.m0 = (t % M_TILES) * BM;
+    t /= M_TILES;
+    r.nb = t % NBLK;
+    t /= NBLK;
+    r.g = t % GROUPS;
+    r.n = t / GROUPS;
+    return r;]]
+local flat_decode_new = [[
+    r.nb = t % NBLK;
+    t /= NBLK;
+    r.g = t % GROUPS;
+    t /= GROUPS;
+    /* flat tiles: the tile's first row among the batch's pixels, its sample and pixel */
+    const long long f = (long long)t * BM;
+    r.n = (int)(f / OPIX);
+    r.m0 = (int)(f - (long long)r.n * OPIX);
+    return r;]]
+local flat_rows_old = [[
+            const int q = tl.m0 + r0 + 16 * j;
+            if (q < OPIX) {
+                const int od = q / (OH * OW), rem = q - od * (OH * OW);]]
+local flat_rows_new = [[
+            const int q = tl.m0 + r0 + 16 * j;
+            /* flat tiles: the row's sample after the tile's first, and its pixel there */
+            const int sq = q / OPIX, pq = q - sq * OPIX;
+            if (tl.n + sq < batch) {
+                const int od = pq / (OH * OW), rem = pq - od * (OH * OW);]]
+local flat_roff_old = "                roff[j] = ((z0 * IH + y0) * IW + x0) * XC + tl.g * CP;"
+local flat_roff_new = "                roff[j] = sq * (IPIX * XC) + ((z0 * IH + y0) * IW + x0) * XC + tl.g * CP;"
+local flat_sig_old = "const float *__restrict__ wimg, int ntiles, fgw_u32 sbase, fgw_u32 bar_full,"
+local flat_sig_new = "const float *__restrict__ wimg, int ntiles, int batch, fgw_u32 sbase, fgw_u32 bar_full,"
+
+local function replace_once(text, old, new, what)
+  local i, j = text:find(old, 1, true)
+  if not i then error("conv_wgmma.flatten: " .. what .. " not found") end
+  if text:find(old, j + 1, true) then error("conv_wgmma.flatten: " .. what .. " found twice") end
+  return text:sub(1, i - 1) .. new .. text:sub(j + 1)
+end
+
+-- `cp_async`: the producer is the cp.async one (its rows must be rewritten: a flat decode with
+-- the per-sample producer would load the wrong rows without any compile error)
+function M.flatten(text, cp_async)
+  text = replace_once(text, flat_decode_old, flat_decode_new, "decode_tile")
+  text = replace_once(text, " * in registers across tiles. A tile never spans two samples. */",
+    " * in registers across tiles. Flat tiles: a tile's rows run over consecutive samples. */", "decode_tile's comment")
+  if cp_async then
+    text = replace_once(text, flat_rows_old, flat_rows_new, "the producer's rows")
+    text = replace_once(text, flat_roff_old, flat_roff_new, "the producer's row offsets")
+    text = replace_once(text, flat_sig_old, flat_sig_new, "the producer's signature")
+  else
+    text = replace_once(text, " * sample's pixels (zeros past the batch), which every epilogue path masks (q < OPIX). */",
+      " * sample's pixels (zeros past the batch): with flat tiles those rows are the tile's outputs. */",
+      "the TMA producer's comment")
+  end
+  return text
+end
 
 -- The producer by cp.async (the text as it always was; fg_wgmma_tiling.a_tma 1).
 M.producer_cp_async = [[
@@ -1434,7 +1501,11 @@ function M.render(layer, plan, pass, names, signature)
   c:line("extern __shared__ __align__(1024) unsigned char fgw_smem[];")
   c:line("const fgw_u32 sbase = (fgw_smem_addr(fgw_smem) + 1023u) & ~1023u; /* the swizzle's alignment */")
   c:line("const fgw_u32 bar_full = sbase + BAR_OFFSET, bar_empty = bar_full + 8 * STAGES;")
-  c:line("const int ntiles = batch * (M_TILES * NBLK * GROUPS);")
+  if w.flat then -- the batch's pixels flattened (planner.h, fg_wgmma_tiles)
+    c:line("const int ntiles = (int)(((long long)batch * OPIX + BM - 1) / BM) * (NBLK * GROUPS);")
+  else
+    c:line("const int ntiles = batch * (M_TILES * NBLK * GROUPS);")
+  end
   c:line("(void)batch_base;")
   c:open("if (threadIdx.x == 0) {")
   c:open("for (int s = 0; s < STAGES; ++s) {")
@@ -1463,8 +1534,8 @@ function M.render(layer, plan, pass, names, signature)
     c:line("producer(&%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.tmap[w.packed_hi], mlo,
       names.buffer[w.packed_w])
   else
-    c:line("producer(%s, %s, %s, ntiles, sbase, bar_full, bar_empty);", names.buffer[w.packed_hi], lo,
-      names.buffer[w.packed_w])
+    c:line("producer(%s, %s, %s, ntiles, %ssbase, bar_full, bar_empty);", names.buffer[w.packed_hi], lo,
+      names.buffer[w.packed_w], w.flat and "batch, " or "")
   end
   if pair then c:line("fg_cluster_sync(); /* no CTA leaves while the other may still write its stages */") end
   c:line("return;")
@@ -1527,7 +1598,12 @@ function M.render(layer, plan, pass, names, signature)
     c:line("const Tile tl = decode_tile(tile);")
     c:line("mainloop(acc, tmp, tile - begin, row0, sbase, bar_full, bar_empty);")
   end
-  c:line("const int n = tl.n, g = tl.g, co0 = tl.nb * BN, pm0 = tl.m0 + row0;")
+  if w.flat then
+    -- each output's sample is its row's (conv.lua declare_output_coords, th.flat): no tile-wide n
+    c:line("const int n0 = tl.n, g = tl.g, co0 = tl.nb * BN, pm0 = tl.m0 + row0;")
+  else
+    c:line("const int n = tl.n, g = tl.g, co0 = tl.nb * BN, pm0 = tl.m0 + row0;")
+  end
   c:line("(void)warp;")
 
   -- the fused epilogue on the fragments: register 4 j + 2 h + e of m-tile mt holds output pixel
@@ -1538,6 +1614,10 @@ function M.render(layer, plan, pass, names, signature)
   local od, oh, ow = string.format("px / %d", O[2] * O[3]), string.format("(px / %d) %% %d", O[3], O[2]),
     string.format("px %% %d", O[3])
   local full = string.format("pm0 + %d <= %d && co0 + %d <= %d", 64 * w.wgmt, O[1] * O[2] * O[3], w.bn, g.cout_g)
+  -- flat tiles: each output checks its row's sample against the batch (cheap next to the
+  -- epilogue); a second, unchecked copy of the epilogue for full tiles put ResNet-50's last
+  -- 1x1 conv past 168 registers (spills)
+  if w.flat then full = nil end
   local th
   if pass.staged_epilogue then
     -- A channels-last output (planner.h, fg_wgmma_staged_epilogue): the fragments' own mapping
@@ -1553,6 +1633,7 @@ function M.render(layer, plan, pass, names, signature)
       co = string.format("co0 + %d * kk + lane", w.epi_cols),
       pixel = "(pm0 + 64 * mt + 16 * warp + rr)",
       od = od, oh = oh, ow = ow,
+      flat = w.flat and O[1] * O[2] * O[3] or nil,
       -- the lanes of a chunk past the tile's channels (BN not a multiple of 32) hold nothing;
       -- a full tile checks only that (v26 checked every output there: SD's 112-channel tiles
       -- lost 13 %)
@@ -1577,6 +1658,12 @@ function M.render(layer, plan, pass, names, signature)
         c:line("__syncwarp();")
       end,
       unstage = function(c) c:line("__syncwarp(); /* read before the next chunk overwrites it */") end,
+      -- a block tensor's rows loaded 8 at a time (conv.lua, prefetch; all 16 spilled 256-channel
+      -- tiles), where a thread holds 64 accumulators: SD's 1280-channel conv + the residual in
+      -- 256-channel tiles took 57 % longer with it (52 -> 82 us, no spills; v41), and its
+      -- 320-channel one in 160-channel tiles 2.6 %; nor in flat tiles fed by cp.async, whose
+      -- consumers spilled even with 4 (ConvNeXt's 768-channel 1x1 conv, under NVRTC)
+      prefetch_rows = w.wgmt * w.bn <= 128 and not (w.flat and w.a_tma ~= 2) and 8 or nil,
     }
     c:line("float *const slab = (float *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d) + (4 * cw + warp) * %d;",
       w.epi_offset, w.epi_rows * S)
@@ -1587,6 +1674,7 @@ function M.render(layer, plan, pass, names, signature)
       co = "co0 + 8 * (q >> 1) + 2 * (lane & 3) + (q & 1)",
       pixel = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)",
       od = od, oh = oh, ow = ow,
+      flat = w.flat and O[1] * O[2] * O[3] or nil,
       slot = "q",
       slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
       merge_lanes = true,

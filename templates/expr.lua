@@ -100,6 +100,27 @@ function Eval:hoisted(ctype, text, coords)
   return v
 end
 
+-- Prefetching: a staged conv epilogue (conv.lua, th.stage) stores its innermost loop's rows
+-- one after another. A block tensor read at each output's index (a residual) loaded inside
+-- that loop waits out each load before its row's store and the next row's load: ptxas keeps
+-- them in order. prefetch = { var (the row loop's variable) } collects those loads instead
+-- (pre<k>[var] here); the epilogue loads every row's before the loop (conv.lua, prefetch).
+function Eval:set_prefetch(p)
+  if p then p.loads, p.index = {}, {} end
+  self.prefetch = p
+end
+
+function Eval:prefetched(text)
+  local p = self.prefetch
+  local k = p.index[text]
+  if not k then
+    k = #p.loads
+    p.loads[k + 1] = text
+    p.index[text] = k
+  end
+  return string.format("pre%d[%s]", k, p.var)
+end
+
 -- A parameter broadcast against `shape` (right-aligned, PyTorch rules).
 function Eval:param_at(p, shape, coords)
   local param = self.layer.params[p]
@@ -126,7 +147,9 @@ function Eval:param_at(p, shape, coords)
       idx = lib.lin_cl(pshape, coords)
     end
     local at = string.format("%s[(fg_u64)n * %d + %s]", self.names.param[p], param.count, idx)
-    if lib.io_half(self.layer) then return "fg_io_load(&" .. at .. ")" end
+    if lib.io_half(self.layer) then at = "fg_io_load(&" .. at .. ")" end
+    -- one value a pixel (not a per-sample vector such as a time embedding): prefetched
+    if self.prefetch and not channel_only then return self:prefetched(at) end
     return at
   end
   local text = string.format("%s[%s]", self.names.param[p], idx)

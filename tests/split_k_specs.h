@@ -70,14 +70,15 @@ static const split_k_case split_k_cases[] = {
         conv2d { out_channels = 256, kernel = 3, padding = 1 },
         relu {},
     })},
-    /* the split-capable kernel at a batch that fills the GPU: 80 tiles, no split */
-    {"split_7x7_unsplit_batch", 40, 1, 1e-4, SPLIT_K_SPEC(return layer "split_7x7_unsplit_batch" {
+    /* the split-capable kernel at a batch that fills the GPU: flat tiles (49 pixels a
+     * sample), 37 x 2 tiles at batch 96, no split */
+    {"split_7x7_unsplit_batch", 96, 1, 1e-4, SPLIT_K_SPEC(return layer "split_7x7_unsplit_batch" {
         input = { "N", 256, 7, 7 },
         conv2d { out_channels = 256, kernel = 3, padding = 1 },
         relu {},
     })},
-    /* ... and at one that does not: 16 tiles x 8 splits */
-    {"split_7x7_batch_8", 8, 8, 1e-4, SPLIT_K_SPEC(return layer "split_7x7_batch_8" {
+    /* ... and at one that does not: 4 x 2 flat tiles (each over up to 4 samples) x 12 splits */
+    {"split_7x7_batch_8", 8, 12, 1e-4, SPLIT_K_SPEC(return layer "split_7x7_batch_8" {
         input = { "N", 256, 7, 7 },
         conv2d { out_channels = 256, kernel = 3, padding = 1 },
         relu {},

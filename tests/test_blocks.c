@@ -13,6 +13,7 @@
 #include "block_specs.h"
 #include "cpu_reference.h"
 #include "fusegen.h"
+#include "render.h"
 #include "spec_loader.h"
 #include "test_util.h"
 #include "tools.h"
@@ -561,6 +562,98 @@ static bool has_pass(const fg_plan *plan, fg_pass_kind kind)
     return false;
 }
 
+/* Channel blocks narrower than 128 where a 128-channel block does not fit (planner.c
+ * wgmma_tiling, `narrower`): SD's block at 640 channels in bf16, channels last, at fp32
+ * precision: layer h packs both parts of the normalized input and of the weights and keeps the
+ * exported statistics' partials, 234 KB at 128 channels, so it takes 6 blocks of 112 (it
+ * fell to mma.sync before); layer out, without the partials, keeps 5 of 128. */
+static void narrower_blocks_where_128_does_not_fit(void **state)
+{
+    (void)state;
+    fg_block_ir *b = load_block(
+        "return block \"sd\" {\n  input = { \"N\", 640, 32, 32 },\n  dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  inputs = { temb = { \"N\", 640 } },\n"
+        "  layer \"h\" { group_norm { name = \"norm1\", groups = 32 }, silu {},\n"
+        "    conv2d { name = \"conv1\", out_channels = 640, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
+        "  layer \"out\" { group_norm { name = \"norm2\", groups = 32 }, silu {},\n"
+        "    conv2d { name = \"conv2\", out_channels = 640, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
+    assert_true(b->layers[0].exports_stats);
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    fg_plan *h = fgt_plan_with(&b->layers[0], &opts), *out = fgt_plan_with(&b->layers[1], &opts);
+    assert_string_equal(h->wgmma_refused, "");
+    assert_true(h->wgmma.parts == 2 && h->wgmma.stages >= 3);
+    assert_int_equal(h->wgmma.nblk, 6);
+    assert_int_equal(h->wgmma.bn, 112);
+    assert_true(h->wgmma.bar_offset <= 227 * 1024);
+    assert_int_equal(out->wgmma.nblk, 5);
+    assert_int_equal(out->wgmma.bn, 128);
+    free(h), free(out);
+    free_block(b);
+}
+
+/* Whether layer `i` of `b`, planned for sm_90a (A by TMA where it can, or never: a_tma 1),
+ * renders a wgmma conv whose staged epilogue loads a block tensor's rows ahead (conv.lua,
+ * prefetch). */
+static bool prefetches(fg_block_ir *b, int i, int a_tma)
+{
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.wgmma_a_tma = a_tma;
+    fg_plan *plan = fgt_plan_with(&b->layers[i], &opts);
+    assert_true(plan->wgmma.parts > 0);
+    fg_rendered src;
+    fg_error err = {{0}};
+    assert_int_equal(fg_render(&b->layers[i], plan, &src, &err), 0);
+    const bool ahead = strstr(src.source, "loaded together before any of them is stored") != NULL;
+    if (ahead) {
+        /* 8 rows at a time, each existing row's value read from them where it is stored */
+        fgt_assert_contains(src.source, "for (int rh = 0; rh < 16; rh += 8) {");
+        fgt_assert_contains(src.source, "float pre0[8];");
+        fgt_assert_contains(src.source, " + pre0[rc])");
+    }
+    fg_rendered_free(&src);
+    free(plan);
+    return ahead;
+}
+
+/* A residual read in a staged (channels-last) wgmma epilogue is loaded 8 rows at a time before
+ * those rows are stored: ResNet-50's last 1x1 conv at 2048 channels, 7x7, took 70 us loading
+ * it row by row (bench/NOTES.md v41). Only in 128-channel tiles of one m64 tile a warpgroup
+ * (SD's 1280-channel conv in 256-channel tiles was 57 % slower with it), not in flat tiles
+ * fed by cp.async (they spilled), and not for a per-sample vector (the time embedding). */
+static void residual_rows_loaded_ahead(void **state)
+{
+    (void)state;
+    fg_block_ir *b = load_block(
+        "return block \"bottleneck\" {\n  input = { \"N\", 2048, 7, 7 },\n"
+        "  dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  layer \"a\" { precision = \"tf32\", conv2d { name = \"conv1\", out_channels = 512, kernel = 1, bias = false }, relu {} },\n"
+        "  layer \"c\" { precision = \"tf32\", conv2d { name = \"conv3\", out_channels = 2048, kernel = 1, bias = false },\n"
+        "    add { tensor = \"input\" }, relu {} },\n}\n");
+    assert_false(prefetches(b, 0, 0)); /* no residual */
+    assert_true(prefetches(b, 1, 0));
+    assert_false(prefetches(b, 1, 1)); /* flat tiles (49 pixels a sample) fed by cp.async */
+    free_block(b);
+    b = load_block(
+        "return block \"sd\" {\n  input = { \"N\", 1280, 16, 16 },\n  dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  inputs = { temb = { \"N\", 1280 } },\n"
+        "  layer \"h\" { precision = \"tf32\", group_norm { name = \"norm1\", groups = 32 }, silu {},\n"
+        "    conv2d { name = \"conv1\", out_channels = 1280, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
+        "  layer \"out\" { precision = \"tf32\", group_norm { name = \"norm2\", groups = 32 }, silu {},\n"
+        "    conv2d { name = \"conv2\", out_channels = 1280, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
+    assert_false(prefetches(b, 0, 0)); /* the time embedding: one value a channel */
+    assert_false(prefetches(b, 1, 0)); /* 256-channel tiles */
+    free_block(b);
+    b = load_block(
+        "return block \"sd\" {\n  input = { \"N\", 128, 16, 16 },\n  dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  layer \"out\" { precision = \"tf32\", conv2d { out_channels = 128, kernel = 3, padding = 1 },\n"
+        "    add { tensor = \"input\" } },\n}\n");
+    assert_true(prefetches(b, 0, 0)); /* a 128-channel tile of 256-pixel tiles, not flat */
+    assert_true(prefetches(b, 0, 1)); /* by cp.async too */
+    free_block(b);
+}
+
 /* Statistics handed on (fg_block_link_statistics): SD's layer out normalizes layer h's output,
  * so h's pass that stores it gathers the GroupNorm's statistics (cleared before that pass) and
  * out runs no statistics pass, on every engine; its accumulator is the block's, outside the
@@ -890,6 +983,8 @@ int main(void)
         cmocka_unit_test(dtype_layout_api),
         cmocka_unit_test(packed_weights_outside_the_workspace),
         cmocka_unit_test(statistics_handed_on),
+        cmocka_unit_test(narrower_blocks_where_128_does_not_fit),
+        cmocka_unit_test(residual_rows_loaded_ahead),
         cmocka_unit_test(norms_moved_to_readers),
         cmocka_unit_test(pixel_norms_moved_to_a_pointwise_reader),
         cmocka_unit_test(pixel_norm_moves_follow_the_target),

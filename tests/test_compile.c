@@ -198,7 +198,7 @@ static void wgmma_split_k(void **state)
                 conv = p;
         if (conv < 0 || plan->wgmma.split_k < 2)
             fail_msg("%s: no wgmma conv with split K", k->name);
-        int splits = fg_wgmma_splits(&plan->wgmma, plan->passes[conv].launch.grid_x * k->batch);
+        int splits = fg_wgmma_splits(&plan->wgmma, fg_wgmma_tiles(&plan->wgmma, plan->passes[conv].launch.grid_x, k->batch));
         if (splits != k->splits)
             fail_msg("%s: %d splits at batch %lld, the GPU test expects %d", k->name, splits, (long long)k->batch,
                      k->splits);
@@ -455,7 +455,8 @@ static void prologues(void **state)
 /* Shapes past a former limit of the wgmma engine (tests/wgmma_reach_specs.h): each plans on
  * wgmma for sm_90a (before, the planner refused it and the conv ran on mma.sync) the way its
  * case names -- an input pack in several channel blocks of at most pack_xb that cover every
- * packed channel exactly, 16-bit packed coordinates, or tiles of more than 128 channels -- and
+ * packed channel exactly, 16-bit packed coordinates, tiles of more than 128 channels, or flat
+ * tiles (a tile's rows over several samples: small images) -- and
  * every kernel compiles without spills. */
 static void wgmma_reach(void **state)
 {
@@ -488,6 +489,11 @@ static void wgmma_reach(void **state)
                 fail_msg("%s: channel blocks of %d", ir->name, w->bn);
             snprintf(wide, sizeof wide, "m64n%dk16", w->bn); /* the wgmmas' shape */
             needle = wide;
+        } else if (!strcmp(v->reach, "flat tiles")) {
+            if (!w->flat)
+                fail_msg("%s: tiles not flat (%lld pixels a sample, %d a tile)", ir->name, (long long)w->opix, w->bm);
+            /* decode_tile's flat rows, and the producer's: the cp.async one rows in their sample */
+            needle = w->a_tma == 2 ? "const long long f = (long long)t * BM;" : "if (tl.n + sq < batch) {";
         } else if (!strcmp(v->reach, "channel blocks")) {
             if (!blocked)
                 fail_msg("%s: the input pack is not in channel blocks (pack_xb %d, xc %d)", ir->name, w->pack_xb, w->xc);

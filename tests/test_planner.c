@@ -1461,7 +1461,7 @@ static int splits_at(const fg_plan *plan, int64_t batch)
 {
     for (int i = 0; i < plan->n_passes; i++)
         if (plan->passes[i].kind == FG_PASS_CONV && plan->passes[i].conv.engine == FG_CONV_WGMMA)
-            return fg_wgmma_splits(&plan->wgmma, plan->passes[i].launch.grid_x * batch);
+            return fg_wgmma_splits(&plan->wgmma, fg_wgmma_tiles(&plan->wgmma, plan->passes[i].launch.grid_x, batch));
     fail_msg("no wgmma conv pass");
     return 0;
 }
@@ -1477,8 +1477,8 @@ static void split_k_fills_small_grids(void **state)
         int most, at_batch;
     } cases[] = {
         {2, 256, 256, 14, 1, 1, 12, 12}, /* 4 tiles a sample, 72 K chunks, 3 stages */
-        {2, 256, 256, 7, 1, 32, 12, 2},  /* 2 tiles a sample: 64 at batch 32 */
-        {2, 128, 256, 28, 2, 8, 6, 4},   /* 14x14 outputs, 4 tiles, 36 K chunks */
+        {2, 256, 256, 7, 1, 32, 12, 5},  /* 2 tiles a sample; flat: 13 x 2 at batch 32 */
+        {2, 128, 256, 28, 2, 8, 6, 4},   /* 14x14 outputs, 4 tiles, 36 K chunks (not flat: 196 of 256 rows) */
         {3, 128, 128, 8, 1, 16, 16, 2},  /* 4 tiles, 108 K chunks: at most 16 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -1493,7 +1493,7 @@ static void split_k_fills_small_grids(void **state)
         for (int64_t n = 1; n <= 256; n++) {
             int s = splits_at(plan, n);
             assert_true(s >= 1 && s <= w->split_k);
-            assert_true(s == 1 || plan->passes[2].launch.grid_x * n * s <= 132);
+            assert_true(s == 1 || fg_wgmma_tiles(w, plan->passes[2].launch.grid_x, n) * s <= 132);
         }
         /* the workspace pieces: a counter per tile and a partial tile per unit, for 132 units;
          * the conv pass writes both; the flag fits in its shared memory */
@@ -1559,6 +1559,81 @@ static void split_k_leaves_large_grids(void **state)
                 fail_msg("%s: split K in %d", ir->name, plan->wgmma.split_k);
             free(plan);
         }
+        free(ir);
+    }
+}
+
+/* Flat tiles (fg_wgmma_tiling.flat): where a sample leaves more than a quarter of its tiles'
+ * rows empty and the epilogue keys nothing by sample, a tile's rows run on over the next
+ * samples; fg_wgmma_tiles counts the batch's pixels flattened, and `fusegen plan` says so.
+ * Not with statistics (an instance norm, a channel reduction), nor at 56x56 (2 % empty),
+ * 28x28 (an eighth) or 14x14 (60 of 256 rows, 23 %: measured slower flat, bench/NOTES.md v40). */
+static void wgmma_flat_tiles_where_images_are_small(void **state)
+{
+    (void)state;
+    static const struct {
+        int size, out;
+        const char *tail;
+        bool flat;
+        int64_t tiles_at_32; /* a launch's tiles at batch 32 */
+    } cases[] = {
+        {7, 512, "relu {}", true, 13 * 4},         /* 49 pixels: 1568 rows at batch 32, 13 tiles, 4 blocks */
+        {12, 128, "relu {}", true, 36},            /* 144 pixels: 2 tiles a sample, 36 flat */
+        {14, 128, "relu {}", false, 2 * 32},       /* 196 pixels: 2 tiles a sample, 60 of 256 rows empty */
+        {5, 64, "gelu {}", true, 7},               /* 25 pixels: 800 rows */
+        {56, 128, "relu {}", false, 25 * 32},      /* 3136 pixels: 25 tiles, 64 rows empty */
+        {28, 128, "relu {}", false, 7 * 32},       /* 784 pixels: 7 tiles, 112 of 896 rows empty */
+        {7, 512, "instance_norm {}", false, 4 * 32},
+        {7, 128, "logsumexp { dim = 1, keepdim = true }", false, 32},
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.engine = FG_ENGINE_PREFER_WGMMA;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"t\" {\n  input = { \"N\", 256, %d, %d },\n  dtype = \"bf16\",\n"
+                 "  layout = \"channels_last\",\n  precision = \"tf32\",\n"
+                 "  conv2d { out_channels = %d, kernel = 1 },\n  %s,\n}\n",
+                 cases[i].size, cases[i].size, cases[i].out, cases[i].tail);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        assert_true(w->parts > 0);
+        if (w->flat != cases[i].flat)
+            fail_msg("%dx%d %s: flat %d", cases[i].size, cases[i].size, cases[i].tail, (int)w->flat);
+        assert_int_equal(w->opix, (int64_t)cases[i].size * cases[i].size);
+        int conv = -1;
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CONV)
+                conv = p;
+        assert_true(conv >= 0);
+        const int64_t grid_x = plan->passes[conv].launch.grid_x;
+        assert_int_equal(grid_x, (int64_t)w->m_tiles * w->nblk); /* a sample's tiles, as ever */
+        assert_int_equal(fg_wgmma_tiles(w, grid_x, 32), cases[i].tiles_at_32);
+        assert_int_equal(fg_wgmma_tiles(w, grid_x, 1), grid_x); /* one sample: its own tiles either way */
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        if (cases[i].flat)
+            fgt_assert_contains(t->buf, "so a tile's 128 rows run on over the next samples' pixels");
+        else
+            fgt_assert_not_contains(t->buf, "flat tiles");
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        if (cases[i].flat) {
+            fgt_assert_contains(src.source, "r.n = (int)(f / OPIX);");
+            fgt_assert_contains(src.source, "const int ntiles = (int)(((long long)batch * OPIX + BM - 1) / BM) * (NBLK * GROUPS);");
+            fgt_assert_contains(src.source, "const int n0 = tl.n, g = tl.g, co0 = tl.nb * BN, pm0 = tl.m0 + row0;");
+            fgt_assert_contains(src.source, "&& n < batch) {");
+        } else {
+            fgt_assert_not_contains(src.source, "n0 = tl.n");
+            fgt_assert_contains(src.source, "r.n = t / GROUPS;");
+        }
+        free(t);
+        fg_rendered_free(&src);
+        free(plan);
         free(ir);
     }
 }
@@ -2839,6 +2914,7 @@ int main(void)
         cmocka_unit_test(split_k_fills_small_grids),
         cmocka_unit_test(split_k_leaves_large_grids),
         cmocka_unit_test(split_k_forced_and_printed),
+        cmocka_unit_test(wgmma_flat_tiles_where_images_are_small),
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
         cmocka_unit_test(wgmma_m64_knob),

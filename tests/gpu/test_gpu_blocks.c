@@ -90,6 +90,19 @@ static const block_case cases[] = {
      "    conv2d { name = \"conv2\", out_channels = 32, kernel = 3, padding = 1 } },\n"
      "}\n",
      true},
+    /* 640 channels: channels last, layer h (both parts of its operands and the exported
+     * statistics' partials) finds no 128-channel wgmma tile and takes 6 of 112 (planner.c
+     * wgmma_tiling, `narrower`); before, it ran on mma.sync */
+    {"sd_wide",
+     "return block \"sd_wide\" {\n"
+     "  input = { \"N\", 640, 6, 6 },%s\n"
+     "  inputs = { temb = { \"N\", 640 } },\n"
+     "  layer \"h\" { group_norm { name = \"norm1\", groups = 32 }, silu {},\n"
+     "    conv2d { name = \"conv1\", out_channels = 640, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
+     "  layer \"out\" { group_norm { name = \"norm2\", groups = 32 }, silu {},\n"
+     "    conv2d { name = \"conv2\", out_channels = 640, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n"
+     "}\n",
+     false},
     /* the same hand-off far from zero in every dtype (mean/spread ~200, the writer's epilogue
      * partials shifted: bench/NOTES.md v38) */
     {"far_stats",

@@ -30,7 +30,7 @@ static int planned_splits(fg_context *ctx, const split_k_case *k)
         const fg_plan *plan = fg_tools_layer_plan(layer);
         for (int p = 0; plan && p < plan->n_passes; p++)
             if (plan->passes[p].kind == FG_PASS_CONV && plan->passes[p].conv.engine == FG_CONV_WGMMA)
-                splits = fg_wgmma_splits(&plan->wgmma, plan->passes[p].launch.grid_x * k->batch);
+                splits = fg_wgmma_splits(&plan->wgmma, fg_wgmma_tiles(&plan->wgmma, plan->passes[p].launch.grid_x, k->batch));
     } else {
         printf("       %s: %s\n", k->name, fg_last_error());
     }
