@@ -469,7 +469,9 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- rows' at once before any of them is stored: loaded in the row loop, each waited before its
   -- row's store, ResNet-50's last 1x1 conv (+ the residual) took 70 us at 2048 channels, 7x7,
   -- batch 32, against 22 for its first (bench/NOTES.md v41). In chunks of th.prefetch_rows
-  -- rows (nil: none). The loads go where the marker line is.
+  -- rows (nil: none), `rh`; the loads go where the marker line at the chunk's head is. A
+  -- block tensor has the output's shape or one value a channel ([N, C]; never prefetched:
+  -- expr.lua), so the chunks exist exactly where a load is collected.
   local PREFETCH = "\1prefetch\1"
   local chunk -- rows a chunk where the pass reads a block tensor of the output's shape, else nil
   if th.prefetch_rows then
@@ -502,7 +504,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       for k = 1, #p.loads do code:line("float pre%d[%d];", k - 1, p.rows) end
       code:line("#pragma unroll")
       code:open("for (int %s = 0; %s < %d; ++%s) {", p.var, p.var, p.rows, p.var)
-      if p.within then code:line("const int %s = %s + %s;", loops[#loops][1], p.within, p.var) end
+      code:line("const int %s = rh + %s;", loops[#loops][1], p.var)
       declare_output(code)
       local cond = exists(checked)
       for k, load in ipairs(p.loads) do
@@ -521,20 +523,14 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     for i = 1, pair and #loops - 1 or #loops do
       -- a thread mapping that is not the accumulators' (th.stage): the values reach the
       -- innermost loop's threads through shared memory, written here
-      if i == #loops and th.stage then
-        if not chunk and th.prefetch_rows then
-          c:line(PREFETCH)
-          ev:set_prefetch({ var = loops[i][1], rows = loops[i][2], depth = c.depth })
-        end
-        th.stage(c)
-      end
+      if i == #loops and th.stage then th.stage(c) end
       c:line("#pragma unroll")
       if i == #loops and chunk then
         -- the rows in chunks (prefetch above): rr = rh + rc
         local var = loops[i][1]
         c:open("for (int rh = 0; rh < %d; rh += %d) {", loops[i][2], chunk)
         c:line(PREFETCH)
-        ev:set_prefetch({ var = "rc", rows = chunk, depth = c.depth, within = "rh" })
+        ev:set_prefetch({ var = "rc", rows = chunk, depth = c.depth })
         c:line("#pragma unroll")
         c:open("for (int rc = 0; rc < %d; ++rc) {", chunk)
         c:line("const int %s = rh + rc;", var)

@@ -103,8 +103,9 @@ end
 -- Prefetching: a staged conv epilogue (conv.lua, th.stage) stores its innermost loop's rows
 -- one after another. A block tensor read at each output's index (a residual) loaded inside
 -- that loop waits out each load before its row's store and the next row's load: ptxas keeps
--- them in order. prefetch = { var (the row loop's variable) } collects those loads instead
--- (pre<k>[var] here); the epilogue loads every row's before the loop (conv.lua, prefetch).
+-- them in order. prefetch = { var (the row's index in its chunk of rows) } collects those
+-- loads instead (pre<k>[var] here); the epilogue loads the chunk's rows' before its row loop
+-- (conv.lua, prefetch).
 function Eval:set_prefetch(p)
   if p then p.loads, p.index = {}, {} end
   self.prefetch = p
