@@ -341,7 +341,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "           flat tiles: a sample has %" PRId64 " output pixels, so a tile's %d rows run on over the "
                          "next samples' pixels (the batch's pixels flattened: %" PRId64 " tiles a channel block at "
                          "batch 32 instead of %" PRId64 "); the channel blocks of a tile's rows are consecutive tiles",
-                         w->opix, w->bm, (32 * w->opix + w->bm - 1) / w->bm, (int64_t)32 * w->m_tiles);
+                         w->opix, w->bm, fg_wgmma_tiles(w, w->m_tiles, 32), (int64_t)32 * w->m_tiles);
                 emit(ctx, line);
             }
             if (w->a_tma == 2) {

@@ -52,6 +52,18 @@ static const fg_reduce_def *accumulated(const fg_op *op)
     return is_big_reduce(op) ? fg_op_def_of(op->kind)->reduce : NULL;
 }
 
+/* Whether ops first..last of `ir` include one that reads many elements for each of its outputs
+ * (a reduction, softmax or pool: keyed by sample, a loop over the reduced extent) */
+static bool any_gathers(const fg_layer_ir *ir, int first, int last)
+{
+    for (int k = first; k <= last; k++) {
+        fg_op_class c = fg_op_kind_class(ir->ops[k].kind);
+        if (c == FG_CLASS_REDUCE || c == FG_CLASS_SOFTMAX || c == FG_CLASS_POOL)
+            return true;
+    }
+    return false;
+}
+
 static bool is_window(const fg_op *op)
 {
     fg_op_class c = fg_op_kind_class(op->kind);
@@ -704,12 +716,8 @@ retile:;
      * Not at 14x14 (196 of 256 rows): flat tiles give up wide blocks, two m64 tiles and
      * with them split K there, and those blocks took 23-33 % longer flat (v40). The cp.async
      * producer's int offsets then reach into the samples a tile runs over */
-    bool gathers = false; /* a reduction, softmax or pool after the conv: its epilogue may key by sample */
-    for (int k = 1; k < ir->n_ops; k++) {
-        fg_op_class c = fg_op_kind_class(ir->ops[k].kind);
-        gathers |= c == FG_CLASS_REDUCE || c == FG_CLASS_SOFTMAX || c == FG_CLASS_POOL;
-    }
-    w->flat = !partials && !gathers && flat_saves_rows((int64_t)w->m_tiles * w->bm, opix) &&
+    /* (a reduction, softmax or pool after the conv: its epilogue may key by sample) */
+    w->flat = !partials && !any_gathers(ir, 1, ir->n_ops - 1) && flat_saves_rows((int64_t)w->m_tiles * w->bm, opix) &&
               (w->bm / opix + 2) * g->in[0] * g->in[1] * g->in[2] * w->xc <= INT32_MAX;
     /* a flat tile's per-row sample costs the epilogue registers: at 256 channels (ResNet-50's
      * 7x7 1x1 convs in bf16) and with two m64 tiles a warpgroup (a TF32 7x7 3x3 with a
@@ -1484,11 +1492,7 @@ static void map_launch(const planner *p, fg_pass *ps)
      * pass: a loop over the reduced extent per element) gets a thread of its own: four per
      * thread left a channel reduction at batch 8 with one block of 8 warps per SM, bound by
      * load latency (bench/NOTES.md v10) */
-    bool gathers = false;
-    for (int k = ps->first; k <= ps->last; k++) {
-        fg_op_class c = fg_op_kind_class(ir->ops[k].kind);
-        gathers |= c == FG_CLASS_REDUCE || c == FG_CLASS_SOFTMAX || c == FG_CLASS_POOL;
-    }
+    const bool gathers = any_gathers(ir, ps->first, ps->last);
     ps->launch.block = 256;
     ps->launch.elems_per_thread = gathers ? 1 : 4;
     ps->launch.grid_x = (n + 256 * ps->launch.elems_per_thread - 1) / (256 * ps->launch.elems_per_thread);

@@ -432,13 +432,18 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- outputs, else a full tile, where some lanes may still hold none (th.valid)
   local function exists(checked)
     if not checked then return th.valid end
-    local valid = { string.format("co < %d", g.cout_g), string.format("oh < %d", O[2]),
-      string.format("ow < %d", O[3]) }
-    if g.sp == 3 then table.insert(valid, 2, string.format("od < %d", O[1])) end
-    -- outputs numbered within the sample (`px`, the wgmma engine): that number is the check
-    if th.pixel then valid = { string.format("co < %d", g.cout_g), string.format("px < %d", O[1] * O[2] * O[3]) } end
-    -- flat tiles: every sample's pixels are there, up to the batch's end
-    if th.flat then valid = { string.format("co < %d", g.cout_g), "n < batch" } end
+    local valid = { string.format("co < %d", g.cout_g) }
+    if th.flat then
+      -- flat tiles: every sample's pixels are there, up to the batch's end
+      valid[2] = "n < batch"
+    elseif th.pixel then
+      -- outputs numbered within the sample (`px`, the wgmma engine): that number is the check
+      valid[2] = string.format("px < %d", O[1] * O[2] * O[3])
+    else
+      if g.sp == 3 then valid[#valid + 1] = string.format("od < %d", O[1]) end
+      valid[#valid + 1] = string.format("oh < %d", O[2])
+      valid[#valid + 1] = string.format("ow < %d", O[3])
+    end
     if th.valid then valid[#valid + 1] = th.valid end
     return table.concat(valid, " && ")
   end
@@ -474,22 +479,15 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- expr.lua), so the chunks exist exactly where a load is collected.
   local PREFETCH = "\1prefetch\1"
   local chunk -- rows a chunk where the pass reads a block tensor of the output's shape, else nil
-  if th.prefetch_rows then
+  if th.prefetch_rows and loops[#loops][2] % th.prefetch_rows == 0 then
     for i = 0, pass.args.n - 1 do
       local a = pass.args[i]
-      local param = a.kind == "param" and layer.params[a.index]
-      if param and param.batched then
-        for pd = 1, param.rank - 1 do
-          if param.dim[pd] ~= 1 then chunk = th.prefetch_rows end
-        end
-      end
+      if a.kind == "param" and lib.per_pixel_tensor(layer.params[a.index]) then chunk = th.prefetch_rows end
     end
-    if chunk and loops[#loops][2] % chunk ~= 0 then chunk = nil end
   end
   local function prefetch(checked)
     local p = ev.prefetch
     ev:set_prefetch(nil)
-    if not p then return end
     local at
     for j = #c.lines, 1, -1 do
       if c.lines[j]:find(PREFETCH, 1, true) then
@@ -597,8 +595,10 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       -- the end of a slot's outputs (the first loop's iteration): th.slot_end takes its partials
       if i == 1 and th.slot_end then th.slot_end(c) end
       c:close()
-      if i == #loops and chunk then c:close() end
-      if i == #loops and th.stage then prefetch(checked) end
+      if i == #loops and chunk then
+        c:close()
+        prefetch(checked)
+      end
       if i == #loops and th.unstage then th.unstage(c) end
     end
     ev:set_hoist(nil)

@@ -1618,6 +1618,7 @@ function M.render(layer, plan, pass, names, signature)
   -- epilogue); a second, unchecked copy of the epilogue for full tiles put ResNet-50's last
   -- 1x1 conv past 168 registers (spills)
   if w.flat then full = nil end
+  local flat_opix = w.flat and O[1] * O[2] * O[3] or nil -- a sample's pixels (conv.lua, th.flat)
   local th
   if pass.staged_epilogue then
     -- A channels-last output (planner.h, fg_wgmma_staged_epilogue): the fragments' own mapping
@@ -1633,7 +1634,7 @@ function M.render(layer, plan, pass, names, signature)
       co = string.format("co0 + %d * kk + lane", w.epi_cols),
       pixel = "(pm0 + 64 * mt + 16 * warp + rr)",
       od = od, oh = oh, ow = ow,
-      flat = w.flat and O[1] * O[2] * O[3] or nil,
+      flat = flat_opix,
       -- the lanes of a chunk past the tile's channels (BN not a multiple of 32) hold nothing;
       -- a full tile checks only that (v26 checked every output there: SD's 112-channel tiles
       -- lost 13 %)
@@ -1674,7 +1675,7 @@ function M.render(layer, plan, pass, names, signature)
       co = "co0 + 8 * (q >> 1) + 2 * (lane & 3) + (q & 1)",
       pixel = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)",
       od = od, oh = oh, ow = ow,
-      flat = w.flat and O[1] * O[2] * O[3] or nil,
+      flat = flat_opix,
       slot = "q",
       slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
       merge_lanes = true,

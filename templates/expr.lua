@@ -150,7 +150,7 @@ function Eval:param_at(p, shape, coords)
     local at = string.format("%s[(fg_u64)n * %d + %s]", self.names.param[p], param.count, idx)
     if lib.io_half(self.layer) then at = "fg_io_load(&" .. at .. ")" end
     -- one value a pixel (not a per-sample vector such as a time embedding): prefetched
-    if self.prefetch and not channel_only then return self:prefetched(at) end
+    if self.prefetch and lib.per_pixel_tensor(param) then return self:prefetched(at) end
     return at
   end
   local text = string.format("%s[%s]", self.names.param[p], idx)

@@ -144,6 +144,17 @@ function lib.lin_cl(shape, coords) return lin_with(shape, coords, cl_strides(sha
 -- one held as the output is (planner.h, fg_io_buffer_value; plan.buffers[b].io).
 function lib.io_cl(layer) return layer.layout == "channels_last" end
 
+-- Whether a parameter is a block tensor (a batched parameter) with a value a pixel, the
+-- output's shape (a residual), not one a channel ([N, C], a time embedding): any dimension
+-- past its channel's is not 1
+function lib.per_pixel_tensor(param)
+  if not param.batched then return false end
+  for pd = 1, param.rank - 1 do
+    if param.dim[pd] ~= 1 then return true end
+  end
+  return false
+end
+
 -- Declares coordinate variables `<prefix>d` for the per-sample linear index `idx` under strides
 -- `st`, in the order `order` (the outermost dim, `outer`, takes no modulo); returns their names.
 local function unravel_with(code, shape, idx, prefix, st, order, outer)
