@@ -472,6 +472,7 @@ enum {
     WGMMA_TWO_CTA_REGS = 96,
     WGMMA_TWO_CTA_BN = 64,
     WGMMA_WIDE_BN_KCH = 16,    /* K chunks from which half operands take channel blocks of up to 256 */
+    WGMMA_WIDE_BN_TILES = 66,  /* ... where a sample has this many 128 x 128 tiles (half an H200's 132 SMs) */
     WGMMA_PACKED_BIAS = 32,    /* the producer packs a row's origin coordinates + this bias into one word */
     WGMMA_PACK_PIXELS = 32,    /* pixels the input-packing pass transposes per block (conv_wgmma.lua's tile), through */
     WGMMA_PACK_SMEM = 48 * 1024, /* a static shared array: at most 48 KB */
@@ -586,8 +587,16 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
      * of 3 x 112, its conv 46 -> 26 us and the block -33 % at batch 2, -35 % at 8, -9 % at 1;
      * the 1x1 convs of ResNet-50's and ConvNeXt's blocks (1-6 chunks) at 256 and 192 lost
      * 18-28 % at batch 1 (half the tiles) and 2 % at batch 32, so a short K keeps 128.
+     * Only where a sample has WGMMA_WIDE_BN_TILES tiles of 128 x 128 or more (SD 320 at 64x64:
+     * 96): with fewer, a launch at a small batch splits K, and a wide tile's fp32 partial is
+     * twice as large while its split count doubles. Measured (bench/NOTES.md v43, bf16
+     * channels last, one product, 128 against 256): SD's 1280 -> 1280 3x3 at 16x16 (20 tiles a
+     * sample), batch 2, 66.6 -> 34.9 us; 640 at 32x32 (40), 43.3 -> 39.9; ResNet-50's 1024
+     * stage at 14x14 (4), batch 32, its 1x1 23.2 -> 13.8 us and its 3x3 29.4 -> 20.9.
      * FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets it by hand. */
-    bool wide = bn_asked <= 0 && w->operand != FG_WGMMA_TF32 && ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH;
+    const int64_t tiles128 = ceil_div(g->out[0] * g->out[1] * g->out[2], 128) * ceil_div(g->cout_g, 128) * groups;
+    bool wide = bn_asked <= 0 && w->operand != FG_WGMMA_TF32 &&
+                ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH && tiles128 >= WGMMA_WIDE_BN_TILES;
     /* where no 128-channel block fits (two parts of each operand, the statistics' partials:
      * SD's 640-channel GroupNorm -> SiLU -> conv that exports its output's statistics, in bf16
      * at fp32 precision, 234 KB), more blocks of fewer channels each, down to 64 (below

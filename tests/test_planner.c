@@ -1865,8 +1865,9 @@ static void wgmma_m64_knob(void **state)
 }
 
 /* The widest channel block (fg_wgmma_tiling.bn): 256 for half operands with a long K (16
- * chunks and up), 128 otherwise, 128 again where a wide block does not fit the registers (a
- * statistic's partials in the epilogue); FUSEGEN_WGMMA_BN (wgmma_bn) sets it */
+ * chunks and up) where a sample has 66 tiles of 128 x 128 or more, 128 otherwise, 128 again
+ * where a wide block does not fit the registers (a statistic's partials in the epilogue);
+ * FUSEGEN_WGMMA_BN (wgmma_bn) sets it */
 static void wgmma_wide_channel_blocks(void **state)
 {
     (void)state;
@@ -1874,9 +1875,17 @@ static void wgmma_wide_channel_blocks(void **state)
         const char *spec;
         int bn, nblk;
     } cases[] = {
-        /* SD's 3x3 at 320 channels, bf16: 45 chunks -> 2 x 160 */
-        {"input = { \"N\", 320, 16, 16 }, dtype = \"bf16\",\n  conv2d { out_channels = 320, kernel = 3, padding = 1 },\n",
+        /* SD's 3x3 at 320 channels, bf16: 45 chunks -> 2 x 160 on 64x64 (32 x 3 tiles of 128 x
+         * 128 a sample), 3 x 112 on 16x16 (2 x 3: a small batch splits K) */
+        {"input = { \"N\", 320, 64, 64 }, dtype = \"bf16\",\n  conv2d { out_channels = 320, kernel = 3, padding = 1 },\n",
          160, 2},
+        {"input = { \"N\", 320, 16, 16 }, dtype = \"bf16\",\n  conv2d { out_channels = 320, kernel = 3, padding = 1 },\n",
+         112, 3},
+        /* 66 tiles a sample (22 x 3) is wide, 63 (21 x 3) is not */
+        {"input = { \"N\", 320, 44, 64 }, dtype = \"bf16\",\n  conv2d { out_channels = 320, kernel = 3, padding = 1 },\n",
+         160, 2},
+        {"input = { \"N\", 320, 42, 64 }, dtype = \"bf16\",\n  conv2d { out_channels = 320, kernel = 3, padding = 1 },\n",
+         112, 3},
         /* a 1x1 of 384 channels out: 2 chunks -> 3 x 128 */
         {"input = { \"N\", 96, 16, 16 }, dtype = \"bf16\",\n  conv2d { out_channels = 384, kernel = 1 },\n", 128, 3},
         /* TF32 operands keep 128 at any K */
@@ -1884,10 +1893,10 @@ static void wgmma_wide_channel_blocks(void **state)
          112, 3},
         /* 512 out: 2 x 256; with a group norm's partials beside 128 accumulators a thread
          * (304 registers) a wide block does not fit: 4 x 128 */
-        {"input = { \"N\", 128, 16, 16 }, dtype = \"bf16\", precision = \"tf32\",\n"
+        {"input = { \"N\", 128, 64, 64 }, dtype = \"bf16\", precision = \"tf32\",\n"
          "  conv2d { out_channels = 512, kernel = 3, padding = 1 },\n",
          256, 2},
-        {"input = { \"N\", 128, 16, 16 }, dtype = \"bf16\", precision = \"tf32\",\n"
+        {"input = { \"N\", 128, 64, 64 }, dtype = \"bf16\", precision = \"tf32\",\n"
          "  conv2d { out_channels = 512, kernel = 3, padding = 1 },\n  group_norm { groups = 32 },\n",
          128, 4},
     };

@@ -103,11 +103,12 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
     })},
     /* SD-like: bf16 channels last, 192 -> 320 (2 blocks of 160: 27 K chunks), precision tf32
      * (the weights rounded to bf16: the half cases' tf32 bar, FG_BAR_TF32_BF16, test_gpu_variants.c), a
-     * per-channel shift; 16x8 (10x9 now takes flat tiles of 128 channels). With a parameter of
+     * per-channel shift; 44x64, the smallest image of 3 x 22 tiles of 128 x 128 a sample that
+     * the planner widens (v43; 10x9 takes flat tiles of 128 channels). With a parameter of
      * the output's shape this layer spills under NVRTC once its full-tile epilogue is live (any
      * image of 64 pixels or more; at 10x9 it was dead code): bench/NOTES.md v40 */
     {"wide_bn_bf16_cl_3x3_320", "wide channel blocks", 2, FG_BAR_TF32_BF16, WGMMA_REACH_SPEC(return layer "wide_bn_bf16_cl_3x3_320" {
-        input = { "N", 192, 16, 8 },
+        input = { "N", 192, 44, 64 },
         dtype = "bf16",
         layout = "channels_last",
         precision = "tf32",
@@ -115,9 +116,9 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
         add { param = "skip", shape = { 320, 1, 1 } },
     })},
     /* fp16 NCHW at fp32 precision (x.w_lo + x.w_hi, block accumulation), 272 channels in 2
-     * blocks of 136, GroupNorm -> SiLU before the conv */
+     * blocks of 136, GroupNorm -> SiLU before the conv; 44x64 as above */
     {"wide_bn_fp16_pro_3x3_272", "wide channel blocks", 2, 1e-4, WGMMA_REACH_SPEC(return layer "wide_bn_fp16_pro_3x3_272" {
-        input = { "N", 128, 8, 16 },
+        input = { "N", 128, 44, 64 },
         dtype = "fp16",
         group_norm { groups = 16 },
         silu {},
