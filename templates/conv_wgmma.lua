@@ -430,20 +430,28 @@ __device__ __forceinline__ int splits_for(int ntiles)
 }
 /* the first K chunk of split s of n */
 __device__ __forceinline__ int chunk_begin(int s, int n) { return s * KCH / n; }
-__device__ __forceinline__ void fgw_st_cg(float *p, float v) { asm volatile("st.global.cg.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory"); }
-__device__ __forceinline__ float fgw_ld_cg(const float *p)
+/* 16-byte copies that bypass L1 (a partial is read once, by another CTA): a partial's four
+ * consecutive registers of a thread at once; float copies (bench/NOTES.md v43) put 4x as many
+ * stores and loads on the load-store unit's queue, whose throttle stalled the fixup */
+__device__ __forceinline__ void fgw_st_cg4(float *p, float a, float b, float c, float d)
 {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ float4 fgw_ld_cg4(const float *p)
+{
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
     return v;
 }
 /* A consumer thread's part in one split of a tile: its accumulators (this split's fp32 partial)
- * to the tile's slot [tile][split] in the workspace, register i of m-tile mt at float
- * (mt BN/2 + i) x 256 + the thread (coalesced); then one arrival per CTA on the tile's
- * counter once every consumer thread's stores are visible device-wide (each fences, the
- * barrier, then one thread fences, adds and fences: CUTLASS's split-K semaphore pattern). The
- * CTA that arrives last resets the counter (every split has arrived: the next launch, or a
- * graph's replay, finds it zero) and replaces acc with the sum of every split's partial in
+ * to the tile's slot [tile][split] in the workspace, registers 4 q .. 4 q + 3 of m-tile mt as
+ * one float4 at float4 (mt BN/8 + q) x 256 + the thread (coalesced); then one arrival per CTA
+ * on the tile's counter: the barrier orders every consumer thread's stores before thread 0's
+ * release fence and its atomic add, whose acquire fence the barrier after it passes on to
+ * every thread (the pattern of cooperative groups' grid sync and CUTLASS's split-K
+ * semaphore; a fence in every thread waited for each thread's stores, bench/NOTES.md v43).
+ * The CTA that arrives last resets the counter (every split has arrived: the next launch, or
+ * a graph's replay, finds it zero) and replaces acc with the sum of every split's partial in
  * split order 0..nsplit-1, its own included: the same result whatever order the splits
  * arrived in. Returns whether this CTA was last (uniform over the consumers: it then runs the
  * epilogue). */
@@ -451,37 +459,43 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
                                             int split, int nsplit, volatile int *flag)
 {
     const int tid = (int)threadIdx.x - 128;
-    float *mine = part + (unsigned long long)(tile * nsplit + split) * SLOT + tid;
+    float *mine = part + (unsigned long long)(tile * nsplit + split) * SLOT + 4 * tid;
 #pragma unroll
     for (int mt = 0; mt < WGMT; ++mt)
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) fgw_st_cg(mine + (mt * (BN / 2) + i) * 256, acc[mt][i]);
-    __threadfence();
+        for (int q = 0; q < BN / 8; ++q)
+            fgw_st_cg4(mine + (mt * (BN / 8) + q) * 1024, acc[mt][4 * q], acc[mt][4 * q + 1], acc[mt][4 * q + 2],
+                       acc[mt][4 * q + 3]);
     asm volatile("bar.sync 1, 256;" ::: "memory");
     if (tid == 0) {
-        /* release (the fence covers every consumer thread's stores, seen through the barrier),
-         * the arrival, acquire (the other splits' stores, for every thread after the barrier) */
+        /* release (every consumer thread's stores, ordered before it by the barrier), the
+         * arrival, acquire (the other splits' stores, for every thread after the barrier) */
         __threadfence();
         const bool last = atomicAdd(counters + tile, 1u) == (unsigned)(nsplit - 1);
         __threadfence();
         *flag = last;
+        if (last) *(volatile unsigned *)(counters + tile) = 0u;
     }
     asm volatile("bar.sync 1, 256;" ::: "memory");
     if (!*flag) return false;
-    __threadfence();
-    if (tid == 0) *(volatile unsigned *)(counters + tile) = 0u;
-    const float *base = part + (unsigned long long)tile * nsplit * SLOT + tid;
+    const float *base = part + (unsigned long long)tile * nsplit * SLOT + 4 * tid;
 #pragma unroll
     for (int mt = 0; mt < WGMT; ++mt)
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[mt][i] = fgw_ld_cg(base + (mt * (BN / 2) + i) * 256);
+        for (int q = 0; q < BN / 8; ++q) {
+            const float4 v = fgw_ld_cg4(base + (mt * (BN / 8) + q) * 1024);
+            acc[mt][4 * q] = v.x, acc[mt][4 * q + 1] = v.y, acc[mt][4 * q + 2] = v.z, acc[mt][4 * q + 3] = v.w;
+        }
 #pragma unroll 1
     for (int s = 1; s < nsplit; ++s) {
         const float *p = base + (unsigned long long)s * SLOT;
 #pragma unroll
         for (int mt = 0; mt < WGMT; ++mt)
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[mt][i] += fgw_ld_cg(p + (mt * (BN / 2) + i) * 256);
+            for (int q = 0; q < BN / 8; ++q) {
+                const float4 v = fgw_ld_cg4(p + (mt * (BN / 8) + q) * 1024);
+                acc[mt][4 * q] += v.x, acc[mt][4 * q + 1] += v.y, acc[mt][4 * q + 2] += v.z, acc[mt][4 * q + 3] += v.w;
+            }
     }
     return true;
 }
