@@ -378,6 +378,15 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "along the channels, so its loads and stores are contiguous",
                          FG_WGMMA_EPI_ROWS, FG_WGMMA_EPI_COLS);
                 emit(ctx, line);
+                if (w->res_bytes > 0) {
+                    snprintf(line, sizeof line,
+                             "           the residual '%s' through shared memory: each consumer warp copies its rows x "
+                             "%d channels of it by 16-byte cp.async before the tile's main loop and the epilogue "
+                             "reads them there (%" PRId64 " B reserved before the ring's stages were counted; the "
+                             "slabs' rows %d floats apart, swizzled)",
+                             ir->params[w->res_param].name, w->bn, w->res_bytes, w->epi_stride);
+                    emit(ctx, line);
+                }
             }
             if (ps->chan_reduce >= 0) {
                 const fg_op *red = &ir->ops[ps->chan_reduce];

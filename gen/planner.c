@@ -521,10 +521,40 @@ static bool flat_saves_rows(int64_t rows, int64_t opix)
     return (rows - opix) * 4 > rows;
 }
 
+/* The block tensor whose tile a half, channels-last staged epilogue would copy into shared
+ * memory (fg_wgmma_tiling.res_param), or -1: one of the output's shape (a residual: its row of
+ * an output pixel is bn channels contiguous in memory) that the chain reads, where every op
+ * keeps the conv's shape (a view would index it otherwise), nothing gathers statistics or many
+ * elements (the epilogue that reads it is the staged one) and a group's channels come in whole
+ * 16-byte pieces (8 of a 2-byte dtype: an aligned tensor's pieces are then aligned too). */
+static int staged_residual(const fg_layer_ir *ir, const fg_wgmma_tiling *w, bool partials)
+{
+    const fg_shape *out = &ir->ops[0].out;
+    if (w->operand == FG_WGMMA_TF32 || ir->layout != FG_LAYOUT_CHANNELS_LAST || w->epi_bytes == 0 || partials ||
+        any_gathers(ir, 1, ir->n_ops - 1) || (out->dim[1] / ir->ops[0].groups) % 8 != 0)
+        return -1;
+    for (int k = 1; k < ir->n_ops; k++)
+        if (!fg_shape_same(&ir->ops[k].out, out))
+            return -1;
+    for (int k = 1; k < ir->n_ops; k++) {
+        const fg_op *op = &ir->ops[k];
+        if (op->operand != FG_OPERAND_PARAM || !op->tensor_operand)
+            continue;
+        const fg_param *p = &ir->params[op->operand_param];
+        bool same = p->rank == out->rank - 1;
+        for (int d = 0; same && d < p->rank; d++)
+            same = p->dim[d] == out->dim[d + 1];
+        if (same)
+            return op->operand_param;
+    }
+    return -1;
+}
+
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
                          int bn_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
     memset(w, 0, sizeof *w);
+    w->res_param = -1;
     const char *unused;
     if (!why)
         why = &unused;
@@ -661,6 +691,12 @@ retile:;
     w->epi_bytes = ir->layout == FG_LAYOUT_CHANNELS_LAST && (!op_stats || io_value >= 0)
                        ? 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4
                        : 0;
+    const int64_t slabs = w->epi_bytes;
+    /* the residual's tile in shared memory where the ring keeps 3 stages with it (4 with block
+     * accumulation: ping-pong's), its slabs swizzled (planner.h); never for two CTAs a
+     * multiprocessor (their half of the shared memory) */
+    const int residual = w->ctas_per_sm == 1 ? staged_residual(ir, w, partials) : -1;
+    const int64_t swizzled = 8 * (int64_t)FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_COLS * 4;
     /* live partials in the epilogue: a float pair per channel slot (the fragments' bn / 4
      * slots, or a lane's channel in each of the slabs' 32-channel chunks); a moments slot
      * holds four (templates/feed.lua: shift and count too), but the wgmma epilogue adds a
@@ -680,14 +716,29 @@ retile:;
         w->bm = 128 * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
         w->stage_bytes = w->a_parts * w->a_bytes + w->parts * w->b_bytes;
-        int64_t stages = ((two ? TWO_BLOCK_SMEM : MAX_BLOCK_SMEM) - 1024 - 256 - w->stat_bytes - w->epi_bytes) /
-                         w->stage_bytes;
+        const int64_t room = (two ? TWO_BLOCK_SMEM : MAX_BLOCK_SMEM) - 1024 - 256 - w->stat_bytes;
+        int64_t stages = (room - slabs) / w->stage_bytes;
         /* two CTAs: a ring of 2 still overlaps the next tile's copies with the epilogue, the
          * other CTA's work with both; and A by TMA (its producer's 40 registers) */
         if (two && (need > WGMMA_TWO_CTA_REGS || stages < 2 || fg_wgmma_a_tma_refusal(ir, w, NULL)))
             continue;
         if (!two && (need > 232 || stages < 3))
             continue;
+        w->res_param = -1;
+        w->res_bytes = 0;
+        w->epi_bytes = slabs;
+        w->epi_stride = FG_WGMMA_EPI_STRIDE;
+        if (residual >= 0) {
+            const int64_t tile = (int64_t)w->bm * w->bn * 2,
+                          with = (room - swizzled - tile) / w->stage_bytes;
+            if (with >= 3 + w->block_acc) {
+                stages = with;
+                w->res_param = residual;
+                w->res_bytes = tile;
+                w->epi_bytes = swizzled;
+                w->epi_stride = FG_WGMMA_EPI_COLS;
+            }
+        }
         w->stages = (int)(stages > WGMMA_MAX_STAGES ? WGMMA_MAX_STAGES : stages);
         if (two) {
             w->consumer_regs = WGMMA_TWO_CTA_REGS;
@@ -747,7 +798,8 @@ retile:;
     }
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->epi_offset = w->stat_offset + w->stat_bytes;
-    w->bar_offset = w->epi_offset + w->epi_bytes;
+    w->res_offset = w->epi_offset + w->epi_bytes;
+    w->bar_offset = w->res_offset + w->res_bytes;
     w->packed_hi = w->packed_lo = w->packed_w = -1;
     w->split_k = 1; /* wgmma_split decides */
     w->split_counters = w->split_partials = -1;

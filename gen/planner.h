@@ -266,7 +266,10 @@ typedef struct fg_im2col_map {
 
 /* The channels-last epilogue's staging slab of a consumer warp: the 16 rows of an m64 tile the
  * warp holds, 32 channels at a time, rows 40 floats apart (the accumulators' float2 writes
- * then take the 2 wavefronts their 256 bytes need, and the reads of a row none extra). */
+ * then take the 2 wavefronts their 256 bytes need, and the reads of a row none extra). Where
+ * the residual's tile is in shared memory too (fg_wgmma_tiling.res_bytes), rows are
+ * FG_WGMMA_EPI_COLS floats apart instead, each row's 8-float groups XOR-swizzled by its index
+ * (the same wavefronts, 4 KB fewer: SD's 1280-channel conv keeps 3 stages). */
 enum { FG_WGMMA_EPI_ROWS = 16, FG_WGMMA_EPI_COLS = 32, FG_WGMMA_EPI_STRIDE = 40 };
 
 /* The wgmma engine's tile, ring and registers, as the planner chose them: one per layer (every
@@ -310,6 +313,18 @@ typedef struct fg_wgmma_tiling {
      * FG_WGMMA_EPI_STRIDE floats), after the partials; 0 bytes where the layer's layout is NCHW
      * or it has statistics (fg_wgmma_staged_epilogue says which conv pass uses it) */
     int64_t epi_offset, epi_bytes;
+    int epi_stride;      /* floats between a slab's rows: FG_WGMMA_EPI_STRIDE, or FG_WGMMA_EPI_COLS swizzled */
+    /* The residual's tile in shared memory (bench/NOTES.md v42): where a half, channels-last
+     * staged epilogue reads a block tensor of the output's shape (parameter res_param) and the
+     * layer has no statistics, reduction, softmax or pool, each consumer warp copies its rows x
+     * bn channels of it (2-byte elements) here by cp.async before the tile's main loop and the
+     * epilogue reads them after it, instead of waiting on their DRAM loads (ResNet-50's last
+     * 1x1 conv at 2048 channels, 7x7: 40 us against 21 for its first, with 8 rows' loads in
+     * flight: v41). bm x bn x 2 bytes after the slabs, reserved only where the ring still keeps
+     * 3 stages (4 with block accumulation). res_param -1 and 0 bytes: none (an fp32 layer keeps
+     * the register prefetch, conv.lua). */
+    int res_param;
+    int64_t res_offset, res_bytes;
     int64_t bar_offset;  /* the mbarriers, after those (from the 1024-aligned base) */
     int consumer_regs, producer_regs; /* setmaxnreg */
     /* CTAs a multiprocessor holds: 1, or 2 (FUSEGEN_WGMMA_CTAS=2, where they fit: no block

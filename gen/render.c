@@ -406,7 +406,10 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "epi_bytes", w->epi_bytes);
     set_int(L, "epi_rows", FG_WGMMA_EPI_ROWS);
     set_int(L, "epi_cols", FG_WGMMA_EPI_COLS);
-    set_int(L, "epi_stride", FG_WGMMA_EPI_STRIDE);
+    set_int(L, "epi_stride", w->epi_stride);
+    set_int(L, "res_param", w->res_param);
+    set_int(L, "res_offset", w->res_offset);
+    set_int(L, "res_bytes", w->res_bytes);
     set_int(L, "bar_offset", w->bar_offset);
     set_int(L, "consumer_regs", w->consumer_regs);
     set_int(L, "producer_regs", w->producer_regs);

@@ -476,13 +476,16 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- batch 32, against 22 for its first (bench/NOTES.md v41). In chunks of th.prefetch_rows
   -- rows (nil: none), `rh`; the loads go where the marker line at the chunk's head is. A
   -- block tensor has the output's shape or one value a channel ([N, C]; never prefetched:
-  -- expr.lua), so the chunks exist exactly where a load is collected.
+  -- expr.lua), so the chunks exist exactly where a load is collected (not of a tensor whose
+  -- tile is in shared memory: expr.lua, in_smem).
   local PREFETCH = "\1prefetch\1"
   local chunk -- rows a chunk where the pass reads a block tensor of the output's shape, else nil
   if th.prefetch_rows and loops[#loops][2] % th.prefetch_rows == 0 then
     for i = 0, pass.args.n - 1 do
       local a = pass.args[i]
-      if a.kind == "param" and lib.per_pixel_tensor(layer.params[a.index]) then chunk = th.prefetch_rows end
+      if a.kind == "param" and lib.per_pixel_tensor(layer.params[a.index]) and not ev:in_smem(a.index) then
+        chunk = th.prefetch_rows
+      end
     end
   end
   local function prefetch(checked)

@@ -121,6 +121,63 @@ __device__ __forceinline__ unsigned long long fgw_desc(fgw_u32 saddr)
 }
 ]]
 
+-- The consumers' cp.async groups (printed after M.helpers where the residual's tile is in shared
+-- memory: fg_wgmma_tiling.res_bytes; other sources stay as they were).
+M.res_helpers = [[
+/* a consumer thread's cp.async groups: its copies of the residual (res_copy), its only ones */
+__device__ __forceinline__ void fgw_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void fgw_cp_wait0(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+]]
+
+-- A consumer warp's copy of its rows of the residual's tile into shared memory (inside namespace
+-- fgw, after the engine's Tile), with flat tiles' rows (fg_wgmma_tiling.flat) or a sample's.
+function M.res_copy(flat)
+  local rows
+  if flat then
+    rows = [[
+        /* flat tiles: the row's sample after the tile's first, and its pixel there */
+        const int sq = q / OPIX, n = tl.n + sq, px = q - sq * OPIX;
+        const bool ok = n < batch && tl.nb * BN + 8 * u < COUT_G;
+]]
+  else
+    rows = [[
+        const int n = tl.n, px = q;
+        const bool ok = q < OPIX && tl.nb * BN + 8 * u < COUT_G;
+]]
+  end
+  return [[
+/* The residual's tile in shared memory (fg_wgmma_tiling.res_bytes; bench/NOTES.md v42): a consumer
+ * warp copies the rows its staged epilogue reads -- row 16 mt + rr of dst is the tile's row
+ * rows + 64 mt + rr (rows: its warpgroup's first + 16 warp) -- x the tile's BN channels of the
+ * block tensor at src ([N][OPIX][GROUPS * COUT_G] of the dtype) into dst ([WGMT * 16][BN]),
+ * 16 bytes (8 channels) a cp.async, consecutive lanes along a row, as one cp.async group (a
+ * consumer thread's only copies: the producer's are its own threads'). Rows past the sample
+ * (flat tiles: past the batch) and channels past the group's are zeros. Where src is not
+ * 16-byte aligned (a view), the same pieces element by element (plain stores: the wait's
+ * __syncwarp orders them too). */
+__device__ __forceinline__ void res_copy(fg_io *dst, const fg_io *src, const Tile &tl, int rows, int batch, bool vec)
+{
+    constexpr int U = BN / 8; /* 16-byte pieces a row */
+    const int lane = (int)threadIdx.x & 31, c0 = tl.g * COUT_G + tl.nb * BN;
+    (void)batch;
+    for (int i = lane; i < WGMT * 16 * U; i += 32) {
+        const int r = i / U, u = i - r * U;
+        const int q = tl.m0 + rows + 64 * (r >> 4) + (r & 15);
+]] .. rows .. [[
+        const fg_io *s = src + ((unsigned long long)n * OPIX + px) * (GROUPS * COUT_G) + c0 + 8 * u;
+        fg_io *d = dst + r * BN + 8 * u;
+        if (vec) {
+            fgw_cp16(fgw_smem_addr(d), ok ? s : src, ok ? 16u : 0u);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) d[e] = ok ? s[e] : (fg_io)0;
+        }
+    }
+    fgw_cp_commit();
+}
+]]
+end
+
 -- wgmma.mma_async m64nNk8 f32 += tf32 * tf32 (half operands: m64nNk16 f32 += bf16 * bf16 or
 -- f16 * f16, both K-major: transpose flags 0) with both operands in shared memory: d is this
 -- thread's N/2 accumulators; sd = 0 overwrites them.
@@ -157,6 +214,9 @@ function M.prelude(layer, plan)
   for l in M.helpers:gmatch("([^\n]*)\n") do c:line(l) end
   if w.a_tma == 2 then
     for l in M.tma_helpers:gmatch("([^\n]*)\n") do c:line(l) end
+  end
+  if w.res_bytes > 0 then
+    for l in M.res_helpers:gmatch("([^\n]*)\n") do c:line(l) end
   end
   c:append(wgmma_wrapper(w.bn, w))
   c:line("namespace fgw {")
@@ -232,6 +292,9 @@ function M.prelude(layer, plan)
   if w.flat then engine = M.flatten(engine, w.a_tma ~= 2) end
   for l in engine:gmatch("([^\n]*)\n") do
     c:line(l)
+  end
+  if w.res_bytes > 0 then
+    for l in M.res_copy(w.flat):gmatch("([^\n]*)\n") do c:line(l) end
   end
   c:line("} // namespace fgw")
   return c
@@ -1559,8 +1622,27 @@ function M.render(layer, plan, pass, names, signature)
   c:line("const int row0 = 64 * WGMT * cw; /* this warpgroup's rows of every tile */")
   c:line("float acc[WGMT][BN / 2], tmp[WGMT][BN / 2];")
   c:line("(void)tmp; (void)lane;")
+  -- the residual's tile in shared memory (planner.h, fg_wgmma_tiling.res_bytes): this warp's
+  -- rows of it, copied before each tile's main loop (res_copy), read by the staged epilogue
+  local res = pass.staged_epilogue and w.res_bytes > 0 and names.param[w.res_param] or nil
+  if res then
+    c:line("fg_io *const res_s = (fg_io *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d) + (4 * cw + warp) * (WGMT * 16 * BN);",
+      w.res_offset)
+    c:line("const bool res_vec = ((unsigned long long)%s & 15) == 0; /* its 16-byte pieces by cp.async */", res)
+  end
   c:line("int begin, end;")
   local split = w.split_k > 1
+  -- after a unit's decode_tile: its residual rows on their way while the K chunks run; after its
+  -- main loop: landed. Every split of a tile copies them, as which one arrives last and runs the
+  -- epilogue is known only then: the copies no epilogue reads are L2 hits on the tile the
+  -- first brought in (half the bytes of the fp32 partial each split writes anyway), and each
+  -- unit waits for its own before the next unit's overwrite them.
+  local function res_issue()
+    if res then c:line("res_copy(res_s, %s, tl, row0 + 16 * warp, batch, res_vec);", res) end
+  end
+  local function res_wait()
+    if res then c:line("fgw_cp_wait0(); __syncwarp(); /* this warp's residual rows have landed, every lane's */") end
+  end
   if split then
     c:line("const int nsplit = splits_for(ntiles);")
     c:line("tile_range(ntiles * nsplit, &begin, &end);")
@@ -1602,7 +1684,9 @@ function M.render(layer, plan, pass, names, signature)
     c:line("const int tile = unit % ntiles, split = unit / ntiles;")
     c:line("const int kc0 = chunk_begin(split, nsplit), kc1 = chunk_begin(split + 1, nsplit);")
     c:line("const Tile tl = decode_tile(tile);")
+    res_issue()
     c:line("mainloop(acc, tmp, it0 - kc0, kc0, kc1, row0, sbase, bar_full, bar_empty);")
+    res_wait()
     c:line("it0 += kc1 - kc0;")
     c:line("/* split K: the last split of the tile to arrive sums the partials and runs the epilogue */")
     c:line("if (nsplit > 1 && !split_fixup(acc, %s, (unsigned *)%s, tile, split, nsplit, split_flag)) continue;", part,
@@ -1610,7 +1694,9 @@ function M.render(layer, plan, pass, names, signature)
   else
     c:open("for (int tile = begin; tile < end; ++tile) {")
     c:line("const Tile tl = decode_tile(tile);")
+    res_issue()
     c:line("mainloop(acc, tmp, tile - begin, row0, sbase, bar_full, bar_empty);")
+    res_wait()
   end
   if w.flat then
     -- each output's sample is its row's (conv.lua declare_output_coords, th.flat): no tile-wide n
@@ -1642,9 +1728,15 @@ function M.render(layer, plan, pass, names, signature)
     -- channels co0 + 32 kk ..) to its slab and reads them back a row (pixel) at a time, lane
     -- = channel: 32 channels' contiguous bytes per access.
     local S, J = w.epi_stride, w.epi_cols // 8 -- the slab's row pitch; 8-channel fragment blocks a chunk
+    -- rows epi_cols floats apart where the residual's tile takes shared memory too (planner.h):
+    -- row r's column c is then at c ^ 8 (r % 4), so that a float2 write's 8 rows (lane / 4)
+    -- still fall on 4 groups of 8 banks (2 wavefronts, as rows 40 floats apart) and a row's
+    -- read (lane = column) on 32 banks; the XOR keeps a float2's two columns together
+    local swizzled = S == w.epi_cols
+    local wcol = swizzled and "((8 * jj + 2 * (lane & 3)) ^ ((lane & 12) << 1))" or "8 * jj + 2 * (lane & 3)"
     th = {
       loops = { { "kk", chunks }, { "mt", w.wgmt }, { "rr", w.epi_rows } },
-      value = string.format("slab[rr * %d + lane]", S),
+      value = string.format("slab[rr * %d + %s]", S, swizzled and "(lane ^ ((rr & 3) << 3))" or "lane"),
       co = string.format("co0 + %d * kk + lane", w.epi_cols),
       pixel = "(pm0 + 64 * mt + 16 * warp + rr)",
       od = od, oh = oh, ow = ow,
@@ -1666,7 +1758,7 @@ function M.render(layer, plan, pass, names, signature)
         c:open("if (%d * kk + jj < BN / 8) {", J)
         c:line("#pragma unroll")
         c:line("for (int h = 0; h < 2; ++h)")
-        c:line("    *(float2 *)&slab[((lane >> 2) + 8 * h) * %d + 8 * jj + 2 * (lane & 3)] =", S)
+        c:line("    *(float2 *)&slab[((lane >> 2) + 8 * h) * %d + %s] =", S, wcol)
         c:line("        make_float2(acc[mt][4 * (%d * kk + jj) + 2 * h], acc[mt][4 * (%d * kk + jj) + 2 * h + 1]);", J, J)
         c:close()
         c:close()
@@ -1677,11 +1769,19 @@ function M.render(layer, plan, pass, names, signature)
       -- tiles), where a thread holds 64 accumulators: SD's 1280-channel conv + the residual in
       -- 256-channel tiles took 57 % longer with it (52 -> 82 us, no spills; v41), and its
       -- 320-channel one in 160-channel tiles 2.6 %; nor in flat tiles fed by cp.async, whose
-      -- consumers spilled even with 4 (ConvNeXt's 768-channel 1x1 conv, under NVRTC)
+      -- consumers spilled even with 4 (ConvNeXt's 768-channel 1x1 conv, under NVRTC). Not the
+      -- residual whose tile is in shared memory (res below): an fp32 layer's, or a half one's
+      -- where the ring would lose its third stage to the tile
       prefetch_rows = w.wgmt * w.bn <= 128 and not (w.flat and w.a_tma ~= 2) and 8 or nil,
     }
     c:line("float *const slab = (float *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d) + (4 * cw + warp) * %d;",
       w.epi_offset, w.epi_rows * S)
+    -- the residual's element of the output: row 16 mt + rr of this warp's rows, the lane's
+    -- channel of chunk kk (expr.lua, param_at)
+    if res then
+      ev:set_smem_tensor({ param = w.res_param,
+        value = string.format("fg_io_widen(res_s[(16 * mt + rr) * BN + %d * kk + lane])", w.epi_cols) })
+    end
   else
     th = {
       loops = { { "q", w.bn // 4 }, { "mt", w.wgmt }, { "h", 2 } },

@@ -122,6 +122,14 @@ function Eval:prefetched(text)
   return string.format("pre%d[%s]", k, p.var)
 end
 
+-- A block tensor whose tile a staged wgmma epilogue holds in shared memory (conv_wgmma.lua: the
+-- residual, copied by cp.async during the main loop): { param (its index), value (the current
+-- output's element of it there, a float expression) }; param_at reads it there, and nothing
+-- prefetches it (conv.lua).
+function Eval:set_smem_tensor(t) self.smem_tensor = t end
+
+function Eval:in_smem(p) return self.smem_tensor ~= nil and self.smem_tensor.param == p end
+
 -- A parameter broadcast against `shape` (right-aligned, PyTorch rules).
 function Eval:param_at(p, shape, coords)
   local param = self.layer.params[p]
@@ -142,6 +150,7 @@ function Eval:param_at(p, shape, coords)
   -- parameter's float32 NC(D)HW: channels last, its channel is innermost ([N, C] is the
   -- same memory either way); bf16/fp16, it is widened where it is loaded
   if param.batched then
+    if self:in_smem(p) then return self.smem_tensor.value end
     if lib.io_cl(self.layer) then
       local pshape = { rank = param.rank + 1, dim = { [0] = 1 } }
       for pd = 0, param.rank - 1 do pshape.dim[pd + 1] = param.dim[pd] end

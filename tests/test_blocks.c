@@ -592,48 +592,106 @@ static void narrower_blocks_where_128_does_not_fit(void **state)
     free_block(b);
 }
 
-/* Whether layer `i` of `b`, planned for sm_90a (A by TMA where it can, or never: a_tma 1),
- * renders a wgmma conv whose staged epilogue loads a block tensor's rows ahead (conv.lua,
- * prefetch). */
-static bool prefetches(fg_block_ir *b, int i, int a_tma)
+/* How layer `i` of `b`, planned for sm_90a (A by TMA where it can, or never: a_tma 1), renders
+ * a wgmma conv's staged epilogue reading a block tensor of the output's shape: its rows loaded
+ * ahead into registers (conv.lua, prefetch), its tile copied into shared memory during the
+ * main loop (conv_wgmma.lua, res_copy; fg_wgmma_tiling.res_bytes), or neither (read in the
+ * row loop, or no such tensor). The plan and the source must agree. */
+typedef enum { RES_ROWS, RES_AHEAD, RES_SMEM } residual_path;
+
+static residual_path residual_of(fg_block_ir *b, int i, int a_tma)
 {
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
     opts.wgmma_a_tma = a_tma;
     fg_plan *plan = fgt_plan_with(&b->layers[i], &opts);
-    assert_true(plan->wgmma.parts > 0);
+    const fg_wgmma_tiling *w = &plan->wgmma;
+    assert_true(w->parts > 0);
     fg_rendered src;
     fg_error err = {{0}};
     assert_int_equal(fg_render(&b->layers[i], plan, &src, &err), 0);
     const bool ahead = strstr(src.source, "loaded together before any of them is stored") != NULL;
+    const bool smem = strstr(src.source, "res_copy(res_s, ") != NULL;
+    assert_int_equal(smem, w->res_bytes > 0);
+    assert_false(ahead && smem);
     if (ahead) {
         /* 8 rows at a time, each existing row's value read from them where it is stored */
         fgt_assert_contains(src.source, "for (int rh = 0; rh < 16; rh += 8) {");
         fgt_assert_contains(src.source, "float pre0[8];");
         fgt_assert_contains(src.source, " + pre0[rc])");
     }
+    if (smem) {
+        char p[16], line[160];
+        snprintf(p, sizeof p, "p%d", w->res_param); /* its kernel argument (templates/layer.lua) */
+        /* this warp's rows x BN channels, copied before each tile's main loop, waited for (every
+         * lane's: __syncwarp) after it, read by the epilogue from shared memory alone */
+        snprintf(line, sizeof line, "res_copy(res_s, %s, tl, row0 + 16 * warp, batch, res_vec);\n", p);
+        const char *copy = strstr(src.source, line), *loop = strstr(src.source, "        mainloop(acc, tmp, ");
+        const char *wait = strstr(src.source, "fgw_cp_wait0(); __syncwarp();");
+        assert_non_null(copy);
+        assert_true(loop && wait && copy < loop && loop < wait);
+        fgt_assert_contains(src.source, "fg_io_widen(res_s[(16 * mt + rr) * BN + 32 * kk + lane])");
+        snprintf(line, sizeof line, "const bool res_vec = ((unsigned long long)%s & 15) == 0;", p);
+        fgt_assert_contains(src.source, line);
+        snprintf(line, sizeof line, "%s[(fg_u64)n", p);
+        fgt_assert_not_contains(src.source, line); /* no load of it from global memory in the epilogue */
+        fgt_assert_not_contains(src.source, "pre0[");
+        /* rows past the sample (flat: past the batch) and channels past the group's are zeros */
+        fgt_assert_contains(src.source, w->flat ? "const bool ok = n < batch && tl.nb * BN + 8 * u < COUT_G;"
+                                                : "const bool ok = q < OPIX && tl.nb * BN + 8 * u < COUT_G;");
+        fgt_assert_contains(src.source, "fgw_cp16(fgw_smem_addr(d), ok ? s : src, ok ? 16u : 0u);");
+        fgt_assert_contains(src.source, "for (int e = 0; e < 8; ++e) d[e] = ok ? s[e] : (fg_io)0;");
+        /* the slabs' rows 32 floats apart, swizzled, where the tile takes shared memory too */
+        fgt_assert_contains(src.source, "slab[rr * 32 + (lane ^ ((rr & 3) << 3))]");
+        fgt_assert_contains(src.source, "* 32 + ((8 * jj + 2 * (lane & 3)) ^ ((lane & 12) << 1))] =");
+    } else {
+        fgt_assert_not_contains(src.source, "res_s");
+        fgt_assert_not_contains(src.source, "fgw_cp_wait0");
+        if (strstr(src.source, "float *const slab = "))
+            fgt_assert_contains(src.source, "slab[rr * 40 + lane]");
+    }
     fg_rendered_free(&src);
     free(plan);
-    return ahead;
+    return smem ? RES_SMEM : ahead ? RES_AHEAD : RES_ROWS;
 }
 
-/* A residual read in a staged (channels-last) wgmma epilogue is loaded 8 rows at a time before
- * those rows are stored: ResNet-50's last 1x1 conv at 2048 channels, 7x7, took 70 us loading
- * it row by row (bench/NOTES.md v41). Only in 128-channel tiles of one m64 tile a warpgroup
- * (SD's 1280-channel conv in 256-channel tiles was 57 % slower with it), not in flat tiles
- * fed by cp.async (they spilled), and not for a per-sample vector (the time embedding). */
+/* A residual read in a staged (channels-last) wgmma epilogue. In a half layer its tile is
+ * copied into shared memory by cp.async during the main loop (bench/NOTES.md v42: with 8 rows'
+ * loads in flight ResNet-50's last 1x1 conv at 2048 channels, 7x7, still took 40 us against 21
+ * for its first), with either A producer and in any channel block (SD's 1280-channel conv in
+ * 256-channel tiles too), wherever the ring keeps 3 stages with it (4 with block
+ * accumulation). Elsewhere it is loaded 8 rows at a time before those rows are stored (v41:
+ * row by row the conv took 70 us), in an fp32 layer or a half one whose ring the tile would
+ * take below that: only in 128-channel tiles of one m64 tile a warpgroup (SD's 1280-channel
+ * conv in 256-channel tiles was 57 % slower with it), not in flat tiles fed by cp.async (they
+ * spilled). Neither for a per-sample vector (the time embedding) or without a residual. */
 static void residual_rows_loaded_ahead(void **state)
 {
     (void)state;
-    fg_block_ir *b = load_block(
+    static const char *const bottleneck =
         "return block \"bottleneck\" {\n  input = { \"N\", 2048, 7, 7 },\n"
-        "  dtype = \"bf16\", layout = \"channels_last\",\n"
-        "  layer \"a\" { precision = \"tf32\", conv2d { name = \"conv1\", out_channels = 512, kernel = 1, bias = false }, relu {} },\n"
-        "  layer \"c\" { precision = \"tf32\", conv2d { name = \"conv3\", out_channels = 2048, kernel = 1, bias = false },\n"
-        "    add { tensor = \"input\" }, relu {} },\n}\n");
-    assert_false(prefetches(b, 0, 0)); /* no residual */
-    assert_true(prefetches(b, 1, 0));
-    assert_false(prefetches(b, 1, 1)); /* flat tiles (49 pixels a sample) fed by cp.async */
+        "  dtype = \"%s\", layout = \"channels_last\",\n"
+        "  layer \"a\" { precision = \"%s\", conv2d { name = \"conv1\", out_channels = 512, kernel = 1, bias = false }, relu {} },\n"
+        "  layer \"c\" { precision = \"%s\", conv2d { name = \"conv3\", out_channels = 2048, kernel = 1, bias = false },\n"
+        "    add { tensor = \"input\" }, relu {} },\n}\n";
+    char src[1024];
+    snprintf(src, sizeof src, bottleneck, "bf16", "tf32", "tf32");
+    fg_block_ir *b = load_block(src);
+    assert_int_equal(residual_of(b, 0, 0), RES_ROWS); /* no residual */
+    assert_int_equal(residual_of(b, 1, 0), RES_SMEM);
+    assert_int_equal(residual_of(b, 1, 1), RES_SMEM); /* flat tiles fed by cp.async too */
+    free_block(b);
+    /* fp32 precision: block accumulation, whose 4 stages the tile would leave 3 of */
+    snprintf(src, sizeof src, bottleneck, "bf16", "fp32", "fp32");
+    b = load_block(src);
+    assert_int_equal(residual_of(b, 1, 0), RES_AHEAD);
+    assert_int_equal(residual_of(b, 1, 1), RES_ROWS); /* flat tiles fed by cp.async */
+    free_block(b);
+    /* an fp32 layer: the register prefetch */
+    snprintf(src, sizeof src, bottleneck, "fp32", "tf32", "tf32");
+    b = load_block(src);
+    assert_int_equal(residual_of(b, 1, 0), RES_AHEAD);
+    assert_int_equal(residual_of(b, 1, 1), RES_ROWS);
     free_block(b);
     b = load_block(
         "return block \"sd\" {\n  input = { \"N\", 1280, 16, 16 },\n  dtype = \"bf16\", layout = \"channels_last\",\n"
@@ -642,16 +700,23 @@ static void residual_rows_loaded_ahead(void **state)
         "    conv2d { name = \"conv1\", out_channels = 1280, kernel = 3, padding = 1 }, add { tensor = \"temb\" } },\n"
         "  layer \"out\" { precision = \"tf32\", group_norm { name = \"norm2\", groups = 32 }, silu {},\n"
         "    conv2d { name = \"conv2\", out_channels = 1280, kernel = 3, padding = 1 }, add { tensor = \"input\" } },\n}\n");
-    assert_false(prefetches(b, 0, 0)); /* the time embedding: one value a channel */
-    assert_false(prefetches(b, 1, 0)); /* 256-channel tiles */
+    assert_int_equal(residual_of(b, 0, 0), RES_ROWS); /* the time embedding: one value a channel */
+    assert_int_equal(residual_of(b, 1, 0), RES_SMEM); /* 256-channel tiles, 3 stages */
     free_block(b);
-    b = load_block(
-        "return block \"sd\" {\n  input = { \"N\", 128, 16, 16 },\n  dtype = \"bf16\", layout = \"channels_last\",\n"
-        "  layer \"out\" { precision = \"tf32\", conv2d { out_channels = 128, kernel = 3, padding = 1 },\n"
-        "    add { tensor = \"input\" } },\n}\n");
-    assert_true(prefetches(b, 0, 0)); /* a 128-channel tile of 256-pixel tiles, not flat */
-    assert_true(prefetches(b, 0, 1)); /* by cp.async too */
-    free_block(b);
+    static const char *const small =
+        "return block \"sd\" {\n  input = { \"N\", %d, 16, 16 },\n  dtype = \"%s\", layout = \"channels_last\",\n"
+        "  layer \"out\" { precision = \"tf32\", conv2d { out_channels = %d, kernel = 3, padding = 1 },\n"
+        "    add { tensor = \"input\" } },\n}\n";
+    for (int d = 0; d < 2; d++) {
+        /* fp16 in 128-channel tiles of one m64 tile a warpgroup; fp32 (TF32 operands: two) in
+         * 64-channel ones; 256 pixels, not flat: by cp.async too */
+        const int ch = d ? 64 : 128;
+        snprintf(src, sizeof src, small, ch, d ? "fp32" : "fp16", ch);
+        b = load_block(src);
+        assert_int_equal(residual_of(b, 0, 0), d ? RES_AHEAD : RES_SMEM);
+        assert_int_equal(residual_of(b, 0, 1), d ? RES_AHEAD : RES_SMEM);
+        free_block(b);
+    }
 }
 
 /* Statistics handed on (fg_block_link_statistics): SD's layer out normalizes layer h's output,

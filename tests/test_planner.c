@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
 #include "spec_loader.h"
 #include "../runtime/launcher.h"
 #include "test_util.h"
@@ -2020,6 +2021,10 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
             assert_int_equal(w->epi_bytes, 8 * FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4);
             assert_int_equal(w->epi_offset, w->stat_offset + w->stat_bytes);
         }
+        /* no block tensor in a layer alone: no residual's tile, the slabs' rows as ever */
+        assert_int_equal(w->res_bytes, 0);
+        assert_int_equal(w->res_param, -1);
+        assert_int_equal(w->epi_stride, FG_WGMMA_EPI_STRIDE);
         assert_int_equal(w->bar_offset, w->stat_offset + w->stat_bytes + w->epi_bytes);
         int staged = 0;
         for (int p = 0; p < plan->n_passes; p++)
@@ -2081,6 +2086,84 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         assert_false(plan->buffers[b].io);
     free(plan);
     free(ir);
+}
+
+/* The residual's tile in shared memory (fg_wgmma_tiling.res_bytes, bench/NOTES.md v42) in the
+ * A/B blocks of bench/ab-specs/ (bf16, channels last): bm x bn x 2 bytes after the slabs, whose
+ * rows are then 32 floats apart (swizzled), reserved before the stages are counted and only
+ * where the ring keeps 3 stages (4 with block accumulation): ResNet's and ConvNeXt's last 1x1
+ * convs and SD's layer out lose a stage to it (SD at 1280 channels keeps 3 in 256-channel
+ * tiles only with the 4 KB the swizzled slabs save); the same block at fp32 precision (block
+ * accumulation) keeps its 4 stages and no tile, as does a layer without a residual. */
+static void wgmma_residual_in_shared_memory(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer, stages, bn; /* the layer's conv tile; bn 0: not checked */
+        bool res;
+    } cases[] = {
+        {"resnet2048_bf16_cl_tf32", 2, 5, 128, true}, /* 6 without */
+        {"resnet1024_bf16_cl_tf32", 2, 5, 128, true},
+        {"resnet512_bf16_cl_tf32", 2, 5, 128, true},
+        {"resnet_block_bf16_cl_tf32", 2, 5, 128, true},
+        {"resnet2048_bf16_cl_tf32", 0, 6, 128, false}, /* no residual */
+        {"resnet_block_bf16_cl_fp32", 2, 4, 128, false}, /* block accumulation: 3 stages with it */
+        {"sd_resnet_block_bf16_cl_tf32", 1, 4, 160, true}, /* 5 */
+        {"sd_resnet_block_bf16_cl_tf32", 0, 5, 160, false}, /* the time embedding: a value a channel */
+        {"sd1280_bf16_cl_tf32", 1, 3, 256, true}, /* 4; 2 with the slabs' rows 40 floats apart */
+        {"sd1280_bf16_cl", 1, 3, 128, false}, /* block accumulation */
+        {"convnext_bf16_cl_tf32", 2, 6, 96, true}, /* 7 */
+        {"convnext768_bf16_cl_tf32", 2, 5, 128, true}, /* 6 */
+        {"convnext384_bf16_cl_tf32", 2, 4, 192, true}, /* 5 */
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
+        fg_block_ir b;
+        fg_error err = {{0}};
+        if (fg_block_spec_load_file(path, &b, &err) != 0)
+            fail_msg("%s: %s", path, err.msg);
+        const fg_layer_ir *ir = &b.layers[cases[i].layer];
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        print_message("%s layer %s: %d stages, bn %d, residual %lld B\n", cases[i].spec, ir->name, w->stages, w->bn,
+                      (long long)w->res_bytes);
+        assert_int_equal(w->stages, cases[i].stages);
+        assert_int_equal(w->bn, cases[i].bn);
+        assert_int_equal(w->res_bytes > 0, cases[i].res);
+        if (cases[i].res) {
+            assert_int_equal(w->res_bytes, (int64_t)w->bm * w->bn * 2);
+            assert_true(ir->params[w->res_param].batched);
+            assert_string_equal(ir->params[w->res_param].name, "input");
+            assert_int_equal(w->epi_stride, FG_WGMMA_EPI_COLS);
+            assert_int_equal(w->epi_bytes, 8 * FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_COLS * 4);
+            assert_int_equal(w->res_offset % 16, 0); /* 16-byte cp.async */
+            assert_true(w->stages >= 3 + w->block_acc);
+            /* one stage more without it: the tile took it */
+            assert_true(227 * 1024 - 1024 - 256 - w->stat_bytes - 8 * FG_WGMMA_EPI_ROWS * FG_WGMMA_EPI_STRIDE * 4 >=
+                        (w->stages + 1) * w->stage_bytes);
+        } else {
+            assert_int_equal(w->res_param, -1);
+            assert_int_equal(w->epi_stride, FG_WGMMA_EPI_STRIDE);
+        }
+        assert_int_equal(w->res_offset, w->epi_offset + w->epi_bytes);
+        assert_int_equal(w->bar_offset, w->res_offset + w->res_bytes);
+        assert_true(1024 + w->bar_offset + 16 * w->stages + 16 <= 227 * 1024);
+        /* fusegen plan says so */
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        if (cases[i].res)
+            fgt_assert_contains(t->buf, "the residual 'input' through shared memory");
+        else
+            fgt_assert_not_contains(t->buf, "through shared memory: each consumer warp copies");
+        free(t);
+        free(plan);
+        fg_block_ir_free(&b);
+    }
 }
 
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
@@ -2933,6 +3016,7 @@ int main(void)
         cmocka_unit_test(wgmma_ping_pong_where_it_pays),
         cmocka_unit_test(wgmma_two_ctas_where_they_fit),
         cmocka_unit_test(wgmma_staged_epilogue_where_channels_last),
+        cmocka_unit_test(wgmma_residual_in_shared_memory),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
