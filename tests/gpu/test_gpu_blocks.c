@@ -5,11 +5,12 @@
  * layer_norm over the channels, the layer scale, the residual), each in fp32 NCHW, bf16 NCHW,
  * bf16 channels last, fp16 NCHW and fp32 channels last (the block fields dtype and layout:
  * every tensor of the block, the tensor operands included, in them), run with fg_block_run
- * and with fg_block_run_workspace at batches 1 and 3 on random inputs, outputs poisoned with
- * NaNs first, against the block's CPU reference (float64 per layer; for a half block the
+ * and with fg_block_run_workspace at batches 1 and 3 on random inputs (a half block a third
+ * time with its inputs 2 bytes past a 16-byte boundary: the unaligned paths), outputs poisoned
+ * with NaNs first, against the block's CPU reference (float64 per layer; for a half block the
  * inputs and each layer's output rounded to the dtype) with the layer harness's bar
  * (gpu_compare_chain: atol = rtol = 1e-4, for bf16/fp16 plus an ulp and each earlier layer's
- * ulp at the output's scale, and rel L2 <= 1e-3). Batch 3
+ * ulp at the output's scale, and rel L2 <= 1e-3; a case at precision tf32, its bar). Batch 3
  * catches a tensor read at the wrong sample (every sample but the first would be off).
  * A fifth block, in bf16 only, checks that the statistics a writer gathers for its reader's
  * norm are those of its output as stored (rounded to the dtype).
@@ -156,14 +157,19 @@ static int64_t count_of(int rank, const int64_t *dims)
     return n;
 }
 
-/* Runs one case at `batch`; returns the number of failed checks (run, run_workspace: 0 to 2).
- * tf32: the block's layers are at precision "tf32" (block_case). */
-static int run_case(fg_context *ctx, const char *name, const char *source, bool tf32, int64_t batch)
+/* The inputs of a half block's third run: 2 bytes (one element) past a 16-byte boundary, as a
+ * view of a tensor may start. */
+enum { UNALIGNED_BYTES = 2 };
+
+/* Runs one case at `batch`; returns the number of failed checks (run, run_workspace, and with
+ * `unaligned` a run on inputs UNALIGNED_BYTES past a 16-byte boundary: 0 to 2 or 3). tf32:
+ * the block's layers are at precision "tf32" (block_case). */
+static int run_case(fg_context *ctx, const char *name, const char *source, bool tf32, bool unaligned, int64_t batch)
 {
     fg_block *b = NULL;
     float *x[4] = {0}, *y = NULL, *y2 = NULL, *ref = NULL;
-    CUdeviceptr dx[4] = {0}, dy = 0, dws = 0;
-    int failed = 2, n_inputs = 0, rank, dtype = 0, elem = 4;
+    CUdeviceptr dx[4] = {0}, du[4] = {0}, dy = 0, dws = 0;
+    int failed = unaligned ? 3 : 2, n_inputs = 0, rank, dtype = 0, elem = 4;
     int64_t dims[FG_MAX_DIMS], counts[4];
     const void *inputs[4];
     const char *dname = "fp32";
@@ -234,11 +240,41 @@ static int run_case(fg_context *ctx, const char *name, const char *source, bool 
         gpu_compare_chain(pass ? y2 : y, ref, (size_t)n_out, tol, dtype, n_layers, &r[pass]);
         failed += gpu_report(what, batch, tol, &r[pass]);
     }
+    /* A third run on the same values with each input UNALIGNED_BYTES past a 16-byte boundary
+     * (the allocations are 256-byte aligned): whatever reads an input in 16-byte pieces where
+     * it is aligned must take its element-by-element path (the input packed instead of read
+     * as the conv's operand, the residual's tile copied into shared memory element by
+     * element: bench/NOTES.md v42), the output poisoned again. */
+    if (unaligned) {
+        char what[128];
+        snprintf(what, sizeof what, "%s unaligned inputs", name);
+        const void *shifted[4];
+        bool ran = true;
+        for (int t = 0; t < n_inputs && ran; t++) {
+            ran = fg_tools_alloc(ctx, (size_t)elem * (size_t)counts[t] + 16, &du[t]) == FG_OK &&
+                  fg_tools_upload_io(ctx, du[t] + UNALIGNED_BYTES, x[t], (size_t)counts[t], dtype) == FG_OK;
+            shifted[t] = (const void *)(du[t] + UNALIGNED_BYTES);
+        }
+        if (!ran || fg_tools_fill_nan_io(ctx, dy, (size_t)n_out, dtype) != FG_OK ||
+            fg_block_run(b, shifted, (void *)dy, batch, NULL) != FG_OK || fg_tools_synchronize(ctx) != FG_OK ||
+            fg_tools_download_io(ctx, y, dy, (size_t)n_out, dtype) != FG_OK) {
+            printf("FAILED %-32s: run: %s\n", what, fg_last_error());
+            failed++;
+        } else {
+            gpu_result ru;
+            memset(&ru, 0, sizeof ru);
+            ru.ok = true;
+            gpu_compare_chain(y, ref, (size_t)n_out, tol, dtype, n_layers, &ru);
+            failed += gpu_report(what, batch, tol, &ru);
+        }
+    }
 out:
     for (int t = 0; t < 4; t++) {
         free(x[t]);
         if (dx[t])
             fg_tools_free(ctx, dx[t]);
+        if (du[t])
+            fg_tools_free(ctx, du[t]);
     }
     if (dy)
         fg_tools_free(ctx, dy);
@@ -559,8 +595,10 @@ int main(int argc, char **argv)
                 continue;
             snprintf(source, sizeof source, cases[i].source, variants[v].fields);
             for (int64_t batch = 1; batch <= 3; batch += 2) {
-                n_cases += 2; /* fg_block_run and fg_block_run_workspace */
-                failed += run_case(ctx, name, source, cases[i].tf32, batch);
+                /* fg_block_run and fg_block_run_workspace, and a half block's run on unaligned
+                 * inputs (2 bytes past 16: one element; an fp32 input is 4-byte aligned at least) */
+                n_cases += half ? 3 : 2;
+                failed += run_case(ctx, name, source, cases[i].tf32, half, batch);
             }
         }
     /* the graph sequence on the fp32 bottleneck and SD block ("resnet_bottleneck/fp32 graph") */
