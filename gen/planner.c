@@ -624,7 +624,8 @@ static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int grou
      * sample), batch 2, 66.6 -> 34.9 us; 640 at 32x32 (40), 43.3 -> 39.9; ResNet-50's 1024
      * stage at 14x14 (4), batch 32, its 1x1 23.2 -> 13.8 us and its 3x3 29.4 -> 20.9.
      * FUSEGEN_WGMMA_BN (fg_plan_options.wgmma_bn) sets it by hand. */
-    const int64_t tiles128 = ceil_div(g->out[0] * g->out[1] * g->out[2], 128) * ceil_div(g->cout_g, 128) * groups;
+    const int64_t opix = g->out[0] * g->out[1] * g->out[2];
+    const int64_t tiles128 = ceil_div(opix, 128) * ceil_div(g->cout_g, 128) * groups;
     bool wide = bn_asked <= 0 && w->operand != FG_WGMMA_TF32 &&
                 ceil_div(g->taps * w->cp, w->kc_elems) >= WGMMA_WIDE_BN_KCH && tiles128 >= WGMMA_WIDE_BN_TILES;
     /* where no 128-channel block fits (two parts of each operand, the statistics' partials:
@@ -664,7 +665,6 @@ retile:;
         return false;
     w->kch = (int)ceil_div(g->taps * w->cp, w->kc_elems);
     w->b_bytes = (int64_t)w->bn * 128;
-    int64_t opix = g->out[0] * g->out[1] * g->out[2];
     /* the conv pass feeds statistics: a later op's (gathered across the block's tiles in up to
      * two accumulators), or only those of the output that the next layer of a block reads (one) */
     const bool op_stats = layer_has_statistics(ir), partials = op_stats || ir->exports_stats;
