@@ -119,10 +119,11 @@ static const block_case cases[] = {
      "}\n",
      false, false},
     /* the residual's tile in shared memory (bench/NOTES.md v42: bf16_cl; the NCHW variants read
-     * it as ever): layer wide in 256-channel tiles (3 stages beside the 64 KB tile, the slabs
-     * swizzled) whose last of a sample's 4 tiles holds 16 of its 128 rows (the rest zeros), its
-     * 36 K chunks split over up to 6 CTAs, each of which copies the tile (the last to arrive
-     * runs the epilogue); layer flat in flat tiles of 88 channels (the last 32-channel chunk 24
+     * it as ever): layer wide in 128-channel tiles (v43: 8 tiles a sample are too few to widen),
+     * or with FUSEGEN_WGMMA_BN=256 (bench/gpu-check runs it so) in 256-channel tiles (3 stages
+     * beside the 64 KB tile, the slabs swizzled), whose last of a sample's 4 tiles holds 16 of
+     * its 128 rows (the rest zeros), its 36 K chunks split over several CTAs, each of which
+     * copies the tile (the last to arrive runs the epilogue); layer flat in flat tiles of 88 channels (the last 32-channel chunk 24
      * lanes wide; rows 176 bytes, 11 pieces) over 7x7 samples of an extra input, its rows past
      * the batch zeros (batch 1: 79 of 128; batch 3: 109 of the second tile's), its K split too.
      * Precision tf32: no 256-channel tile fits fp32 precision's two parts of the weights. */
