@@ -378,6 +378,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "along the channels, so its loads and stores are contiguous",
                          FG_WGMMA_EPI_ROWS, FG_WGMMA_EPI_COLS);
                 emit(ctx, line);
+                if (w->epi_unroll < FG_WGMMA_EPI_ROWS) {
+                    snprintf(line, sizeof line,
+                             "           its rows %d at a time, not all %d unrolled: where the chain calls math "
+                             "functions (erff, expf, tanhf), its code repeated for every row outgrows the instruction "
+                             "cache (FUSEGEN_WGMMA_EPI_ROWS sets it)",
+                             w->epi_unroll, FG_WGMMA_EPI_ROWS);
+                    emit(ctx, line);
+                }
                 if (w->res_bytes > 0) {
                     snprintf(line, sizeof line,
                              "           the residual '%s' through shared memory: each consumer warp copies its rows x "

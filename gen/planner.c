@@ -1052,6 +1052,52 @@ static bool want_mma(const fg_plan_options *opts)
  * (FUSEGEN_CONV_ENGINE=wgmma) or another engine. */
 static bool choose_wgmma_fp32(planner *p, const conv_geometry *gp);
 
+/* The fp32 math functions that cost an element of an epilogue tens of instructions (CUDA's
+ * erff, expf, tanhf, log1pf, logf; fg_sigmoid is an expf and a division). */
+static const char *const costly_math[] = {"erff(", "expf(", "tanhf(", "log1pf(", "logf(", "powf(", "fg_sigmoid("};
+
+/* Such calls in the chain the conv pass evaluates after the conv, per element: up to `last`
+ * (the value a staged epilogue stores: the output, or a buffer held as it, before its map
+ * pass). An op's unguarded snippet steps all apply, of its guarded ones (alternatives such as
+ * gelu's forms, or optional ones) the costliest is counted. */
+static int chain_math_calls(const fg_layer_ir *ir, int last)
+{
+    int calls = 0;
+    for (int k = 1; k <= last; k++) {
+        const fg_op_def *d = fg_op_def_of(ir->ops[k].kind);
+        int guarded = 0;
+        for (int i = 0; i < FG_MAX_SNIPPET_STEPS && d->cuda[i].text; i++) {
+            int n = 0;
+            for (size_t f = 0; f < sizeof costly_math / sizeof costly_math[0]; f++)
+                for (const char *at = d->cuda[i].text; (at = strstr(at, costly_math[f])) != NULL; at++)
+                    n++;
+            if (d->cuda[i].guard)
+                guarded = n > guarded ? n : guarded;
+            else
+                calls += n;
+        }
+        calls += guarded;
+    }
+    return calls;
+}
+
+/* The staged epilogue's rows per iteration of its row loop (fg_wgmma_tiling.epi_unroll). All
+ * FG_WGMMA_EPI_ROWS unrolled give a warp the most independent rows, but the element's code is
+ * then repeated chunks x m64 tiles x 16 times, twice where a checked copy serves partial tiles
+ * (not flat ones). With math calls in the chain that outgrew the instruction cache: ConvNeXt's
+ * 1x1 conv + GELU at 384 -> 1536 channels compiled to 7912 instructions and 39 % of its warp
+ * samples waited on instruction fetch; 8 rows at a time took its block 0.1126 -> 0.0952 ms at
+ * batch 32 and the 96-channel block 0.0336 -> 0.0238 ms at batch 1, while light chains lost
+ * 3-6 % (ResNet's, SD's) and 4 or 2 rows lost more (bench/NOTES.md v44). The estimate: ~16
+ * instructions an element and ~30 a math call, against a budget of 4096. */
+static int staged_rows_unrolled(const fg_layer_ir *ir, int io_value, const fg_wgmma_tiling *w)
+{
+    const int64_t chunks = ceil_div(w->bn, FG_WGMMA_EPI_COLS), copies = w->flat ? 1 : 2;
+    const int64_t bodies = chunks * w->wgmt * FG_WGMMA_EPI_ROWS * copies;
+    const int calls = chain_math_calls(ir, io_value >= 0 ? io_value : ir->n_ops - 1);
+    return bodies * (16 + 30 * calls) > 4096 ? FG_WGMMA_EPI_ROWS / 2 : FG_WGMMA_EPI_ROWS;
+}
+
 static bool choose_wgmma(planner *p)
 {
     const fg_plan_options *opts = p->opts;
@@ -1067,6 +1113,8 @@ static bool choose_wgmma(planner *p)
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
     }
+    p->plan->wgmma.epi_unroll =
+        opts->wgmma_epi_rows ? opts->wgmma_epi_rows : staged_rows_unrolled(p->ir, p->io_value, &p->plan->wgmma);
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
     if (p->ir->precision == FG_PRECISION_TF32) {

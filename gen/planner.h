@@ -314,6 +314,8 @@ typedef struct fg_wgmma_tiling {
      * or it has statistics (fg_wgmma_staged_epilogue says which conv pass uses it) */
     int64_t epi_offset, epi_bytes;
     int epi_stride;      /* floats between a slab's rows: FG_WGMMA_EPI_STRIDE, or FG_WGMMA_EPI_COLS swizzled */
+    int epi_unroll;      /* the slab's rows a staged epilogue handles per iteration of its row loop (unrolled),
+                          * 1..FG_WGMMA_EPI_ROWS, a divisor of it */
     /* The residual's tile in shared memory (bench/NOTES.md v42): where a half, channels-last
      * staged epilogue reads a block tensor of the output's shape (parameter res_param) and the
      * layer has no statistics, reduction, softmax or pool, each consumer warp copies its rows x
@@ -528,6 +530,7 @@ typedef struct fg_plan_options {
     int wgmma_a_tma;        /* wgmma: 2 loads A (the im2col rows) by TMA where it can, 1 never (0: choose: where it can) */
     int wgmma_ctas;         /* wgmma: 2 runs two CTAs a multiprocessor where they fit, 1 one (0: choose: one) */
     int wgmma_bn;           /* wgmma: the widest channel block of a tile, 8..256, rounded up to 8 (0: choose) */
+    int wgmma_epi_rows;     /* wgmma: the staged epilogue's rows per iteration of its row loop, 1, 2, 4, 8 or 16 (0: choose) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

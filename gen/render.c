@@ -407,6 +407,7 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "epi_rows", FG_WGMMA_EPI_ROWS);
     set_int(L, "epi_cols", FG_WGMMA_EPI_COLS);
     set_int(L, "epi_stride", w->epi_stride);
+    set_int(L, "epi_unroll", w->epi_unroll);
     set_int(L, "res_param", w->res_param);
     set_int(L, "res_offset", w->res_offset);
     set_int(L, "res_bytes", w->res_bytes);

@@ -17,6 +17,7 @@
  *   FUSEGEN_WGMMA_MULTICAST 1 | 2: pairs of wgmma CTAs share each weight chunk (2) or not
  *   FUSEGEN_WGMMA_A_TMA  1 | 2: the wgmma producer loads A by TMA in im2col mode where it can (2, the default) or never (1)
  *   FUSEGEN_WGMMA_BN     8..256: the widest channel block of a wgmma tile (default 128)
+ *   FUSEGEN_WGMMA_EPI_ROWS 1 | 2 | 4 | 8 | 16: the staged wgmma epilogue's rows per iteration of its row loop
  * A value that does not parse is ignored with a warning through `warn` (which may be NULL),
  * never half-applied.
  *

@@ -344,7 +344,9 @@ end
 
 -- The epilogue of a conv pass: the chain of ops after the conv at every output a thread
 -- holds, the stores, and the statistics fed. `th` describes how the thread's values are
--- laid out: `loops` ({variable, extent}, unrolled; the first picks the channel), `value`
+-- laid out: `loops` ({variable, extent}, unrolled, the last th.rows_unroll iterations at a time
+-- where that is set, a prefetched chunk (below) at a time where there are chunks; the first
+-- picks the channel), `value`
 -- (the accumulator), `co` (the channel within the group), `od`/`oh`/`ow` (output
 -- coordinates), `slot` (the loop variable naming a statistics slot when `slots` > 0),
 -- slot_co(q) (the channel of slot q) or slot_key(a, q) (the key of slot q of accumulator a,
@@ -525,7 +527,11 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       -- a thread mapping that is not the accumulators' (th.stage): the values reach the
       -- innermost loop's threads through shared memory, written here
       if i == #loops and th.stage then th.stage(c) end
-      c:line("#pragma unroll")
+      -- the innermost loop th.rows_unroll iterations at a time where that is fewer than all
+      -- (nil: all), or its prefetched chunks one at a time: every output of a tile unrolled,
+      -- twice (full and checked), outgrows the instruction cache with a heavy chain
+      local partial = i == #loops and th.rows_unroll and th.rows_unroll < loops[i][2]
+      c:line(partial and string.format("#pragma unroll %d", chunk and 1 or th.rows_unroll) or "#pragma unroll")
       if i == #loops and chunk then
         -- the rows in chunks (prefetch above): rr = rh + rc
         local var = loops[i][1]

@@ -1736,6 +1736,7 @@ function M.render(layer, plan, pass, names, signature)
     local wcol = swizzled and "((8 * jj + 2 * (lane & 3)) ^ ((lane & 12) << 1))" or "8 * jj + 2 * (lane & 3)"
     th = {
       loops = { { "kk", chunks }, { "mt", w.wgmt }, { "rr", w.epi_rows } },
+      rows_unroll = w.epi_unroll,
       value = string.format("slab[rr * %d + %s]", S, swizzled and "(lane ^ ((rr & 3) << 3))" or "lane"),
       co = string.format("co0 + %d * kk + lane", w.epi_cols),
       pixel = "(pm0 + 64 * mt + 16 * warp + rr)",

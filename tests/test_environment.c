@@ -20,7 +20,7 @@ static const char *const knobs[] = {
     "FUSEGEN_MMA_ACC_STEPS", "FUSEGEN_SPLIT_K",    "FUSEGEN_WGMMA_M64",        "FUSEGEN_WGMMA_MULTICAST",
     "FUSEGEN_WGMMA_A_TMA",  "FUSEGEN_WGMMA_CTAS",  "FUSEGEN_CONV_TILE",        "FUSEGEN_LOG",
     "FUSEGEN_CACHE_MAX_SIZE", "FUSEGEN_NO_GRAPHS", "FUSEGEN_TUNE",             "TMPDIR",
-    "FUSEGEN_WGMMA_BN",
+    "FUSEGEN_WGMMA_BN",     "FUSEGEN_WGMMA_EPI_ROWS",
 };
 
 typedef struct warnings {
@@ -94,6 +94,7 @@ static void integer_knobs(void **state)
         {"FUSEGEN_WGMMA_A_TMA", offsetof(fg_plan_options, wgmma_a_tma), 1, 2},
         {"FUSEGEN_WGMMA_CTAS", offsetof(fg_plan_options, wgmma_ctas), 1, 2},
         {"FUSEGEN_WGMMA_BN", offsetof(fg_plan_options, wgmma_bn), 8, 256},
+        {"FUSEGEN_WGMMA_EPI_ROWS", offsetof(fg_plan_options, wgmma_epi_rows), 1, 16},
     };
     fg_plan_options defaults;
     fg_plan_options_init(&defaults, 90);
@@ -120,6 +121,24 @@ static void integer_knobs(void **state)
             fgt_assert_contains(w.last, k->var);
             fgt_assert_contains(w.last, "ignored");
         }
+    }
+}
+
+/* FUSEGEN_WGMMA_EPI_ROWS takes only divisors of the slab's 16 rows */
+static void epilogue_rows_divide_the_slab(void **state)
+{
+    (void)state;
+    warnings w;
+    fg_plan_options opts = read_with("FUSEGEN_WGMMA_EPI_ROWS", "8", &w);
+    assert_int_equal(opts.wgmma_epi_rows, 8);
+    assert_int_equal(w.count, 0);
+    const char *bad[] = {"3", "6", "12"};
+    for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+        opts = read_with("FUSEGEN_WGMMA_EPI_ROWS", bad[j], &w);
+        assert_int_equal(opts.wgmma_epi_rows, 0);
+        assert_int_equal(w.count, 1);
+        fgt_assert_contains(w.last, "FUSEGEN_WGMMA_EPI_ROWS");
+        fgt_assert_contains(w.last, "1, 2, 4, 8 or 16");
     }
 }
 
@@ -211,6 +230,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(no_variables_change_nothing, clear_knobs),
         cmocka_unit_test_setup(integer_knobs, clear_knobs),
+        cmocka_unit_test_setup(epilogue_rows_divide_the_slab, clear_knobs),
         cmocka_unit_test_setup(named_knobs, clear_knobs),
         cmocka_unit_test_setup(tuple_knobs, clear_knobs),
         cmocka_unit_test_setup(runtime_settings, clear_knobs),

@@ -2170,6 +2170,54 @@ static void wgmma_residual_in_shared_memory(void **state)
     }
 }
 
+/* The staged epilogue's rows per iteration (staged_rows_unrolled): 8 where the chain calls a
+ * math function and its code would be repeated 128 times (4 chunks x 16 rows x the full and
+ * checked copies), all 16 where it is light or flat tiles have no checked copy;
+ * FUSEGEN_WGMMA_EPI_ROWS (wgmma_epi_rows) sets it */
+static void wgmma_epilogue_rows_unrolled(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer, asked, rows;
+    } cases[] = {
+        {"convnext384_bf16_cl_tf32", 1, 0, 8},  /* 1x1 384 -> 1536 + GELU (erff): 128 copies */
+        {"convnext_bf16_cl_tf32", 1, 0, 8},     /* 96 -> 384 + GELU */
+        {"convnext768_bf16_cl_tf32", 1, 0, 16}, /* flat tiles: 64 copies */
+        {"convnext384_bf16_cl_tf32", 2, 0, 16}, /* scale + residual: light */
+        {"resnet_block_bf16_cl_tf32", 2, 0, 16},
+        {"sd_resnet_block_bf16_cl_tf32", 1, 0, 16},
+        {"resnet_block_bf16_cl_tf32", 2, 4, 4}, /* asked for */
+        {"convnext384_bf16_cl_tf32", 1, 16, 16},
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
+        fg_block_ir b;
+        fg_error err = {{0}};
+        if (fg_block_spec_load_file(path, &b, &err) != 0)
+            fail_msg("%s: %s", path, err.msg);
+        const fg_layer_ir *ir = &b.layers[cases[i].layer];
+        opts.wgmma_epi_rows = cases[i].asked;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        print_message("%s layer %s: rows %d\n", cases[i].spec, ir->name, plan->wgmma.epi_unroll);
+        assert_true(plan->wgmma.epi_bytes > 0);
+        assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        if (cases[i].rows < FG_WGMMA_EPI_ROWS)
+            fgt_assert_contains(t->buf, cases[i].rows == 8 ? "its rows 8 at a time" : "its rows 4 at a time");
+        else
+            fgt_assert_not_contains(t->buf, "at a time, not all");
+        free(t);
+        free(plan);
+        fg_block_ir_free(&b);
+    }
+}
+
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
  * the ring has 4 stages or more, with the consumers' registers raised to hold three
  * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
@@ -3021,6 +3069,7 @@ int main(void)
         cmocka_unit_test(wgmma_two_ctas_where_they_fit),
         cmocka_unit_test(wgmma_staged_epilogue_where_channels_last),
         cmocka_unit_test(wgmma_residual_in_shared_memory),
+        cmocka_unit_test(wgmma_epilogue_rows_unrolled),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
