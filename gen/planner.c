@@ -660,6 +660,12 @@ retile:;
                           w->pack_xb % vec == 0
                       ? vec
                       : 0;
+    /* by rows there is no tile to fit: a block holds whole pixels where a pixel's vectors are
+     * at most its 256 threads, so that the pack can compute a norm over each pixel's channels
+     * itself (pack_pixel_statistics; ConvNeXt's LayerNorm at 384 and 768 channels took a
+     * statistics pass and a pack in two channel blocks: bench/NOTES.md v44) */
+    if (w->pack_vec && w->xc / vec <= 256)
+        w->pack_xb = w->xc;
     *why = "a packed input of 2^31 elements or more a sample (the producer's offsets are ints)";
     if ((int64_t)g->in[0] * g->in[1] * g->in[2] * w->xc > INT32_MAX)
         return false;

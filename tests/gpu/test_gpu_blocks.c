@@ -78,6 +78,20 @@ static const block_case cases[] = {
      "    mul { param = \"gamma\", shape = { 32, 1, 1 } }, add { tensor = \"input\" } },\n"
      "}\n",
      false, false},
+    /* ConvNeXt at 768 channels: channels last, layer b's input pack holds every channel of its
+     * pixels (96 threads of 8 bf16 channels, 192 of 4 fp32 ones: planner.c) and computes the
+     * LayerNorm's statistics itself, no statistics pass (bench/NOTES.md v44); its 1x1 conv +
+     * GELU on 16x16 images (two full tiles a sample) runs its staged epilogue's rows 8 at a time */
+    {"convnext_wide",
+     "return block \"convnext_wide\" {\n"
+     "  input = { \"N\", 768, 16, 16 },%s\n"
+     "  layer \"a\" { conv2d { name = \"dwconv\", out_channels = 768, kernel = 7, padding = 3, groups = 768 },\n"
+     "    layer_norm { name = \"norm\", dim = 1, eps = 1e-6 } },\n"
+     "  layer \"b\" { conv2d { name = \"pwconv1\", out_channels = 256, kernel = 1 }, gelu {} },\n"
+     "  layer \"c\" { conv2d { name = \"pwconv2\", out_channels = 768, kernel = 1 },\n"
+     "    mul { param = \"gamma\", shape = { 768, 1, 1 } }, add { tensor = \"input\" } },\n"
+     "}\n",
+     false, false},
     /* the statistics a writer gathers for its reader's group norm (fg_block_link_statistics)
      * are those of the output as stored: here 4 +- ~0.003, far below bf16's step there (1/32),
      * so the rounded values' spread is not the fp32 values' (the values before the rounding
