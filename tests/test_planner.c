@@ -2095,6 +2095,16 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
  * convs and SD's layer out lose a stage to it (SD at 1280 channels keeps 3 in 256-channel
  * tiles only with the 4 KB the swizzled slabs save); the same block at fp32 precision (block
  * accumulation) keeps its 4 stages and no tile, as does a layer without a residual. */
+/* Loads bench/ab-specs/NAME.lua, a block spec of the A/B measurements, into b. */
+static void load_ab_spec(const char *name, fg_block_ir *b)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, name);
+    fg_error err = {{0}};
+    if (fg_block_spec_load_file(path, b, &err) != 0)
+        fail_msg("%s: %s", path, err.msg);
+}
+
 static void wgmma_residual_in_shared_memory(void **state)
 {
     (void)state;
@@ -2123,12 +2133,8 @@ static void wgmma_residual_in_shared_memory(void **state)
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
         fg_block_ir b;
-        fg_error err = {{0}};
-        if (fg_block_spec_load_file(path, &b, &err) != 0)
-            fail_msg("%s: %s", path, err.msg);
+        load_ab_spec(cases[i].spec, &b);
         const fg_layer_ir *ir = &b.layers[cases[i].layer];
         opts.wgmma_bn = cases[i].bn_asked;
         fg_plan *plan = fgt_plan_with(ir, &opts);
@@ -2193,12 +2199,8 @@ static void wgmma_epilogue_rows_unrolled(void **state)
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
         fg_block_ir b;
-        fg_error err = {{0}};
-        if (fg_block_spec_load_file(path, &b, &err) != 0)
-            fail_msg("%s: %s", path, err.msg);
+        load_ab_spec(cases[i].spec, &b);
         const fg_layer_ir *ir = &b.layers[cases[i].layer];
         opts.wgmma_epi_rows = cases[i].asked;
         fg_plan *plan = fgt_plan_with(ir, &opts);
