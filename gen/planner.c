@@ -514,6 +514,21 @@ static int io_vec_elems(const fg_layer_ir *ir)
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
+/* Whether the prologue starts with a norm over each position's channels (mean and variance,
+ * per sample) whose statistics are not handed from another layer: what the wgmma input pack
+ * by pixel rows can compute itself where its blocks hold whole pixels (pack_pixel_statistics) */
+static bool pro_norm_per_pixel(const fg_layer_ir *ir)
+{
+    if (ir->n_pro == 0 || ir->pro_stats_given)
+        return false;
+    const fg_reduce_def *r = fg_op_stats(&ir->pro[0]);
+    if (!r || r->n_accums != 1 || r->accums[0] != FG_ACCUM_MOMENTS)
+        return false;
+    fg_stat_layout L;
+    fg_norm_stat_layout(&ir->pro[0], &L);
+    return L.per_position && !L.over_batch;
+}
+
 /* Whether a sample's `rows` (its tiles' rows) leave enough of them empty past its `opix`
  * output pixels for flat tiles (fg_wgmma_tiling.flat) to pay: more than a quarter */
 static bool flat_saves_rows(int64_t rows, int64_t opix)
@@ -660,11 +675,12 @@ retile:;
                           w->pack_xb % vec == 0
                       ? vec
                       : 0;
-    /* by rows there is no tile to fit: a block holds whole pixels where a pixel's vectors are
-     * at most its 256 threads, so that the pack can compute a norm over each pixel's channels
-     * itself (pack_pixel_statistics; ConvNeXt's LayerNorm at 384 and 768 channels took a
-     * statistics pass and a pack in two channel blocks: bench/NOTES.md v44) */
-    if (w->pack_vec && w->xc / vec <= 256)
+    /* by rows there is no tile to fit: where the prologue's norm is over each pixel's channels,
+     * a block holds whole pixels (up to 256 vectors of them, its threads) and the pack computes
+     * their statistics itself (pack_pixel_statistics): ConvNeXt's LayerNorm at 384 and 768
+     * channels took a statistics pass and a pack in channel blocks (bench/NOTES.md v44).
+     * Elsewhere (SD's GroupNorm at 640+ channels) the channel blocks stay, as measured. */
+    if (w->pack_vec && w->xc / vec <= 256 && pro_norm_per_pixel(ir))
         w->pack_xb = w->xc;
     *why = "a packed input of 2^31 elements or more a sample (the producer's offsets are ints)";
     if ((int64_t)g->in[0] * g->in[1] * g->in[2] * w->xc > INT32_MAX)
@@ -2173,14 +2189,8 @@ static bool pack_pixel_statistics(const planner *p)
     const fg_layer_ir *ir = p->ir;
     const fg_plan *plan = p->plan;
     const fg_wgmma_tiling *w = &plan->wgmma;
-    if (!p->use_wgmma || plan->pro_norm != 0 || ir->pro_stats_given || w->pack_vec == 0 || w->pack_xb != w->xc ||
-        w->xc != ir->input.dim[1])
-        return false;
-    const fg_op *op = &ir->pro[0];
-    const fg_reduce_def *r = fg_op_stats(op);
-    fg_stat_layout L;
-    fg_norm_stat_layout(op, &L);
-    return r && r->n_accums == 1 && r->accums[0] == FG_ACCUM_MOMENTS && L.per_position && !L.over_batch;
+    return p->use_wgmma && plan->pro_norm == 0 && pro_norm_per_pixel(ir) && w->pack_vec != 0 && w->pack_xb == w->xc &&
+           w->xc == ir->input.dim[1];
 }
 
 /* The prologue's statistics: when one of its norms needs statistics of the input (shape
