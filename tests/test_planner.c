@@ -2220,6 +2220,46 @@ static void wgmma_epilogue_rows_unrolled(void **state)
     }
 }
 
+/* The wgmma input pack by pixel rows holds whole pixels where the prologue's norm is over each
+ * pixel's channels, up to 256 vectors a pixel (planner.c, pro_norm_per_pixel), and computes
+ * their statistics itself; SD's GroupNorm packs keep their channel blocks */
+static void wgmma_pack_whole_pixels(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer;
+        bool whole;
+    } cases[] = {
+        {"convnext_bf16_cl_tf32", 1, true},    /* 96 channels: 12 vectors a pixel */
+        {"convnext384_bf16_cl_tf32", 1, true}, /* 48 */
+        {"convnext768_bf16_cl_tf32", 1, true}, /* 96 */
+        {"sd1280_bf16_cl_tf32", 0, false},     /* GroupNorm: statistics pass, 4 channel blocks */
+        {"sd1280_bf16_cl_tf32", 1, false},
+    };
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fg_block_ir b;
+        load_ab_spec(cases[i].spec, &b);
+        const fg_layer_ir *ir = &b.layers[cases[i].layer];
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_wgmma_tiling *w = &plan->wgmma;
+        print_message("%s layer %s: pack_xb %d of %d, pixel statistics %d\n", cases[i].spec, ir->name, w->pack_xb, w->xc,
+                      (int)plan->pack_pixel_stats);
+        assert_true(w->pack_vec > 0);
+        assert_int_equal(w->pack_xb == w->xc, cases[i].whole);
+        assert_int_equal(plan->pack_pixel_stats, cases[i].whole);
+        bool stats_pass = false;
+        for (int p = 0; p < plan->n_passes; p++)
+            stats_pass = stats_pass || plan->passes[p].kind == FG_PASS_PRO_STATS;
+        if (cases[i].whole) /* SD's layer out has none either: its statistics come from layer h */
+            assert_false(stats_pass);
+        free(plan);
+        fg_block_ir_free(&b);
+    }
+}
+
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
  * the ring has 4 stages or more, with the consumers' registers raised to hold three
  * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
@@ -3072,6 +3112,7 @@ int main(void)
         cmocka_unit_test(wgmma_staged_epilogue_where_channels_last),
         cmocka_unit_test(wgmma_residual_in_shared_memory),
         cmocka_unit_test(wgmma_epilogue_rows_unrolled),
+        cmocka_unit_test(wgmma_pack_whole_pixels),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
