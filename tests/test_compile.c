@@ -2,6 +2,7 @@
 /* NVRTC compilation of every spec for sm_80 and sm_90, on a machine with no GPU: each
  * produces a CUDA ELF cubin for the right architecture with one kernel per planned pass,
  * and ptxas reports no spills and no stack frame for any kernel. */
+#include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,79 @@ static int compile_arch(const fg_layer_ir *ir, const fg_plan *plan, const char *
 static int compile_sm90a(const fg_layer_ir *ir, const fg_plan *plan, const char *what, const char *needle)
 {
     return compile_arch(ir, plan, what, needle, "sm_90a");
+}
+
+/* The SASS instructions of `kernel` in a cubin (compiled here, so trusted): its .text.<kernel>
+ * section's bytes / 16, or -1 where it has none. How large a kernel's code is, without a GPU:
+ * bench/NOTES.md v44 found one stalled on instruction fetch at 7912. */
+static long kernel_instructions(const unsigned char *cubin, size_t size, const char *kernel)
+{
+    Elf64_Ehdr eh;
+    memcpy(&eh, cubin, sizeof eh);
+    assert_true(eh.e_shoff + (size_t)eh.e_shnum * sizeof(Elf64_Shdr) <= size);
+    Elf64_Shdr names;
+    memcpy(&names, cubin + eh.e_shoff + (size_t)eh.e_shstrndx * sizeof(Elf64_Shdr), sizeof names);
+    char want[256];
+    snprintf(want, sizeof want, ".text.%s", kernel);
+    for (int i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+        memcpy(&sh, cubin + eh.e_shoff + (size_t)i * sizeof sh, sizeof sh);
+        assert_true(names.sh_offset + sh.sh_name < size);
+        if (strcmp((const char *)cubin + names.sh_offset + sh.sh_name, want) == 0)
+            return (long)(sh.sh_size / 16);
+    }
+    return -1;
+}
+
+/* The staged epilogue's rows 8 at a time where its chain calls math functions (planner.c,
+ * staged_rows_unrolled): ConvNeXt 384's 1x1 conv + GELU compiles to less than 4500
+ * instructions, against more than 6000 with all 16 rows unrolled (FUSEGEN_WGMMA_EPI_ROWS=16; v44
+ * measured 7912 and 39 % of its warp samples waiting on instruction fetch); a light chain
+ * (ResNet's 1x1 + residual) keeps all 16. */
+static void staged_epilogue_code_size(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer, rows_asked, rows;
+        long most, least; /* the conv kernel's instructions */
+    } cases[] = {
+        {"convnext384_bf16_cl_tf32", 1, 0, 8, 4500, 0},
+        {"convnext384_bf16_cl_tf32", 1, 16, 16, 100000, 6000},
+        {"resnet_block_bf16_cl_tf32", 2, 0, 16, 100000, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
+        fg_block_ir b;
+        fg_error err = {{0}};
+        if (fg_block_spec_load_file(path, &b, &err) != 0)
+            fail_msg("%s: %s", path, err.msg);
+        const fg_layer_ir *ir = &b.layers[cases[i].layer];
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.wgmma_epi_rows = cases[i].rows_asked;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
+        fg_rendered src;
+        if (fg_render(ir, plan, &src, &err) != 0)
+            fail_msg("%s: %s", ir->name, err.msg);
+        fg_compiled c;
+        if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
+            fail_msg("%s: %s", ir->name, err.msg);
+        check_cubin(ir->name, c.cubin, c.size, 90);
+        long conv = -1;
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CONV)
+                conv = kernel_instructions(c.cubin, c.size, plan->passes[p].kernel);
+        print_message("%s layer %s, rows %d: the conv kernel has %ld instructions\n", cases[i].spec, ir->name,
+                      cases[i].rows, conv);
+        assert_true(conv > cases[i].least && conv < cases[i].most);
+        fg_compiled_free(&c);
+        fg_rendered_free(&src);
+        free(plan);
+        fg_block_ir_free(&b);
+    }
 }
 
 /* The wgmma engine (sm_90a) on every reference layer, in both precisions: compiles, no
@@ -941,6 +1015,7 @@ int main(void)
         cmocka_unit_test(channels_last),
         cmocka_unit_test(prologues),
         cmocka_unit_test(wgmma_reach),
+        cmocka_unit_test(staged_epilogue_code_size),
         cmocka_unit_test(channel_layer_norms),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),
