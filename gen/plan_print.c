@@ -380,9 +380,9 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                 emit(ctx, line);
                 if (w->epi_unroll < FG_WGMMA_EPI_ROWS) {
                     snprintf(line, sizeof line,
-                             "           its rows %d at a time, not all %d unrolled: where the chain calls math "
-                             "functions (erff, expf, tanhf), its code repeated for every row outgrows the instruction "
-                             "cache (FUSEGEN_WGMMA_EPI_ROWS sets it)",
+                             "           its rows %d at a time, not all %d unrolled (the planner's choice where the "
+                             "chain calls math functions such as erff, expf, tanhf, whose code repeated for every row "
+                             "outgrows the instruction cache, or FUSEGEN_WGMMA_EPI_ROWS)",
                              w->epi_unroll, FG_WGMMA_EPI_ROWS);
                     emit(ctx, line);
                 }

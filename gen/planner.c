@@ -508,12 +508,6 @@ static int io_vec_elems(const fg_layer_ir *ir)
     return 16 / fg_dtype_size(ir->dtype);
 }
 
-/* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
- * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
- * layer runs the same conv), before the passes are chained: the packed operands are passes
- * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
- * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
- * registers), one TF32 product two. */
 /* Whether the prologue starts with a norm over each position's channels (mean and variance,
  * per sample) whose statistics are not handed from another layer: what the wgmma input pack
  * by pixel rows can compute itself where its blocks hold whole pixels (pack_pixel_statistics) */
@@ -565,6 +559,12 @@ static int staged_residual(const fg_layer_ir *ir, const fg_wgmma_tiling *w, bool
     return -1;
 }
 
+/* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
+ * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
+ * layer runs the same conv), before the passes are chained: the packed operands are passes
+ * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
+ * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
+ * registers), one TF32 product two. */
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
                          int bn_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
@@ -1135,8 +1135,11 @@ static bool choose_wgmma(planner *p)
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
     }
-    p->plan->wgmma.epi_unroll =
-        opts->wgmma_epi_rows ? opts->wgmma_epi_rows : staged_rows_unrolled(p->ir, p->io_value, &p->plan->wgmma);
+    /* asked for: a divisor of the slab's rows (as FUSEGEN_WGMMA_EPI_ROWS is read), else chosen */
+    const int rows = opts->wgmma_epi_rows;
+    p->plan->wgmma.epi_unroll = rows > 0 && rows <= FG_WGMMA_EPI_ROWS && FG_WGMMA_EPI_ROWS % rows == 0
+                                    ? rows
+                                    : staged_rows_unrolled(p->ir, p->io_value, &p->plan->wgmma);
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
     if (p->ir->precision == FG_PRECISION_TF32) {

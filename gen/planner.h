@@ -297,7 +297,10 @@ typedef struct fg_wgmma_tiling {
     int cp, xc;          /* packed channels per group (padded), per pixel (all groups) */
     int pack_xb;         /* packed channels of a pixel one block of the input-packing pass
                           * transposes: xc, or a share of them where 32 pixels x xc channels
-                          * would not fit its 48 KB tile (wide inputs: 384 TF32 channels and up) */
+                          * would not fit its 48 KB tile (wide inputs: 384 TF32 channels and up);
+                          * xc again by pixel rows (pack_vec) where the prologue's norm is over
+                          * each pixel's channels and they are at most 256 vectors (the pack
+                          * computes its statistics: planner.c, pro_norm_per_pixel) */
     int pack_vec;        /* the packing pass by pixel rows: a channels-last input whose groups
                           * need no padding channels is the packed layout [N][pixels][xc]
                           * already, so the pack is elementwise, pack_vec input elements (16
@@ -315,7 +318,8 @@ typedef struct fg_wgmma_tiling {
     int64_t epi_offset, epi_bytes;
     int epi_stride;      /* floats between a slab's rows: FG_WGMMA_EPI_STRIDE, or FG_WGMMA_EPI_COLS swizzled */
     int epi_unroll;      /* the slab's rows a staged epilogue handles per iteration of its row loop (unrolled),
-                          * 1..FG_WGMMA_EPI_ROWS, a divisor of it */
+                          * 1..FG_WGMMA_EPI_ROWS, a divisor of it; where its rows' tensor loads are
+                          * prefetched, the chunks are at most this many rows too (conv.lua) */
     /* The residual's tile in shared memory (bench/NOTES.md v42): where a half, channels-last
      * staged epilogue reads a block tensor of the output's shape (parameter res_param) and the
      * layer has no statistics, reduction, softmax or pool, each consumer warp copies its rows x

@@ -486,7 +486,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     for i = 0, pass.args.n - 1 do
       local a = pass.args[i]
       if a.kind == "param" and lib.per_pixel_tensor(layer.params[a.index]) and not ev:in_smem(a.index) then
-        chunk = th.prefetch_rows
+        -- no more rows at a time than th.rows_unroll asks for (a divisor of the loop's)
+        chunk = math.min(th.prefetch_rows, th.rows_unroll or th.prefetch_rows)
       end
     end
   end

@@ -178,7 +178,8 @@ static long kernel_instructions(const unsigned char *cubin, size_t size, const c
  * staged_rows_unrolled): ConvNeXt 384's 1x1 conv + GELU compiles to less than 4500
  * instructions, against more than 6000 with all 16 rows unrolled (FUSEGEN_WGMMA_EPI_ROWS=16; v44
  * measured 7912 and 39 % of its warp samples waiting on instruction fetch); a light chain
- * (ResNet's 1x1 + residual) keeps all 16. */
+ * (ResNet's 1x1 + residual) keeps all 16 at that size. The bounds are NVRTC 13.0's numbers with
+ * a margin; another ptxas may move them. */
 static void staged_epilogue_code_size(void **state)
 {
     (void)state;
@@ -189,7 +190,7 @@ static void staged_epilogue_code_size(void **state)
     } cases[] = {
         {"convnext384_bf16_cl_tf32", 1, 0, 8, 4500, 0},
         {"convnext384_bf16_cl_tf32", 1, 16, 16, 100000, 6000},
-        {"resnet_block_bf16_cl_tf32", 2, 0, 16, 100000, 0},
+        {"resnet_block_bf16_cl_tf32", 2, 0, 16, 4500, 0}, /* 3680: all rows unrolled stay small */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[1024];

@@ -53,9 +53,9 @@ static const wgmma_reach_case wgmma_reach_cases[] = {
         conv2d { out_channels = 96, kernel = 3, padding = 1, groups = 3 },
         relu {},
     })},
-    /* channels last, 3x3 with stride 2: packed by pixel rows, 264 vectors of 4 channels a
-     * pixel, more than a block's 256 threads, so in 3 channel blocks of 352 (up to 1024
-     * channels a block holds whole pixels: planner.c) */
+    /* channels last, 3x3 with stride 2: packed by pixel rows in 3 channel blocks of 352 (no
+     * per-pixel norm in the prologue, and 264 vectors of 4 channels a pixel, more than a block's
+     * 256 threads: either keeps the channel blocks, planner.c) */
     {"wide_fp32_channels_last_1056", "channel blocks", 1, 1e-4, WGMMA_REACH_SPEC(return layer "wide_fp32_channels_last_1056" {
         input = { "N", 1056, 7, 9 },
         layout = "channels_last",

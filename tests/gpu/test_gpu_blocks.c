@@ -81,10 +81,11 @@ static const block_case cases[] = {
     /* ConvNeXt at 768 channels: channels last, layer b's input pack holds every channel of its
      * pixels (96 threads of 8 bf16 channels, 192 of 4 fp32 ones: planner.c) and computes the
      * LayerNorm's statistics itself, no statistics pass (bench/NOTES.md v44); its 1x1 conv +
-     * GELU on 16x16 images (two full tiles a sample) runs its staged epilogue's rows 8 at a time */
+     * GELU on 14x14 images (two tiles a sample, the second 68 of 128 rows: the checked copy)
+     * runs its staged epilogue's rows 8 at a time */
     {"convnext_wide",
      "return block \"convnext_wide\" {\n"
-     "  input = { \"N\", 768, 16, 16 },%s\n"
+     "  input = { \"N\", 768, 14, 14 },%s\n"
      "  layer \"a\" { conv2d { name = \"dwconv\", out_channels = 768, kernel = 7, padding = 3, groups = 768 },\n"
      "    layer_norm { name = \"norm\", dim = 1, eps = 1e-6 } },\n"
      "  layer \"b\" { conv2d { name = \"pwconv1\", out_channels = 256, kernel = 1 }, gelu {} },\n"
