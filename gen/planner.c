@@ -1120,6 +1120,11 @@ static int staged_rows_unrolled(const fg_layer_ir *ir, int io_value, const fg_wg
     return bodies * (16 + 30 * calls) > 4096 ? FG_WGMMA_EPI_ROWS / 2 : FG_WGMMA_EPI_ROWS;
 }
 
+bool fg_wgmma_epi_rows_valid(int rows)
+{
+    return rows > 0 && rows <= FG_WGMMA_EPI_ROWS && FG_WGMMA_EPI_ROWS % rows == 0;
+}
+
 static bool choose_wgmma(planner *p)
 {
     const fg_plan_options *opts = p->opts;
@@ -1135,10 +1140,8 @@ static bool choose_wgmma(planner *p)
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
     }
-    /* asked for: a divisor of the slab's rows (as FUSEGEN_WGMMA_EPI_ROWS is read), else chosen */
-    const int rows = opts->wgmma_epi_rows;
-    p->plan->wgmma.epi_unroll = rows > 0 && rows <= FG_WGMMA_EPI_ROWS && FG_WGMMA_EPI_ROWS % rows == 0
-                                    ? rows
+    p->plan->wgmma.epi_unroll = fg_wgmma_epi_rows_valid(opts->wgmma_epi_rows)
+                                    ? opts->wgmma_epi_rows
                                     : staged_rows_unrolled(p->ir, p->io_value, &p->plan->wgmma);
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;

@@ -539,6 +539,9 @@ typedef struct fg_plan_options {
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */
 void fg_plan_options_init(fg_plan_options *opts, int sm);
+/* Whether `rows` may be asked for as fg_plan_options.wgmma_epi_rows: a divisor of the staging
+ * slab's FG_WGMMA_EPI_ROWS (1, 2, 4, 8 or 16); the planner chooses in place of any other. */
+bool fg_wgmma_epi_rows_valid(int rows);
 /* The same for an architecture name: "sm_80", "sm_90", "sm_90a" (wgmma). */
 void fg_plan_options_for_arch(fg_plan_options *opts, const char *arch);
 /* Points options (knobs already set) at an architecture: what it has (sm, wgmma). */

@@ -106,9 +106,9 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
             "1 (one wgmma CTA a multiprocessor) or 2 (two where they fit)", warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_BN", 8, 256, &opts->wgmma_bn,
             "the widest channel block of a wgmma tile, 8 to 256 (rounded up to a multiple of 8)", warn, warn_ctx);
-    int rows = 0; /* a divisor of the slab's 16 rows */
+    int rows = 0;
     env_int("FUSEGEN_WGMMA_EPI_ROWS", 1, 16, &rows, "1, 2, 4, 8 or 16", warn, warn_ctx);
-    if (rows & (rows - 1))
+    if (rows && !fg_wgmma_epi_rows_valid(rows))
         warn_bad(warn, warn_ctx, "FUSEGEN_WGMMA_EPI_ROWS", getenv("FUSEGEN_WGMMA_EPI_ROWS"), "1, 2, 4, 8 or 16");
     else if (rows)
         opts->wgmma_epi_rows = rows;

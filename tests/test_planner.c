@@ -2088,6 +2088,20 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
     free(ir);
 }
 
+/* Loads bench/ab-specs/NAME.lua (a block spec of the A/B measurements) into b and plans its
+ * layer `layer` with opts: the plan (the caller frees it and b), the layer in *ir. */
+static fg_plan *plan_ab_layer(const char *name, int layer, const fg_plan_options *opts, fg_block_ir *b,
+                              const fg_layer_ir **ir)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, name);
+    fg_error err = {{0}};
+    if (fg_block_spec_load_file(path, b, &err) != 0)
+        fail_msg("%s: %s", path, err.msg);
+    *ir = &b->layers[layer];
+    return fgt_plan_with(*ir, opts);
+}
+
 /* The residual's tile in shared memory (fg_wgmma_tiling.res_bytes, bench/NOTES.md v42) in the
  * A/B blocks of bench/ab-specs/ (bf16, channels last): bm x bn x 2 bytes after the slabs, whose
  * rows are then 32 floats apart (swizzled), reserved before the stages are counted and only
@@ -2095,16 +2109,6 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
  * convs and SD's layer out lose a stage to it (SD at 1280 channels keeps 3 in 256-channel
  * tiles only with the 4 KB the swizzled slabs save); the same block at fp32 precision (block
  * accumulation) keeps its 4 stages and no tile, as does a layer without a residual. */
-/* Loads bench/ab-specs/NAME.lua, a block spec of the A/B measurements, into b. */
-static void load_ab_spec(const char *name, fg_block_ir *b)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, name);
-    fg_error err = {{0}};
-    if (fg_block_spec_load_file(path, b, &err) != 0)
-        fail_msg("%s: %s", path, err.msg);
-}
-
 static void wgmma_residual_in_shared_memory(void **state)
 {
     (void)state;
@@ -2134,10 +2138,9 @@ static void wgmma_residual_in_shared_memory(void **state)
     fg_plan_options_for_arch(&opts, "sm_90a");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_block_ir b;
-        load_ab_spec(cases[i].spec, &b);
-        const fg_layer_ir *ir = &b.layers[cases[i].layer];
+        const fg_layer_ir *ir;
         opts.wgmma_bn = cases[i].bn_asked;
-        fg_plan *plan = fgt_plan_with(ir, &opts);
+        fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
         const fg_wgmma_tiling *w = &plan->wgmma;
         print_message("%s layer %s: %d stages, bn %d, residual %lld B\n", cases[i].spec, ir->name, w->stages, w->bn,
                       (long long)w->res_bytes);
@@ -2200,10 +2203,9 @@ static void wgmma_epilogue_rows_unrolled(void **state)
     fg_plan_options_for_arch(&opts, "sm_90a");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_block_ir b;
-        load_ab_spec(cases[i].spec, &b);
-        const fg_layer_ir *ir = &b.layers[cases[i].layer];
+        const fg_layer_ir *ir;
         opts.wgmma_epi_rows = cases[i].asked;
-        fg_plan *plan = fgt_plan_with(ir, &opts);
+        fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
         print_message("%s layer %s: rows %d\n", cases[i].spec, ir->name, plan->wgmma.epi_unroll);
         assert_true(plan->wgmma.epi_bytes > 0);
         assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
@@ -2241,9 +2243,8 @@ static void wgmma_pack_whole_pixels(void **state)
     fg_plan_options_for_arch(&opts, "sm_90a");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_block_ir b;
-        load_ab_spec(cases[i].spec, &b);
-        const fg_layer_ir *ir = &b.layers[cases[i].layer];
-        fg_plan *plan = fgt_plan_with(ir, &opts);
+        const fg_layer_ir *ir;
+        fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
         const fg_wgmma_tiling *w = &plan->wgmma;
         print_message("%s layer %s: pack_xb %d of %d, pixel statistics %d\n", cases[i].spec, ir->name, w->pack_xb, w->xc,
                       (int)plan->pack_pixel_stats);
