@@ -364,6 +364,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          w->consumer_regs, w->producer_regs);
                 emit(ctx, line);
             }
+            if (w->alternate) {
+                snprintf(line, sizeof line,
+                         "           the two consumer warpgroups take whole tiles of %d pixels in turn "
+                         "(FUSEGEN_WGMMA_ALTERNATE=2): one's main loop runs while the other's epilogue does; "
+                         "no split K",
+                         w->bm);
+                emit(ctx, line);
+            }
             if (w->ping_pong) {
                 snprintf(line, sizeof line,
                          "           each K chunk's sum into one of two accumulators in turn (ping-pong), the next "

@@ -566,7 +566,7 @@ static int staged_residual(const fg_layer_ir *ir, const fg_wgmma_tiling *w, bool
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
-                         int bn_asked, int io_value, fg_wgmma_tiling *w, const char **why)
+                         int bn_asked, int alternate_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
     memset(w, 0, sizeof *w);
     w->res_param = -1;
@@ -690,6 +690,10 @@ retile:;
     /* the conv pass feeds statistics: a later op's (gathered across the block's tiles in up to
      * two accumulators), or only those of the output that the next layer of a block reads (one) */
     const bool op_stats = layer_has_statistics(ir), partials = op_stats || ir->exports_stats;
+    /* whole tiles per consumer warpgroup in turn (fg_wgmma_tiling.alternate) where no epilogue
+     * step syncs the two warpgroups (the statistics partials' flush) and one CTA holds the SM */
+    w->alternate = alternate_asked == 2 && w->ctas_per_sm == 1 && !partials;
+    const int tile_rows = w->alternate ? 64 : 128; /* a tile's rows per m64 tile a warpgroup holds */
     /* TF32 operands: two m64 tiles per consumer warpgroup where the registers and at least 3
      * stages allow it (twice the rows per weight tile), else one. Half operands: one (128-pixel
      * tiles), measured (bench/NOTES.md v19: FUSEGEN_WGMMA_M64=1 against the planner's 256-pixel
@@ -735,7 +739,7 @@ retile:;
         int main_loop = acc * (1 + w->block_acc) + 32;
         int epilogue = acc + partial_regs + 48;
         int need = round_up((main_loop > epilogue ? main_loop : epilogue) + 16, 8);
-        w->bm = 128 * w->wgmt;
+        w->bm = tile_rows * w->wgmt;
         w->a_bytes = (int64_t)w->bm * 128;
         w->stage_bytes = w->a_parts * w->a_bytes + w->parts * w->b_bytes;
         const int64_t room = (two ? TWO_BLOCK_SMEM : MAX_BLOCK_SMEM) - 1024 - 256 - w->stat_bytes;
@@ -751,7 +755,8 @@ retile:;
         w->epi_bytes = slabs;
         w->epi_stride = FG_WGMMA_EPI_STRIDE;
         if (residual >= 0) {
-            const int64_t tile = (int64_t)w->bm * w->bn * 2,
+            /* every consumer warp's 16 wgmt rows: a tile's, or each warpgroup's own tile's */
+            const int64_t tile = (int64_t)128 * w->wgmt * w->bn * 2,
                           with = (room - swizzled - tile) / w->stage_bytes;
             if (with >= 3 + w->block_acc) {
                 stages = with;
@@ -790,6 +795,9 @@ retile:;
     *why = NULL;
     w->m_tiles = (int)ceil_div(opix, w->bm);
     w->opix = opix;
+    /* the flat-tile rule on the rows of a shared tile (128 wgmt) also where each warpgroup
+     * takes its own (64 wgmt): flat tiles exactly where the shared tiles would be flat */
+    const int64_t rule_rows = ceil_div(opix, 128 * (int64_t)w->wgmt) * 128 * w->wgmt;
     /* flat tiles where a sample leaves more than a quarter of its tiles' rows empty and the
      * epilogue keys nothing by sample (no statistics; no reduction, softmax or pool, so no
      * channel reduction in the epilogue either):
@@ -799,7 +807,7 @@ retile:;
      * with them split K there, and those blocks took 23-33 % longer flat (v40). The cp.async
      * producer's int offsets then reach into the samples a tile runs over */
     /* (a reduction, softmax or pool after the conv: its epilogue may key by sample) */
-    w->flat = !partials && !any_gathers(ir, 1, ir->n_ops - 1) && flat_saves_rows((int64_t)w->m_tiles * w->bm, opix) &&
+    w->flat = !partials && !any_gathers(ir, 1, ir->n_ops - 1) && flat_saves_rows(rule_rows, opix) &&
               (w->bm / opix + 2) * g->in[0] * g->in[1] * g->in[2] * w->xc <= INT32_MAX;
     /* a flat tile's per-row sample costs the epilogue registers: at 256 channels (ResNet-50's
      * 7x7 1x1 convs in bf16) and with two m64 tiles a warpgroup (a TF32 7x7 3x3 with a
@@ -877,6 +885,9 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
 {
     w->split_k = 1;
     w->split_counters = w->split_partials = -1;
+    /* the warpgroups' tiles in turn (fg_wgmma_tiling.alternate): a split's fixup syncs them */
+    if (w->alternate)
+        return;
     int64_t s = w->kch / (2 * (int64_t)w->stages);
     if (s > WGMMA_MAX_SPLIT)
         s = WGMMA_MAX_SPLIT;
@@ -902,7 +913,8 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
  * halved B reads save while A is copied by the producer threads); kept for the TMA producer. */
 static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int groups)
 {
-    w->multicast = opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 ? 2 : 1;
+    w->multicast =
+        opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 && !w->alternate ? 2 : 1;
 }
 
 /* TMA im2col limits (cuTensorMapEncodeIm2col, PTX cp.async.bulk.tensor .im2col; bench/hopper-tma.md
@@ -1134,8 +1146,7 @@ static bool choose_wgmma(planner *p)
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
     if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
-                      p->io_value, &p->plan->wgmma,
-                      &why)) {
+                      opts->wgmma_alternate, p->io_value, &p->plan->wgmma, &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
@@ -1224,6 +1235,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
     if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
+                      opts->wgmma_alternate,
                       fg_io_buffer_value(ir, wanted_strategy(ir, opts)), &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;
@@ -1450,6 +1462,8 @@ static int conv_tiling(const planner *p, fg_pass *ps)
         ps->launch.smem_bytes = (int)(1024 + p->plan->wgmma.bar_offset + 16 * p->plan->wgmma.stages + 16);
         if (p->plan->wgmma.split_k > 1)
             ps->launch.smem_bytes += 16; /* split K: the last-arrival flag */
+        if (p->plan->wgmma.alternate)
+            ps->launch.smem_bytes += 16; /* the consumer warpgroups' two turn barriers */
         return 0;
     }
     if (want_mma(opts) && conv_tiling_mma(&g, ps, opts)) {

@@ -286,7 +286,7 @@ typedef struct fg_wgmma_tiling {
     int kc_elems;        /* K elements per chunk: one 128-byte row, 32 TF32 or 64 half elements */
     int block_acc;       /* 1: each K chunk into a fresh accumulator, added in fp32 */
     int bn, nblk;        /* output channels per tile, tiles along the channels of a group */
-    int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt) */
+    int wgmt, bm;        /* m64 tiles per consumer warpgroup; output pixels per tile (128 wgmt; 64 wgmt where alternate) */
     int m_tiles;         /* tiles along a sample's output pixels */
     bool flat;           /* a tile's rows run on over the next samples' output pixels (the
                           * batch's pixels flattened): where a sample would leave more than a
@@ -365,6 +365,18 @@ typedef struct fg_wgmma_tiling {
      * and the three accumulators fit the consumers' 232 registers (wgmma_ping_pong). 0: one
      * chunk accumulator. */
     int ping_pong;
+    /* 1: the two consumer warpgroups take whole tiles in turn (CUTLASS's "ping-pong" kernel
+     * schedule; not the block accumulation's ping_pong above): a tile is one warpgroup's
+     * 64 wgmt rows (bm), warpgroup cw runs the CTA's tiles begin + cw, begin + cw + 2, ...,
+     * each main loop starting once the other warpgroup's previous one has ended (two turn
+     * mbarriers after the ring's), so one warpgroup's epilogue runs while the other's wgmmas
+     * do (today both share each tile: the tensor cores idle through every epilogue, 74 % of
+     * ConvNeXt 768's 1x1 + GELU, bench/NOTES.md v44). Opt-in while unmeasured
+     * (FUSEGEN_WGMMA_ALTERNATE=2), only where nothing in the epilogue syncs the two
+     * warpgroups or pairs CTAs: no statistics partials or channel reduction, no split K, no
+     * multicast pair, one CTA a multiprocessor. The flat-tile rule still counts 128 wgmt rows,
+     * so that flat tiles are where the shared tiles have them. 0: the warpgroups share each tile. */
+    int alternate;
     /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
      * string, for `fusegen plan`); NULL otherwise */
     const char *a_tma_refused;
@@ -535,6 +547,7 @@ typedef struct fg_plan_options {
     int wgmma_ctas;         /* wgmma: 2 runs two CTAs a multiprocessor where they fit, 1 one (0: choose: one) */
     int wgmma_bn;           /* wgmma: the widest channel block of a tile, 8..256, rounded up to 8 (0: choose) */
     int wgmma_epi_rows;     /* wgmma: the staged epilogue's rows per iteration of its row loop, 1, 2, 4, 8 or 16 (0: choose) */
+    int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: never) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

@@ -1593,10 +1593,17 @@ function M.render(layer, plan, pass, names, signature)
   end
   if pair then
     c:line("fgw_mbar_init(bar_empty + 8 * s, 16); /* one per consumer warp of either CTA */")
+  elseif w.alternate == 1 then
+    c:line("fgw_mbar_init(bar_empty + 8 * s, 4);  /* one per warp of the consumer warpgroup whose tile it holds */")
   else
     c:line("fgw_mbar_init(bar_empty + 8 * s, 8);  /* one per consumer warp */")
   end
   c:close()
+  if w.alternate == 1 then
+    c:line("/* the turn barriers: warpgroup cw's arrives when its main loop of a tile has ended, one per warp */")
+    c:line("fgw_mbar_init(bar_empty + 8 * STAGES + 16, 4);")
+    c:line("fgw_mbar_init(bar_empty + 8 * STAGES + 24, 4);")
+  end
   c:line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");")
   c:close()
   c:line(pair and "fg_cluster_sync(); /* both CTAs' barriers initialized before either uses the other's */" or
@@ -1619,7 +1626,12 @@ function M.render(layer, plan, pass, names, signature)
   c:close()
   c:line("if constexpr (CONSREG > BASEREG) asm volatile(\"setmaxnreg.inc.sync.aligned.u32 %0;\" ::\"n\"(CONSREG));")
   c:line("const int cw = wgi - 1, lane = (int)threadIdx.x & 31, warp = ((int)threadIdx.x >> 5) & 3;")
-  c:line("const int row0 = 64 * WGMT * cw; /* this warpgroup's rows of every tile */")
+  if w.alternate == 1 then
+    c:line("const int row0 = 0; /* each warpgroup's tiles are its own (fg_wgmma_tiling.alternate) */")
+    c:line("const fgw_u32 bar_turn = bar_empty + 8 * STAGES + 16; /* [cw]: warpgroup cw's main loops ended */")
+  else
+    c:line("const int row0 = 64 * WGMT * cw; /* this warpgroup's rows of every tile */")
+  end
   c:line("float acc[WGMT][BN / 2], tmp[WGMT][BN / 2];")
   c:line("(void)tmp; (void)lane;")
   -- the residual's tile in shared memory (planner.h, fg_wgmma_tiling.res_bytes): this warp's
@@ -1691,6 +1703,20 @@ function M.render(layer, plan, pass, names, signature)
     c:line("/* split K: the last split of the tile to arrive sums the partials and runs the epilogue */")
     c:line("if (nsplit > 1 && !split_fixup(acc, %s, (unsigned *)%s, tile, split, nsplit, split_flag)) continue;", part,
       count)
+  elseif w.alternate == 1 then
+    -- whole tiles in turn (planner.h, fg_wgmma_tiling.alternate): the block's j-th tile is
+    -- warpgroup j % 2's. Its main loop waits for the other warpgroup's main loop of tile j - 1
+    -- (their arrival count: (j - 1) / 2 phases of that barrier before), so the two main loops
+    -- run one after the other while each epilogue overlaps the other's main loop; and a
+    -- warpgroup waits on a stage's full barrier only when every earlier fill of the ring has
+    -- been waited for, so its parity never lags two phases behind
+    c:open("for (int tile = begin + cw; tile < end; tile += 2) {")
+    c:line("const Tile tl = decode_tile(tile);")
+    res_issue()
+    c:line("if (tile > begin) fgw_mbar_wait(bar_turn + 8 * (1 - cw), ((tile - begin - 1) >> 1) & 1);")
+    c:line("mainloop(acc, tmp, tile - begin, row0, sbase, bar_full, bar_empty);")
+    c:line("if (lane == 0) fgw_mbar_arrive(bar_turn + 8 * cw);")
+    res_wait()
   else
     c:open("for (int tile = begin; tile < end; ++tile) {")
     c:line("const Tile tl = decode_tile(tile);")

@@ -226,6 +226,46 @@ static void staged_epilogue_code_size(void **state)
     }
 }
 
+/* The consumer warpgroups' tiles in turn (FUSEGEN_WGMMA_ALTERNATE=2) on the A/B blocks of
+ * bench/ab-specs/ that take it (bf16 and fp32 precision, TF32 operands, flat tiles, the
+ * residual in shared memory, block accumulation in ping-pong): every conv kernel compiles for
+ * sm_90a with its turn barriers, no spills and no serialized wgmma. */
+static void wgmma_tiles_in_turn(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {
+        "convnext768_bf16_cl_tf32",  "convnext384_bf16_cl_tf32", "convnext_bf16_cl_tf32", "resnet_block_bf16_cl_tf32",
+        "resnet_block_bf16_cl_fp32", "resnet2048_bf16_cl_tf32",  "conv_64_128_256",       "sd_resnet_block_bf16_cl_tf32",
+    };
+    int problems = 0, alternate = 0;
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, specs[i]);
+        fg_block_ir b;
+        fg_error err = {{0}};
+        if (fg_block_spec_load_file(path, &b, &err) != 0)
+            fail_msg("%s: %s", path, err.msg);
+        for (int l = 0; l < b.n_layers; l++) {
+            const fg_layer_ir *ir = &b.layers[l];
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.wgmma_alternate = 2;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            if (plan->wgmma.alternate) {
+                char what[256];
+                snprintf(what, sizeof what, "%s layer %s, tiles in turn", specs[i], ir->name);
+                problems += compile_sm90a(ir, plan, what, "fgw_mbar_wait(bar_turn + 8 * (1 - cw)");
+                alternate++;
+            }
+            free(plan);
+        }
+        fg_block_ir_free(&b);
+    }
+    print_message("%d conv layers with their tiles in turn compiled\n", alternate);
+    assert_true(alternate >= 14);
+    assert_int_equal(problems, 0);
+}
+
 /* The wgmma engine (sm_90a) on every reference layer, in both precisions: compiles, no
  * spills, and no ptxas warning about wgmma (a serialized wgmma is a generator bug). */
 static void wgmma_engine(void **state)
@@ -1017,6 +1057,7 @@ int main(void)
         cmocka_unit_test(prologues),
         cmocka_unit_test(wgmma_reach),
         cmocka_unit_test(staged_epilogue_code_size),
+        cmocka_unit_test(wgmma_tiles_in_turn),
         cmocka_unit_test(channel_layer_norms),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),

@@ -2261,6 +2261,77 @@ static void wgmma_pack_whole_pixels(void **state)
     }
 }
 
+/* The consumer warpgroups' tiles in turn (FUSEGEN_WGMMA_ALTERNATE=2, fg_wgmma_tiling.alternate):
+ * where the epilogue syncs neither warpgroup with the other nor pairs CTAs, a tile is one
+ * warpgroup's 64 wgmt rows (the ring's A stage halves), never split, flat exactly where the
+ * shared tiles are, the residual's tile still 16 wgmt rows a consumer warp, and 16 bytes more
+ * shared memory for the two turn barriers (after the ring's and their slack); refused with statistics partials, two CTAs a
+ * multiprocessor, and off unless asked for. */
+static void wgmma_tiles_in_turn(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer, asked, ctas;
+        bool alternate;
+    } cases[] = {
+        {"convnext768_bf16_cl_tf32", 1, 2, 0, true},  /* 1x1 + GELU, flat tiles */
+        {"convnext768_bf16_cl_tf32", 2, 2, 0, true},  /* split K in 4 without, the residual in shared memory */
+        {"convnext768_bf16_cl_tf32", 1, 0, 0, false}, /* not asked for */
+        {"resnet_block_bf16_cl_tf32", 1, 2, 0, true}, /* 3x3 on 56x56 */
+        {"resnet_block_bf16_cl_fp32", 2, 2, 0, true}, /* block accumulation in ping-pong too */
+        {"conv_64_128_256", 0, 2, 0, true},           /* TF32 operands: two m64 tiles a warpgroup */
+        {"sd_resnet_block_bf16_cl_tf32", 0, 2, 0, false}, /* exports its output's statistics */
+        {"nnunet_stage_bf16_cl_tf32", 0, 2, 0, false},    /* InstanceNorm's partials */
+        {"convnext_bf16_cl_tf32", 1, 2, 2, false},        /* two CTAs a multiprocessor */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        fg_block_ir b, b0;
+        const fg_layer_ir *ir, *ir0;
+        fg_plan *shared = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b0, &ir0);
+        opts.wgmma_alternate = cases[i].asked;
+        opts.wgmma_ctas = cases[i].ctas;
+        fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
+        const fg_wgmma_tiling *w = &plan->wgmma, *w0 = &shared->wgmma;
+        print_message("%s layer %s: alternate %d, tiles of %d (shared: %d), split %d (%d), flat %d\n", cases[i].spec,
+                      ir->name, w->alternate, w->bm, w0->bm, w->split_k, w0->split_k, (int)w->flat);
+        assert_int_equal(w->alternate, cases[i].alternate);
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        const fg_pass *conv = NULL;
+        for (int p = 0; p < plan->n_passes; p++)
+            if (plan->passes[p].kind == FG_PASS_CONV)
+                conv = &plan->passes[p];
+        assert_non_null(conv);
+        if (cases[i].alternate) {
+            fgt_assert_contains(t->buf, "take whole tiles of");
+            assert_int_equal(w->bm, 64 * w->wgmt);
+            assert_int_equal(w0->bm, 128 * w0->wgmt);
+            assert_int_equal(w->wgmt, w0->wgmt);
+            assert_int_equal(w->split_k, 1);
+            assert_int_equal(w->multicast, 1);
+            assert_int_equal(w->flat, w0->flat);
+            assert_int_equal(w->a_bytes * 2, w0->a_bytes);
+            if (w->res_bytes > 0)
+                assert_int_equal(w->res_bytes, (int64_t)128 * w->wgmt * w->bn * 2);
+            /* the stages, the barriers, their slack, then the turn barriers */
+            assert_int_equal(conv->launch.smem_bytes, 1024 + w->bar_offset + 16 * w->stages + 16 + 16);
+        } else {
+            fgt_assert_not_contains(t->buf, "take whole tiles of");
+            if (cases[i].ctas == 0)
+                assert_int_equal(w->bm, w0->bm);
+        }
+        free(t);
+        free(plan);
+        free(shared);
+        fg_block_ir_free(&b);
+        fg_block_ir_free(&b0);
+    }
+}
+
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
  * the ring has 4 stages or more, with the consumers' registers raised to hold three
  * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
@@ -3114,6 +3185,7 @@ int main(void)
         cmocka_unit_test(wgmma_residual_in_shared_memory),
         cmocka_unit_test(wgmma_epilogue_rows_unrolled),
         cmocka_unit_test(wgmma_pack_whole_pixels),
+        cmocka_unit_test(wgmma_tiles_in_turn),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),
