@@ -392,7 +392,15 @@ end
 -- Declares those variables for one output of a thread mapping `th` (its pixel, od, oh, ow
 -- expressions); with outputs numbered (th.pixel) the indices use px, so od/oh/ow may go unread.
 function M.declare_output_coords(c, g, th)
-  if th.flat then
+  if th.flat and th.predicated then
+    -- flat tiles whose only check is the sample (planner.h, fg_wgmma_tiling.flat_predicated):
+    -- a row past the batch computes its chain on the tile's first sample n0 (in bounds) and
+    -- `ok` predicates its stores, so that no branch keeps the rows apart
+    c:line("const int pr = %s;", th.pixel)
+    c:line("const int nr = n0 + pr / %d, px = pr - (nr - n0) * %d;", th.flat, th.flat)
+    c:line("const bool ok = nr < batch; /* the row is one of the batch's outputs */")
+    c:line("const int n = ok ? nr : n0;")
+  elseif th.flat then
     -- flat tiles (planner.h, fg_wgmma_tiling.flat): th.pixel counts from the tile's first
     -- sample n0 on; the output's sample n and its pixel px there
     -- (the empty asm keeps ptxas from computing every row's n and px once for all channel
@@ -417,6 +425,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- a buffer held as the output is (planner.h, fg_io_buffer_value): rounded, channels last
   local io_buffer = lib.stores_io_buffer(plan, pass)
   local pair = th.pair and O[3] % 2 == 0 and not (g.cl and (pass.store_output or io_buffer))
+  -- predicated stores (th.predicated) leave every other use of an output unchecked
+  if th.predicated and (pair or pass.feeds.n > 0) then error("conv epilogue: predicated stores with pairs or feeds") end
   local width = pair and (th.pair == true and 2 or th.pair) or 1
   local loops = th.loops
   -- slot_end closes the first loop's iteration, which a pair over a single loop does not have
@@ -434,6 +444,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- outputs, else a full tile, where some lanes may still hold none (th.valid)
   local function exists(checked)
     if not checked then return th.valid end
+    -- flat tiles checked by predicated stores: every channel exists and n is in bounds
+    if th.flat and th.predicated then return nil end
     local valid = { string.format("co < %d", g.cout_g) }
     if th.flat then
       -- flat tiles: every sample's pixels are there, up to the batch's end
@@ -597,8 +609,10 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
         c:close()
       end
     else
+      -- flat tiles checked by predicated stores (declare_output_coords): only the stores
+      local only = checked and th.flat and th.predicated and "if (ok) " or ""
       element(function(k, idx, v)
-        c:line("%s[%s] = %s;", targets[k][1], idx, targets[k][3] and "fg_io_round(" .. v .. ")" or v)
+        c:line("%s%s[%s] = %s;", only, targets[k][1], idx, targets[k][3] and "fg_io_round(" .. v .. ")" or v)
       end, checked)
     end
     for i = pair and #loops - 1 or #loops, 1, -1 do

@@ -226,10 +226,68 @@ static void staged_epilogue_code_size(void **state)
     }
 }
 
+/* A flat tile's outputs checked by predicated stores (FUSEGEN_WGMMA_FLAT_PREDICATED=2): the
+ * 1x1 conv kernels of ConvNeXt's and ResNet-50's last stages (7x7, flat) compile with no
+ * spills to fewer instructions than with a branch around each output, which made every row
+ * a block of its own (ConvNeXt 768's GELU layer: 3816 against 2088 instructions, NVRTC 13.0;
+ * bench/NOTES.md v45). */
+static void flat_tiles_predicated(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer;
+    } cases[] = {
+        {"convnext768_bf16_cl_tf32", 1},
+        {"convnext768_bf16_cl_tf32", 2}, /* the residual's tile in shared memory */
+        {"resnet2048_bf16_cl_tf32", 0},
+        {"resnet2048_bf16_cl_tf32", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
+        fg_block_ir b;
+        fg_error err = {{0}};
+        if (fg_block_spec_load_file(path, &b, &err) != 0)
+            fail_msg("%s: %s", path, err.msg);
+        const fg_layer_ir *ir = &b.layers[cases[i].layer];
+        long conv[2] = {-1, -1};
+        for (int asked = 1; asked <= 2; asked++) {
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.wgmma_flat_predicated = asked;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            assert_int_equal(plan->wgmma.flat_predicated, asked == 2);
+            fg_rendered src;
+            if (fg_render(ir, plan, &src, &err) != 0)
+                fail_msg("%s: %s", ir->name, err.msg);
+            if ((strstr(src.source, "if (ok) ") != NULL) != (asked == 2))
+                fail_msg("%s: predicated stores %s", ir->name, asked == 2 ? "missing" : "without the knob");
+            char what[256];
+            snprintf(what, sizeof what, "%s layer %s, FUSEGEN_WGMMA_FLAT_PREDICATED=%d", cases[i].spec, ir->name, asked);
+            fg_compiled c;
+            if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
+                fail_msg("%s: %s", what, err.msg);
+            check_cubin(what, c.cubin, c.size, 90);
+            assert_int_equal(check_resources(what, plan, &c), 0);
+            for (int p = 0; p < plan->n_passes; p++)
+                if (plan->passes[p].kind == FG_PASS_CONV)
+                    conv[asked - 1] = kernel_instructions(c.cubin, c.size, plan->passes[p].kernel);
+            print_message("%s: the conv kernel has %ld instructions\n", what, conv[asked - 1]);
+            fg_compiled_free(&c);
+            fg_rendered_free(&src);
+            free(plan);
+        }
+        assert_true(conv[1] > 0 && conv[1] < conv[0]);
+        fg_block_ir_free(&b);
+    }
+}
+
 /* The consumer warpgroups' tiles in turn (FUSEGEN_WGMMA_ALTERNATE=2) on the A/B blocks of
  * bench/ab-specs/ that take it (bf16 and fp32 precision, TF32 operands, flat tiles, the
- * residual in shared memory, block accumulation in ping-pong): every conv kernel compiles for
- * sm_90a with its turn barriers, no spills and no serialized wgmma. */
+ * residual in shared memory, block accumulation in ping-pong; flat tiles with predicated stores
+ * too): every conv kernel compiles for sm_90a with its turn barriers, no spills and no
+ * serialized wgmma. */
 static void wgmma_tiles_in_turn(void **state)
 {
     (void)state;
@@ -247,22 +305,26 @@ static void wgmma_tiles_in_turn(void **state)
             fail_msg("%s: %s", path, err.msg);
         for (int l = 0; l < b.n_layers; l++) {
             const fg_layer_ir *ir = &b.layers[l];
-            fg_plan_options opts;
-            fg_plan_options_for_arch(&opts, "sm_90a");
-            opts.wgmma_alternate = 2;
-            fg_plan *plan = fgt_plan_with(ir, &opts);
-            if (plan->wgmma.alternate) {
-                char what[256];
-                snprintf(what, sizeof what, "%s layer %s, tiles in turn", specs[i], ir->name);
-                problems += compile_sm90a(ir, plan, what, "fgw_mbar_wait(bar_turn + 8 * (1 - cw)");
-                alternate++;
+            for (int predicated = 1; predicated <= 2; predicated++) { /* with FUSEGEN_WGMMA_FLAT_PREDICATED too */
+                fg_plan_options opts;
+                fg_plan_options_for_arch(&opts, "sm_90a");
+                opts.wgmma_alternate = 2;
+                opts.wgmma_flat_predicated = predicated;
+                fg_plan *plan = fgt_plan_with(ir, &opts);
+                if (plan->wgmma.alternate && (predicated == 1 || plan->wgmma.flat_predicated)) {
+                    char what[256];
+                    snprintf(what, sizeof what, "%s layer %s, tiles in turn%s", specs[i], ir->name,
+                             predicated == 2 ? ", predicated stores" : "");
+                    problems += compile_sm90a(ir, plan, what, "fgw_mbar_wait(bar_turn + 8 * (1 - cw)");
+                    alternate++;
+                }
+                free(plan);
             }
-            free(plan);
         }
         fg_block_ir_free(&b);
     }
     print_message("%d conv layers with their tiles in turn compiled\n", alternate);
-    assert_true(alternate >= 14);
+    assert_true(alternate >= 22); /* 17, and the 7x7 stages' five flat layers with predicated stores too */
     assert_int_equal(problems, 0);
 }
 
@@ -1058,6 +1120,7 @@ int main(void)
         cmocka_unit_test(wgmma_reach),
         cmocka_unit_test(staged_epilogue_code_size),
         cmocka_unit_test(wgmma_tiles_in_turn),
+        cmocka_unit_test(flat_tiles_predicated),
         cmocka_unit_test(channel_layer_norms),
         cmocka_unit_test(every_op_kind),
         cmocka_unit_test(compile_error_is_reported),

@@ -2332,6 +2332,62 @@ static void wgmma_tiles_in_turn(void **state)
     }
 }
 
+/* A flat tile's outputs checked by predicated stores (FUSEGEN_WGMMA_FLAT_PREDICATED=2,
+ * fg_wgmma_tiling.flat_predicated): only flat tiles whose chunks hold only existing channels
+ * (bn a multiple of 32, the group's channels whole blocks), only when asked for; a chain with
+ * a math call then takes its staged rows 8 at a time (the registers), a light one all 16. */
+static void wgmma_flat_predicated(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer, asked;
+        bool predicated;
+        int rows;
+    } cases[] = {
+        {"convnext768_bf16_cl_tf32", 1, 2, true, 8},   /* 1x1 + GELU, 7x7: flat */
+        {"convnext768_bf16_cl_tf32", 2, 2, true, 16},  /* scale + residual */
+        {"convnext768_bf16_cl_tf32", 1, 0, false, 16}, /* not asked for: the branch */
+        {"resnet2048_bf16_cl_tf32", 0, 2, true, 16},
+        {"convnext384_bf16_cl_tf32", 1, 2, false, 8}, /* 14x14: not flat (the code-size rule's 8) */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.wgmma_flat_predicated = cases[i].asked;
+        fg_block_ir b;
+        const fg_layer_ir *ir;
+        fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
+        print_message("%s layer %s: flat %d, predicated %d, rows %d\n", cases[i].spec, ir->name, (int)plan->wgmma.flat,
+                      plan->wgmma.flat_predicated, plan->wgmma.epi_unroll);
+        assert_int_equal(plan->wgmma.flat_predicated, cases[i].predicated);
+        assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
+        text_sink *t = calloc(1, sizeof *t);
+        assert_non_null(t);
+        fg_plan_print(ir, plan, collect_line, t);
+        if (cases[i].predicated)
+            fgt_assert_contains(t->buf, "skipped by predicated stores");
+        else
+            fgt_assert_not_contains(t->buf, "skipped by predicated stores");
+        free(t);
+        free(plan);
+        fg_block_ir_free(&b);
+    }
+    /* 88 output channels on 7x7 images: flat tiles of 88 channels, whose last 32-channel chunk
+     * has lanes past the channels: the branch stays */
+    fg_layer_ir *ir = fgt_load_string("return layer \"l\" { input = { \"N\", 64, 7, 7 }, dtype = \"bf16\", "
+                                      "layout = \"channels_last\", conv2d { out_channels = 88, kernel = 3, padding = 1 } }");
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.wgmma_flat_predicated = 2;
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_true(plan->wgmma.flat);
+    assert_int_equal(plan->wgmma.bn, 88);
+    assert_int_equal(plan->wgmma.flat_predicated, 0);
+    free(plan);
+    free(ir);
+}
+
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
  * the ring has 4 stages or more, with the consumers' registers raised to hold three
  * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
@@ -3186,6 +3242,7 @@ int main(void)
         cmocka_unit_test(wgmma_epilogue_rows_unrolled),
         cmocka_unit_test(wgmma_pack_whole_pixels),
         cmocka_unit_test(wgmma_tiles_in_turn),
+        cmocka_unit_test(wgmma_flat_predicated),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),

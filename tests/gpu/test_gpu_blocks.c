@@ -93,6 +93,23 @@ static const block_case cases[] = {
      "    mul { param = \"gamma\", shape = { 768, 1, 1 } }, add { tensor = \"input\" } },\n"
      "}\n",
      false, false},
+    /* ConvNeXt's 7x7 stage at 128 channels: its 1x1 convs run in flat tiles (49 pixels a
+     * sample, a tile's 128 rows over the next samples': at batch 1, 79 rows past the batch; at
+     * 3, the second tile's last 109), whose channel blocks are whole (256 and 128 channels):
+     * with FUSEGEN_WGMMA_FLAT_PREDICATED=2 (bench/gpu-check runs it so) the rows past the batch
+     * compute on the first sample and only their stores are predicated, layer b's GELU 8 rows
+     * at a time, layer c's residual read at the clamped sample. Precision tf32: one product,
+     * the predicated stores' condition in the half channels-last variants (planner.h) */
+    {"convnext_7x7",
+     "return block \"convnext_7x7\" {\n"
+     "  input = { \"N\", 128, 7, 7 },%s\n"
+     "  layer \"a\" { conv2d { name = \"dwconv\", out_channels = 128, kernel = 7, padding = 3, groups = 128 },\n"
+     "    layer_norm { name = \"norm\", dim = 1, eps = 1e-6 } },\n"
+     "  layer \"b\" { precision = \"tf32\", conv2d { name = \"pwconv1\", out_channels = 256, kernel = 1 }, gelu {} },\n"
+     "  layer \"c\" { precision = \"tf32\", conv2d { name = \"pwconv2\", out_channels = 128, kernel = 1 },\n"
+     "    mul { param = \"gamma\", shape = { 128, 1, 1 } }, add { tensor = \"input\" } },\n"
+     "}\n",
+     false, true},
     /* the statistics a writer gathers for its reader's group norm (fg_block_link_statistics)
      * are those of the output as stored: here 4 +- ~0.003, far below bf16's step there (1/32),
      * so the rounded values' spread is not the fp32 values' (the values before the rounding
