@@ -343,6 +343,12 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "batch 32 instead of %" PRId64 "); the channel blocks of a tile's rows are consecutive tiles",
                          w->opix, w->bm, fg_wgmma_tiles(w, w->m_tiles, 32), (int64_t)32 * w->m_tiles);
                 emit(ctx, line);
+                if (w->flat_predicated) {
+                    snprintf(line, sizeof line,
+                             "           a row past the batch is skipped by predicated stores, not a branch around each "
+                             "output (FUSEGEN_WGMMA_FLAT_PREDICATED=2), so that a warp's rows interleave");
+                    emit(ctx, line);
+                }
             }
             if (w->a_tma == 2) {
                 snprintf(line, sizeof line,
@@ -386,13 +392,6 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "along the channels, so its loads and stores are contiguous",
                          FG_WGMMA_EPI_ROWS, FG_WGMMA_EPI_COLS);
                 emit(ctx, line);
-                if (w->predicated_stores) {
-                    snprintf(line, sizeof line,
-                             "           its checked outputs' rows past the %s skipped by predicated stores, not a branch "
-                             "around each output (FUSEGEN_WGMMA_PREDICATED_STORES=2), so that a warp's rows interleave",
-                             w->flat ? "batch" : "sample's pixels");
-                    emit(ctx, line);
-                }
                 if (w->epi_unroll < FG_WGMMA_EPI_ROWS) {
                     snprintf(line, sizeof line,
                              "           its rows %d at a time, not all %d unrolled (the planner's choice where the "

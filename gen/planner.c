@@ -566,7 +566,7 @@ static int staged_residual(const fg_layer_ir *ir, const fg_wgmma_tiling *w, bool
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
 static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
-                         int bn_asked, int alternate_asked, int predicated_asked, int io_value,
+                         int bn_asked, int alternate_asked, int flat_predicated_asked, int io_value,
                          fg_wgmma_tiling *w, const char **why)
 {
     memset(w, 0, sizeof *w);
@@ -827,15 +827,14 @@ retile:;
         wide = false;
         goto retile;
     }
-    /* the checked outputs' rows by predicated stores (fg_wgmma_tiling.predicated_stores) where
-     * the row is the only check, the epilogue is staged (channels last) and gathers no
-     * statistics (the rows past the sample would feed them), and the operands are
-     * half with one product: with the rows interleaved a 1x1 conv + residual on 7x7 images
-     * spilled in bf16 at fp32 precision (block accumulation: 36 bytes in the staged epilogue,
-     * 12 with the branch; 8 in the fragments', none) and in fp32 tensors at tf32 (TF32
-     * operands, the residual prefetched into registers: 8, none) */
-    w->predicated_stores = predicated_asked == 2 && w->epi_bytes > 0 && !partials && w->operand != FG_WGMMA_TF32 &&
-                           !w->block_acc && w->bn % FG_WGMMA_EPI_COLS == 0 && (int64_t)w->nblk * w->bn == g->cout_g;
+    /* the flat tiles' outputs checked by predicated stores (fg_wgmma_tiling.flat_predicated)
+     * where the sample is the only check, the epilogue is staged (channels last) and the
+     * operands are half with one product: with the rows interleaved a 1x1 conv + residual on
+     * 7x7 images spilled in bf16 at fp32 precision (block accumulation: 36 bytes in the staged
+     * epilogue, 12 with the branch; 8 in the fragments', none) and in fp32 tensors at tf32
+     * (TF32 operands, the residual prefetched into registers: 8, none) */
+    w->flat_predicated = flat_predicated_asked == 2 && w->flat && w->epi_bytes > 0 && w->operand != FG_WGMMA_TF32 &&
+                         !w->block_acc && w->bn % FG_WGMMA_EPI_COLS == 0 && (int64_t)w->nblk * w->bn == g->cout_g;
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->epi_offset = w->stat_offset + w->stat_bytes;
     w->res_offset = w->epi_offset + w->epi_bytes;
@@ -1139,11 +1138,11 @@ static int staged_rows_unrolled(const fg_layer_ir *ir, int io_value, const fg_wg
     const int64_t chunks = ceil_div(w->bn, FG_WGMMA_EPI_COLS), copies = w->flat ? 1 : 2;
     const int64_t bodies = chunks * w->wgmt * FG_WGMMA_EPI_ROWS * copies;
     const int calls = chain_math_calls(ir, io_value >= 0 ? io_value : ir->n_ops - 1);
-    /* outputs checked by predicated stores (fg_wgmma_tiling.predicated_stores) have their rows
+    /* a flat tile checked by predicated stores (fg_wgmma_tiling.flat_predicated) has its rows
      * interleaved by the compiler, each row's chain live at once: with a math call 16 rows
      * took ConvNeXt 768's 1x1 + GELU to the consumers' 168 registers and a spill under NVRTC,
      * 8 to 141 (no GPU run yet: bench/NOTES.md v45) */
-    if (w->predicated_stores && calls > 0)
+    if (w->flat_predicated && calls > 0)
         return FG_WGMMA_EPI_ROWS / 2;
     return bodies * (16 + 30 * calls) > 4096 ? FG_WGMMA_EPI_ROWS / 2 : FG_WGMMA_EPI_ROWS;
 }
@@ -1162,7 +1161,7 @@ static bool choose_wgmma(planner *p)
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
     if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
-                      opts->wgmma_alternate, opts->wgmma_predicated_stores, p->io_value, &p->plan->wgmma, &why)) {
+                      opts->wgmma_alternate, opts->wgmma_flat_predicated, p->io_value, &p->plan->wgmma, &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
@@ -1251,7 +1250,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
     if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
-                      opts->wgmma_alternate, opts->wgmma_predicated_stores,
+                      opts->wgmma_alternate, opts->wgmma_flat_predicated,
                       fg_io_buffer_value(ir, wanted_strategy(ir, opts)), &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;

@@ -377,21 +377,19 @@ typedef struct fg_wgmma_tiling {
      * multicast pair, one CTA a multiprocessor. The flat-tile rule still counts 128 wgmt rows,
      * so that flat tiles are where the shared tiles have them. 0: the warpgroups share each tile. */
     int alternate;
-    /* 1: the staged epilogue's checked copy (every flat tile; a sample's partial last tile)
-     * checks each output's row without a branch (FUSEGEN_WGMMA_PREDICATED_STORES=2, opt-in,
-     * unmeasured): a row past the batch (flat) or past the sample's pixels computes its chain
-     * on the tile's first sample or the sample's first pixel (its loads in bounds) and only
-     * its stores are predicated, so that the compiler interleaves a warp's rows. With the
-     * check as a branch around each output (0) every row is a block of its own and the rows
-     * run one after the other: ConvNeXt 768's 1x1 + GELU (flat, 7x7) alternates one
-     * shared-memory load and one store per row through its whole epilogue, as the checked
-     * copy of 384's (14x14: every other tile) does, where the unchecked copy loads 8 rows
-     * before storing them (the cubins' SASS, bench/NOTES.md v45). Only in the staged epilogue
-     * (channels last, no statistics partials) of half operands with one product (bf16/fp16 at precision tf32:
+    /* 1: a flat tile's epilogue checks each output's sample against the batch without a branch
+     * (FUSEGEN_WGMMA_FLAT_PREDICATED=2, opt-in, unmeasured): the row past the batch computes
+     * its chain on the tile's first sample (its loads in bounds) and only its stores are
+     * predicated, so that the compiler interleaves a warp's rows. With the check as a branch
+     * around each output (0) every row is a block of its own and the rows run one after the
+     * other: ConvNeXt 768's 1x1 + GELU (flat, 7x7) alternates one shared-memory load and one
+     * store per row through its whole epilogue, where the 14x14 stage's unchecked full tiles
+     * load 8 rows before storing them (the cubins' SASS, bench/NOTES.md v45). Only in the staged
+     * epilogue (channels last) of half operands with one product (bf16/fp16 at precision tf32:
      * elsewhere the interleaved rows spilled, planner.c) and where every channel of a tile's
      * chunks exists (bn a multiple of FG_WGMMA_EPI_COLS, the group's channels whole blocks),
-     * so that the row is the only check. */
-    int predicated_stores;
+     * so that the sample is the only check. */
+    int flat_predicated;
     /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
      * string, for `fusegen plan`); NULL otherwise */
     const char *a_tma_refused;
@@ -563,7 +561,7 @@ typedef struct fg_plan_options {
     int wgmma_bn;           /* wgmma: the widest channel block of a tile, 8..256, rounded up to 8 (0: choose) */
     int wgmma_epi_rows;     /* wgmma: the staged epilogue's rows per iteration of its row loop, 1, 2, 4, 8 or 16 (0: choose) */
     int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: never) */
-    int wgmma_predicated_stores; /* wgmma: 2 checks the staged epilogue's rows by predicated stores where it can, 1 by a branch (0: choose: a branch) */
+    int wgmma_flat_predicated; /* wgmma: 2 checks a flat tile's outputs by predicated stores where it can, 1 by a branch (0: choose: a branch) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

@@ -391,22 +391,15 @@ end
 
 -- Declares those variables for one output of a thread mapping `th` (its pixel, od, oh, ow
 -- expressions); with outputs numbered (th.pixel) the indices use px, so od/oh/ow may go unread.
--- `checked`: the copy of the epilogue that checks its outputs (M.epilogue's exists).
-function M.declare_output_coords(c, g, th, checked)
-  if checked and th.predicated and th.flat then
-    -- outputs checked by predicated stores (planner.h, fg_wgmma_tiling.predicated_stores),
-    -- where the row is the only check: a flat tile's row past the batch computes its chain on
-    -- the tile's first sample n0 (in bounds), and `ok` predicates its stores, so that no
-    -- branch keeps the rows apart
+function M.declare_output_coords(c, g, th)
+  if th.flat and th.predicated then
+    -- flat tiles whose only check is the sample (planner.h, fg_wgmma_tiling.flat_predicated):
+    -- a row past the batch computes its chain on the tile's first sample n0 (in bounds) and
+    -- `ok` predicates its stores, so that no branch keeps the rows apart
     c:line("const int pr = %s;", th.pixel)
     c:line("const int nr = n0 + pr / %d, px = pr - (nr - n0) * %d;", th.flat, th.flat)
     c:line("const bool ok = nr < batch; /* the row is one of the batch's outputs */")
     c:line("const int n = ok ? nr : n0;")
-  elseif checked and th.predicated then
-    -- ... a partial tile's row past the sample's pixels, on the sample's first pixel
-    c:line("const int pq = %s;", th.pixel)
-    c:line("const bool ok = pq < %d; /* the row is one of the sample's outputs */", g.O[1] * g.O[2] * g.O[3])
-    c:line("const int px = ok ? pq : 0;")
   elseif th.flat then
     -- flat tiles (planner.h, fg_wgmma_tiling.flat): th.pixel counts from the tile's first
     -- sample n0 on; the output's sample n and its pixel px there
@@ -451,9 +444,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- outputs, else a full tile, where some lanes may still hold none (th.valid)
   local function exists(checked)
     if not checked then return th.valid end
-    -- outputs checked by predicated stores: every channel exists, the row's loads are in
-    -- bounds (declare_output_coords)
-    if th.predicated then return nil end
+    -- flat tiles checked by predicated stores: every channel exists and n is in bounds
+    if th.flat and th.predicated then return nil end
     local valid = { string.format("co < %d", g.cout_g) }
     if th.flat then
       -- flat tiles: every sample's pixels are there, up to the batch's end
@@ -470,14 +462,14 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     return table.concat(valid, " && ")
   end
   -- an output's channel and coordinates in the innermost loop
-  local function declare_output(code, checked)
+  local function declare_output(code)
     code:line("const int co = %s;", th.co)
     code:line("const int c = g * %d + co;", g.cout_g)
-    M.declare_output_coords(code, g, th, checked)
+    M.declare_output_coords(code, g, th)
   end
   -- one output: the chain of ops, then store(k, index, value) for each target
   local function element(store, checked)
-    declare_output(c, checked)
+    declare_output(c)
     local cond = exists(checked)
     c:open(cond and string.format("if (%s) {", cond) or "{")
     M.open_conv_value(c, conv, names, ev, th.value, coords)
@@ -529,7 +521,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       code:line("#pragma unroll")
       code:open("for (int %s = 0; %s < %d; ++%s) {", p.var, p.var, p.rows, p.var)
       code:line("const int %s = rh + %s;", loops[#loops][1], p.var)
-      declare_output(code, checked)
+      declare_output(code)
       local cond = exists(checked)
       for k, load in ipairs(p.loads) do
         if cond then
@@ -617,17 +609,10 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
         c:close()
       end
     else
+      -- flat tiles checked by predicated stores (declare_output_coords): only the stores
+      local only = checked and th.flat and th.predicated and "if (ok) " or ""
       element(function(k, idx, v)
-        local value = targets[k][3] and "fg_io_round(" .. v .. ")" or v
-        if checked and th.predicated then
-          -- outputs checked by predicated stores (declare_output_coords): only the stores. A
-          -- PTX predicated store (no branch the compiler could move the chain under) spilled
-          -- ResNet-50's light chains at 168 registers with their rows still apart, where this
-          -- form keeps them as they were or interleaves them (bench/NOTES.md v45)
-          c:line("if (ok) %s[%s] = %s;", targets[k][1], idx, value)
-        else
-          c:line("%s[%s] = %s;", targets[k][1], idx, value)
-        end
+        c:line("%s%s[%s] = %s;", only, targets[k][1], idx, targets[k][3] and "fg_io_round(" .. v .. ")" or v)
       end, checked)
     end
     for i = pair and #loops - 1 or #loops, 1, -1 do

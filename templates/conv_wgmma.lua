@@ -1768,7 +1768,7 @@ function M.render(layer, plan, pass, names, signature)
       pixel = "(pm0 + 64 * mt + 16 * warp + rr)",
       od = od, oh = oh, ow = ow,
       flat = flat_opix,
-      predicated = w.predicated_stores == 1, -- the checked outputs' rows by predicated stores (planner.h)
+      predicated = w.flat_predicated == 1, -- the sample checked by predicated stores (planner.h)
       -- the lanes of a chunk past the tile's channels (BN not a multiple of 32) hold nothing;
       -- a full tile checks only that (v26 checked every output there: SD's 112-channel tiles
       -- lost 13 %)
@@ -1818,6 +1818,7 @@ function M.render(layer, plan, pass, names, signature)
       pixel = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)",
       od = od, oh = oh, ow = ow,
       flat = flat_opix,
+      predicated = w.flat_predicated == 1, -- the sample checked by predicated stores (planner.h)
       slot = "q",
       slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
       merge_lanes = true,

@@ -21,7 +21,7 @@ static const char *const knobs[] = {
     "FUSEGEN_WGMMA_A_TMA",  "FUSEGEN_WGMMA_CTAS",  "FUSEGEN_CONV_TILE",        "FUSEGEN_LOG",
     "FUSEGEN_CACHE_MAX_SIZE", "FUSEGEN_NO_GRAPHS", "FUSEGEN_TUNE",             "TMPDIR",
     "FUSEGEN_WGMMA_BN",     "FUSEGEN_WGMMA_EPI_ROWS",   "FUSEGEN_WGMMA_ALTERNATE",
-    "FUSEGEN_WGMMA_PREDICATED_STORES",
+    "FUSEGEN_WGMMA_FLAT_PREDICATED",
 };
 
 typedef struct warnings {
@@ -96,7 +96,7 @@ static void integer_knobs(void **state)
         {"FUSEGEN_WGMMA_CTAS", offsetof(fg_plan_options, wgmma_ctas), 1, 2},
         {"FUSEGEN_WGMMA_BN", offsetof(fg_plan_options, wgmma_bn), 8, 256},
         {"FUSEGEN_WGMMA_ALTERNATE", offsetof(fg_plan_options, wgmma_alternate), 1, 2},
-        {"FUSEGEN_WGMMA_PREDICATED_STORES", offsetof(fg_plan_options, wgmma_predicated_stores), 1, 2},
+        {"FUSEGEN_WGMMA_FLAT_PREDICATED", offsetof(fg_plan_options, wgmma_flat_predicated), 1, 2},
         {"FUSEGEN_WGMMA_EPI_ROWS", offsetof(fg_plan_options, wgmma_epi_rows), 1, 16},
     };
     fg_plan_options defaults;

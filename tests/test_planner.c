@@ -2332,12 +2332,11 @@ static void wgmma_tiles_in_turn(void **state)
     }
 }
 
-/* The staged epilogue's checked outputs by predicated stores (FUSEGEN_WGMMA_PREDICATED_STORES=2,
- * fg_wgmma_tiling.predicated_stores): flat tiles and partial ones, where the chunks hold only
- * existing channels (bn a multiple of 32, the group's channels whole blocks), the operands
- * are half with one product and nothing gathers statistics, only when asked for; a chain with
+/* A flat tile's outputs checked by predicated stores (FUSEGEN_WGMMA_FLAT_PREDICATED=2,
+ * fg_wgmma_tiling.flat_predicated): only flat tiles whose chunks hold only existing channels
+ * (bn a multiple of 32, the group's channels whole blocks), only when asked for; a chain with
  * a math call then takes its staged rows 8 at a time (the registers), a light one all 16. */
-static void wgmma_predicated_stores(void **state)
+static void wgmma_flat_predicated(void **state)
 {
     (void)state;
     static const struct {
@@ -2350,21 +2349,18 @@ static void wgmma_predicated_stores(void **state)
         {"convnext768_bf16_cl_tf32", 2, 2, true, 16},  /* scale + residual */
         {"convnext768_bf16_cl_tf32", 1, 0, false, 16}, /* not asked for: the branch */
         {"resnet2048_bf16_cl_tf32", 0, 2, true, 16},
-        {"convnext384_bf16_cl_tf32", 1, 2, true, 8},       /* 14x14: the second tile of a sample checked */
-        {"resnet_block_bf16_cl_tf32", 0, 2, true, 16},     /* 56x56 */
-        {"sd_resnet_block_bf16_cl_tf32", 0, 2, false, 16}, /* exports its output's statistics */
-        {"resnet_block_bf16_cl_fp32", 2, 2, false, 16},    /* fp32 precision: block accumulation */
+        {"convnext384_bf16_cl_tf32", 1, 2, false, 8}, /* 14x14: not flat (the code-size rule's 8) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_plan_options opts;
         fg_plan_options_for_arch(&opts, "sm_90a");
-        opts.wgmma_predicated_stores = cases[i].asked;
+        opts.wgmma_flat_predicated = cases[i].asked;
         fg_block_ir b;
         const fg_layer_ir *ir;
         fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
         print_message("%s layer %s: flat %d, predicated %d, rows %d\n", cases[i].spec, ir->name, (int)plan->wgmma.flat,
-                      plan->wgmma.predicated_stores, plan->wgmma.epi_unroll);
-        assert_int_equal(plan->wgmma.predicated_stores, cases[i].predicated);
+                      plan->wgmma.flat_predicated, plan->wgmma.epi_unroll);
+        assert_int_equal(plan->wgmma.flat_predicated, cases[i].predicated);
         assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
         text_sink *t = calloc(1, sizeof *t);
         assert_non_null(t);
@@ -2383,11 +2379,11 @@ static void wgmma_predicated_stores(void **state)
                                       "layout = \"channels_last\", conv2d { out_channels = 88, kernel = 3, padding = 1 } }");
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
-    opts.wgmma_predicated_stores = 2;
+    opts.wgmma_flat_predicated = 2;
     fg_plan *plan = fgt_plan_with(ir, &opts);
     assert_true(plan->wgmma.flat);
     assert_int_equal(plan->wgmma.bn, 88);
-    assert_int_equal(plan->wgmma.predicated_stores, 0);
+    assert_int_equal(plan->wgmma.flat_predicated, 0);
     free(plan);
     free(ir);
 }
@@ -3246,7 +3242,7 @@ int main(void)
         cmocka_unit_test(wgmma_epilogue_rows_unrolled),
         cmocka_unit_test(wgmma_pack_whole_pixels),
         cmocka_unit_test(wgmma_tiles_in_turn),
-        cmocka_unit_test(wgmma_predicated_stores),
+        cmocka_unit_test(wgmma_flat_predicated),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
         cmocka_unit_test(wgmma_half_prologue_operands),

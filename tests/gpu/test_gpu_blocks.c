@@ -96,7 +96,7 @@ static const block_case cases[] = {
     /* ConvNeXt's 7x7 stage at 128 channels: its 1x1 convs run in flat tiles (49 pixels a
      * sample, a tile's 128 rows over the next samples': at batch 1, 79 rows past the batch; at
      * 3, the second tile's last 109), whose channel blocks are whole (256 and 128 channels):
-     * with FUSEGEN_WGMMA_PREDICATED_STORES=2 (bench/gpu-check runs it so) the rows past the batch
+     * with FUSEGEN_WGMMA_FLAT_PREDICATED=2 (bench/gpu-check runs it so) the rows past the batch
      * compute on the first sample and only their stores are predicated, layer b's GELU 8 rows
      * at a time, layer c's residual read at the clamped sample. Precision tf32: one product,
      * the predicated stores' condition in the half channels-last variants (planner.h) */
