@@ -559,6 +559,22 @@ static int staged_residual(const fg_layer_ir *ir, const fg_wgmma_tiling *w, bool
     return -1;
 }
 
+/* Whether the layer reads a block tensor with a value per pixel (a residual, a mask) other than
+ * res_param (-1: none), the one whose tile is in shared memory: the staged epilogue loads such
+ * rows ahead into registers (conv.lua, prefetch) */
+static bool per_pixel_tensor_besides(const fg_layer_ir *ir, int res_param)
+{
+    for (int i = 0; i < ir->n_params; i++) {
+        const fg_param *p = &ir->params[i];
+        if (!p->batched || i == res_param)
+            continue;
+        for (int d = 1; d < p->rank; d++)
+            if (p->dim[d] != 1)
+                return true;
+    }
+    return false;
+}
+
 /* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
  * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
  * layer runs the same conv), before the passes are chained: the packed operands are passes
@@ -828,13 +844,16 @@ retile:;
         goto retile;
     }
     /* the flat tiles' outputs checked by predicated stores (fg_wgmma_tiling.flat_predicated)
-     * where the sample is the only check, the epilogue is staged (channels last) and the
-     * operands are half with one product: with the rows interleaved a 1x1 conv + residual on
-     * 7x7 images spilled in bf16 at fp32 precision (block accumulation: 36 bytes in the staged
-     * epilogue, 12 with the branch; 8 in the fragments', none) and in fp32 tensors at tf32
-     * (TF32 operands, the residual prefetched into registers: 8, none) */
+     * where the sample is the only check, the epilogue is staged (channels last), the
+     * operands are half with one product and no tensor's rows are prefetched into registers:
+     * with the rows interleaved a 1x1 conv + residual on 7x7 images spilled in bf16 at fp32
+     * precision (block accumulation: 36 bytes in the staged epilogue, 12 with the branch; 8
+     * in the fragments', none), in fp32 tensors at tf32 (TF32 operands, the residual
+     * prefetched: 8, none) and in a bf16 layer reading two per-pixel tensors (one in shared
+     * memory, the other prefetched) */
     w->flat_predicated = flat_predicated_asked == 2 && w->flat && w->epi_bytes > 0 && w->operand != FG_WGMMA_TF32 &&
-                         !w->block_acc && w->bn % FG_WGMMA_EPI_COLS == 0 && (int64_t)w->nblk * w->bn == g->cout_g;
+                         !w->block_acc && !per_pixel_tensor_besides(ir, w->res_param) &&
+                         w->bn % FG_WGMMA_EPI_COLS == 0 && (int64_t)w->nblk * w->bn == g->cout_g;
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->epi_offset = w->stat_offset + w->stat_bytes;
     w->res_offset = w->epi_offset + w->epi_bytes;

@@ -385,10 +385,11 @@ typedef struct fg_wgmma_tiling {
      * other: ConvNeXt 768's 1x1 + GELU (flat, 7x7) alternates one shared-memory load and one
      * store per row through its whole epilogue, where the 14x14 stage's unchecked full tiles
      * load 8 rows before storing them (the cubins' SASS, bench/NOTES.md v45). Only in the staged
-     * epilogue (channels last) of half operands with one product (bf16/fp16 at precision tf32:
-     * elsewhere the interleaved rows spilled, planner.c) and where every channel of a tile's
-     * chunks exists (bn a multiple of FG_WGMMA_EPI_COLS, the group's channels whole blocks),
-     * so that the sample is the only check. */
+     * epilogue (channels last) of half operands with one product (bf16/fp16 at precision tf32)
+     * where no tensor's rows are prefetched into registers (elsewhere the interleaved rows
+     * spilled, planner.c), and where every channel of a tile's chunks exists (bn a multiple of
+     * FG_WGMMA_EPI_COLS, the group's channels whole blocks), so that the sample is the only
+     * check. */
     int flat_predicated;
     /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
      * string, for `fusegen plan`); NULL otherwise */

@@ -119,6 +119,11 @@ static fg_status open_device(fg_context *ctx)
     cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->dev);
     cu->DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->dev);
     cu->DeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev);
+    if (ctx->env.sm_count_cap > 0 && ctx->env.sm_count_cap < ctx->sm_count) { /* FUSEGEN_SM_COUNT: tests */
+        fg_context_log(ctx, FG_LOG_INFO, "FUSEGEN_SM_COUNT: persistent convs on %d of the %d multiprocessors",
+                       ctx->env.sm_count_cap, ctx->sm_count);
+        ctx->sm_count = ctx->env.sm_count_cap;
+    }
     cu->DeviceGetName(ctx->device_name, sizeof ctx->device_name, ctx->dev);
     if (major < 8) {
         cu->DevicePrimaryCtxRelease(ctx->dev);
@@ -167,6 +172,8 @@ FG_API fg_status fg_context_create(const fg_context_options *opts, fg_context **
         ctx->log_level = FG_LOG_INFO;
     if (ctx->env.log_error[0])
         fg_context_log(ctx, FG_LOG_WARN, "%s", ctx->env.log_error);
+    if (ctx->env.sm_count_error[0])
+        fg_context_log(ctx, FG_LOG_WARN, "%s", ctx->env.sm_count_error);
     fg_plan_options_init(&ctx->plan_options, 0);
     fg_env_plan_options(&ctx->plan_options, log_warning, ctx);
     if (opts->arch)

@@ -197,6 +197,16 @@ void fg_env_runtime_read(fg_env_runtime *env)
     else if (max && *max)
         snprintf(env->cache_max_error, sizeof env->cache_max_error,
                  "FUSEGEN_CACHE_MAX_SIZE=\"%.40s\" ignored: expected a size like 4G, 500M or 0 (no cap)", max);
+    const char *sms = getenv("FUSEGEN_SM_COUNT");
+    if (sms && *sms) {
+        char *end;
+        long n = strtol(sms, &end, 10);
+        if (*end == '\0' && n >= 1 && n <= 4096)
+            env->sm_count_cap = (int)n;
+        else
+            snprintf(env->sm_count_error, sizeof env->sm_count_error,
+                     "FUSEGEN_SM_COUNT=\"%.40s\" ignored: expected a number of multiprocessors, 1 to 4096", sms);
+    }
     const char *log = getenv("FUSEGEN_LOG");
     if (log && *log) {
         static const char *const levels[] = {"warn", "info", "debug"};

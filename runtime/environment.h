@@ -61,6 +61,11 @@ typedef struct fg_env_runtime {
     unsigned long long cache_max_bytes; /* FUSEGEN_CACHE_MAX_SIZE ("4G", "0": no cap); default 4 GiB */
     char cache_max_error[128];          /* why FUSEGEN_CACHE_MAX_SIZE was ignored, or "" */
     char log_error[128];                /* why FUSEGEN_LOG was ignored, or "" */
+    /* FUSEGEN_SM_COUNT: at most this many of the device's multiprocessors for a persistent
+     * conv's CTAs (0: all). For tests: a few CTAs then walk many tiles each, as the largest
+     * launches do, at a test's small shapes */
+    int sm_count_cap;
+    char sm_count_error[128];           /* why FUSEGEN_SM_COUNT was ignored, or "" */
 } fg_env_runtime;
 
 /* Reads every runtime setting above once. */

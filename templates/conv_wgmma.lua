@@ -1818,7 +1818,6 @@ function M.render(layer, plan, pass, names, signature)
       pixel = "(pm0 + 64 * mt + 16 * warp + (lane >> 2) + 8 * h)",
       od = od, oh = oh, ow = ow,
       flat = flat_opix,
-      predicated = w.flat_predicated == 1, -- the sample checked by predicated stores (planner.h)
       slot = "q",
       slot_co = function(q) return string.format("co0 + 8 * ((%s) >> 1) + 2 * (lane & 3) + ((%s) & 1)", q, q) end,
       merge_lanes = true,

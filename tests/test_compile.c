@@ -180,6 +180,38 @@ static long kernel_instructions(const unsigned char *cubin, size_t size, const c
  * measured 7912 and 39 % of its warp samples waiting on instruction fetch); a light chain
  * (ResNet's 1x1 + residual) keeps all 16 at that size. The bounds are NVRTC 13.0's numbers with
  * a margin; another ptxas may move them. */
+/* The block spec bench/ab-specs/<name>.lua into b. */
+static void load_ab_block(const char *name, fg_block_ir *b)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, name);
+    fg_error err = {{0}};
+    if (fg_block_spec_load_file(path, b, &err) != 0)
+        fail_msg("%s: %s", path, err.msg);
+}
+
+/* The SASS instructions of (ir, plan)'s conv kernel, compiled for sm_90a (kernel_instructions);
+ * fails the test where ptxas reports a resource problem (a spill) */
+static long conv_kernel_instructions(const fg_layer_ir *ir, const fg_plan *plan, const char *what)
+{
+    fg_rendered src;
+    fg_error err = {{0}};
+    if (fg_render(ir, plan, &src, &err) != 0)
+        fail_msg("%s: %s", what, err.msg);
+    fg_compiled c;
+    if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
+        fail_msg("%s: %s", what, err.msg);
+    check_cubin(what, c.cubin, c.size, 90);
+    assert_int_equal(check_resources(what, plan, &c), 0);
+    long conv = -1;
+    for (int p = 0; p < plan->n_passes; p++)
+        if (plan->passes[p].kind == FG_PASS_CONV)
+            conv = kernel_instructions(c.cubin, c.size, plan->passes[p].kernel);
+    fg_compiled_free(&c);
+    fg_rendered_free(&src);
+    return conv;
+}
+
 static void staged_epilogue_code_size(void **state)
 {
     (void)state;
@@ -193,34 +225,18 @@ static void staged_epilogue_code_size(void **state)
         {"resnet_block_bf16_cl_tf32", 2, 0, 16, 4500, 0}, /* 3680: all rows unrolled stay small */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
         fg_block_ir b;
-        fg_error err = {{0}};
-        if (fg_block_spec_load_file(path, &b, &err) != 0)
-            fail_msg("%s: %s", path, err.msg);
+        load_ab_block(cases[i].spec, &b);
         const fg_layer_ir *ir = &b.layers[cases[i].layer];
         fg_plan_options opts;
         fg_plan_options_for_arch(&opts, "sm_90a");
         opts.wgmma_epi_rows = cases[i].rows_asked;
         fg_plan *plan = fgt_plan_with(ir, &opts);
         assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
-        fg_rendered src;
-        if (fg_render(ir, plan, &src, &err) != 0)
-            fail_msg("%s: %s", ir->name, err.msg);
-        fg_compiled c;
-        if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
-            fail_msg("%s: %s", ir->name, err.msg);
-        check_cubin(ir->name, c.cubin, c.size, 90);
-        long conv = -1;
-        for (int p = 0; p < plan->n_passes; p++)
-            if (plan->passes[p].kind == FG_PASS_CONV)
-                conv = kernel_instructions(c.cubin, c.size, plan->passes[p].kernel);
+        long conv = conv_kernel_instructions(ir, plan, ir->name);
         print_message("%s layer %s, rows %d: the conv kernel has %ld instructions\n", cases[i].spec, ir->name,
                       cases[i].rows, conv);
         assert_true(conv > cases[i].least && conv < cases[i].most);
-        fg_compiled_free(&c);
-        fg_rendered_free(&src);
         free(plan);
         fg_block_ir_free(&b);
     }
@@ -244,12 +260,8 @@ static void flat_tiles_predicated(void **state)
         {"resnet2048_bf16_cl_tf32", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, cases[i].spec);
         fg_block_ir b;
-        fg_error err = {{0}};
-        if (fg_block_spec_load_file(path, &b, &err) != 0)
-            fail_msg("%s: %s", path, err.msg);
+        load_ab_block(cases[i].spec, &b);
         const fg_layer_ir *ir = &b.layers[cases[i].layer];
         long conv[2] = {-1, -1};
         for (int asked = 1; asked <= 2; asked++) {
@@ -259,28 +271,52 @@ static void flat_tiles_predicated(void **state)
             fg_plan *plan = fgt_plan_with(ir, &opts);
             assert_int_equal(plan->wgmma.flat_predicated, asked == 2);
             fg_rendered src;
+            fg_error err = {{0}};
             if (fg_render(ir, plan, &src, &err) != 0)
                 fail_msg("%s: %s", ir->name, err.msg);
             if ((strstr(src.source, "if (ok) ") != NULL) != (asked == 2))
                 fail_msg("%s: predicated stores %s", ir->name, asked == 2 ? "missing" : "without the knob");
+            fg_rendered_free(&src);
             char what[256];
             snprintf(what, sizeof what, "%s layer %s, FUSEGEN_WGMMA_FLAT_PREDICATED=%d", cases[i].spec, ir->name, asked);
-            fg_compiled c;
-            if (fg_nvrtc_compile(src.source, ir->name, "sm_90a", NULL, &c, &err) != 0)
-                fail_msg("%s: %s", what, err.msg);
-            check_cubin(what, c.cubin, c.size, 90);
-            assert_int_equal(check_resources(what, plan, &c), 0);
-            for (int p = 0; p < plan->n_passes; p++)
-                if (plan->passes[p].kind == FG_PASS_CONV)
-                    conv[asked - 1] = kernel_instructions(c.cubin, c.size, plan->passes[p].kernel);
+            conv[asked - 1] = conv_kernel_instructions(ir, plan, what);
             print_message("%s: the conv kernel has %ld instructions\n", what, conv[asked - 1]);
-            fg_compiled_free(&c);
-            fg_rendered_free(&src);
             free(plan);
         }
         assert_true(conv[1] > 0 && conv[1] < conv[0]);
         fg_block_ir_free(&b);
     }
+    /* a 3x3 conv to 96 channels and a 1x1 in 2 groups with per-pixel parameters (predicated,
+     * no spills); a layer reading two per-pixel block tensors, one prefetched into registers
+     * (the branch: the interleaved rows spilled) */
+    static const char blk[] =
+        "return block \"t\" {\n  input = { \"N\", 128, 7, 7 }, dtype = \"bf16\", layout = \"channels_last\",\n"
+        "  inputs = { skip = { \"N\", 96, 7, 7 } },\n"
+        "  layer \"k3\" { precision = \"tf32\", conv2d { name = \"c1\", out_channels = 96, kernel = 3, padding = 1 }, relu {} },\n"
+        "  layer \"g2\" { precision = \"tf32\", conv2d { name = \"c2\", out_channels = 128, kernel = 1, groups = 2 },\n"
+        "    mul { param = \"s\", shape = { 128, 7, 7 } }, gelu {} },\n"
+        "  layer \"two\" { precision = \"tf32\", conv2d { name = \"c3\", out_channels = 96, kernel = 1 },\n"
+        "    mul { tensor = \"skip\" }, add { tensor = \"k3\" } },\n}\n";
+    static const bool predicated[] = {true, true, false};
+    fg_block_ir b;
+    fg_error err = {{0}};
+    if (fg_block_spec_load_string("t.lua", blk, sizeof blk - 1, &b, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(b.n_layers, 3);
+    for (int l = 0; l < b.n_layers; l++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.wgmma_flat_predicated = 2;
+        fg_plan *plan = fgt_plan_with(&b.layers[l], &opts);
+        assert_true(plan->wgmma.flat);
+        assert_int_equal(plan->wgmma.flat_predicated, predicated[l]);
+        char what[256];
+        snprintf(what, sizeof what, "layer %s, FUSEGEN_WGMMA_FLAT_PREDICATED=2", b.layers[l].name);
+        print_message("%s: the conv kernel has %ld instructions\n", what,
+                      conv_kernel_instructions(&b.layers[l], plan, what));
+        free(plan);
+    }
+    fg_block_ir_free(&b);
 }
 
 /* The consumer warpgroups' tiles in turn (FUSEGEN_WGMMA_ALTERNATE=2) on the A/B blocks of
@@ -297,12 +333,8 @@ static void wgmma_tiles_in_turn(void **state)
     };
     int problems = 0, alternate = 0;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/bench/ab-specs/%s.lua", FUSEGEN_SOURCE_DIR, specs[i]);
         fg_block_ir b;
-        fg_error err = {{0}};
-        if (fg_block_spec_load_file(path, &b, &err) != 0)
-            fail_msg("%s: %s", path, err.msg);
+        load_ab_block(specs[i], &b);
         for (int l = 0; l < b.n_layers; l++) {
             const fg_layer_ir *ir = &b.layers[l];
             for (int predicated = 1; predicated <= 2; predicated++) { /* with FUSEGEN_WGMMA_FLAT_PREDICATED too */

@@ -21,7 +21,7 @@ static const char *const knobs[] = {
     "FUSEGEN_WGMMA_A_TMA",  "FUSEGEN_WGMMA_CTAS",  "FUSEGEN_CONV_TILE",        "FUSEGEN_LOG",
     "FUSEGEN_CACHE_MAX_SIZE", "FUSEGEN_NO_GRAPHS", "FUSEGEN_TUNE",             "TMPDIR",
     "FUSEGEN_WGMMA_BN",     "FUSEGEN_WGMMA_EPI_ROWS",   "FUSEGEN_WGMMA_ALTERNATE",
-    "FUSEGEN_WGMMA_FLAT_PREDICATED",
+    "FUSEGEN_WGMMA_FLAT_PREDICATED", "FUSEGEN_SM_COUNT",
 };
 
 typedef struct warnings {
@@ -207,7 +207,9 @@ static void runtime_settings(void **state)
     setenv("FUSEGEN_NO_GRAPHS", "1", 1);
     setenv("FUSEGEN_TUNE", "off", 1);
     setenv("TMPDIR", "/var/tmp", 1);
+    setenv("FUSEGEN_SM_COUNT", "3", 1);
     fg_env_runtime_read(&env);
+    assert_int_equal(env.sm_count_cap, 3);
     assert_true(env.cache_max_bytes == 500ull << 20);
     assert_int_equal(env.log_level, 3);
     assert_true(env.no_graphs);
@@ -219,7 +221,10 @@ static void runtime_settings(void **state)
     setenv("FUSEGEN_LOG", "verbose", 1);
     setenv("FUSEGEN_NO_GRAPHS", "0", 1);
     setenv("FUSEGEN_TUNE", "1", 1);
+    setenv("FUSEGEN_SM_COUNT", "0", 1);
     fg_env_runtime_read(&env);
+    assert_int_equal(env.sm_count_cap, 0);
+    fgt_assert_contains(env.sm_count_error, "FUSEGEN_SM_COUNT=\"0\" ignored");
     assert_true(env.cache_max_bytes == default_max);
     fgt_assert_contains(env.cache_max_error, "FUSEGEN_CACHE_MAX_SIZE=\"lots\" ignored");
     assert_int_equal(env.log_level, 0);
