@@ -870,9 +870,9 @@ retile:;
  *
  * Counted in waves (FUSEGEN_SPLIT_WAVES=1, opt-in, unmeasured; bench/NOTES.md Waiting 0 (k)):
  * the one-wave bound leaves SMs idle where a launch's tiles fill part of a wave (ConvNeXt
- * 768's 1x1 1536 -> 768 at batch 32: 78 tiles of 48 chunks on 78 SMs) or spill into a short
- * second one (ConvNeXt 384's: 147 tiles, the second wave 15). The persistent CTAs walk
- * contiguous ranges of ceil(units / SMs) units, so a launch takes about waves(S) =
+ * 768's 1x1 3072 -> 768 at batch 32: 78 tiles of 48 chunks on 78 SMs) or spill into a short
+ * second one (ConvNeXt 384's 1x1 at batch 32: 192 tiles, the second wave 60). The persistent
+ * CTAs walk contiguous ranges of ceil(units / SMs) units, so a launch takes about waves(S) =
  * ceil(tiles x S / 132) units' time, each ceil(kch / S) chunks; the launch takes the S in
  * 1..split_k of the least
  *   waves(S) x ceil(kch / S) + F x S   (F x S only where S > 1),
@@ -888,8 +888,9 @@ retile:;
 enum {
     WGMMA_SPLIT_FILL = 132,   /* the SMs of an H100 SXM / H200 */
     WGMMA_MAX_SPLIT = 16,
-    /* the wave rule: partial tiles for 4 waves of units (4 x 132 x 64 KB = 33 MB at 128 x 128
-     * half tiles), enough for ConvNeXt 384's 147 tiles in 3 splits */
+    /* the wave rule: partial tiles for 4 waves of units, 528 (33 MB at 64 KB partials, 128 x
+     * 128 tiles of one m64 tile a warpgroup; 66 MB at two), so that up to 264 tiles may split
+     * in 2 and 147 in 3 */
     WGMMA_SPLIT_WAVES = 4,
     /* the wave rule's costs: a K chunk 3, a partial 1 (F = a third of a chunk, unmeasured) */
     WGMMA_SPLIT_CHUNK_COST = 3,
