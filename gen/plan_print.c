@@ -15,9 +15,42 @@ static const char *accum_kind_name(fg_accum_kind k)
     return fg_accum_defs[k].describe;
 }
 
+/* Split K counted in waves (FUSEGEN_SPLIT_WAVES=1, the rule at wgmma_split): the rule, and the
+ * splits it takes at each batch whose tiles leave room for two splits (past those, none). */
+static void print_split_waves(const fg_wgmma_tiling *w, int64_t tiles, void (*emit)(void *ctx, const char *line),
+                              void *ctx)
+{
+    char line[1024];
+    snprintf(line, sizeof line,
+             "           split K in up to %d, counted in waves (FUSEGEN_SPLIT_WAVES=1): a sample's %" PRId64
+             " tiles, %d K chunks (>= %d a split); a launch takes the S of the least waves of %d SMs x chunks a "
+             "split + %d/%d of a chunk a partial (S > 1), tiles x S <= %d (the partials held), the fewer on a tie; "
+             "each split writes an fp32 partial, the last to arrive adds them in split order and runs the epilogue",
+             w->split_k, tiles, w->kch, w->split_min_chunks, w->split_sms, w->split_partial_cost, w->split_chunk_cost,
+             w->split_fill);
+    emit(ctx, line);
+    int len = snprintf(line, sizeof line, "           splits by batch (waves):");
+    int64_t n = 1;
+    for (; len < 900 && 2 * fg_wgmma_tiles(w, tiles, n) <= w->split_fill; n *= 2) {
+        const int64_t t = fg_wgmma_tiles(w, tiles, n);
+        const int s = fg_wgmma_splits(w, t);
+        const int64_t waves = (t * s + w->split_sms - 1) / w->split_sms;
+        len += snprintf(line + len, sizeof line - (size_t)len, " N=%" PRId64 ": %d (%" PRId64 " tiles, %" PRId64 " wave%s),",
+                        n, s, t, waves, waves > 1 ? "s" : "");
+    }
+    if (len < 900)
+        snprintf(line + len, sizeof line - (size_t)len, " N=%" PRId64 " and larger: none (2 x %" PRId64 " tiles > %d)", n,
+                 fg_wgmma_tiles(w, tiles, n), w->split_fill);
+    emit(ctx, line);
+}
+
 /* Split K (the rule at wgmma_split): how many splits, at which batches, and why. */
 static void print_split(const fg_wgmma_tiling *w, int64_t tiles, void (*emit)(void *ctx, const char *line), void *ctx)
 {
+    if (w->split_waves) {
+        print_split_waves(w, tiles, emit, ctx);
+        return;
+    }
     char line[1024];
     snprintf(line, sizeof line,
              "           split K in up to %d: a sample's %" PRId64 " tiles fill %" PRId64 " of %d SMs, so up to %d CTAs "

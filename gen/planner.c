@@ -885,10 +885,35 @@ retile:;
  *   - S >= 2, else no split (the kernel is then the unsplit one, byte for byte).
  * The planner does not know the batch (a plan serves every batch): it records the most
  * splits (one sample's tiles) and the generated kernel and the launcher compute S for the
- * batch of each launch with fg_wgmma_splits. */
+ * batch of each launch with fg_wgmma_splits.
+ *
+ * Counted in waves (FUSEGEN_SPLIT_WAVES=1, opt-in, unmeasured; bench/NOTES.md Waiting 0 (k)):
+ * the one-wave bound leaves SMs idle where a launch's tiles fill part of a wave (ConvNeXt
+ * 768's 1x1 3072 -> 768 at batch 32: 78 tiles of 48 chunks on 78 SMs) or spill into a short
+ * second one (ConvNeXt 384's 1x1 at batch 32: 192 tiles, the second wave 60). The persistent
+ * CTAs walk contiguous ranges of ceil(units / SMs) units, so a launch takes about waves(S) =
+ * ceil(tiles x S / 132) units' time, each ceil(kch / S) chunks; the launch takes the S in
+ * 1..split_k of the least
+ *   waves(S) x ceil(kch / S) + F x S   (F x S only where S > 1),
+ * F the fixup's cost a partial (its write and the last CTA's read), a third of a chunk time as
+ * estimated above (v43 measured the fixup at a fifth to a third of a split conv's time, not a
+ * partial's: F is not measured); a tie takes the fewer splits. ConvNeXt 768's c then splits
+ * in 3 (2 waves of 16 chunks, 33 against 48) and 384's in 2 (its 24 chunks at 5 stages allow
+ * no more: 3 waves of 12, 36.7 against 48). The partial tiles are indexed by unit (tile x S +
+ * split), so the workspace holds WGMMA_SPLIT_WAVES waves of them (split_fill units) and a
+ * launch splits only while tiles x S fits; the planner's bound on S is then split_fill / a
+ * sample's tiles instead of one wave, and a layer gets the split kernel only where some batch
+ * splits under the rule. */
 enum {
     WGMMA_SPLIT_FILL = 132,   /* the SMs of an H100 SXM / H200 */
     WGMMA_MAX_SPLIT = 16,
+    /* the wave rule: partial tiles for 4 waves of units, 528 (33 MB at 64 KB partials, 128 x
+     * 128 tiles of one m64 tile a warpgroup; 66 MB at two), so that up to 264 tiles may split
+     * in 2 and 147 in 3 */
+    WGMMA_SPLIT_WAVES = 4,
+    /* the wave rule's costs: a K chunk 3, a partial 1 (F = a third of a chunk, unmeasured) */
+    WGMMA_SPLIT_CHUNK_COST = 3,
+    WGMMA_SPLIT_PARTIAL_COST = 1,
 };
 
 int64_t fg_wgmma_tiles(const fg_wgmma_tiling *w, int64_t grid_x, int64_t batch)
@@ -898,17 +923,35 @@ int64_t fg_wgmma_tiles(const fg_wgmma_tiling *w, int64_t grid_x, int64_t batch)
     return ceil_div(batch * w->opix, w->bm) * (grid_x / w->m_tiles);
 }
 
+/* The wave rule's estimated time of a launch of `tiles` tiles in `s` splits (the rule above;
+ * the generated kernel's splits_for computes the same from the constants rendered from w). */
+static int64_t wgmma_split_cost(const fg_wgmma_tiling *w, int64_t tiles, int s)
+{
+    const int64_t waves = ceil_div(tiles * s, w->split_sms);
+    return w->split_chunk_cost * waves * ceil_div(w->kch, s) + (s > 1 ? (int64_t)w->split_partial_cost * s : 0);
+}
+
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles)
 {
     if (w->split_k < 2 || tiles < 1)
         return 1;
+    if (w->split_waves) {
+        int best = 1;
+        int64_t best_cost = wgmma_split_cost(w, tiles, 1);
+        for (int s = 2; s <= w->split_k && tiles * s <= w->split_fill; s++) {
+            const int64_t cost = wgmma_split_cost(w, tiles, s);
+            if (cost < best_cost)
+                best = s, best_cost = cost;
+        }
+        return best;
+    }
     int64_t s = w->split_fill / tiles;
     return s < 2 ? 1 : s < w->split_k ? (int)s : w->split_k;
 }
 
 /* Chooses w->split_k for a conv of `tiles` tiles a sample (the rule above); a caller may set
  * the most splits (FUSEGEN_SPLIT_K: 1 never splits; N replaces the K chunks' bound, each split
- * keeping one chunk at least). */
+ * keeping one chunk at least) and count them in waves (FUSEGEN_SPLIT_WAVES=1). */
 static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t tiles)
 {
     w->split_k = 1;
@@ -921,17 +964,35 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
         s = WGMMA_MAX_SPLIT;
     if (opts->split_k > 0)
         s = opts->split_k < w->kch ? opts->split_k : w->kch;
-    int64_t fill = WGMMA_SPLIT_FILL / tiles;
+    const int waves = opts->split_waves == 1;
+    const int64_t units = waves ? (int64_t)WGMMA_SPLIT_WAVES * WGMMA_SPLIT_FILL : WGMMA_SPLIT_FILL;
+    int64_t fill = units / tiles;
     if (s > fill)
         s = fill;
     if (s < 2)
         return;
-    w->split_k = (int)s;
-    w->split_fill = WGMMA_SPLIT_FILL;
-    w->split_min_chunks = (int)(w->kch / s); /* the fewest a split gets (at split_k splits) */
-    w->split_slot = (int64_t)w->wgmt * (w->bn / 2) * 256;
+    fg_wgmma_tiling t = *w;
+    t.split_k = (int)s;
+    t.split_fill = (int)units;
+    t.split_min_chunks = (int)(w->kch / s); /* the fewest a split gets (at split_k splits) */
+    t.split_slot = (int64_t)w->wgmt * (w->bn / 2) * 256;
     /* the flag after the barriers (full and empty per stage) and their 16 bytes of slack */
-    w->flag_offset = w->bar_offset + 16 * (int64_t)w->stages + 16;
+    t.flag_offset = w->bar_offset + 16 * (int64_t)w->stages + 16;
+    if (waves) {
+        t.split_waves = 1;
+        t.split_sms = WGMMA_SPLIT_FILL;
+        t.split_chunk_cost = WGMMA_SPLIT_CHUNK_COST;
+        t.split_partial_cost = WGMMA_SPLIT_PARTIAL_COST;
+        /* the split kernel only where some launch splits: past the batches whose tiles leave
+         * room for 2 splits none can, and below them the rule may keep 1 at every one (a
+         * sample's tiles filling whole waves) */
+        bool splits = false;
+        for (int64_t n = 1; !splits && 2 * fg_wgmma_tiles(&t, tiles, n) <= t.split_fill; n++)
+            splits = fg_wgmma_splits(&t, fg_wgmma_tiles(&t, tiles, n)) > 1;
+        if (!splits)
+            return;
+    }
+    *w = t;
 }
 
 /* Whether the conv pass's CTAs pair up to share B chunks (fg_wgmma_tiling.multicast): where

@@ -402,8 +402,17 @@ typedef struct fg_wgmma_tiling {
      * a launch of `tiles` tiles uses fg_wgmma_splits(w, tiles). 1: never split, and every
      * field below is 0 (-1 for the buffers). */
     int split_k;
-    int split_fill;      /* tiles x splits of a launch stay at most this (the GPU's SMs, as planned for) */
+    int split_fill;      /* tiles x splits of a launch stay at most this (the GPU's SMs, as planned for;
+                          * with split_waves, the units whose partials the workspace holds) */
     int split_min_chunks;/* the K chunks every split keeps at least (the rule's bound) */
+    /* 0: a launch takes the most splits that keep tiles x splits <= split_fill (one wave);
+     * 1 (FUSEGEN_SPLIT_WAVES=1): the splits S of the least estimated time counted in waves,
+     * split_chunk_cost x ceil(tiles x S / split_sms) x ceil(kch / S) + split_partial_cost x S
+     * (no partials at S = 1), within split_fill (gen/planner.c, wgmma_split) */
+    int split_waves;
+    int split_sms;          /* split_waves: the SMs a wave of units fills */
+    int split_chunk_cost;   /* split_waves: a K chunk's time and a partial's (its write and the */
+    int split_partial_cost; /* last CTA's read of it), in the same unit */
     int split_counters, split_partials; /* buffers: an arrival counter per tile (zero between launches),
                                          * split_fill partial tiles of split_slot floats */
     int64_t split_slot;  /* floats of one (tile, split) partial: the 256 consumer threads' accumulators */
@@ -411,7 +420,8 @@ typedef struct fg_wgmma_tiling {
 } fg_wgmma_tiling;
 
 /* The K splits a launch of `tiles` output tiles (the batch's) uses: as many as keep tiles x
- * splits within w->split_fill, at most w->split_k; 1 (no split) below 2. The generated kernel
+ * splits within w->split_fill, at most w->split_k; 1 (no split) below 2; with w->split_waves,
+ * the least estimated time in waves (fg_wgmma_tiling.split_waves). The generated kernel
  * computes the same from its batch argument. */
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles);
 /* The tiles of a launch of `batch` samples of a wgmma conv pass whose grid_x (a sample's
@@ -555,6 +565,8 @@ typedef struct fg_plan_options {
     int mma_acc_steps;      /* tensor-core reduction steps per fresh accumulator, 1..64 (0: choose) */
     int conv_tile[4];       /* FMA thread tile: rows, cols, channels, ci unroll (0: choose) */
     int split_k;            /* wgmma: at most this many K splits (1: never split; 0: choose) */
+    int split_waves;        /* wgmma: 1 chooses a launch's K splits counted in waves, past one wave of
+                             * tiles x splits (fg_wgmma_tiling.split_waves); 0: within one wave */
     int wgmma_m64;          /* wgmma: at most this many m64 tiles per consumer warpgroup, 1..2 (0: choose) */
     int wgmma_multicast;    /* wgmma: 2 shares B chunks between the CTAs of a pair where it can, 1 never (0: choose) */
     int wgmma_a_tma;        /* wgmma: 2 loads A (the im2col rows) by TMA where it can, 1 never (0: choose: where it can) */

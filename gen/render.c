@@ -426,6 +426,10 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "split_counters", w->split_counters);
     set_int(L, "split_partials", w->split_partials);
     set_int(L, "split_slot", w->split_slot);
+    set_int(L, "split_waves", w->split_waves);
+    set_int(L, "split_sms", w->split_sms);
+    set_int(L, "split_chunk_cost", w->split_chunk_cost);
+    set_int(L, "split_partial_cost", w->split_partial_cost);
     set_int(L, "flag_offset", w->flag_offset);
 }
 

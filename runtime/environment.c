@@ -95,6 +95,8 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
             warn_ctx);
     env_int("FUSEGEN_SPLIT_K", 1, 64, &opts->split_k, "the most K splits of the wgmma engine, 1 (never) to 64", warn,
             warn_ctx);
+    env_int("FUSEGEN_SPLIT_WAVES", 0, 1, &opts->split_waves,
+            "0 (wgmma K splits within one wave of the SMs) or 1 (counted in waves)", warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_M64", 1, 2, &opts->wgmma_m64,
             "the most m64 tiles per wgmma consumer warpgroup, 1 (128-pixel tiles) or 2", warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_MULTICAST", 1, 2, &opts->wgmma_multicast,

@@ -13,6 +13,7 @@
  *   FUSEGEN_MMA_ACC_STEPS A: reduction steps per fresh accumulator of the tensor-core engine (1..64)
  *   FUSEGEN_CONV_TILE    rows,cols,channels[,unroll]: the FMA engine's thread tile
  *   FUSEGEN_SPLIT_K      N: the wgmma engine splits a tile's K over at most N CTAs (1: never)
+ *   FUSEGEN_SPLIT_WAVES  0 | 1: a launch's K splits within one wave of the SMs (0) or counted in waves (1)
  *   FUSEGEN_WGMMA_M64    1 | 2: the most m64 tiles per wgmma consumer warpgroup
  *   FUSEGEN_WGMMA_MULTICAST 1 | 2: pairs of wgmma CTAs share each weight chunk (2) or not
  *   FUSEGEN_WGMMA_A_TMA  1 | 2: the wgmma producer loads A by TMA in im2col mode where it can (2, the default) or never (1)

@@ -276,12 +276,24 @@ function M.prelude(layer, plan)
     c:line("static_assert(ID + CB < 1024 && IH + CB < 1024 && IW + CB < 1024, \"packed coordinates\");")
   end
   local split = w.split_k > 1
-  if split then
+  if split and w.split_waves == 1 then
+    c:line("/* split K counted in waves: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL")
+    c:line(" * (the partial tiles the workspace holds); a partial tile is SLOT floats (the consumers' accumulators);")
+    c:line(" * the last-arrival flag at FLAG_OFFSET; the splits' estimated costs (splits_for) */")
+    c:line("constexpr int SPLIT_K = %d, SPLIT_FILL = %d, SLOT = %d, FLAG_OFFSET = %d;", w.split_k, w.split_fill,
+      w.split_slot, w.flag_offset)
+    c:line("constexpr int SPLIT_SMS = %d, SPLIT_CHUNK_COST = %d, SPLIT_PARTIAL_COST = %d;", w.split_sms,
+      w.split_chunk_cost, w.split_partial_cost)
+    c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
+    for l in M.split_waves:gmatch("([^\n]*)\n") do c:line(l) end
+    for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
+  elseif split then
     c:line("/* split K: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL; a partial")
     c:line(" * tile is SLOT floats (the consumers' accumulators); the last-arrival flag at FLAG_OFFSET */")
     c:line("constexpr int SPLIT_K = %d, SPLIT_FILL = %d, SLOT = %d, FLAG_OFFSET = %d;", w.split_k, w.split_fill,
       w.split_slot, w.flag_offset)
     c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
+    for l in M.split_one_wave:gmatch("([^\n]*)\n") do c:line(l) end
     for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
   if w.multicast == 2 then
@@ -481,8 +493,9 @@ __device__ __forceinline__ void consumer_pair_tail(int it, int ntiles, fgw_u32 b
 }
 ]]
 
--- Split K's helpers (inside namespace fgw, before the engine).
-M.split_engine = [[
+-- Split K's helpers (inside namespace fgw, before the engine): the launch's splits by one of
+-- the planner's two rules (fg_wgmma_tiling.split_waves), then the rest.
+M.split_one_wave = [[
 /* the K splits of a launch of ntiles tiles: as many as keep tiles x splits <= SPLIT_FILL, at
  * most SPLIT_K, none below 2 (the planner's fg_wgmma_splits, which the launcher sizes the grid
  * with) */
@@ -491,6 +504,29 @@ __device__ __forceinline__ int splits_for(int ntiles)
     const int s = SPLIT_FILL / ntiles;
     return s < 2 ? 1 : s < SPLIT_K ? s : SPLIT_K;
 }
+]]
+M.split_waves = [[
+/* the K splits of a launch of ntiles tiles: the S in 1..SPLIT_K (tiles x S <= SPLIT_FILL past
+ * 1) of the least estimated time, SPLIT_CHUNK_COST x waves of SPLIT_SMS units x ceil(KCH / S)
+ * + SPLIT_PARTIAL_COST x S past 1, the fewer splits on a tie (the planner's fg_wgmma_splits,
+ * which the launcher sizes the grid with: the two must agree) */
+__device__ __forceinline__ long long split_cost(int ntiles, int s)
+{
+    const long long waves = ((long long)ntiles * s + SPLIT_SMS - 1) / SPLIT_SMS;
+    return SPLIT_CHUNK_COST * waves * ((KCH + s - 1) / s) + (s > 1 ? (long long)SPLIT_PARTIAL_COST * s : 0);
+}
+__device__ __forceinline__ int splits_for(int ntiles)
+{
+    int best = 1;
+    long long best_cost = split_cost(ntiles, 1);
+    for (int s = 2; s <= SPLIT_K && (long long)ntiles * s <= SPLIT_FILL; ++s) {
+        const long long cost = split_cost(ntiles, s);
+        if (cost < best_cost) best = s, best_cost = cost;
+    }
+    return best;
+}
+]]
+M.split_engine = [[
 /* the first K chunk of split s of n */
 __device__ __forceinline__ int chunk_begin(int s, int n) { return s * KCH / n; }
 /* 16-byte copies that bypass L1 (a partial is read once, by another CTA): a partial's four

@@ -390,33 +390,41 @@ static void wgmma_engine(void **state)
 
 /* The wgmma engine with split K (tests/split_k_specs.h, the GPU test's layers): each plans the
  * splits the GPU test expects at its batch, renders the split kernel and compiles for
- * sm_90a without spills or wgmma warnings. */
+ * sm_90a without spills or wgmma warnings; the same with the splits counted in waves
+ * (FUSEGEN_SPLIT_WAVES=1, which bench/gpu-check runs the GPU test with), whose kernel computes
+ * its splits by the rendered rule. */
 static void wgmma_split_k(void **state)
 {
     (void)state;
     int problems = 0;
-    for (int i = 0; i < N_SPLIT_K_CASES; i++) {
-        const split_k_case *k = &split_k_cases[i];
-        fg_layer_ir *ir = fgt_load_string(k->source);
-        fg_plan_options opts;
-        fg_plan_options_for_arch(&opts, "sm_90a");
-        fg_plan *plan = fgt_plan_with(ir, &opts);
-        int conv = -1;
-        for (int p = 0; p < plan->n_passes; p++)
-            if (plan->passes[p].kind == FG_PASS_CONV && plan->passes[p].conv.engine == FG_CONV_WGMMA)
-                conv = p;
-        if (conv < 0 || plan->wgmma.split_k < 2)
-            fail_msg("%s: no wgmma conv with split K", k->name);
-        int splits = fg_wgmma_splits(&plan->wgmma, fg_wgmma_tiles(&plan->wgmma, plan->passes[conv].launch.grid_x, k->batch));
-        if (splits != k->splits)
-            fail_msg("%s: %d splits at batch %lld, the GPU test expects %d", k->name, splits, (long long)k->batch,
-                     k->splits);
-        char what[256];
-        snprintf(what, sizeof what, "%s (split K in up to %d) for sm_90a", k->name, plan->wgmma.split_k);
-        problems += compile_sm90a(ir, plan, what, "split_fixup(acc, ");
-        free(plan);
-        free(ir);
-    }
+    for (int waves = 0; waves < 2; waves++)
+        for (int i = 0; i < N_SPLIT_K_CASES; i++) {
+            const split_k_case *k = &split_k_cases[i];
+            const int want = waves ? k->splits_waves : k->splits;
+            fg_layer_ir *ir = fgt_load_string(k->source);
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.split_waves = waves;
+            fg_plan *plan = fgt_plan_with(ir, &opts);
+            int conv = -1;
+            for (int p = 0; p < plan->n_passes; p++)
+                if (plan->passes[p].kind == FG_PASS_CONV && plan->passes[p].conv.engine == FG_CONV_WGMMA)
+                    conv = p;
+            if (conv < 0 || plan->wgmma.split_k < 2)
+                fail_msg("%s: no wgmma conv with split K", k->name);
+            assert_int_equal(plan->wgmma.split_waves, waves);
+            int splits =
+                fg_wgmma_splits(&plan->wgmma, fg_wgmma_tiles(&plan->wgmma, plan->passes[conv].launch.grid_x, k->batch));
+            if (splits != want)
+                fail_msg("%s: %d splits at batch %lld%s, the GPU test expects %d", k->name, splits, (long long)k->batch,
+                         waves ? " counted in waves" : "", want);
+            char what[256];
+            snprintf(what, sizeof what, "%s (split K in up to %d%s) for sm_90a", k->name, plan->wgmma.split_k,
+                     waves ? ", counted in waves" : "");
+            problems += compile_sm90a(ir, plan, what, waves ? "SPLIT_PARTIAL_COST * s" : "split_fixup(acc, ");
+            free(plan);
+            free(ir);
+        }
     assert_int_equal(problems, 0);
 }
 

@@ -21,7 +21,7 @@ static const char *const knobs[] = {
     "FUSEGEN_WGMMA_A_TMA",  "FUSEGEN_WGMMA_CTAS",  "FUSEGEN_CONV_TILE",        "FUSEGEN_LOG",
     "FUSEGEN_CACHE_MAX_SIZE", "FUSEGEN_NO_GRAPHS", "FUSEGEN_TUNE",             "TMPDIR",
     "FUSEGEN_WGMMA_BN",     "FUSEGEN_WGMMA_EPI_ROWS",   "FUSEGEN_WGMMA_ALTERNATE",
-    "FUSEGEN_WGMMA_FLAT_PREDICATED", "FUSEGEN_SM_COUNT",
+    "FUSEGEN_WGMMA_FLAT_PREDICATED", "FUSEGEN_SM_COUNT", "FUSEGEN_SPLIT_WAVES",
 };
 
 typedef struct warnings {
@@ -90,6 +90,7 @@ static void integer_knobs(void **state)
         {"FUSEGEN_MMA_TILES", offsetof(fg_plan_options, mma_tiles), 1, 8},
         {"FUSEGEN_MMA_ACC_STEPS", offsetof(fg_plan_options, mma_acc_steps), 1, 64},
         {"FUSEGEN_SPLIT_K", offsetof(fg_plan_options, split_k), 1, 64},
+        {"FUSEGEN_SPLIT_WAVES", offsetof(fg_plan_options, split_waves), 0, 1},
         {"FUSEGEN_WGMMA_M64", offsetof(fg_plan_options, wgmma_m64), 1, 2},
         {"FUSEGEN_WGMMA_MULTICAST", offsetof(fg_plan_options, wgmma_multicast), 1, 2},
         {"FUSEGEN_WGMMA_A_TMA", offsetof(fg_plan_options, wgmma_a_tma), 1, 2},

@@ -1437,9 +1437,10 @@ static void engine_left_open_is_timed(void **state)
 
 /* ---- split K on the wgmma engine (wgmma_split, fg_wgmma_splits) ----------------------------- */
 
-/* A conv on sm_90a, `in` channels of `size`^spatial, a 3x3(x3) kernel, then `tail`. */
-static fg_plan *conv_plan(const char *precision, int spatial, int in, int out, int size, int stride, int groups,
-                          const char *tail, int split_k, fg_layer_ir **ir_out)
+/* A conv on sm_90a, `in` channels of `size`^spatial, a 3x3(x3) kernel, then `tail`; its
+ * splits counted in waves where `waves` (fg_plan_options.split_waves). */
+static fg_plan *conv_plan_waves(const char *precision, int spatial, int in, int out, int size, int stride, int groups,
+                                const char *tail, int split_k, int waves, fg_layer_ir **ir_out)
 {
     char src[1024], depth[16] = "";
     if (spatial == 3)
@@ -1452,9 +1453,17 @@ static fg_plan *conv_plan(const char *precision, int spatial, int in, int out, i
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
     opts.split_k = split_k;
+    opts.split_waves = waves;
     fg_plan *plan = fgt_plan_with(ir, &opts);
     *ir_out = ir;
     return plan;
+}
+
+/* The same with the splits within one wave (the default). */
+static fg_plan *conv_plan(const char *precision, int spatial, int in, int out, int size, int stride, int groups,
+                          const char *tail, int split_k, fg_layer_ir **ir_out)
+{
+    return conv_plan_waves(precision, spatial, in, out, size, stride, groups, tail, split_k, 0, ir_out);
 }
 
 /* The conv pass's wgmma split: the most splits, and the splits at `batch`. */
@@ -1666,6 +1675,142 @@ static void split_k_forced_and_printed(void **state)
     fgt_assert_contains(t->buf, "N=1: 12, N=2: 12, N=4: 8, N=8: 4, N=16: 2, N=32: 1 (and larger: none)");
     fgt_assert_contains(t->buf, "buffer b0: split K's arrival counters, 132 words");
     free(t);
+    free(plan);
+    free(ir);
+}
+
+/* ---- split K counted in waves (FUSEGEN_SPLIT_WAVES=1, fg_plan_options.split_waves) ---------- */
+
+/* A split tiling as the planner leaves it under the wave rule (gen/planner.c, wgmma_split):
+ * 528 partials (4 waves of 132), a chunk costing 3 and a partial 1. */
+static fg_wgmma_tiling waves_tiling(int kch, int split_k, int partial_cost)
+{
+    fg_wgmma_tiling w;
+    memset(&w, 0, sizeof w);
+    w.kch = kch;
+    w.split_k = split_k;
+    w.split_fill = 4 * 132;
+    w.split_waves = 1;
+    w.split_sms = 132;
+    w.split_chunk_cost = 3;
+    w.split_partial_cost = partial_cost;
+    return w;
+}
+
+/* The launch rule: the S in 1..split_k of the least 3 x ceil(tiles S / 132) x ceil(kch / S) + S
+ * (S > 1), within 528 units, the fewer on a tie; the one-wave rule on the same tiles (the
+ * default) as it was. */
+static void split_waves_rule(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t tiles;
+        int kch, split_k, waves, one_wave;
+    } cases[] = {
+        /* ConvNeXt 768's layer c at batch 32 (78 flat tiles, 48 chunks, at most 4 splits at 5
+         * stages): 3 splits, 2 waves of 16 chunks (cost 99 against 144 unsplit, 146 at 2
+         * splits, 112 at 4: 3 waves of 12) */
+        {78, 48, 4, 3, 1},
+        /* ... with 16 allowed: 5 (3 waves of 10 chunks, 95); 6 take 4 waves (102), 7 pass 528 */
+        {78, 48, 16, 5, 1},
+        /* NOTES' ConvNeXt 384 c (147 tiles, 24 chunks): 2 waves of 24 unsplit (144), 3 of 12 at
+         * 2 splits (110), 4 of 8 at 3 (99); 4 splits would be 588 units, past the 528 partials */
+        {147, 24, 2, 2, 1},
+        {147, 24, 3, 3, 1},
+        {147, 24, 4, 3, 1},
+        /* ConvNeXt 384 c as planned today at batch 32 (14x14 not flat: 192 tiles, 2 splits at
+         * most): 3 waves of 12 (110) against 2 of 24 (144) */
+        {192, 24, 2, 2, 1},
+        /* S stays 1: a whole wave (2 splits take 2 waves of half the chunks: the fixup tips it),
+         * 96 tiles of 24 chunks (72 against 74), and 300 tiles (2 splits pass 528) */
+        {132, 48, 4, 1, 1},
+        {96, 24, 2, 1, 1},
+        {300, 48, 4, 1, 1},
+        /* few tiles: the same as one wave where every split fits it (4 tiles, 72 chunks, 12:
+         * 3 x 6 + 12 = 30 against 11 splits' 3 x 7 + 11 = 32) */
+        {4, 72, 12, 12, 12},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fg_wgmma_tiling w = waves_tiling(cases[i].kch, cases[i].split_k, 1);
+        const int s = fg_wgmma_splits(&w, cases[i].tiles);
+        if (s != cases[i].waves)
+            fail_msg("%lld tiles of %d chunks, at most %d: %d splits counted in waves, expected %d",
+                     (long long)cases[i].tiles, cases[i].kch, cases[i].split_k, s, cases[i].waves);
+        assert_true(s == 1 || cases[i].tiles * s <= w.split_fill);
+        /* the default rule on the same tiling: within one wave of 132 */
+        fg_wgmma_tiling one = w;
+        one.split_waves = one.split_sms = one.split_chunk_cost = one.split_partial_cost = 0;
+        one.split_fill = 132;
+        assert_int_equal(fg_wgmma_splits(&one, cases[i].tiles), cases[i].one_wave);
+    }
+    /* a tie takes the fewer splits: without a partial's cost, 10 tiles of 12 chunks cost 6 at
+     * 6 to 11 splits (one wave of 2 chunks) */
+    fg_wgmma_tiling w = waves_tiling(12, 11, 0);
+    assert_int_equal(fg_wgmma_splits(&w, 10), 6);
+    assert_int_equal(fg_wgmma_splits(&w, 0), 1);
+    w.split_k = 1; /* a plan that never splits */
+    assert_int_equal(fg_wgmma_splits(&w, 10), 1);
+}
+
+/* The planner under the wave rule: the most splits bounded by the 528 partials over a
+ * sample's tiles instead of one wave, the workspace holding 528 counters and partial tiles,
+ * the kernel rendering the rule's constants; a layer no batch would split keeps the unsplit
+ * kernel; `fusegen plan` names the rule. */
+static void split_waves_planned(void **state)
+{
+    (void)state;
+    fg_layer_ir *ir;
+    /* 256 -> 256 3x3 on 7x7 (flat: 2 tiles a sample at 37 x 2 at batch 96, 72 chunks) */
+    fg_plan *plan = conv_plan_waves("fp32", 2, 256, 256, 7, 1, 1, "relu {}", 0, 1, &ir);
+    const fg_wgmma_tiling *w = &plan->wgmma;
+    assert_int_equal(w->split_waves, 1);
+    assert_int_equal(w->split_k, 12);
+    assert_int_equal(w->split_fill, 528);
+    assert_int_equal(w->split_sms, 132);
+    assert_int_equal(plan->buffers[w->split_counters].fixed, 528);
+    assert_int_equal(plan->buffers[w->split_partials].fixed, 528 * w->split_slot);
+    assert_int_equal(splits_at(plan, 96), 7); /* 518 units, 4 waves of 10 or 11 chunks */
+    for (int64_t n = 1; n <= 300; n++) {
+        const int s = splits_at(plan, n);
+        assert_true(s >= 1 && s <= w->split_k);
+        assert_true(s == 1 || fg_wgmma_tiles(w, plan->passes[2].launch.grid_x, n) * s <= w->split_fill);
+    }
+    fg_rendered src;
+    fg_error err = {{0}};
+    assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+    fgt_assert_contains(src.source, "constexpr int SPLIT_K = 12, SPLIT_FILL = 528,");
+    fgt_assert_contains(src.source, "constexpr int SPLIT_SMS = 132, SPLIT_CHUNK_COST = 3, SPLIT_PARTIAL_COST = 1;");
+    fg_rendered_free(&src);
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    fgt_assert_contains(t->buf, "split K in up to 12, counted in waves (FUSEGEN_SPLIT_WAVES=1)");
+    fgt_assert_contains(t->buf, "+ 1/3 of a chunk a partial (S > 1), tiles x S <= 528");
+    fgt_assert_contains(t->buf, "N=64: 5 (50 tiles, 2 waves), N=128: 4 (98 tiles, 3 waves)");
+    fgt_assert_contains(t->buf, "N=512 and larger: none (2 x 392 tiles > 528)");
+    fgt_assert_contains(t->buf, "buffer b0: split K's arrival counters, 528 words");
+    fgt_assert_contains(t->buf, "528 of 16384 floats");
+    free(t);
+    free(plan);
+    free(ir);
+    /* the default: one wave, 132 partials, the rule's constants not rendered */
+    plan = conv_plan("fp32", 2, 256, 256, 7, 1, 1, "relu {}", 0, &ir);
+    assert_int_equal(plan->wgmma.split_waves, 0);
+    assert_int_equal(plan->wgmma.split_fill, 132);
+    assert_int_equal(splits_at(plan, 96), 1);
+    assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+    fgt_assert_not_contains(src.source, "SPLIT_SMS");
+    fg_rendered_free(&src);
+    free(plan);
+    free(ir);
+    /* 64 -> 64 3x3 on 128x128 (128 tiles a sample, 18 chunks): 2 splits fit the 528 partials
+     * at batches 1 and 2, but a wave of 128 tiles in 2 splits takes 2 waves of 9 chunks, no
+     * faster: no batch splits, so no split kernel */
+    plan = conv_plan_waves("fp32", 2, 64, 64, 128, 1, 1, "relu {}", 0, 1, &ir);
+    assert_int_equal(plan->wgmma.parts, 2);
+    assert_int_equal(plan->wgmma.split_k, 1);
+    assert_int_equal(plan->wgmma.split_waves, 0);
+    assert_int_equal(plan->wgmma.split_counters, -1);
     free(plan);
     free(ir);
 }
@@ -2177,6 +2322,53 @@ static void wgmma_residual_in_shared_memory(void **state)
         free(plan);
         fg_block_ir_free(&b);
     }
+}
+
+/* Split K counted in waves on the blocks it is for (bench/NOTES.md Waiting 0 (k)): ConvNeXt
+ * 768's and 384's last 1x1 conv (layer c), whose tiles at batch 32 fill part of a wave or
+ * spill into a short second one, split there under FUSEGEN_SPLIT_WAVES=1 and not by default;
+ * a batch whose tiles already fill a wave stays unsplit. */
+static void split_waves_convnext(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int most;          /* split_k: 48 / (2 x 5 stages) or 24 / 10 */
+        int64_t batch, tiles;
+        int one_wave, waves; /* the splits at that batch by each rule */
+    } cases[] = {
+        {"convnext768_bf16_cl_tf32", 4, 32, 78, 1, 3},  /* 78 SMs of 132 -> 2 waves of 16 chunks */
+        {"convnext768_bf16_cl_tf32", 4, 64, 150, 1, 3}, /* 2 waves of 48 -> 4 of 16 (450 units) */
+        {"convnext768_bf16_cl_tf32", 4, 8, 24, 4, 4},   /* one wave either way */
+        {"convnext384_bf16_cl_tf32", 2, 32, 192, 1, 2}, /* 2 waves of 24 -> 3 of 12 */
+        {"convnext384_bf16_cl_tf32", 2, 16, 96, 1, 1},  /* 72 against 74 with the fixup: unsplit */
+        {"convnext384_bf16_cl_tf32", 2, 4, 24, 2, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int waves = 0; waves < 2; waves++) {
+            fg_plan_options opts;
+            fg_plan_options_for_arch(&opts, "sm_90a");
+            opts.split_waves = waves;
+            fg_block_ir b;
+            const fg_layer_ir *ir;
+            fg_plan *plan = plan_ab_layer(cases[i].spec, 2, &opts, &b, &ir);
+            const fg_wgmma_tiling *w = &plan->wgmma;
+            const int conv = wgmma_conv_pass(plan);
+            assert_true(conv >= 0);
+            assert_string_equal(ir->name, "convnext.c");
+            assert_int_equal(w->split_k, cases[i].most);
+            assert_int_equal(w->split_waves, waves);
+            assert_int_equal(w->split_fill, waves ? 528 : 132);
+            assert_int_equal(plan->buffers[w->split_partials].fixed, (int64_t)w->split_fill * w->split_slot);
+            const int64_t tiles = fg_wgmma_tiles(w, plan->passes[conv].launch.grid_x, cases[i].batch);
+            assert_int_equal(tiles, cases[i].tiles);
+            const int s = fg_wgmma_splits(w, tiles);
+            if (s != (waves ? cases[i].waves : cases[i].one_wave))
+                fail_msg("%s c at batch %lld: %d splits%s", cases[i].spec, (long long)cases[i].batch, s,
+                         waves ? " counted in waves" : "");
+            free(plan);
+            fg_block_ir_free(&b);
+        }
 }
 
 /* The staged epilogue's rows per iteration (staged_rows_unrolled): 8 where the chain calls a
@@ -3228,6 +3420,8 @@ int main(void)
         cmocka_unit_test(split_k_fills_small_grids),
         cmocka_unit_test(split_k_leaves_large_grids),
         cmocka_unit_test(split_k_forced_and_printed),
+        cmocka_unit_test(split_waves_rule),
+        cmocka_unit_test(split_waves_planned),
         cmocka_unit_test(wgmma_flat_tiles_where_images_are_small),
         cmocka_unit_test(wgmma_channel_reduction_fused),
         cmocka_unit_test(wgmma_channel_reduction_not_fused),
@@ -3239,6 +3433,7 @@ int main(void)
         cmocka_unit_test(wgmma_two_ctas_where_they_fit),
         cmocka_unit_test(wgmma_staged_epilogue_where_channels_last),
         cmocka_unit_test(wgmma_residual_in_shared_memory),
+        cmocka_unit_test(split_waves_convnext),
         cmocka_unit_test(wgmma_epilogue_rows_unrolled),
         cmocka_unit_test(wgmma_pack_whole_pixels),
         cmocka_unit_test(wgmma_tiles_in_turn),
