@@ -101,6 +101,15 @@ static void collect_line(void *ctx, const char *line)
     }
 }
 
+/* `fusegen plan`'s text for (ir, plan), in a sink the caller frees */
+static text_sink *printed_plan(const fg_layer_ir *ir, const fg_plan *plan)
+{
+    text_sink *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    fg_plan_print(ir, plan, collect_line, t);
+    return t;
+}
+
 static const fg_arg *find_arg(const fg_pass *p, fg_arg_kind kind, int index)
 {
     for (int i = 0; i < p->n_args; i++)
@@ -522,9 +531,7 @@ static void expect_folded(const char *source, const char *const *spec_params, in
     assert_non_null(find_arg(&plan->passes[0], FG_ARG_PARAM, f->folded_bias));
     check_args_common(plan);
     /* `fusegen plan` says so */
-    text_sink *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    fg_plan_print(ir, plan, collect_line, t);
+    text_sink *t = printed_plan(ir, plan);
     fgt_assert_contains(t->buf, "folded: batch_norm bn (v1, line 4) into the conv's weights and bias");
     free(t);
     free(plan);
@@ -709,9 +716,7 @@ static void expect_channel_sums(const char *source, int norm, int reduce, int64_
     /* the runtime's workspace: the moments and nothing else (no conv output) */
     fg_launch_layout ws = workspace_for(ir, plan, 3);
     assert_true(ws.total <= (uint64_t)(3 * channels * 16 + 3 * channels * 8 + 1024));
-    text_sink *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    fg_plan_print(ir, plan, collect_line, t);
+    text_sink *t = printed_plan(ir, plan);
     fgt_assert_contains(t->buf, "strategy channel_sums");
     fgt_assert_contains(t->buf, "an affine map commutes with a mean");
     fgt_assert_contains(t->buf, "(one a channel)");
@@ -1242,9 +1247,7 @@ static void plan_print_mentions_every_pass(void **state)
     (void)state;
     fg_layer_ir *ir = fgt_load_spec("kb23");
     fg_plan *plan = fgt_plan(ir, FG_STRATEGY_MATERIALIZE);
-    text_sink *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    fg_plan_print(ir, plan, collect_line, t);
+    text_sink *t = printed_plan(ir, plan);
     fgt_assert_contains(t->buf, "plan: 4 passes");
     fgt_assert_contains(t->buf, "fg_pass0_conv");
     fgt_assert_contains(t->buf, "fg_pass1_finalize");
@@ -1622,9 +1625,7 @@ static void wgmma_flat_tiles_where_images_are_small(void **state)
         assert_int_equal(grid_x, (int64_t)w->m_tiles * w->nblk); /* a sample's tiles, as ever */
         assert_int_equal(fg_wgmma_tiles(w, grid_x, 32), cases[i].tiles_at_32);
         assert_int_equal(fg_wgmma_tiles(w, grid_x, 1), grid_x); /* one sample: its own tiles either way */
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         if (cases[i].flat)
             fgt_assert_contains(t->buf, "so a tile's 128 rows run on over the next samples' pixels");
         else
@@ -1667,9 +1668,7 @@ static void split_k_forced_and_printed(void **state)
     free(plan);
     free(ir);
     plan = conv_plan("fp32", 2, 256, 256, 14, 1, 1, "relu {}", 0, &ir);
-    text_sink *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    fg_plan_print(ir, plan, collect_line, t);
+    text_sink *t = printed_plan(ir, plan);
     fgt_assert_contains(t->buf, "split K in up to 12: a sample's 4 tiles fill 4 of 132 SMs");
     fgt_assert_contains(t->buf, "72 K chunks (>= 6 each)");
     fgt_assert_contains(t->buf, "N=1: 12, N=2: 12, N=4: 8, N=8: 4, N=16: 2, N=32: 1 (and larger: none)");
@@ -1781,9 +1780,7 @@ static void split_waves_planned(void **state)
     fgt_assert_contains(src.source, "constexpr int SPLIT_K = 12, SPLIT_FILL = 528,");
     fgt_assert_contains(src.source, "constexpr int SPLIT_SMS = 132, SPLIT_CHUNK_COST = 3, SPLIT_PARTIAL_COST = 1;");
     fg_rendered_free(&src);
-    text_sink *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    fg_plan_print(ir, plan, collect_line, t);
+    text_sink *t = printed_plan(ir, plan);
     fgt_assert_contains(t->buf, "split K in up to 12, counted in waves (FUSEGEN_SPLIT_WAVES=1)");
     fgt_assert_contains(t->buf, "+ 1/3 of a chunk a partial (S > 1), tiles x S <= 528");
     fgt_assert_contains(t->buf, "N=64: 5 (50 tiles, 2 waves), N=128: 4 (98 tiles, 3 waves)");
@@ -1857,9 +1854,7 @@ static void wgmma_channel_reduction_fused(void **state)
     for (int b = 0; b < plan->n_buffers; b++)
         assert_int_equal(plan->buffers[b].value, -1); /* packed operands only */
     assert_non_null(find_arg(conv, FG_ARG_OUTPUT, 0));
-    text_sink *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    fg_plan_print(ir, plan, collect_line, t);
+    text_sink *t = printed_plan(ir, plan);
     fgt_assert_contains(t->buf, "plan: 3 passes");
     fgt_assert_contains(t->buf, "computes conv v0..v3 inline, writes the output");
     fgt_assert_contains(t->buf, "v3 (logsumexp over the channels) in the epilogue: a tile holds all 128 channels");
@@ -2183,9 +2178,7 @@ static void wgmma_staged_epilogue_where_channels_last(void **state)
         fg_rendered src;
         fg_error err = {{0}};
         assert_int_equal(fg_render(ir, plan, &src, &err), 0);
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         if (io_expected) {
             /* stored rounded along the channels, its statistics fed as stored, read back widened */
             /* the conv pass's parameter (not const), its stores from the slabs along the channels */
@@ -2311,9 +2304,7 @@ static void wgmma_residual_in_shared_memory(void **state)
         assert_int_equal(w->bar_offset, w->res_offset + w->res_bytes);
         assert_true(1024 + w->bar_offset + 16 * w->stages + 16 <= 227 * 1024);
         /* fusegen plan says so */
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         if (cases[i].res)
             fgt_assert_contains(t->buf, "the residual 'input' through shared memory");
         else
@@ -2401,9 +2392,7 @@ static void wgmma_epilogue_rows_unrolled(void **state)
         print_message("%s layer %s: rows %d\n", cases[i].spec, ir->name, plan->wgmma.epi_unroll);
         assert_true(plan->wgmma.epi_bytes > 0);
         assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         if (cases[i].rows < FG_WGMMA_EPI_ROWS)
             fgt_assert_contains(t->buf, cases[i].rows == 8 ? "its rows 8 at a time" : "its rows 4 at a time");
         else
@@ -2490,9 +2479,7 @@ static void wgmma_tiles_in_turn(void **state)
         print_message("%s layer %s: alternate %d, tiles of %d (shared: %d), split %d (%d), flat %d\n", cases[i].spec,
                       ir->name, w->alternate, w->bm, w0->bm, w->split_k, w0->split_k, (int)w->flat);
         assert_int_equal(w->alternate, cases[i].alternate);
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         const fg_pass *conv = NULL;
         for (int p = 0; p < plan->n_passes; p++)
             if (plan->passes[p].kind == FG_PASS_CONV)
@@ -2554,9 +2541,7 @@ static void wgmma_flat_predicated(void **state)
                       plan->wgmma.flat_predicated, plan->wgmma.epi_unroll);
         assert_int_equal(plan->wgmma.flat_predicated, cases[i].predicated);
         assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         if (cases[i].predicated)
             fgt_assert_contains(t->buf, "skipped by predicated stores");
         else
@@ -2832,9 +2817,7 @@ static void wgmma_a_tma_where_tma_builds_the_stage(void **state)
             fgt_assert_not_contains(src.source, "tmap");
             /* asked for and refused: `fusegen plan` says why */
             assert_non_null(plan->wgmma.a_tma_refused);
-            text_sink *t = calloc(1, sizeof *t);
-            assert_non_null(t);
-            fg_plan_print(ir, plan, collect_line, t);
+            text_sink *t = printed_plan(ir, plan);
             fgt_assert_contains(t->buf, "TMA was asked for (FUSEGEN_WGMMA_A_TMA=2) and refused: ");
             fgt_assert_contains(t->buf, plan->wgmma.a_tma_refused);
             free(t);
@@ -2925,9 +2908,7 @@ static void wgmma_half_operands(void **state)
             if (plan->passes[k].kind == FG_PASS_PACK_WEIGHTS)
                 assert_true(plan->passes[k].launch.grid_x * plan->passes[k].launch.block >= w->w_elems &&
                             (plan->passes[k].launch.grid_x - 1) * plan->passes[k].launch.block < w->w_elems);
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         char want[128];
         snprintf(want, sizeof want, "K chunks of %d,", w->kc_elems);
         fgt_assert_contains(t->buf, want);
@@ -3054,9 +3035,7 @@ static void wgmma_half_prologue_operands(void **state)
         }
         assert_true(stats && hi);
         assert_int_equal(lo, w->packed_lo >= 0);
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         if (half) {
             const char *op = cases[i].operand == FG_WGMMA_BF16 ? "bf16" : "f16";
             char want[192];
@@ -3297,9 +3276,7 @@ static void prologue_statistics_pass(void **state)
     plan = fgt_plan_with(ir, &opts);
     for (int p = 0; p < plan->n_passes; p++)
         assert_int_not_equal(plan->passes[p].kind, FG_PASS_CUDNN);
-    text_sink *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    fg_plan_print(ir, plan, collect_line, t);
+    text_sink *t = printed_plan(ir, plan);
     fgt_assert_contains(t->buf, "prologue: pro0..pro1 applied to each input element as the conv stages it");
     fgt_assert_contains(t->buf, "statistics of pro0 by a pass over the input");
     fgt_assert_contains(t->buf, "cuDNN's conv (it reads the raw input) is not used");
@@ -3358,9 +3335,7 @@ static void pack_computes_pixel_statistics(void **state)
         int stats_passes = 0;
         for (int k = 0; k < plan->n_passes; k++)
             stats_passes += plan->passes[k].kind == FG_PASS_PRO_STATS || plan->passes[k].kind == FG_PASS_FINALIZE;
-        text_sink *t = calloc(1, sizeof *t);
-        assert_non_null(t);
-        fg_plan_print(ir, plan, collect_line, t);
+        text_sink *t = printed_plan(ir, plan);
         if (cases[i].pack_stats) {
             assert_int_equal(plan->pro_norm, 0);
             assert_int_equal(plan->pro_accum, -1);
