@@ -575,6 +575,28 @@ static bool per_pixel_tensor_besides(const fg_layer_ir *ir, int res_param)
     return false;
 }
 
+/* Whether the ops after the conv read no tensor by an output's sample or pixel -- only values
+ * per channel (or one value) and the residual whose tile is in shared memory (res_param) --
+ * so that a flat tile's rows may index the channels-last output as one run of the batch's
+ * pixels: pixel p of sample n is row n x opix + p (fg_wgmma_tiling.flat_rows_linear) */
+static bool chain_reads_by_channel(const fg_layer_ir *ir, int res_param)
+{
+    for (int k = 1; k < ir->n_ops; k++) {
+        const fg_op *op = &ir->ops[k];
+        if (!fg_shape_same(&op->out, &ir->ops[0].out)) /* the stored value is indexed as the conv's */
+            return false;
+        if (op->operand != FG_OPERAND_PARAM || op->operand_param == res_param)
+            continue;
+        const fg_param *p = &ir->params[op->operand_param];
+        if (p->batched)
+            return false;
+        for (int d = 1; d < p->rank; d++)
+            if (p->dim[d] != 1)
+                return false;
+    }
+    return true;
+}
+
 /* The wgmma engine's tile for a conv; false when it cannot run the shape (channels, coordinates
  * the producer packs in 10 bits, shared memory). Chosen once per layer (every conv pass of a
  * layer runs the same conv), before the passes are chained: the packed operands are passes
@@ -854,6 +876,9 @@ retile:;
     w->flat_predicated = flat_predicated_asked == 2 && w->flat && w->epi_bytes > 0 && w->operand != FG_WGMMA_TF32 &&
                          !w->block_acc && !per_pixel_tensor_besides(ir, w->res_param) &&
                          w->bn % FG_WGMMA_EPI_COLS == 0 && (int64_t)w->nblk * w->bn == g->cout_g;
+    /* and the rows as one run of the batch's pixels where nothing needs their sample or pixel:
+     * no division a row (its address steps by the channels, as a full tile's do) */
+    w->flat_rows_linear = w->flat_predicated && chain_reads_by_channel(ir, w->res_param);
     w->stat_offset = (int64_t)w->stages * w->stage_bytes;
     w->epi_offset = w->stat_offset + w->stat_bytes;
     w->res_offset = w->epi_offset + w->epi_bytes;

@@ -391,6 +391,12 @@ typedef struct fg_wgmma_tiling {
      * FG_WGMMA_EPI_COLS, the group's channels whole blocks), so that the sample is the only
      * check. */
     int flat_predicated;
+    /* 1 (with flat_predicated): the chain reads nothing by an output's sample or pixel (values
+     * per channel, the residual's tile in shared memory), so a row's output index is taken as
+     * that of pixel n0 x opix + row of the batch's pixels run together (channels last: the
+     * same element) instead of dividing the row into its sample and pixel; its address then
+     * steps by the channels from row to row, as a full tile's do (unmeasured, v45) */
+    int flat_rows_linear;
     /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
      * string, for `fusegen plan`); NULL otherwise */
     const char *a_tma_refused;

@@ -417,6 +417,7 @@ static void push_wgmma(lua_State *L, const fg_wgmma_tiling *w)
     set_int(L, "ctas_per_sm", w->ctas_per_sm);
     set_int(L, "alternate", w->alternate);
     set_int(L, "flat_predicated", w->flat_predicated);
+    set_int(L, "flat_rows_linear", w->flat_rows_linear);
     set_int(L, "base_regs", fg_wgmma_base_regs(w));
     set_int(L, "packed_hi", w->packed_hi);
     set_int(L, "packed_lo", w->packed_lo);

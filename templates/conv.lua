@@ -392,7 +392,15 @@ end
 -- Declares those variables for one output of a thread mapping `th` (its pixel, od, oh, ow
 -- expressions); with outputs numbered (th.pixel) the indices use px, so od/oh/ow may go unread.
 function M.declare_output_coords(c, g, th)
-  if th.flat and th.predicated then
+  if th.flat and th.predicated and th.linear then
+    -- ... where nothing needs the row's own sample or pixel (fg_wgmma_tiling.flat_rows_linear):
+    -- row pr of the tile is pixel pr of the batch's pixels from sample n0 on, channels last
+    -- (one element index either way), so no division; px indexes only the stores, which `ok`
+    -- predicates (the chain reads nothing by pixel: planner.c, chain_reads_by_channel)
+    c:line("const int pr = %s;", th.pixel)
+    c:line("const bool ok = pr < (long long)(batch - n0) * %d; /* the row is one of the batch's outputs */", th.flat)
+    c:line("const int n = n0, px = pr;")
+  elseif th.flat and th.predicated then
     -- flat tiles whose only check is the sample (planner.h, fg_wgmma_tiling.flat_predicated):
     -- a row past the batch computes its chain on the tile's first sample n0 (in bounds) and
     -- `ok` predicates its stores, so that no branch keeps the rows apart

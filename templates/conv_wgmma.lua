@@ -1805,6 +1805,7 @@ function M.render(layer, plan, pass, names, signature)
       od = od, oh = oh, ow = ow,
       flat = flat_opix,
       predicated = w.flat_predicated == 1, -- the sample checked by predicated stores (planner.h)
+      linear = w.flat_rows_linear == 1, -- ... and the rows indexed as one run of the batch's pixels
       -- the lanes of a chunk past the tile's channels (BN not a multiple of 32) hold nothing;
       -- a full tile checks only that (v26 checked every output there: SD's 112-channel tiles
       -- lost 13 %)

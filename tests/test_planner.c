@@ -2523,12 +2523,13 @@ static void wgmma_flat_predicated(void **state)
         int layer, asked;
         bool predicated;
         int rows;
+        bool linear; /* the rows as one run of the batch's pixels (flat_rows_linear) */
     } cases[] = {
-        {"convnext768_bf16_cl_tf32", 1, 2, true, 8},   /* 1x1 + GELU, 7x7: flat */
-        {"convnext768_bf16_cl_tf32", 2, 2, true, 16},  /* scale + residual */
-        {"convnext768_bf16_cl_tf32", 1, 0, false, 16}, /* not asked for: the branch */
-        {"resnet2048_bf16_cl_tf32", 0, 2, true, 16},
-        {"convnext384_bf16_cl_tf32", 1, 2, false, 8}, /* 14x14: not flat (the code-size rule's 8) */
+        {"convnext768_bf16_cl_tf32", 1, 2, true, 8, true},   /* 1x1 + GELU, 7x7: flat */
+        {"convnext768_bf16_cl_tf32", 2, 2, true, 16, true},  /* scale + residual (in shared memory) */
+        {"convnext768_bf16_cl_tf32", 1, 0, false, 16, false}, /* not asked for: the branch */
+        {"resnet2048_bf16_cl_tf32", 0, 2, true, 16, true},
+        {"convnext384_bf16_cl_tf32", 1, 2, false, 8, false}, /* 14x14: not flat (the code-size rule's 8) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_plan_options opts;
@@ -2540,6 +2541,7 @@ static void wgmma_flat_predicated(void **state)
         print_message("%s layer %s: flat %d, predicated %d, rows %d\n", cases[i].spec, ir->name, (int)plan->wgmma.flat,
                       plan->wgmma.flat_predicated, plan->wgmma.epi_unroll);
         assert_int_equal(plan->wgmma.flat_predicated, cases[i].predicated);
+        assert_int_equal(plan->wgmma.flat_rows_linear, cases[i].linear);
         assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
         text_sink *t = printed_plan(ir, plan);
         if (cases[i].predicated)
