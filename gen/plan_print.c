@@ -34,7 +34,7 @@ static void print_split_waves(const fg_wgmma_tiling *w, int64_t tiles, void (*em
     for (; len < 900 && 2 * fg_wgmma_tiles(w, tiles, n) <= w->split_fill; n *= 2) {
         const int64_t t = fg_wgmma_tiles(w, tiles, n);
         const int s = fg_wgmma_splits(w, t);
-        const int64_t waves = (t * s + w->split_sms - 1) / w->split_sms;
+        const int64_t waves = fg_wgmma_split_waves(w, t * s);
         len += snprintf(line + len, sizeof line - (size_t)len, " N=%" PRId64 ": %d (%" PRId64 " tiles, %" PRId64 " wave%s),",
                         n, s, t, waves, waves > 1 ? "s" : "");
     }

@@ -559,19 +559,24 @@ static int staged_residual(const fg_layer_ir *ir, const fg_wgmma_tiling *w, bool
     return -1;
 }
 
+/* Whether a parameter holds a value per pixel: past its channels, an extent above 1 (templates'
+ * lib.per_pixel_tensor asks the same of a block tensor) */
+static bool param_per_pixel(const fg_param *p)
+{
+    for (int d = 1; d < p->rank; d++)
+        if (p->dim[d] != 1)
+            return true;
+    return false;
+}
+
 /* Whether the layer reads a block tensor with a value per pixel (a residual, a mask) other than
  * res_param (-1: none), the one whose tile is in shared memory: the staged epilogue loads such
  * rows ahead into registers (conv.lua, prefetch) */
 static bool per_pixel_tensor_besides(const fg_layer_ir *ir, int res_param)
 {
-    for (int i = 0; i < ir->n_params; i++) {
-        const fg_param *p = &ir->params[i];
-        if (!p->batched || i == res_param)
-            continue;
-        for (int d = 1; d < p->rank; d++)
-            if (p->dim[d] != 1)
-                return true;
-    }
+    for (int i = 0; i < ir->n_params; i++)
+        if (ir->params[i].batched && i != res_param && param_per_pixel(&ir->params[i]))
+            return true;
     return false;
 }
 
@@ -588,11 +593,8 @@ static bool chain_reads_by_channel(const fg_layer_ir *ir, int res_param)
         if (op->operand != FG_OPERAND_PARAM || op->operand_param == res_param)
             continue;
         const fg_param *p = &ir->params[op->operand_param];
-        if (p->batched)
+        if (p->batched || param_per_pixel(p))
             return false;
-        for (int d = 1; d < p->rank; d++)
-            if (p->dim[d] != 1)
-                return false;
     }
     return true;
 }
@@ -948,12 +950,17 @@ int64_t fg_wgmma_tiles(const fg_wgmma_tiling *w, int64_t grid_x, int64_t batch)
     return ceil_div(batch * w->opix, w->bm) * (grid_x / w->m_tiles);
 }
 
+int64_t fg_wgmma_split_waves(const fg_wgmma_tiling *w, int64_t units)
+{
+    return ceil_div(units, w->split_sms);
+}
+
 /* The wave rule's estimated time of a launch of `tiles` tiles in `s` splits (the rule above;
  * the generated kernel's splits_for computes the same from the constants rendered from w). */
 static int64_t wgmma_split_cost(const fg_wgmma_tiling *w, int64_t tiles, int s)
 {
-    const int64_t waves = ceil_div(tiles * s, w->split_sms);
-    return w->split_chunk_cost * waves * ceil_div(w->kch, s) + (s > 1 ? (int64_t)w->split_partial_cost * s : 0);
+    return w->split_chunk_cost * fg_wgmma_split_waves(w, tiles * s) * ceil_div(w->kch, s) +
+           (s > 1 ? (int64_t)w->split_partial_cost * s : 0);
 }
 
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles)
@@ -1012,8 +1019,8 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
          * room for 2 splits none can, and below them the rule may keep 1 at every one (a
          * sample's tiles filling whole waves) */
         bool splits = false;
-        for (int64_t n = 1; !splits && 2 * fg_wgmma_tiles(&t, tiles, n) <= t.split_fill; n++)
-            splits = fg_wgmma_splits(&t, fg_wgmma_tiles(&t, tiles, n)) > 1;
+        for (int64_t n = 1, launch; !splits && 2 * (launch = fg_wgmma_tiles(&t, tiles, n)) <= t.split_fill; n++)
+            splits = fg_wgmma_splits(&t, launch) > 1;
         if (!splits)
             return;
     }

@@ -430,6 +430,8 @@ typedef struct fg_wgmma_tiling {
  * the least estimated time in waves (fg_wgmma_tiling.split_waves). The generated kernel
  * computes the same from its batch argument. */
 int fg_wgmma_splits(const fg_wgmma_tiling *w, int64_t tiles);
+/* The waves of w->split_sms work units that `units` (tiles x splits) take (split_waves) */
+int64_t fg_wgmma_split_waves(const fg_wgmma_tiling *w, int64_t units);
 /* The tiles of a launch of `batch` samples of a wgmma conv pass whose grid_x (a sample's
  * tiles) is `grid_x`: grid_x x batch, or with flat tiles (fg_wgmma_tiling.flat) the tiles of
  * the batch's pixels flattened, ceil(batch x opix / bm) a channel block and group. */

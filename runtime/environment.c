@@ -201,10 +201,9 @@ void fg_env_runtime_read(fg_env_runtime *env)
                  "FUSEGEN_CACHE_MAX_SIZE=\"%.40s\" ignored: expected a size like 4G, 500M or 0 (no cap)", max);
     const char *sms = getenv("FUSEGEN_SM_COUNT");
     if (sms && *sms) {
-        char *end;
-        long n = strtol(sms, &end, 10);
-        if (*end == '\0' && n >= 1 && n <= 4096)
-            env->sm_count_cap = (int)n;
+        int n;
+        if (parse_ints(sms, &n, 1, 0, 1, 4096))
+            env->sm_count_cap = n;
         else
             snprintf(env->sm_count_error, sizeof env->sm_count_error,
                      "FUSEGEN_SM_COUNT=\"%.40s\" ignored: expected a number of multiprocessors, 1 to 4096", sms);

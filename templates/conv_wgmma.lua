@@ -276,24 +276,25 @@ function M.prelude(layer, plan)
     c:line("static_assert(ID + CB < 1024 && IH + CB < 1024 && IW + CB < 1024, \"packed coordinates\");")
   end
   local split = w.split_k > 1
-  if split and w.split_waves == 1 then
-    c:line("/* split K counted in waves: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL")
-    c:line(" * (the partial tiles the workspace holds); a partial tile is SLOT floats (the consumers' accumulators);")
-    c:line(" * the last-arrival flag at FLAG_OFFSET; the splits' estimated costs (splits_for) */")
+  if split then
+    -- the launch's splits by one of the planner's two rules (fg_wgmma_tiling.split_waves)
+    local waves = w.split_waves == 1
+    if waves then
+      c:line("/* split K counted in waves: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL")
+      c:line(" * (the partial tiles the workspace holds); a partial tile is SLOT floats (the consumers' accumulators);")
+      c:line(" * the last-arrival flag at FLAG_OFFSET; the splits' estimated costs (splits_for) */")
+    else
+      c:line("/* split K: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL; a partial")
+      c:line(" * tile is SLOT floats (the consumers' accumulators); the last-arrival flag at FLAG_OFFSET */")
+    end
     c:line("constexpr int SPLIT_K = %d, SPLIT_FILL = %d, SLOT = %d, FLAG_OFFSET = %d;", w.split_k, w.split_fill,
       w.split_slot, w.flag_offset)
-    c:line("constexpr int SPLIT_SMS = %d, SPLIT_CHUNK_COST = %d, SPLIT_PARTIAL_COST = %d;", w.split_sms,
-      w.split_chunk_cost, w.split_partial_cost)
+    if waves then
+      c:line("constexpr int SPLIT_SMS = %d, SPLIT_CHUNK_COST = %d, SPLIT_PARTIAL_COST = %d;", w.split_sms,
+        w.split_chunk_cost, w.split_partial_cost)
+    end
     c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
-    for l in M.split_waves:gmatch("([^\n]*)\n") do c:line(l) end
-    for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
-  elseif split then
-    c:line("/* split K: at most SPLIT_K CTAs share a tile's K chunks, while tiles x splits <= SPLIT_FILL; a partial")
-    c:line(" * tile is SLOT floats (the consumers' accumulators); the last-arrival flag at FLAG_OFFSET */")
-    c:line("constexpr int SPLIT_K = %d, SPLIT_FILL = %d, SLOT = %d, FLAG_OFFSET = %d;", w.split_k, w.split_fill,
-      w.split_slot, w.flag_offset)
-    c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
-    for l in M.split_one_wave:gmatch("([^\n]*)\n") do c:line(l) end
+    for l in (waves and M.split_waves or M.split_one_wave):gmatch("([^\n]*)\n") do c:line(l) end
     for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
   end
   if w.multicast == 2 then
@@ -1614,6 +1615,9 @@ function M.render(layer, plan, pass, names, signature)
   c:line("extern __shared__ __align__(1024) unsigned char fgw_smem[];")
   c:line("const fgw_u32 sbase = (fgw_smem_addr(fgw_smem) + 1023u) & ~1023u; /* the swizzle's alignment */")
   c:line("const fgw_u32 bar_full = sbase + BAR_OFFSET, bar_empty = bar_full + 8 * STAGES;")
+  if w.alternate == 1 then -- after the ring's barriers and their slack (planner.c conv_tiling's smem_bytes)
+    c:line("const fgw_u32 bar_turn = bar_empty + 8 * STAGES + 16; /* [cw]: warpgroup cw's main loops ended */")
+  end
   if w.flat then -- the batch's pixels flattened (planner.h, fg_wgmma_tiles)
     c:line("const int ntiles = (int)(((long long)batch * OPIX + BM - 1) / BM) * (NBLK * GROUPS);")
   else
@@ -1637,8 +1641,8 @@ function M.render(layer, plan, pass, names, signature)
   c:close()
   if w.alternate == 1 then
     c:line("/* the turn barriers: warpgroup cw's arrives when its main loop of a tile has ended, one per warp */")
-    c:line("fgw_mbar_init(bar_empty + 8 * STAGES + 16, 4);")
-    c:line("fgw_mbar_init(bar_empty + 8 * STAGES + 24, 4);")
+    c:line("fgw_mbar_init(bar_turn, 4);")
+    c:line("fgw_mbar_init(bar_turn + 8, 4);")
   end
   c:line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");")
   c:close()
@@ -1664,7 +1668,6 @@ function M.render(layer, plan, pass, names, signature)
   c:line("const int cw = wgi - 1, lane = (int)threadIdx.x & 31, warp = ((int)threadIdx.x >> 5) & 3;")
   if w.alternate == 1 then
     c:line("const int row0 = 0; /* each warpgroup's tiles are its own (fg_wgmma_tiling.alternate) */")
-    c:line("const fgw_u32 bar_turn = bar_empty + 8 * STAGES + 16; /* [cw]: warpgroup cw's main loops ended */")
   else
     c:line("const int row0 = 64 * WGMT * cw; /* this warpgroup's rows of every tile */")
   end

@@ -2446,8 +2446,8 @@ static void wgmma_pack_whole_pixels(void **state)
  * where the epilogue syncs neither warpgroup with the other nor pairs CTAs, a tile is one
  * warpgroup's 64 wgmt rows (the ring's A stage halves), never split, flat exactly where the
  * shared tiles are, the residual's tile still 16 wgmt rows a consumer warp, and 16 bytes more
- * shared memory for the two turn barriers (after the ring's and their slack); refused with statistics partials, two CTAs a
- * multiprocessor, and off unless asked for. */
+ * shared memory for the two turn barriers (after the ring's and their slack); refused with
+ * statistics partials, two CTAs a multiprocessor, and off unless asked for. */
 static void wgmma_tiles_in_turn(void **state)
 {
     (void)state;
@@ -2480,11 +2480,9 @@ static void wgmma_tiles_in_turn(void **state)
                       ir->name, w->alternate, w->bm, w0->bm, w->split_k, w0->split_k, (int)w->flat);
         assert_int_equal(w->alternate, cases[i].alternate);
         text_sink *t = printed_plan(ir, plan);
-        const fg_pass *conv = NULL;
-        for (int p = 0; p < plan->n_passes; p++)
-            if (plan->passes[p].kind == FG_PASS_CONV)
-                conv = &plan->passes[p];
-        assert_non_null(conv);
+        const int c = wgmma_conv_pass(plan);
+        assert_true(c >= 0);
+        const fg_pass *conv = &plan->passes[c];
         if (cases[i].alternate) {
             fgt_assert_contains(t->buf, "take whole tiles of");
             assert_int_equal(w->bm, 64 * w->wgmt);
