@@ -379,7 +379,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                 if (w->flat_predicated) {
                     snprintf(line, sizeof line,
                              "           a row past the batch is skipped by predicated stores, not a branch around each "
-                             "output (FUSEGEN_WGMMA_FLAT_PREDICATED=2), so that a warp's rows interleave");
+                             "output (FUSEGEN_WGMMA_FLAT_PREDICATED=1: a branch), so that a warp's rows interleave");
                     emit(ctx, line);
                 }
             }
@@ -406,7 +406,7 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
             if (w->alternate) {
                 snprintf(line, sizeof line,
                          "           the two consumer warpgroups take whole tiles of %d pixels in turn "
-                         "(FUSEGEN_WGMMA_ALTERNATE=2): one's main loop runs while the other's epilogue does; "
+                         "(FUSEGEN_WGMMA_ALTERNATE=1: shared tiles): one's main loop runs while the other's epilogue does; "
                          "no split K",
                          w->bm);
                 emit(ctx, line);

@@ -875,7 +875,7 @@ retile:;
      * in the fragments', none), in fp32 tensors at tf32 (TF32 operands, the residual
      * prefetched: 8, none) and in a bf16 layer reading two per-pixel tensors (one in shared
      * memory, the other prefetched) */
-    w->flat_predicated = flat_predicated_asked == 2 && w->flat && w->epi_bytes > 0 && w->operand != FG_WGMMA_TF32 &&
+    w->flat_predicated = flat_predicated_asked != 1 && w->flat && w->epi_bytes > 0 && w->operand != FG_WGMMA_TF32 &&
                          !w->block_acc && !per_pixel_tensor_besides(ir, w->res_param) &&
                          w->bn % FG_WGMMA_EPI_COLS == 0 && (int64_t)w->nblk * w->bn == g->cout_g;
     /* and the rows as one run of the batch's pixels where nothing needs their sample or pixel:
@@ -1036,6 +1036,35 @@ static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int
 {
     w->multicast =
         opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 && !w->alternate ? 2 : 1;
+}
+
+/* The wgmma tile for a conv with the consumer warpgroups' tiles chosen (fg_wgmma_tiling.alternate):
+ * as asked (FUSEGEN_WGMMA_ALTERNATE 1 or 2), else in turn where the conv never splits K at any
+ * batch (a split's fixup syncs the warpgroups, and splitting is what fills the GPU at small
+ * batches) and its operands are half with one product, no CTA pair being asked for. Measured
+ * on the H200 (bench/NOTES.md v46, blocks at N32 unless said): ResNet 2048 -16 %, 256 -4 %
+ * (N1 -16 %), 1024 -4 %, ConvNeXt 96 -10 % (N1 -7 %), 384 -7 %; ConvNeXt 768 +6 %, whose 1x1
+ * back to 768 channels (48 K chunks) splits below batch 32 and is main-loop bound. TF32
+ * operands (fp32 layers) and several products (block accumulation: half tensors at fp32
+ * precision) are not measured in turn and keep shared tiles. */
+static bool wgmma_tiling_chosen(const fg_plan_options *opts, const fg_layer_ir *ir, const conv_geometry *g, int io_value,
+                                fg_wgmma_tiling *w, const char **why)
+{
+    const int groups = (int)ir->ops[0].groups;
+    const bool choose = opts->wgmma_alternate == 0 && opts->wgmma_multicast != 2;
+    if (!wgmma_tiling(ir, g, groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
+                      choose ? 1 : opts->wgmma_alternate, opts->wgmma_flat_predicated, io_value, w, why))
+        return false;
+    if (!choose || w->operand == FG_WGMMA_TF32 || w->block_acc)
+        return true;
+    fg_wgmma_tiling split = *w;
+    wgmma_split(opts, &split, (int64_t)w->m_tiles * w->nblk * groups);
+    fg_wgmma_tiling turn;
+    if (split.split_k == 1 && wgmma_tiling(ir, g, groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, 2,
+                                           opts->wgmma_flat_predicated, io_value, &turn, NULL) &&
+        turn.alternate)
+        *w = turn;
+    return true;
 }
 
 /* TMA im2col limits (cuTensorMapEncodeIm2col, PTX cp.async.bulk.tensor .im2col; bench/hopper-tma.md
@@ -1272,8 +1301,7 @@ static bool choose_wgmma(planner *p)
     conv_geometry g;
     geometry(&p->ir->ops[0], &g);
     const char *why = NULL;
-    if (!wgmma_tiling(p->ir, &g, (int)p->ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
-                      opts->wgmma_alternate, opts->wgmma_flat_predicated, p->io_value, &p->plan->wgmma, &why)) {
+    if (!wgmma_tiling_chosen(opts, p->ir, &g, p->io_value, &p->plan->wgmma, &why)) {
         /* said by fusegen plan: a limit of the engine, not a measured choice */
         snprintf(p->plan->wgmma_refused, sizeof p->plan->wgmma_refused, "%s", why ? why : "");
         return false;
@@ -1361,9 +1389,7 @@ bool fg_plan_engine_alternative(const fg_layer_ir *ir, const fg_plan_options *op
     conv_geometry g;
     geometry(&ir->ops[0], &g);
     fg_wgmma_tiling w;
-    if (!wgmma_tiling(ir, &g, (int)ir->ops[0].groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
-                      opts->wgmma_alternate, opts->wgmma_flat_predicated,
-                      fg_io_buffer_value(ir, wanted_strategy(ir, opts)), &w, NULL))
+    if (!wgmma_tiling_chosen(opts, ir, &g, fg_io_buffer_value(ir, wanted_strategy(ir, opts)), &w, NULL))
         return false;
     const int64_t k = g.cin_g * g.taps;
     if ((k >= 256 && g.cout_g >= 64) || (g.taps == 1 && g.cout_g >= 64) || k < 64 || g.cout_g < 32)

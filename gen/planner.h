@@ -370,15 +370,17 @@ typedef struct fg_wgmma_tiling {
      * 64 wgmt rows (bm), warpgroup cw runs the CTA's tiles begin + cw, begin + cw + 2, ...,
      * each main loop starting once the other warpgroup's previous one has ended (two turn
      * mbarriers after the ring's), so one warpgroup's epilogue runs while the other's wgmmas
-     * do (today both share each tile: the tensor cores idle through every epilogue, 74 % of
-     * ConvNeXt 768's 1x1 + GELU, bench/NOTES.md v44). Opt-in while unmeasured
-     * (FUSEGEN_WGMMA_ALTERNATE=2), only where nothing in the epilogue syncs the two
+     * do (where both share each tile the tensor cores idle through every epilogue, 74 % of
+     * ConvNeXt 768's 1x1 + GELU, bench/NOTES.md v44). Chosen where K never splits and the
+     * operands are half (planner.c, wgmma_tiling_chosen: measured in v46), asked for by
+     * FUSEGEN_WGMMA_ALTERNATE=2 elsewhere; only where nothing in the epilogue syncs the two
      * warpgroups or pairs CTAs: no statistics partials or channel reduction, no split K, no
      * multicast pair, one CTA a multiprocessor. The flat-tile rule still counts 128 wgmt rows,
      * so that flat tiles are where the shared tiles have them. 0: the warpgroups share each tile. */
     int alternate;
     /* 1: a flat tile's epilogue checks each output's sample against the batch without a branch
-     * (FUSEGEN_WGMMA_FLAT_PREDICATED=2, opt-in, unmeasured): the row past the batch computes
+     * (the default; FUSEGEN_WGMMA_FLAT_PREDICATED=1 keeps the branch; measured in bench/NOTES.md
+     * v46: ConvNeXt 768's block -13 % at N32, ResNet 2048's -5 %): the row past the batch computes
      * its chain on the tile's first sample (its loads in bounds) and only its stores are
      * predicated, so that the compiler interleaves a warp's rows. With the check as a branch
      * around each output (0) every row is a block of its own and the rows run one after the
@@ -395,7 +397,7 @@ typedef struct fg_wgmma_tiling {
      * per channel, the residual's tile in shared memory), so a row's output index is taken as
      * that of pixel n0 x opix + row of the batch's pixels run together (channels last: the
      * same element) instead of dividing the row into its sample and pixel; its address then
-     * steps by the channels from row to row, as a full tile's do (unmeasured, v45) */
+     * steps by the channels from row to row, as a full tile's do (v45) */
     int flat_rows_linear;
     /* FUSEGEN_WGMMA_A_TMA=2 asked for TMA where fg_wgmma_a_tma_refusal refused: why (a static
      * string, for `fusegen plan`); NULL otherwise */
@@ -581,8 +583,8 @@ typedef struct fg_plan_options {
     int wgmma_ctas;         /* wgmma: 2 runs two CTAs a multiprocessor where they fit, 1 one (0: choose: one) */
     int wgmma_bn;           /* wgmma: the widest channel block of a tile, 8..256, rounded up to 8 (0: choose) */
     int wgmma_epi_rows;     /* wgmma: the staged epilogue's rows per iteration of its row loop, 1, 2, 4, 8 or 16 (0: choose) */
-    int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: never) */
-    int wgmma_flat_predicated; /* wgmma: 2 checks a flat tile's outputs by predicated stores where it can, 1 by a branch (0: choose: a branch) */
+    int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: where K never splits, half operands) */
+    int wgmma_flat_predicated; /* wgmma: 2 checks a flat tile's outputs by predicated stores where it can, 1 by a branch (0: choose: predicated stores) */
 } fg_plan_options;
 
 /* The planner's own choice for everything, for architecture `sm` (0: sm_90). */

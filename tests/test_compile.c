@@ -242,7 +242,7 @@ static void staged_epilogue_code_size(void **state)
     }
 }
 
-/* A flat tile's outputs checked by predicated stores (FUSEGEN_WGMMA_FLAT_PREDICATED=2): the
+/* A flat tile's outputs checked by predicated stores (the default; FUSEGEN_WGMMA_FLAT_PREDICATED=1: a branch): the
  * 1x1 conv kernels of ConvNeXt's and ResNet-50's last stages (7x7, flat) compile with no
  * spills to fewer instructions than with a branch around each output, which made every row
  * a block of its own (ConvNeXt 768's GELU layer: 3816 against 1680 instructions with its rows

@@ -433,6 +433,7 @@ static void persistent_grid_per_multiprocessor(void **state)
         fg_plan_options_for_arch(&opts, "sm_90a");
         opts.engine = FG_ENGINE_PREFER_WGMMA;
         opts.wgmma_ctas = ctas;
+        opts.wgmma_alternate = 1; /* shared tiles of 128 pixels, as counted below (in turn: 64) */
         fg_plan *plan = fgt_plan_with(ir, &opts);
         assert_int_equal(plan->wgmma.ctas_per_sm, ctas);
         fg_launch_table t;

@@ -1601,6 +1601,8 @@ static void wgmma_flat_tiles_where_images_are_small(void **state)
     };
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.wgmma_alternate = 1; /* shared tiles, as counted here (tiles in turn: wgmma_tiles_in_turn) */
+    opts.wgmma_flat_predicated = 1; /* the flat tiles' branch (predicated stores: wgmma_flat_predicated) */
     opts.engine = FG_ENGINE_PREFER_WGMMA;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char spec[512];
@@ -1978,6 +1980,7 @@ static void wgmma_m64_knob(void **state)
                                       "  conv2d { out_channels = 64, kernel = 3, padding = 1 },\n}\n");
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.wgmma_alternate = 1; /* shared tiles, as counted here (tiles in turn: wgmma_tiles_in_turn) */
     opts.engine = FG_ENGINE_PREFER_WGMMA;
     /* half operands: 128-pixel tiles by default (measured: v19), 256 on request */
     fg_plan *plan = fgt_plan_with(ir, &opts);
@@ -2274,6 +2277,7 @@ static void wgmma_residual_in_shared_memory(void **state)
     };
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.wgmma_alternate = 1; /* shared tiles, as counted here (tiles in turn: wgmma_tiles_in_turn) */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_block_ir b;
         const fg_layer_ir *ir;
@@ -2384,6 +2388,8 @@ static void wgmma_epilogue_rows_unrolled(void **state)
     };
     fg_plan_options opts;
     fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.wgmma_alternate = 1; /* shared tiles, as counted here (tiles in turn: wgmma_tiles_in_turn) */
+    opts.wgmma_flat_predicated = 1; /* the flat tiles' branch (predicated stores: wgmma_flat_predicated) */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_block_ir b;
         const fg_layer_ir *ir;
@@ -2442,38 +2448,46 @@ static void wgmma_pack_whole_pixels(void **state)
     }
 }
 
-/* The consumer warpgroups' tiles in turn (FUSEGEN_WGMMA_ALTERNATE=2, fg_wgmma_tiling.alternate):
- * where the epilogue syncs neither warpgroup with the other nor pairs CTAs, a tile is one
- * warpgroup's 64 wgmt rows (the ring's A stage halves), never split, flat exactly where the
- * shared tiles are, the residual's tile still 16 wgmt rows a consumer warp, and 16 bytes more
- * shared memory for the two turn barriers (after the ring's and their slack); refused with
- * statistics partials, two CTAs a multiprocessor, and off unless asked for. */
+/* The consumer warpgroups' tiles in turn (fg_wgmma_tiling.alternate): where the epilogue
+ * syncs neither warpgroup with the other nor pairs CTAs, a tile is one warpgroup's 64 wgmt
+ * rows (the ring's A stage halves), never split, flat exactly where the shared tiles are, the
+ * residual's tile still 16 wgmt rows a consumer warp, and 16 bytes more shared memory for the
+ * two turn barriers (after the ring's and their slack); refused with statistics partials and
+ * two CTAs a multiprocessor; chosen by default only where K never splits, the operands are
+ * half and no CTA pairs are asked for (FUSEGEN_WGMMA_ALTERNATE=2 asks elsewhere, 1 never). */
 static void wgmma_tiles_in_turn(void **state)
 {
     (void)state;
     static const struct {
         const char *spec;
-        int layer, asked, ctas;
+        int layer, asked, ctas, multicast;
         bool alternate;
     } cases[] = {
-        {"convnext768_bf16_cl_tf32", 1, 2, 0, true},  /* 1x1 + GELU, flat tiles */
-        {"convnext768_bf16_cl_tf32", 2, 2, 0, true},  /* split K in 4 without, the residual in shared memory */
-        {"convnext768_bf16_cl_tf32", 1, 0, 0, false}, /* not asked for */
-        {"resnet_block_bf16_cl_tf32", 1, 2, 0, true}, /* 3x3 on 56x56 */
-        {"resnet_block_bf16_cl_fp32", 2, 2, 0, true}, /* block accumulation in ping-pong too */
-        {"conv_64_128_256", 0, 2, 0, true},           /* TF32 operands: two m64 tiles a warpgroup */
-        {"sd_resnet_block_bf16_cl_tf32", 0, 2, 0, false}, /* exports its output's statistics */
-        {"nnunet_stage_bf16_cl_tf32", 0, 2, 0, false},    /* InstanceNorm's partials */
-        {"convnext_bf16_cl_tf32", 1, 2, 2, false},        /* two CTAs a multiprocessor */
+        {"convnext768_bf16_cl_tf32", 1, 2, 0, 0, true},  /* 1x1 + GELU, flat tiles */
+        {"convnext768_bf16_cl_tf32", 2, 2, 0, 0, true},  /* split K in 4 without, the residual in shared memory */
+        {"convnext768_bf16_cl_tf32", 1, 0, 0, 0, true},  /* chosen: 12 K chunks never split */
+        {"convnext768_bf16_cl_tf32", 1, 1, 0, 0, false}, /* shared tiles asked for */
+        {"convnext768_bf16_cl_tf32", 1, 0, 0, 2, false}, /* not chosen where CTA pairs are asked for */
+        {"convnext768_bf16_cl_tf32", 2, 0, 0, 0, false}, /* not chosen: split K below batch 32 */
+        {"resnet_block_bf16_cl_tf32", 1, 2, 0, 0, true}, /* 3x3 on 56x56 */
+        {"resnet_block_bf16_cl_tf32", 1, 0, 0, 0, true}, /* chosen: 9 K chunks */
+        {"resnet_block_bf16_cl_fp32", 2, 2, 0, 0, true}, /* block accumulation in ping-pong too */
+        {"conv_64_128_256", 0, 2, 0, 0, true},           /* TF32 operands: two m64 tiles a warpgroup */
+        {"conv_64_128_256", 0, 0, 0, 0, false},          /* TF32 operands are not chosen in turn */
+        {"sd_resnet_block_bf16_cl_tf32", 0, 2, 0, 0, false}, /* exports its output's statistics */
+        {"nnunet_stage_bf16_cl_tf32", 0, 2, 0, 0, false},    /* InstanceNorm's partials */
+        {"convnext_bf16_cl_tf32", 1, 2, 2, 0, false},        /* two CTAs a multiprocessor */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_plan_options opts;
         fg_plan_options_for_arch(&opts, "sm_90a");
         fg_block_ir b, b0;
         const fg_layer_ir *ir, *ir0;
+        opts.wgmma_alternate = 1;
         fg_plan *shared = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b0, &ir0);
         opts.wgmma_alternate = cases[i].asked;
         opts.wgmma_ctas = cases[i].ctas;
+        opts.wgmma_multicast = cases[i].multicast;
         fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
         const fg_wgmma_tiling *w = &plan->wgmma, *w0 = &shared->wgmma;
         print_message("%s layer %s: alternate %d, tiles of %d (shared: %d), split %d (%d), flat %d\n", cases[i].spec,
@@ -2509,9 +2523,9 @@ static void wgmma_tiles_in_turn(void **state)
     }
 }
 
-/* A flat tile's outputs checked by predicated stores (FUSEGEN_WGMMA_FLAT_PREDICATED=2,
- * fg_wgmma_tiling.flat_predicated): only flat tiles whose chunks hold only existing channels
- * (bn a multiple of 32, the group's channels whole blocks), only when asked for; a chain with
+/* A flat tile's outputs checked by predicated stores (fg_wgmma_tiling.flat_predicated, the
+ * default; FUSEGEN_WGMMA_FLAT_PREDICATED=1 keeps the branch): only flat tiles whose chunks hold
+ * only existing channels (bn a multiple of 32, the group's channels whole blocks); a chain with
  * a math call then takes its staged rows 8 at a time (the registers), a light one all 16. */
 static void wgmma_flat_predicated(void **state)
 {
@@ -2525,7 +2539,8 @@ static void wgmma_flat_predicated(void **state)
     } cases[] = {
         {"convnext768_bf16_cl_tf32", 1, 2, true, 8, true},   /* 1x1 + GELU, 7x7: flat */
         {"convnext768_bf16_cl_tf32", 2, 2, true, 16, true},  /* scale + residual (in shared memory) */
-        {"convnext768_bf16_cl_tf32", 1, 0, false, 16, false}, /* not asked for: the branch */
+        {"convnext768_bf16_cl_tf32", 1, 1, false, 16, false}, /* the branch asked for */
+        {"convnext768_bf16_cl_tf32", 1, 0, true, 8, true},    /* the default */
         {"resnet2048_bf16_cl_tf32", 0, 2, true, 16, true},
         {"convnext384_bf16_cl_tf32", 1, 2, false, 8, false}, /* 14x14: not flat (the code-size rule's 8) */
     };
