@@ -1042,11 +1042,15 @@ static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int
  * as asked (FUSEGEN_WGMMA_ALTERNATE 1 or 2), else in turn where the conv never splits K at any
  * batch (a split's fixup syncs the warpgroups, and splitting is what fills the GPU at small
  * batches) and its operands are half with one product, no CTA pair being asked for. Measured
- * on the H200 (bench/NOTES.md v46, blocks at N32 unless said): ResNet 2048 -16 %, 256 -4 %
- * (N1 -16 %), 1024 -4 %, ConvNeXt 96 -10 % (N1 -7 %), 384 -7 %; ConvNeXt 768 +6 %, whose 1x1
- * back to 768 channels (48 K chunks) splits below batch 32 and is main-loop bound. TF32
- * operands (fp32 layers) and several products (block accumulation: half tensors at fp32
- * precision) are not measured in turn and keep shared tiles. */
+ * on the H200 with the turns on every layer that can take them (bench/NOTES.md v46, blocks at
+ * N32 unless said): ResNet 2048 -16 %, 256 -4 % (N1 -16 %), 1024 -4 %, ConvNeXt 96 -10 % (N1
+ * -7 %), 384 -7 %; ConvNeXt 768 +6 %, whose 1x1 back to 768 channels (48 K chunks) is
+ * main-loop bound. This rule keeps the split-capable layers' shared tiles (768's c; ResNet
+ * 2048's a and b, 1024's b, 384's c) for their small batches, where the turns were not
+ * measured: part of the N32 gains above is left (a plan serves every batch; turns for the
+ * batches that do not split need the launch's batch, as Waiting 0 (a)'s narrower blocks do).
+ * TF32 operands (fp32 layers) and several products (block accumulation: half tensors at
+ * fp32 precision) are not measured in turn and keep shared tiles. */
 static bool wgmma_tiling_chosen(const fg_plan_options *opts, const fg_layer_ir *ir, const conv_geometry *g, int io_value,
                                 fg_wgmma_tiling *w, const char **why)
 {
