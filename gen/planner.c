@@ -943,6 +943,13 @@ enum {
     WGMMA_SPLIT_PARTIAL_COST = 1,
 };
 
+/* A sample's tiles of a wgmma conv: its m tiles, channel blocks and groups (the conv pass's
+ * grid_x, the tiles split K divides among the SMs) */
+static int64_t wgmma_sample_tiles(const fg_wgmma_tiling *w, int64_t groups)
+{
+    return (int64_t)w->m_tiles * w->nblk * groups;
+}
+
 int64_t fg_wgmma_tiles(const fg_wgmma_tiling *w, int64_t grid_x, int64_t batch)
 {
     if (!w->flat || w->m_tiles < 1)
@@ -1054,18 +1061,20 @@ static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int
 static bool wgmma_tiling_chosen(const fg_plan_options *opts, const fg_layer_ir *ir, const conv_geometry *g, int io_value,
                                 fg_wgmma_tiling *w, const char **why)
 {
-    const int groups = (int)ir->ops[0].groups;
+    const int groups = (int)ir->ops[0].groups, ctas = wgmma_ctas_asked(opts);
     const bool choose = opts->wgmma_alternate == 0 && opts->wgmma_multicast != 2;
-    if (!wgmma_tiling(ir, g, groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn,
-                      choose ? 1 : opts->wgmma_alternate, opts->wgmma_flat_predicated, io_value, w, why))
+    if (!wgmma_tiling(ir, g, groups, opts->wgmma_m64, ctas, opts->wgmma_bn, choose ? 1 : opts->wgmma_alternate,
+                      opts->wgmma_flat_predicated, io_value, w, why))
         return false;
     if (!choose || w->operand == FG_WGMMA_TF32 || w->block_acc)
         return true;
+    /* the shared tiles' split, as first_passes will choose it (wgmma_split: 1 where no batch splits) */
     fg_wgmma_tiling split = *w;
-    wgmma_split(opts, &split, (int64_t)w->m_tiles * w->nblk * groups);
+    wgmma_split(opts, &split, wgmma_sample_tiles(w, groups));
     fg_wgmma_tiling turn;
-    if (split.split_k == 1 && wgmma_tiling(ir, g, groups, opts->wgmma_m64, wgmma_ctas_asked(opts), opts->wgmma_bn, 2,
-                                           opts->wgmma_flat_predicated, io_value, &turn, NULL) &&
+    if (split.split_k == 1 &&
+        wgmma_tiling(ir, g, groups, opts->wgmma_m64, ctas, opts->wgmma_bn, 2, opts->wgmma_flat_predicated, io_value,
+                     &turn, NULL) &&
         turn.alternate)
         *w = turn;
     return true;
@@ -1610,7 +1619,7 @@ static int conv_tiling(const planner *p, fg_pass *ps)
         memset(t, 0, sizeof *t);
         t->engine = FG_CONV_WGMMA;
         ps->launch.block = 384; /* a producer warpgroup and two consumers */
-        ps->launch.grid_x = (int64_t)p->plan->wgmma.m_tiles * p->plan->wgmma.nblk * conv->groups;
+        ps->launch.grid_x = wgmma_sample_tiles(&p->plan->wgmma, conv->groups);
         ps->launch.grid_y = 1;
         ps->launch.persistent = true;
         ps->launch.per_sample = false;
@@ -2693,7 +2702,7 @@ static fg_pass *first_passes(planner *p, int wanted)
     if (!p->use_wgmma) /* choose_wgmma may have tiled it before choosing another engine */
         memset(&plan->wgmma, 0, sizeof plan->wgmma);
     if (p->use_wgmma) {
-        wgmma_split(p->opts, &plan->wgmma, (int64_t)plan->wgmma.m_tiles * plan->wgmma.nblk * ir->ops[0].groups);
+        wgmma_split(p->opts, &plan->wgmma, wgmma_sample_tiles(&plan->wgmma, ir->ops[0].groups));
         wgmma_multicast(p->opts, &plan->wgmma, (int)ir->ops[0].groups);
         wgmma_a_tma(p->opts, ir, &plan->wgmma);
         wgmma_ping_pong(&plan->wgmma);

@@ -107,8 +107,9 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
     env_int("FUSEGEN_WGMMA_CTAS", 1, 2, &opts->wgmma_ctas,
             "1 (one wgmma CTA a multiprocessor) or 2 (two where they fit)", warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_ALTERNATE", 1, 2, &opts->wgmma_alternate,
-            "1 (the wgmma consumer warpgroups share each tile) or 2 (they take whole tiles in turn where they can; default: where K never splits, half operands)", warn,
-            warn_ctx);
+            "1 (the wgmma consumer warpgroups share each tile) or 2 (they take whole tiles in turn where they can; "
+            "default: where K never splits, half operands)",
+            warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_FLAT_PREDICATED", 1, 2, &opts->wgmma_flat_predicated,
             "1 (a flat wgmma tile checks each output's sample by a branch) or 2 (by predicated stores where it can, the default)",
             warn, warn_ctx);
