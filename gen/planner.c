@@ -605,10 +605,11 @@ static bool chain_reads_by_channel(const fg_layer_ir *ir, int res_param)
  * of their own that run first. Measured on the H200 (bench/NOTES.md, v6): 3xTF32 wants one
  * m64 tile per consumer warpgroup at 128 channels (the block accumulator doubles the
  * registers), one TF32 product two. */
-static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, int most_m64, int ctas,
-                         int bn_asked, int alternate_asked, int flat_predicated_asked, int io_value,
-                         fg_wgmma_tiling *w, const char **why)
+static bool wgmma_tiling(const fg_layer_ir *ir, const conv_geometry *g, int groups, const fg_plan_options *opts,
+                         int ctas, int alternate_asked, int io_value, fg_wgmma_tiling *w, const char **why)
 {
+    const int bn_asked = opts->wgmma_bn;
+    int most_m64 = opts->wgmma_m64;
     memset(w, 0, sizeof *w);
     w->res_param = -1;
     const char *unused;
@@ -848,7 +849,19 @@ retile:;
      * with them split K there, and those blocks took 23-33 % longer flat (v40). The cp.async
      * producer's int offsets then reach into the samples a tile runs over */
     /* (a reduction, softmax or pool after the conv: its epilogue may key by sample) */
-    w->flat = !partials && !any_gathers(ir, 1, ir->n_ops - 1) && flat_saves_rows(rule_rows, opix) &&
+    /* Where the consumer warpgroups take tiles in turn (64 rows; no split K, no wide block or
+     * second m64 tile for flat tiles to give up), flat also where a sample leaves more than a
+     * fifth of its 64-row tiles' rows empty. Measured on the H200 (bench/NOTES.md v47, the
+     * knob below on every turn layer with any row empty): ConvNeXt's 384-channel block at
+     * 14x14 (its 1x1 + GELU: 4 tiles of 64 a sample for 196 pixels, 98 a batch of 32 flat
+     * instead of 128) -7.4 % at batch 32, -1.6 % at 8; ResNet-50's 1024 stage (14x14) -0.3 %;
+     * its 512 stage at 28x28 (13 tiles for 784 pixels, 6 % empty) +4.6 %, so not there.
+     * FUSEGEN_WGMMA_FLAT (fg_plan_options.wgmma_flat): 1 keeps the quarter rule alone, 2 takes
+     * flat tiles wherever the turns leave any row empty. */
+    const int64_t turn_rows = ceil_div(opix, w->bm) * w->bm;
+    const bool turn_rows_empty = w->alternate && opts->wgmma_flat != 1 &&
+                                 (opts->wgmma_flat == 2 ? turn_rows > opix : (turn_rows - opix) * 5 > turn_rows);
+    w->flat = !partials && !any_gathers(ir, 1, ir->n_ops - 1) && (flat_saves_rows(rule_rows, opix) || turn_rows_empty) &&
               (w->bm / opix + 2) * g->in[0] * g->in[1] * g->in[2] * w->xc <= INT32_MAX;
     /* a flat tile's per-row sample costs the epilogue registers: at 256 channels (ResNet-50's
      * 7x7 1x1 convs in bf16) and with two m64 tiles a warpgroup (a TF32 7x7 3x3 with a
@@ -875,7 +888,7 @@ retile:;
      * in the fragments', none), in fp32 tensors at tf32 (TF32 operands, the residual
      * prefetched: 8, none) and in a bf16 layer reading two per-pixel tensors (one in shared
      * memory, the other prefetched) */
-    w->flat_predicated = flat_predicated_asked != 1 && w->flat && w->epi_bytes > 0 && w->operand != FG_WGMMA_TF32 &&
+    w->flat_predicated = opts->wgmma_flat_predicated != 1 && w->flat && w->epi_bytes > 0 && w->operand != FG_WGMMA_TF32 &&
                          !w->block_acc && !per_pixel_tensor_besides(ir, w->res_param) &&
                          w->bn % FG_WGMMA_EPI_COLS == 0 && (int64_t)w->nblk * w->bn == g->cout_g;
     /* and the rows as one run of the batch's pixels where nothing needs their sample or pixel:
@@ -1063,8 +1076,7 @@ static bool wgmma_tiling_chosen(const fg_plan_options *opts, const fg_layer_ir *
 {
     const int groups = (int)ir->ops[0].groups, ctas = wgmma_ctas_asked(opts);
     const bool choose = opts->wgmma_alternate == 0 && opts->wgmma_multicast != 2;
-    if (!wgmma_tiling(ir, g, groups, opts->wgmma_m64, ctas, opts->wgmma_bn, choose ? 1 : opts->wgmma_alternate,
-                      opts->wgmma_flat_predicated, io_value, w, why))
+    if (!wgmma_tiling(ir, g, groups, opts, ctas, choose ? 1 : opts->wgmma_alternate, io_value, w, why))
         return false;
     if (!choose || w->operand == FG_WGMMA_TF32 || w->block_acc)
         return true;
@@ -1073,8 +1085,7 @@ static bool wgmma_tiling_chosen(const fg_plan_options *opts, const fg_layer_ir *
     wgmma_split(opts, &split, wgmma_sample_tiles(w, groups));
     fg_wgmma_tiling turn;
     if (split.split_k == 1 &&
-        wgmma_tiling(ir, g, groups, opts->wgmma_m64, ctas, opts->wgmma_bn, 2, opts->wgmma_flat_predicated, io_value,
-                     &turn, NULL) &&
+        wgmma_tiling(ir, g, groups, opts, ctas, 2, io_value, &turn, NULL) &&
         turn.alternate)
         *w = turn;
     return true;

@@ -113,6 +113,10 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
     env_int("FUSEGEN_WGMMA_FLAT_PREDICATED", 1, 2, &opts->wgmma_flat_predicated,
             "1 (a flat wgmma tile checks each output's sample by a branch) or 2 (by predicated stores where it can, the default)",
             warn, warn_ctx);
+    env_int("FUSEGEN_WGMMA_FLAT", 1, 2, &opts->wgmma_flat,
+            "1 (flat wgmma tiles only where a sample leaves more than a quarter of its 128-row tiles empty) or "
+            "2 (also where tiles in turn leave any rows empty; default: where they leave more than a fifth)",
+            warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_BN", 8, 256, &opts->wgmma_bn,
             "the widest channel block of a wgmma tile, 8 to 256 (rounded up to a multiple of 8)", warn, warn_ctx);
     int rows = 0;

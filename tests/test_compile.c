@@ -178,8 +178,11 @@ static long kernel_instructions(const unsigned char *cubin, size_t size, const c
  * staged_rows_unrolled): ConvNeXt 384's 1x1 conv + GELU compiles to less than 4500
  * instructions, against more than 6000 with all 16 rows unrolled (FUSEGEN_WGMMA_EPI_ROWS=16; v44
  * measured 7912 and 39 % of its warp samples waiting on instruction fetch); a light chain
- * (ResNet's 1x1 + residual) keeps all 16 at that size. The bounds are NVRTC 13.0's numbers with
- * a margin; another ptxas may move them. */
+ * (ResNet's 1x1 + residual) keeps all 16 at that size. Those are its tiles of one sample
+ * (FUSEGEN_WGMMA_FLAT=1), whose epilogue has a full tile's copy and a checked one; as flat tiles
+ * (its default since v47: one copy, each output's row checked by a predicated store) it is
+ * 1744 and 2688. The bounds are NVRTC 13.0's numbers with a margin; another ptxas may move
+ * them. */
 /* The block spec bench/ab-specs/<name>.lua into b. */
 static void load_ab_block(const char *name, fg_block_ir *b)
 {
@@ -217,12 +220,14 @@ static void staged_epilogue_code_size(void **state)
     (void)state;
     static const struct {
         const char *spec;
-        int layer, rows_asked, rows;
+        int layer, rows_asked, rows, flat_asked;
         long most, least; /* the conv kernel's instructions */
     } cases[] = {
-        {"convnext384_bf16_cl_tf32", 1, 0, 8, 4500, 0},
-        {"convnext384_bf16_cl_tf32", 1, 16, 16, 100000, 6000},
-        {"resnet_block_bf16_cl_tf32", 2, 0, 16, 4500, 0}, /* 3680: all rows unrolled stay small */
+        {"convnext384_bf16_cl_tf32", 1, 0, 8, 1, 4500, 0},
+        {"convnext384_bf16_cl_tf32", 1, 16, 16, 1, 100000, 6000},
+        {"convnext384_bf16_cl_tf32", 1, 0, 8, 0, 2500, 0},     /* flat: 1744 */
+        {"convnext384_bf16_cl_tf32", 1, 16, 16, 0, 4000, 2000}, /* flat: 2688 */
+        {"resnet_block_bf16_cl_tf32", 2, 0, 16, 0, 4500, 0},   /* 3680: all rows unrolled stay small */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_block_ir b;
@@ -231,8 +236,10 @@ static void staged_epilogue_code_size(void **state)
         fg_plan_options opts;
         fg_plan_options_for_arch(&opts, "sm_90a");
         opts.wgmma_epi_rows = cases[i].rows_asked;
+        opts.wgmma_flat = cases[i].flat_asked;
         fg_plan *plan = fgt_plan_with(ir, &opts);
         assert_int_equal(plan->wgmma.epi_unroll, cases[i].rows);
+        assert_int_equal(plan->wgmma.flat, cases[i].flat_asked != 1 && cases[i].layer == 1);
         long conv = conv_kernel_instructions(ir, plan, ir->name);
         print_message("%s layer %s, rows %d: the conv kernel has %ld instructions\n", cases[i].spec, ir->name,
                       cases[i].rows, conv);

@@ -2542,7 +2542,8 @@ static void wgmma_flat_predicated(void **state)
         {"convnext768_bf16_cl_tf32", 1, 1, false, 16, false}, /* the branch asked for */
         {"convnext768_bf16_cl_tf32", 1, 0, true, 8, true},    /* the default */
         {"resnet2048_bf16_cl_tf32", 0, 2, true, 16, true},
-        {"convnext384_bf16_cl_tf32", 1, 2, false, 8, false}, /* 14x14: not flat (the code-size rule's 8) */
+        {"convnext384_bf16_cl_tf32", 1, 2, true, 8, true},   /* 14x14: flat as the turns' tiles (wgmma_flat_in_turn) */
+        {"convnext384_bf16_cl_tf32", 2, 2, false, 16, false}, /* 14x14, shared tiles: not flat */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_plan_options opts;
@@ -2578,6 +2579,56 @@ static void wgmma_flat_predicated(void **state)
     assert_int_equal(plan->wgmma.flat_predicated, 0);
     free(plan);
     free(ir);
+}
+
+/* Flat tiles where tiles in turn leave rows empty (fg_plan_options.wgmma_flat): by default past
+ * a fifth of a sample's 64-row tiles -- ConvNeXt's 384-channel 1x1 + GELU at 14x14 (4 tiles of
+ * 64 rows for 196 pixels) goes flat, each tile's predicated stores with it, ResNet-50's 512
+ * stage at 28x28 (13 for 784, 6 % empty) does not; FUSEGEN_WGMMA_FLAT=2 takes any empty row
+ * (the 512 stage too), 1 the quarter rule alone (nothing at 14x14). The 1x1 back to 384
+ * channels keeps its shared tiles and its split K (only turns' tiles), ConvNeXt 96's 56x56 (49
+ * tiles of 64 exactly) has no row to save. */
+static void wgmma_flat_in_turn(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer, asked;
+        bool flat;
+        int m_tiles; /* a sample's (flat: unused by the launch, the rule's count) */
+    } cases[] = {
+        {"convnext384_bf16_cl_tf32", 1, 0, true, 4},
+        {"convnext384_bf16_cl_tf32", 1, 2, true, 4},
+        {"convnext384_bf16_cl_tf32", 1, 1, false, 4},
+        {"convnext384_bf16_cl_tf32", 2, 0, false, 2}, /* shared tiles, split K */
+        {"convnext384_bf16_cl_tf32", 2, 2, false, 2},
+        {"resnet512_bf16_cl_tf32", 0, 0, false, 13},
+        {"resnet512_bf16_cl_tf32", 0, 2, true, 13},
+        {"convnext_bf16_cl_tf32", 1, 2, false, 49},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.wgmma_flat = cases[i].asked;
+        fg_block_ir b;
+        const fg_layer_ir *ir;
+        fg_plan *plan = plan_ab_layer(cases[i].spec, cases[i].layer, &opts, &b, &ir);
+        print_message("%s layer %s: flat %d, alternate %d, m tiles %d, split %d\n", cases[i].spec, ir->name,
+                      (int)plan->wgmma.flat, plan->wgmma.alternate, plan->wgmma.m_tiles, plan->wgmma.split_k);
+        assert_int_equal(plan->wgmma.flat, cases[i].flat);
+        assert_int_equal(plan->wgmma.m_tiles, cases[i].m_tiles);
+        if (cases[i].flat) {
+            assert_true(plan->wgmma.alternate);
+            assert_true(plan->wgmma.flat_predicated);
+            /* a batch of 32: the batch's pixels in 64-row tiles, each of the channel blocks */
+            assert_int_equal(fg_wgmma_tiles(&plan->wgmma, (int64_t)plan->wgmma.m_tiles * plan->wgmma.nblk, 32),
+                             (32 * plan->wgmma.opix + 63) / 64 * plan->wgmma.nblk);
+        }
+        if (cases[i].layer == 2)
+            assert_true(plan->wgmma.split_k > 1);
+        free(plan);
+        fg_block_ir_free(&b);
+    }
 }
 
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
@@ -3427,6 +3478,7 @@ int main(void)
         cmocka_unit_test(wgmma_epilogue_rows_unrolled),
         cmocka_unit_test(wgmma_pack_whole_pixels),
         cmocka_unit_test(wgmma_tiles_in_turn),
+        cmocka_unit_test(wgmma_flat_in_turn),
         cmocka_unit_test(wgmma_flat_predicated),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
