@@ -88,6 +88,9 @@ enum { FG_MAX_FIELDS = 8 };
 typedef struct fg_snippet {
     const char *guard;
     const char *text;
+    /* where the layer's plan allows a faster, less exact form of the step (fg_plan.fast_gelu:
+     * precision "tf32" and FUSEGEN_FAST_GELU=2), this text instead; NULL: none */
+    const char *fast;
 } fg_snippet;
 
 enum { FG_MAX_SNIPPET_STEPS = 2 };

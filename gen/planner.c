@@ -2357,6 +2357,13 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
         plan->inline_loop[k] = is_window(&ir->ops[k]);
     plan->pro_norm = plan->pro_accum = plan->export_accum = -1;
     fg_bn_fold_find(ir, &plan->fold);
+    /* GELU by fg_gelu_fast where asked, at precision tf32, in a layer that has one (erf form) */
+    bool gelu = false;
+    for (int k = 0; k < ir->n_ops; k++)
+        gelu = gelu || (ir->ops[k].kind == FG_OP_GELU && !ir->ops[k].gelu_tanh);
+    for (int k = 0; k < ir->n_pro; k++)
+        gelu = gelu || (ir->pro[k].kind == FG_OP_GELU && !ir->pro[k].gelu_tanh);
+    plan->fast_gelu = opts->fast_gelu == 2 && ir->precision == FG_PRECISION_TF32 && gelu;
 }
 
 /* An accumulator of norm op's statistics (the registry's r: one accumulator), no pass yet. */

@@ -550,6 +550,10 @@ typedef struct fg_plan {
     /* on sm_90a, where the wgmma engine cannot tile the conv (a limit of it, not a measured
      * choice): why, for `fusegen plan`; empty otherwise */
     char wgmma_refused[128];
+    /* GELU's erf by a five-term fit instead of erff (templates/ops.lua, fg_gelu_fast): asked
+     * for (fg_plan_options.fast_gelu 2), in a layer with a GELU (approximate "none") at
+     * precision "tf32" only, whose conv is ~1e-3 off */
+    bool fast_gelu;
 } fg_plan;
 
 /* Which conv engine a plan uses: the planner's choice, or one a caller prefers (where the
@@ -585,6 +589,7 @@ typedef struct fg_plan_options {
     int wgmma_epi_rows;     /* wgmma: the staged epilogue's rows per iteration of its row loop, 1, 2, 4, 8 or 16 (0: choose) */
     int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: where K never splits, half operands) */
     int wgmma_flat_predicated; /* wgmma: 2 checks a flat tile's outputs by predicated stores where it can, 1 by a branch (0: choose: predicated stores) */
+    int fast_gelu;          /* 2: GELU (approximate "none") by fg_gelu_fast at precision "tf32"; 1 or 0: erff (opt-in, unmeasured) */
     int wgmma_flat;         /* wgmma: 2 takes flat tiles also where tiles in turn leave any of a sample's rows empty, 1 only past a quarter of 128-row tiles (0: choose: also past a fifth of the turns' 64-row tiles) */
 } fg_plan_options;
 

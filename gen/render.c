@@ -185,6 +185,7 @@ static void push_semantics(lua_State *L, const fg_op *op, const fg_op_def *d)
         lua_createtable(L, 0, 2);
         set_opt_str(L, "guard", d->cuda[i].guard);
         set_str(L, "text", d->cuda[i].text);
+        set_opt_str(L, "fast", d->cuda[i].fast);
         lua_rawseti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "cuda");
@@ -440,6 +441,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
     static const char *const strategies[] = {"materialize", "recompute", "resident", "channel_sums"};
     static_assert(sizeof strategies / sizeof *strategies == FG_STRATEGY_CHANNEL_SUMS + 1, "a strategy without a name");
     set_str(L, "strategy", strategies[plan->strategy]);
+    set_bool(L, "fast_gelu", plan->fast_gelu);
     set_int(L, "n_passes", plan->n_passes);
     lua_createtable(L, plan->n_passes, 1);
     for (int i = 0; i < plan->n_passes; i++) {

@@ -365,7 +365,7 @@ function Eval:compute(k, coords)
       table.concat(coords, ",")))
   end
   if cls == "unary" then
-    return self:declare("v" .. k .. "_", ops.unary(op, self:eval(k - 1, coords)))
+    return self:declare("v" .. k .. "_", ops.unary(op, self:eval(k - 1, coords), self.plan.fast_gelu))
   end
   -- a shape op: the same element (its shapes here are the layout before it: gen/render.c)
   if cls == "shape" then return self:eval(k - 1, coords) end

@@ -98,6 +98,9 @@ function M.render(layer, plan)
   c:line(" */")
   c:blank()
   for l in ops.prelude:gmatch("([^\n]*)\n") do c:line(l) end
+  if plan.fast_gelu then
+    for l in ops.fast_gelu_prelude:gmatch("([^\n]*)\n") do c:line(l) end
+  end
   for l in lib.io_prelude(layer):gmatch("([^\n]*)\n") do c:line(l) end
   for l in renderers.conv.prelude(layer, plan):gmatch("([^\n]*)\n") do c:line(l) end
   local resident_cluster, wgmma = false, false

@@ -18,10 +18,11 @@ local function guard_holds(op, guard)
   error(string.format("op %s: unknown snippet guard '%s'", op.spec_name, guard))
 end
 
-function ops.unary(op, x)
+-- `fast`: the plan allows a step's faster form where it has one (plan.fast_gelu)
+function ops.unary(op, x, fast)
   local e = x
   for _, step in ipairs(op.cuda) do
-    if guard_holds(op, step.guard) then e = lib.fill(step.text, op, { x = e }) end
+    if guard_holds(op, step.guard) then e = lib.fill(fast and step.fast or step.text, op, { x = e }) end
   end
   if #op.cuda == 0 then error("no CUDA snippet for unary op " .. op.spec_name) end
   return e
@@ -32,6 +33,30 @@ function ops.binary(op, a, b)
   if #op.cuda ~= 1 then error("no CUDA snippet for binary op " .. op.spec_name) end
   return lib.fill(op.cuda[1].text, op, { a = a, b = b })
 end
+
+-- GELU (approximate "none") where the plan allows it (plan.fast_gelu: precision "tf32" and
+-- FUSEGEN_FAST_GELU=2; only those sources carry it). erff evaluates two polynomials and keeps
+-- one (~24 SASS instructions an element, 9 of them FSEL); ConvNeXt's 1x1 + GELU epilogues
+-- issue at their instruction limit (bench/NOTES.md v47). Here erfc(z) = t P(t) e^-z^2 with
+-- t = 1 / (1 + p z), Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7), so that x Phi(x) is
+-- x - h for x >= 0 and h below, h = x/2 t P(t) e^(-x^2/2): ~16 instructions, one rcp.approx
+-- and one ex2.approx. Against float64 on [-14, 14] (fp32 emulated): |error| <= 5.3e-7, at most
+-- 2e-7 |x|; 1.7e-4 relative where |GELU| > 1e-3 (the negative tail; erff's form 4.5e-5 there),
+-- far under bf16's rounding (2^-9) and precision tf32's conv (~1e-3). The clamp keeps h
+-- finite at x = +-inf (+inf gives +inf; -inf gives -0, erff's form NaN); NaN stays NaN.
+ops.fast_gelu_prelude = [[
+__device__ __forceinline__ float fg_gelu_fast(float x)
+{
+    const float c = fminf(fmaxf(x, -16.0f), 16.0f);
+    float t, e;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(fabsf(c), 0.231641889f, 1.0f)));
+    const float p = t * fmaf(fmaf(fmaf(fmaf(1.061405429f, t, -1.453152027f), t, 1.421413741f), t, -0.284496736f), t,
+                             0.254829592f);
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(c * (c * -0.721347520f)));
+    const float h = (0.5f * c) * (p * e);
+    return x >= 0.0f ? x - h : h;
+}
+]]
 
 -- Device helpers every generated source carries (no CUDA headers at JIT time).
 ops.prelude = [[

@@ -29,7 +29,7 @@ function M.apply(c, layer, plan, pass, names, x, coords, upto)
     local op = layer.pro[j]
     local e
     if op.class == "unary" then
-      e = ops.unary(op, v)
+      e = ops.unary(op, v, plan.fast_gelu)
     elseif op.class == "binary" then
       local b = op.operand == "scalar" and flit(op.scalar) or ev:param_at(op.operand_param, op.in_shape, coords)
       e = ops.binary(op, v, b)

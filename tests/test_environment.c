@@ -99,6 +99,7 @@ static void integer_knobs(void **state)
         {"FUSEGEN_WGMMA_ALTERNATE", offsetof(fg_plan_options, wgmma_alternate), 1, 2},
         {"FUSEGEN_WGMMA_FLAT_PREDICATED", offsetof(fg_plan_options, wgmma_flat_predicated), 1, 2},
         {"FUSEGEN_WGMMA_FLAT", offsetof(fg_plan_options, wgmma_flat), 1, 2},
+        {"FUSEGEN_FAST_GELU", offsetof(fg_plan_options, fast_gelu), 1, 2},
         {"FUSEGEN_WGMMA_EPI_ROWS", offsetof(fg_plan_options, wgmma_epi_rows), 1, 16},
     };
     fg_plan_options defaults;

@@ -2631,6 +2631,57 @@ static void wgmma_flat_in_turn(void **state)
     }
 }
 
+/* GELU by the five-term fit (fg_plan.fast_gelu, FUSEGEN_FAST_GELU=2): only where asked, at
+ * precision tf32, in a layer with an erf GELU (in its chain or its prologue); `fusegen plan`
+ * says so. Not at fp32 precision, not for the tanh form, not unasked. */
+static void fast_gelu_where_asked(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *precision, *ops;
+        int asked;
+        bool fast;
+    } cases[] = {
+        {"tf32", "gelu {}", 2, true},
+        {"tf32", "gelu {}", 0, false},
+        {"tf32", "gelu {}", 1, false},
+        {"fp32", "gelu {}", 2, false},
+        {"tf32", "gelu { approximate = \"tanh\" }", 2, false},
+        {"tf32", "relu {}", 2, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"l\" { input = { \"N\", 64, 14, 14 }, dtype = \"bf16\", layout = \"channels_last\", "
+                 "precision = \"%s\", conv2d { out_channels = 256, kernel = 1 }, %s }",
+                 cases[i].precision, cases[i].ops);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.fast_gelu = cases[i].asked;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        assert_int_equal(plan->fast_gelu, cases[i].fast);
+        text_sink *t = printed_plan(ir, plan);
+        if (cases[i].fast)
+            fgt_assert_contains(t->buf, "GELU's erf by a five-term fit");
+        else
+            fgt_assert_not_contains(t->buf, "five-term fit");
+        free(t);
+        free(plan);
+        free(ir);
+    }
+    /* in the prologue: a GELU before the conv */
+    fg_layer_ir *ir = fgt_load_string("return layer \"l\" { input = { \"N\", 64, 14, 14 }, precision = \"tf32\", "
+                                      "gelu {}, conv2d { out_channels = 64, kernel = 3, padding = 1 } }");
+    fg_plan_options opts;
+    fg_plan_options_for_arch(&opts, "sm_90a");
+    opts.fast_gelu = 2;
+    fg_plan *plan = fgt_plan_with(ir, &opts);
+    assert_true(plan->fast_gelu);
+    free(plan);
+    free(ir);
+}
+
 /* Ping-pong block accumulation (wgmma_ping_pong): where the block accumulates, A is by TMA and
  * the ring has 4 stages or more, with the consumers' registers raised to hold three
  * accumulators beside a 40-register producer; never with cp.async, one product, or 3 stages. */
@@ -3479,6 +3530,7 @@ int main(void)
         cmocka_unit_test(wgmma_pack_whole_pixels),
         cmocka_unit_test(wgmma_tiles_in_turn),
         cmocka_unit_test(wgmma_flat_in_turn),
+        cmocka_unit_test(fast_gelu_where_asked),
         cmocka_unit_test(wgmma_flat_predicated),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
