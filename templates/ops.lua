@@ -42,8 +42,9 @@ end
 -- x - h for x >= 0 and h below, h = x/2 t P(t) e^(-x^2/2): ~16 instructions, one rcp.approx
 -- and one ex2.approx. Against float64 on [-14, 14] (fp32 emulated): |error| <= 5.3e-7, at most
 -- 2e-7 |x|; 1.7e-4 relative where |GELU| > 1e-3 (the negative tail; erff's form 4.5e-5 there),
--- far under bf16's rounding (2^-9) and precision tf32's conv (~1e-3). The clamp keeps h
--- finite at x = +-inf (+inf gives +inf; -inf gives -0, erff's form NaN); NaN stays NaN.
+-- far under bf16's rounding (2^-9) and precision tf32's conv (~1e-3; and the 1e-4 bar where a
+-- tf32 layer's conv stays exact). The clamp keeps h finite at x = +-inf (+inf gives +inf; -inf
+-- gives -0, erff's form NaN); NaN stays NaN (fminf/fmaxf drop it, the last step keeps x's).
 ops.fast_gelu_prelude = [[
 __device__ __forceinline__ float fg_gelu_fast(float x)
 {
@@ -54,7 +55,7 @@ __device__ __forceinline__ float fg_gelu_fast(float x)
                              0.254829592f);
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(c * (c * -0.721347520f)));
     const float h = (0.5f * c) * (p * e);
-    return x >= 0.0f ? x - h : h;
+    return x < 0.0f ? h : x - h; /* NaN: x - h (the clamp took it to -16, h is -0) */
 }
 ]]
 
