@@ -633,6 +633,36 @@ const fg_field *fg_op_field(fg_op_kind kind, const char *name)
     return NULL;
 }
 
+/* Whether a snippet step's guard holds for op (NULL: always), as templates/ops.lua's guard_holds */
+static bool snippet_guard_holds(const fg_op *op, const char *guard)
+{
+    if (!guard)
+        return true;
+    const char *eq = strchr(guard, '=');
+    char name[32];
+    size_t len = eq ? (size_t)(eq - guard) : strcspn(guard, "?");
+    if (len >= sizeof name)
+        return false;
+    memcpy(name, guard, len);
+    name[len] = '\0';
+    const fg_field *f = fg_op_field(op->kind, name);
+    if (!f)
+        return false;
+    const char *base = (const char *)op;
+    if (!eq)
+        return f->type == FG_FIELD_OPT_NUMBER && *(const bool *)(base + f->flag);
+    return f->type == FG_FIELD_CHOICE && strcmp(f->choices[*(const int *)(base + f->member)], eq + 1) == 0;
+}
+
+bool fg_op_has_fast_step(const fg_op *op)
+{
+    const fg_op_def *d = fg_op_def_of(op->kind);
+    for (int i = 0; d && i < FG_MAX_SNIPPET_STEPS && d->cuda[i].text; i++)
+        if (d->cuda[i].fast && snippet_guard_holds(op, d->cuda[i].guard))
+            return true;
+    return false;
+}
+
 /* "layer", "block", then every constructor once (kinds sharing one are listed once) with its aliases. */
 enum { MAX_CONSTRUCTORS = 2 + FG_OP_KIND_COUNT * 3 };
 static const char *constructors[MAX_CONSTRUCTORS];

@@ -220,5 +220,9 @@ int fg_op_example_spec(fg_op_kind kind, int i, char *buf, size_t cap);
 
 /* A field of kind `kind` by spec name (NULL if none). */
 const fg_field *fg_op_field(fg_op_kind kind, const char *name);
+/* Whether one of the snippet steps that apply to `op` (their guards hold: "field?" an optional
+ * number given, "field=choice"; templates/ops.lua's guard_holds reads them the same way) has a
+ * fast form (fg_snippet.fast). */
+bool fg_op_has_fast_step(const fg_op *op);
 
 #endif

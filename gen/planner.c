@@ -858,7 +858,7 @@ retile:;
      * its 512 stage at 28x28 (13 tiles for 784 pixels, 6 % empty) +4.6 %, so not there.
      * FUSEGEN_WGMMA_FLAT (fg_plan_options.wgmma_flat): 1 keeps the quarter rule alone, 2 takes
      * flat tiles wherever the turns leave any row empty. */
-    const int64_t turn_rows = ceil_div(opix, w->bm) * w->bm;
+    const int64_t turn_rows = (int64_t)w->m_tiles * w->bm;
     const bool turn_rows_empty = w->alternate && opts->wgmma_flat != 1 &&
                                  (opts->wgmma_flat == 2 ? turn_rows > opix : (turn_rows - opix) * 5 > turn_rows);
     w->flat = !partials && !any_gathers(ir, 1, ir->n_ops - 1) && (flat_saves_rows(rule_rows, opix) || turn_rows_empty) &&
@@ -2357,13 +2357,14 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
         plan->inline_loop[k] = is_window(&ir->ops[k]);
     plan->pro_norm = plan->pro_accum = plan->export_accum = -1;
     fg_bn_fold_find(ir, &plan->fold);
-    /* GELU by fg_gelu_fast where asked, at precision tf32, in a layer that has one (erf form) */
-    bool gelu = false;
+    /* the fast forms (GELU's erf by fg_gelu_fast) where asked, at precision tf32, in a layer
+     * with an op that has one (the registry's fg_snippet.fast) */
+    bool fast = false;
     for (int k = 0; k < ir->n_ops; k++)
-        gelu = gelu || (ir->ops[k].kind == FG_OP_GELU && !ir->ops[k].gelu_tanh);
+        fast = fast || fg_op_has_fast_step(&ir->ops[k]);
     for (int k = 0; k < ir->n_pro; k++)
-        gelu = gelu || (ir->pro[k].kind == FG_OP_GELU && !ir->pro[k].gelu_tanh);
-    plan->fast_gelu = opts->fast_gelu == 2 && ir->precision == FG_PRECISION_TF32 && gelu;
+        fast = fast || fg_op_has_fast_step(&ir->pro[k]);
+    plan->fast_gelu = opts->fast_gelu == 2 && ir->precision == FG_PRECISION_TF32 && fast;
 }
 
 /* An accumulator of norm op's statistics (the registry's r: one accumulator), no pass yet. */
