@@ -428,6 +428,14 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                          "along the channels, so its loads and stores are contiguous",
                          FG_WGMMA_EPI_ROWS, FG_WGMMA_EPI_COLS);
                 emit(ctx, line);
+                const int vec = fg_wgmma_epi_vec(plan, ps);
+                if (vec > 1) {
+                    snprintf(line, sizeof line,
+                             "           a lane reads %d neighbouring channels of a row back and stores them as one "
+                             "16-byte vector (FUSEGEN_WGMMA_EPI_VEC=2; 1: a lane a channel)",
+                             vec);
+                    emit(ctx, line);
+                }
                 if (w->epi_unroll < FG_WGMMA_EPI_ROWS) {
                     snprintf(line, sizeof line,
                              "           its rows %d at a time, not all %d unrolled (the planner's choice where the "

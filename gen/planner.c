@@ -1312,6 +1312,32 @@ static int staged_rows_unrolled(const fg_layer_ir *ir, int io_value, const fg_wg
     return bodies * (16 + 30 * calls) > 4096 ? FG_WGMMA_EPI_ROWS / 2 : FG_WGMMA_EPI_ROWS;
 }
 
+/* The staged epilogue's channels a lane (fg_wgmma_tiling.epi_vec), asked for by
+ * FUSEGEN_WGMMA_EPI_VEC=2 (opt-in until measured). A lane a channel spends a 4-byte slab load,
+ * a 2-byte store and its address on every element, ~10 of ConvNeXt's 1x1 + GELU's ~43
+ * instructions an element in an epilogue measured bound by its instruction issue (bench/NOTES.md
+ * v47); 16 bytes a lane (8 half or 4 fp32 channels of one row) take one store and two or one
+ * slab loads for them all, and one load of the residual's tile where it is in shared memory.
+ * Only where every vector is whole and aligned with the tensor (channels a group a multiple of
+ * it: the channel blocks are, being multiples of 8), a row's vectors are unrolled together (at
+ * least that many rows a time: fg_wgmma_tiling.epi_unroll), and the chain reads no block tensor
+ * by pixel from global memory, whose loads the scalar epilogue prefetches a chunk of rows at a
+ * time (conv.lua). */
+static int staged_vector(const fg_plan_options *opts, const fg_layer_ir *ir, const conv_geometry *g,
+                         const fg_wgmma_tiling *w)
+{
+    const int v = ir->dtype == FG_DTYPE_FP32 ? 4 : 8;
+    if (opts->wgmma_epi_vec != 2 || w->epi_bytes == 0 || g->cout_g % v != 0 || w->bn % v != 0 ||
+        w->epi_unroll % v != 0 || per_pixel_tensor_besides(ir, w->res_param))
+        return 1;
+    return v;
+}
+
+int fg_wgmma_epi_vec(const fg_plan *plan, const fg_pass *ps)
+{
+    return fg_wgmma_staged_epilogue(plan, ps) && ps->n_feeds == 0 && plan->wgmma.epi_vec > 1 ? plan->wgmma.epi_vec : 1;
+}
+
 bool fg_wgmma_epi_rows_valid(int rows)
 {
     return rows > 0 && rows <= FG_WGMMA_EPI_ROWS && FG_WGMMA_EPI_ROWS % rows == 0;
@@ -1333,6 +1359,7 @@ static bool choose_wgmma(planner *p)
     p->plan->wgmma.epi_unroll = fg_wgmma_epi_rows_valid(opts->wgmma_epi_rows)
                                     ? opts->wgmma_epi_rows
                                     : staged_rows_unrolled(p->ir, p->io_value, &p->plan->wgmma);
+    p->plan->wgmma.epi_vec = staged_vector(opts, p->ir, &g, &p->plan->wgmma);
     if (opts->engine == FG_ENGINE_PREFER_WGMMA)
         return true;
     if (p->ir->precision == FG_PRECISION_TF32) {

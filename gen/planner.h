@@ -320,6 +320,10 @@ typedef struct fg_wgmma_tiling {
     int epi_unroll;      /* the slab's rows a staged epilogue handles per iteration of its row loop (unrolled),
                           * 1..FG_WGMMA_EPI_ROWS, a divisor of it; where its rows' tensor loads are
                           * prefetched, the chunks are at most this many rows too (conv.lua) */
+    int epi_vec;         /* the staged epilogue's channels a lane (fg_wgmma_epi_vec): 1, a lane a channel
+                          * and a 2- or 4-byte load and store an element; 8 (half) or 4 (fp32), 16-byte
+                          * vectors: a lane reads a row's 8 or 4 neighbouring channels from the slab (and
+                          * the residual's tile), runs each one's chain and stores them as one vector */
     /* The residual's tile in shared memory (bench/NOTES.md v42): where a half, channels-last
      * staged epilogue reads a block tensor of the output's shape (parameter res_param) and the
      * layer has no statistics, reduction, softmax or pool, each consumer warp copies its rows x
@@ -456,6 +460,10 @@ struct fg_plan;
  * channels, so the epilogue's loads (tensors read at the output's index) and stores are
  * contiguous along C. Read by the template (pass.staged_epilogue) and by fusegen plan. */
 bool fg_wgmma_staged_epilogue(const struct fg_plan *plan, const struct fg_pass *ps);
+/* The channels a lane of conv pass ps's staged epilogue stores as one 16-byte vector
+ * (fg_wgmma_tiling.epi_vec where the pass feeds no statistic, whose partials are kept a lane a
+ * channel), or 1: a lane a channel. */
+int fg_wgmma_epi_vec(const struct fg_plan *plan, const struct fg_pass *ps);
 
 typedef struct fg_pass {
     fg_pass_kind kind;
@@ -591,6 +599,7 @@ typedef struct fg_plan_options {
     int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: where K never splits, half operands) */
     int wgmma_flat_predicated; /* wgmma: 2 checks a flat tile's outputs by predicated stores where it can, 1 by a branch (0: choose: predicated stores) */
     int fast_gelu;          /* 2: GELU (approximate "none") by fg_gelu_fast at precision "tf32"; 1 or 0: erff (opt-in, unmeasured) */
+    int wgmma_epi_vec;      /* wgmma: 2 has a staged epilogue's lane store 16-byte vectors of neighbouring channels where it can, 1 a channel a lane (0: choose: 1; opt-in, unmeasured) */
     int wgmma_flat;         /* wgmma: 2 takes flat tiles also where tiles in turn leave any of a sample's rows empty, 1 only past a quarter of 128-row tiles (0: choose: also past a fifth of the turns' 64-row tiles) */
 } fg_plan_options;
 

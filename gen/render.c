@@ -468,6 +468,7 @@ static void push_plan(lua_State *L, const fg_plan *plan)
         set_int(L, "finalize_accum", ps->finalize_accum);
         set_int(L, "chan_reduce", ps->chan_reduce);
         set_bool(L, "staged_epilogue", fg_wgmma_staged_epilogue(plan, ps));
+        set_int(L, "epi_vec", fg_wgmma_epi_vec(plan, ps));
         set_int(L, "chan_sums", ps->chan_sums);
         lua_createtable(L, 0, 10);
         const fg_conv_tiling *t = &ps->conv;

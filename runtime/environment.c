@@ -119,6 +119,10 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
             "1 (flat wgmma tiles only where a sample leaves more than a quarter of its 128-row tiles empty) or "
             "2 (also where tiles in turn leave any rows empty; default: where they leave more than a fifth)",
             warn, warn_ctx);
+    env_int("FUSEGEN_WGMMA_EPI_VEC", 1, 2, &opts->wgmma_epi_vec,
+            "1 (a wgmma staged epilogue's lane a channel, the default) or 2 (16-byte vectors of neighbouring channels "
+            "where it can)",
+            warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_BN", 8, 256, &opts->wgmma_bn,
             "the widest channel block of a wgmma tile, 8 to 256 (rounded up to a multiple of 8)", warn, warn_ctx);
     int rows = 0;

@@ -361,14 +361,19 @@ end
 -- numbered within the sample (od/oh/ow then derive from `px`, which the check bounds);
 -- `slot_end(c)`, code at the end of each iteration of the first loop (where a slot's outputs
 -- are all fed, every lane of the warp reaches it: a caller's per-tile partials go there; not
--- with `pair` and a single loop, which no caller has).
+-- with `pair` and a single loop, which no caller has). `pair_channels`: the pair (a number)
+-- runs over a lane's neighbouring channels of one pixel instead of along W, stored as one
+-- vector in a channels-last target, with `co_lane` (the lane's first channel within the group:
+-- the first loop declares each element's, so that per-channel loads hoist there),
+-- `pair_value(e)` (element e's accumulator, in place of `value`), `pair_head(c)` (code before
+-- the elements: their loads) and `pair_each(e)` (called before element e); no statistics.
 -- The conv's value at an output, v0 = the accumulator + the bias (hoisted where the evaluator
 -- hoists per-channel loads), opened as a scope of the evaluator in which op 0 at `coords` is
 -- v0: the epilogue's ops are evaluated from it (the caller pops the scope).
 function M.open_conv_value(c, conv, names, ev, acc, coords)
   if conv.bias then
-    local bias = string.format("%s[c]", names.param[conv.bias_param])
-    c:line("const float v0 = %s + %s;", acc, ev:hoisted("float", bias, { "c" }) or bias)
+    local bias = string.format("%s[%s]", names.param[conv.bias_param], coords[1])
+    c:line("const float v0 = %s + %s;", acc, ev:hoisted("float", bias, { coords[1] }) or bias)
   else
     c:line("const float v0 = %s;", acc)
   end
@@ -433,10 +438,24 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- a buffer held as the output is (planner.h, fg_io_buffer_value): rounded, channels last
   local io_buffer = lib.stores_io_buffer(plan, pass)
   local pair = th.pair and O[3] % 2 == 0 and not (g.cl and (pass.store_output or io_buffer))
-  -- predicated stores (th.predicated) leave every other use of an output unchecked
-  if th.predicated and (pair or pass.feeds.n > 0) then error("conv epilogue: predicated stores with pairs or feeds") end
+  -- th.pair_channels: the pair runs over a lane's neighbouring channels of one pixel instead,
+  -- contiguous in a channels-last target; each is its own slot of statistics, which no caller
+  -- has (planner.c, fg_wgmma_epi_vec)
+  if th.pair_channels then
+    pair = true
+    if pass.feeds.n > 0 then error("conv epilogue: channel vectors with feeds") end
+  end
+  -- predicated stores (th.predicated) leave every other use of an output unchecked; a vector
+  -- of channels shares its row's predicate
+  if th.predicated and ((pair and not th.pair_channels) or pass.feeds.n > 0) then
+    error("conv epilogue: predicated stores with pairs or feeds")
+  end
   local width = pair and (th.pair == true and 2 or th.pair) or 1
   local loops = th.loops
+  local inner = pair and #loops - 1 or #loops -- the innermost loop that is a loop (a pair's is unrolled by hand)
+  -- a vector's element e: its channel, declared where the channel is picked (the first loop),
+  -- names its coordinates, so that each one's per-channel loads are hoisted there
+  local function vec_channel(e) return "cvec" .. e end
   -- slot_end closes the first loop's iteration, which a pair over a single loop does not have
   if th.slot_end and pair and #loops == 1 then error("conv epilogue: slot_end with a pair over a single loop") end
   local dshape = layer.ops[pass.last].out_shape
@@ -475,20 +494,28 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     code:line("const int c = g * %d + co;", g.cout_g)
     M.declare_output_coords(code, g, th)
   end
-  -- one output: the chain of ops, then store(k, index, value) for each target
-  local function element(store, checked)
+  -- one output: the chain of ops, then store(k, index, value) for each target; e: element e of
+  -- a lane's channel vector (th.pair_channels), its value th.pair_value(e)
+  local function element(store, checked, e)
     declare_output(c)
     local cond = exists(checked)
     c:open(cond and string.format("if (%s) {", cond) or "{")
-    M.open_conv_value(c, conv, names, ev, th.value, coords)
-    local v = ev:eval(pass.last, coords)
-    local idx = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin(dshape, coords))
+    local at_coords, value = coords, th.value
+    if e and th.pair_channels then
+      at_coords = {}
+      for key, x in pairs(coords) do at_coords[key] = x end
+      at_coords[1] = vec_channel(e)
+      value = th.pair_value(e)
+    end
+    M.open_conv_value(c, conv, names, ev, value, at_coords)
+    local v = ev:eval(pass.last, at_coords)
+    local idx = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin(dshape, at_coords))
     for k, tg in ipairs(targets) do
       local at = idx
-      if tg[4] then at = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin_cl(dshape, coords)) end
-      store(k, at, tg[2] and ev:eval(tg[2], coords) or v)
+      if tg[4] then at = string.format("(fg_u64)n * %d + %s", dshape.sample, lib.lin_cl(dshape, at_coords)) end
+      store(k, at, tg[2] and ev:eval(tg[2], at_coords) or v)
     end
-    feed.element(c, ev, plan, pass.feeds, v, coords, slots > 0 and th.slot or nil)
+    feed.element(c, ev, plan, pass.feeds, v, at_coords, slots > 0 and th.slot or nil)
     ev:pop_scope()
     c:close()
   end
@@ -502,7 +529,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
   -- tile is in shared memory: expr.lua, in_smem).
   local PREFETCH = "\1prefetch\1"
   local chunk -- rows a chunk where the pass reads a block tensor of the output's shape, else nil
-  if th.prefetch_rows and loops[#loops][2] % th.prefetch_rows == 0 then
+  if th.prefetch_rows and not pair and loops[#loops][2] % th.prefetch_rows == 0 then
     for i = 0, pass.args.n - 1 do
       local a = pass.args[i]
       if a.kind == "param" and lib.per_pixel_tensor(layer.params[a.index]) and not ev:in_smem(a.index) then
@@ -544,16 +571,16 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
     for j, l in ipairs(code.lines) do table.insert(c.lines, at + j - 1, l) end
   end
   local function body(checked)
-    for i = 1, pair and #loops - 1 or #loops do
+    for i = 1, inner do
       -- a thread mapping that is not the accumulators' (th.stage): the values reach the
       -- innermost loop's threads through shared memory, written here
-      if i == #loops and th.stage then th.stage(c) end
+      if i == inner and th.stage then th.stage(c) end
       -- the innermost loop th.rows_unroll iterations at a time where that is fewer than all
       -- (nil: all), or its prefetched chunks one at a time: every output of a tile unrolled,
       -- twice (full and checked), outgrows the instruction cache with a heavy chain
-      local partial = i == #loops and th.rows_unroll and th.rows_unroll < loops[i][2]
+      local partial = i == inner and th.rows_unroll and th.rows_unroll < loops[i][2]
       c:line(partial and string.format("#pragma unroll %d", chunk and 1 or th.rows_unroll) or "#pragma unroll")
-      if i == #loops and chunk then
+      if i == inner and chunk then
         -- the rows in chunks (prefetch above): rr = rh + rc
         local var = loops[i][1]
         c:open("for (int rh = 0; rh < %d; rh += %d) {", loops[i][2], chunk)
@@ -565,7 +592,17 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       else
         c:open("for (int %s = 0; %s < %d; ++%s) {", loops[i][1], loops[i][1], loops[i][2], loops[i][1])
       end
-      if i == 1 then
+      if i == 1 and th.pair_channels then
+        -- the first loop picks the lane's channels, th.co_lane and the width's next ones
+        local channels, guards = {}, {}
+        for e = 0, width - 1 do
+          local cv = vec_channel(e)
+          c:line("const int %s = g * %d + (%s) + %d; /* the channel of element %d of the vectors below */", cv,
+            g.cout_g, th.co_lane, e, e)
+          channels[cv], guards[cv] = true, string.format("%s < %d", cv, g.cout_g * g.groups)
+        end
+        ev:set_hoist({ at = #c.lines + 1, depth = c.depth, channels = channels, guards = guards })
+      elseif i == 1 then
         -- the first loop picks the channel: per-channel loads are hoisted here
         c:line("const int c = g * %d + (%s); /* the channel of the outputs below */", g.cout_g, th.co)
         ev:set_hoist({ at = #c.lines + 1, depth = c.depth, channel = "c",
@@ -584,37 +621,65 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       c:line("fg_u64 %s;", each(function(e) return "si" .. e .. " = 0" end))
       c:line("bool %s;", each(function(e) return "sk" .. e .. " = " .. init end))
       for k = 1, #targets do c:line("float %s;", each(function(e) return string.format("sv%d_%d = 0.0f", k, e) end)) end
+      -- th.pair_head: code before the pair's elements (a vector's loads, conv_wgmma.lua);
+      -- th.pair_each(e): before element e
+      if th.pair_head then th.pair_head(c) end
+      -- a row's predicate (th.predicated, declare_output_coords: `ok`) holds its stores
+      local stored = th.predicated and "ok" or "true"
       for e = 0, width - 1 do
         c:open("{")
         c:line("const int %s = %d;", var, e)
+        if th.pair_each then th.pair_each(e) end
         element(function(k, idx, v)
-          if k == 1 then c:line("si%d = %s;%s", e, idx, checked and string.format(" sk%d = true;", e) or "") end
+          if k == 1 then c:line("si%d = %s;%s", e, idx, checked and string.format(" sk%d = %s;", e, stored) or "") end
           c:line("sv%d_%d = %s;", k, e, v)
-        end, checked)
+        end, checked, e)
         c:close()
       end
       for k, tg in ipairs(targets) do
         -- the pair as one store where it is aligned: a float2, or (a bf16/fp16 output) two
-        -- rounded halves as 4 bytes; four outputs: a float4, or two such words
+        -- rounded halves as 4 bytes; four outputs: a float4, or two such words; eight: two
+        -- float4s, or four words
         local function out(v) return tg[3] and "fg_io_round(" .. v .. ")" or v end
         local sv = {}
         for e = 0, width - 1 do sv[e] = string.format("sv%d_%d", k, e) end
         local function halves(e) return string.format("(unsigned)%s | ((unsigned)%s << 16)", out(sv[e]), out(sv[e + 1])) end
-        local bytes, pair = 8, string.format("*(float2 *)(%s + si0) = make_float2(%s, %s);", tg[1], sv[0], sv[1])
+        -- a vector store of type ty at element off of the pair, its parts' values (a float's or
+        -- a word's each); a lane's channel vectors by st.global.v4 in asm, which NVRTC keeps one
+        -- 16-byte store: a plain assignment came out as four 4-byte ones beside the scalar
+        -- fallback's, __stwb as a strong one (NVRTC 13.0)
+        local function store(ty, off, parts)
+          local at = string.format("%s + si0%s", tg[1], off > 0 and " + " .. off or "")
+          if th.pair_channels and #parts == 4 then
+            local f = ty == "float4" and "f" or "r"
+            local ops = {}
+            for i, v in ipairs(parts) do ops[i] = string.format('"%s"(%s)', f, v) end
+            return string.format('asm volatile("st.global.v4.%s [%%0], {%%1, %%2, %%3, %%4};" :: "l"(%s), %s);',
+              f == "f" and "f32" or "b32", at, table.concat(ops, ", "))
+          end
+          return string.format("*(%s *)(%s) = make_%s(%s);", ty, at, ty, table.concat(parts, ", "))
+        end
+        local function float4_at(e) return store("float4", e, { sv[e], sv[e + 1], sv[e + 2], sv[e + 3] }) end
+        local bytes, pair = 8, store("float2", 0, { sv[0], sv[1] })
         if tg[3] then bytes, pair = 4, string.format("*(unsigned *)(%s + si0) = %s;", tg[1], halves(0)) end
         if width == 4 then
-          bytes, pair = 16, string.format("*(float4 *)(%s + si0) = make_float4(%s, %s, %s, %s);", tg[1], sv[0], sv[1],
-            sv[2], sv[3])
-          if tg[3] then
-            bytes, pair = 8, string.format("*(uint2 *)(%s + si0) = make_uint2(%s, %s);", tg[1], halves(0), halves(2))
-          end
+          bytes, pair = 16, float4_at(0)
+          if tg[3] then bytes, pair = 8, store("uint2", 0, { halves(0), halves(2) }) end
+        elseif width == 8 then
+          bytes, pair = 16, float4_at(0) .. " " .. float4_at(4)
+          if tg[3] then pair = store("uint4", 0, { halves(0), halves(2), halves(4), halves(6) }) end
         end
-        c:open("if (%s && (((fg_u64)(%s + si0) & %d) == 0)) {", each(function(e) return "sk" .. e end, " && "), tg[1], bytes - 1)
-        c:line("%s", pair)
-        c:close("} else {")
-        c.depth = c.depth + 1
-        for e = 0, width - 1 do c:line("if (sk%d) %s[si%d] = %s;", e, tg[1], e, out(sv[e])) end
-        c:close()
+        -- a vector of channels is one store only in a channels-last target (tg[4])
+        if th.pair_channels and not tg[4] then
+          for e = 0, width - 1 do c:line("if (sk%d) %s[si%d] = %s;", e, tg[1], e, out(sv[e])) end
+        else
+          c:open("if (%s && (((fg_u64)(%s + si0) & %d) == 0)) {", each(function(e) return "sk" .. e end, " && "), tg[1], bytes - 1)
+          c:line("%s", pair)
+          c:close("} else {")
+          c.depth = c.depth + 1
+          for e = 0, width - 1 do c:line("if (sk%d) %s[si%d] = %s;", e, tg[1], e, out(sv[e])) end
+          c:close()
+        end
       end
     else
       -- flat tiles checked by predicated stores (declare_output_coords): only the stores
@@ -623,15 +688,15 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
         c:line("%s%s[%s] = %s;", only, targets[k][1], idx, targets[k][3] and "fg_io_round(" .. v .. ")" or v)
       end, checked)
     end
-    for i = pair and #loops - 1 or #loops, 1, -1 do
+    for i = inner, 1, -1 do
       -- the end of a slot's outputs (the first loop's iteration): th.slot_end takes its partials
       if i == 1 and th.slot_end then th.slot_end(c) end
       c:close()
-      if i == #loops and chunk then
+      if i == inner and chunk then
         c:close()
         prefetch(checked)
       end
-      if i == #loops and th.unstage then th.unstage(c) end
+      if i == inner and th.unstage then th.unstage(c) end
     end
     ev:set_hoist(nil)
   end

@@ -1799,6 +1799,18 @@ function M.render(layer, plan, pass, names, signature)
     -- read (lane = column) on 32 banks; the XOR keeps a float2's two columns together
     local swizzled = S == w.epi_cols
     local wcol = swizzled and "((8 * jj + 2 * (lane & 3)) ^ ((lane & 12) << 1))" or "8 * jj + 2 * (lane & 3)"
+    -- 16-byte vectors (planner.c, fg_wgmma_epi_vec): a lane reads V neighbouring channels of a
+    -- row back and stores them as one vector. Two rows' lanes share a quarter warp's 16-byte
+    -- loads, whose rows start 8 banks apart (or 0, swizzled): where a lane's V = 8 floats are
+    -- two loads, odd rows hold their two halves swapped (column c at c ^ 4), so that the first
+    -- load of an even row's lanes (banks 0-3 of each 8) and an odd row's (4-7) do not collide.
+    -- The fragments' float2 writes stay within their 8-float group: the same wavefronts.
+    local V = pass.epi_vec
+    if V > 1 then
+      if w.epi_offset % 16 ~= 0 or (S * 4) % 16 ~= 0 then error("conv_wgmma: a staged slab not 16-byte aligned") end
+      if res and V * 2 ~= 16 then error("conv_wgmma: the residual's tile read in vectors of other than 16 bytes") end
+      if V == 8 then wcol = "((" .. wcol .. ") ^ (lane & 4))" end -- row (lane >> 2) + 8 h is odd: halves swapped
+    end
     th = {
       loops = { { "kk", chunks }, { "mt", w.wgmt }, { "rr", w.epi_rows } },
       rows_unroll = w.epi_unroll,
@@ -1842,11 +1854,55 @@ function M.render(layer, plan, pass, names, signature)
       -- where the ring would lose its third stage to the tile
       prefetch_rows = w.wgmt * w.bn <= 128 and not (w.flat and w.a_tma ~= 2) and 8 or nil,
     }
+    if V > 1 then
+      -- the vectors' mapping: lane % L holds channels V (lane % L) .. of chunk kk, lane / L the
+      -- row of each V rows (iteration rv) -- the slab's row vrow
+      local L = w.epi_cols // V
+      local R = 32 // L
+      local vrow = string.format("(%d * rv + (lane >> %d))", R, math.floor(math.log(L, 2) + 0.5))
+      local col = string.format("%d * (lane & %d)", V, L - 1)
+      -- the physical column of the row's logical column col + 4 j (swizzled: its 8-float group
+      -- XOR the row's 4; V = 8: its halves XOR the row's parity, above)
+      local function phys(j)
+        local x = string.format("(%s + %d)", col, 4 * j)
+        if swizzled then x = string.format("(%s ^ ((%s & 3) << 3))", x, vrow) end
+        if V == 8 then x = string.format("(%s ^ ((%s & 1) << 2))", x, vrow) end
+        return x
+      end
+      local comp = { "x", "y", "z", "w" }
+      th.loops = { { "kk", chunks }, { "mt", w.wgmt }, { "rv", w.epi_rows // R }, { "e", V } }
+      th.pair, th.pair_channels = V, true
+      -- the rows a lane's iteration covers: V elements of one row each, as many as epi_unroll
+      -- rows of a lane a channel
+      th.rows_unroll = math.max(1, w.epi_unroll // V)
+      th.value = nil
+      th.pair_value = function(e) return string.format("sl%d.%s", e // 4, comp[e % 4 + 1]) end
+      th.co = string.format("co0 + %d * kk + %s + e", w.epi_cols, col)
+      th.co_lane = string.format("co0 + %d * kk + %s", w.epi_cols, col)
+      th.pixel = string.format("(pm0 + 64 * mt + 16 * warp + %s)", vrow)
+      th.valid = w.bn % w.epi_cols ~= 0 and string.format("%d * kk + %s + e < BN", w.epi_cols, col) or nil
+      th.prefetch_rows = nil
+      th.pair_head = function(c)
+        c:line("/* this lane's %d channels of its row, from the slab%s */", V, res and " and the residual's tile" or "")
+        for j = 0, V // 4 - 1 do
+          c:line("const float4 sl%d = *(const float4 *)&slab[%s * %d + %s];", j, vrow, S, phys(j))
+        end
+        if res then
+          c:line("const uint4 rq = *(const uint4 *)&res_s[(16 * mt + %s) * BN + %d * kk + %s];", vrow, w.epi_cols, col)
+        end
+      end
+      if res then
+        th.pair_each = function(e)
+          ev:set_smem_tensor({ param = w.res_param,
+            value = string.format("fg_io_widen((unsigned short)(rq.%s%s))", comp[e // 2 + 1], e % 2 == 1 and " >> 16" or "") })
+        end
+      end
+    end
     c:line("float *const slab = (float *)(fgw_smem + (sbase - fgw_smem_addr(fgw_smem)) + %d) + (4 * cw + warp) * %d;",
       w.epi_offset, w.epi_rows * S)
     -- the residual's element of the output: row 16 mt + rr of this warp's rows, the lane's
     -- channel of chunk kk (expr.lua, param_at)
-    if res then
+    if res and V == 1 then
       ev:set_smem_tensor({ param = w.res_param,
         value = string.format("fg_io_widen(res_s[(16 * mt + rr) * BN + %d * kk + lane])", w.epi_cols) })
     end

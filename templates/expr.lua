@@ -77,7 +77,8 @@ end
 
 -- Hoisting: a conv epilogue visits many outputs of one channel in a row. hoist = { code
 -- position `at` and `depth` in self.code, `channel` (the coordinate text of that channel),
--- `guard` (when the channel exists) } makes loads that depend on the channel alone (a
+-- `guard` (when the channel exists); or `channels` (a set of such texts) and `guards` (each
+-- one's guard, else `guard`) } makes loads that depend on the channel alone (a
 -- per-channel parameter, a norm's statistic over whole channels) happen once there instead
 -- of at every output.
 function Eval:set_hoist(h)
@@ -93,8 +94,10 @@ function Eval:hoisted(ctype, text, coords)
   if v then return v end
   v = self:fresh("hc")
   local zero = ctype == "float" and "0.0f" or ctype .. "{}"
+  -- h.guards: each channel variable's own guard (conv.lua, a lane's channel vectors)
+  local guard = h.guards and h.guards[coords[1]] or h.guard
   table.insert(self.code.lines, h.at, string.rep("    ", h.depth) ..
-    string.format("const %s %s = (%s) ? %s : %s;", ctype, v, h.guard, text, zero))
+    string.format("const %s %s = (%s) ? %s : %s;", ctype, v, guard, text, zero))
   h.at = h.at + 1
   h.cache[text] = v
   return v

@@ -21,7 +21,8 @@ static const char *const knobs[] = {
     "FUSEGEN_WGMMA_A_TMA",  "FUSEGEN_WGMMA_CTAS",  "FUSEGEN_CONV_TILE",        "FUSEGEN_LOG",
     "FUSEGEN_CACHE_MAX_SIZE", "FUSEGEN_NO_GRAPHS", "FUSEGEN_TUNE",             "TMPDIR",
     "FUSEGEN_WGMMA_BN",     "FUSEGEN_WGMMA_EPI_ROWS",   "FUSEGEN_WGMMA_ALTERNATE",
-    "FUSEGEN_WGMMA_FLAT_PREDICATED", "FUSEGEN_SM_COUNT", "FUSEGEN_SPLIT_WAVES",
+    "FUSEGEN_WGMMA_FLAT_PREDICATED", "FUSEGEN_SM_COUNT", "FUSEGEN_SPLIT_WAVES", "FUSEGEN_WGMMA_FLAT",
+    "FUSEGEN_FAST_GELU",    "FUSEGEN_WGMMA_EPI_VEC",
 };
 
 typedef struct warnings {
@@ -99,6 +100,7 @@ static void integer_knobs(void **state)
         {"FUSEGEN_WGMMA_ALTERNATE", offsetof(fg_plan_options, wgmma_alternate), 1, 2},
         {"FUSEGEN_WGMMA_FLAT_PREDICATED", offsetof(fg_plan_options, wgmma_flat_predicated), 1, 2},
         {"FUSEGEN_WGMMA_FLAT", offsetof(fg_plan_options, wgmma_flat), 1, 2},
+        {"FUSEGEN_WGMMA_EPI_VEC", offsetof(fg_plan_options, wgmma_epi_vec), 1, 2},
         {"FUSEGEN_FAST_GELU", offsetof(fg_plan_options, fast_gelu), 1, 2},
         {"FUSEGEN_WGMMA_EPI_ROWS", offsetof(fg_plan_options, wgmma_epi_rows), 1, 16},
     };

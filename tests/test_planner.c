@@ -2631,6 +2631,96 @@ static void wgmma_flat_in_turn(void **state)
     }
 }
 
+/* The staged epilogue's 16-byte vectors (fg_wgmma_tiling.epi_vec, fg_wgmma_epi_vec; opt-in by
+ * FUSEGEN_WGMMA_EPI_VEC=2): 8 channels a lane for a half layer, 4 for an fp32 one, the residual's
+ * tile in shared memory read the same way; not unasked, not where the conv pass feeds a
+ * statistic (SD's layer h: its partials keep a lane a channel), not where the chain reads a
+ * block tensor by pixel from global memory (an fp32 layer's residual: the scalar epilogue
+ * prefetches its rows), not where a group's channels are no multiple of the vector. `fusegen
+ * plan` says so where it applies. */
+static void wgmma_epi_vec_where_asked(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int layer, asked, vec;
+    } ab[] = {
+        {"convnext384_bf16_cl_tf32", 1, 2, 8}, /* 1x1 + GELU, flat tiles, predicated stores */
+        {"convnext384_bf16_cl_tf32", 1, 0, 1}, /* the default */
+        {"convnext384_bf16_cl_tf32", 1, 1, 1},
+        {"convnext384_bf16_cl_tf32", 2, 2, 8}, /* scale + the residual's tile in shared memory */
+        {"resnet2048_bf16_cl_tf32", 2, 2, 8},  /* the residual, flat tiles */
+        {"sd_resnet_block_bf16_cl_tf32", 0, 2, 1}, /* feeds the next group norm's statistics */
+        {"sd_resnet_block_bf16_cl_tf32", 1, 2, 8},
+    };
+    for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++) {
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.wgmma_epi_vec = ab[i].asked;
+        fg_block_ir b;
+        const fg_layer_ir *ir;
+        fg_plan *plan = plan_ab_layer(ab[i].spec, ab[i].layer, &opts, &b, &ir);
+        int vec = 0, staged = 0;
+        for (int p = 0; p < plan->n_passes; p++)
+            if (fg_wgmma_staged_epilogue(plan, &plan->passes[p])) {
+                staged++;
+                vec = fg_wgmma_epi_vec(plan, &plan->passes[p]);
+            }
+        print_message("%s layer %s: asked %d, vectors of %d\n", ab[i].spec, ir->name, ab[i].asked, vec);
+        assert_int_equal(staged, 1);
+        assert_int_equal(vec, ab[i].vec);
+        text_sink *t = printed_plan(ir, plan);
+        if (vec > 1)
+            fgt_assert_contains(t->buf, "neighbouring channels of a row back and stores them as one 16-byte vector");
+        else
+            fgt_assert_not_contains(t->buf, "16-byte vector (FUSEGEN_WGMMA_EPI_VEC");
+        free(t);
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        /* the vectors' stores, and only there */
+        if (vec > 1)
+            fgt_assert_contains(src.source, "st.global.v4.b32");
+        else
+            fgt_assert_not_contains(src.source, "st.global.v4");
+        fg_rendered_free(&src);
+        free(plan);
+        fg_block_ir_free(&b);
+    }
+    static const struct {
+        const char *dtype, *ops;
+        int out_channels, vec;
+    } layers[] = {
+        {"fp32", "relu {}", 64, 4},
+        {"bf16", "relu {}", 64, 8},
+        {"fp16", "mul { param = \"gamma\", shape = { 64, 1, 1 } }, relu {}", 64, 8},
+        {"bf16", "relu {}", 20, 1}, /* 20 channels: no whole vectors of 8 */
+        {"fp32", "relu {}", 20, 4},
+    };
+    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "return layer \"t\" { input = { \"N\", 64, 20, 20 }, dtype = \"%s\", layout = \"channels_last\",\n"
+                 "  conv2d { out_channels = %d, kernel = 3, padding = 1 }, %s }",
+                 layers[i].dtype, layers[i].out_channels, layers[i].ops);
+        fg_layer_ir *ir = fgt_load_string(spec);
+        fg_plan_options opts;
+        fg_plan_options_for_arch(&opts, "sm_90a");
+        opts.engine = FG_ENGINE_PREFER_WGMMA;
+        opts.wgmma_epi_vec = 2;
+        fg_plan *plan = fgt_plan_with(ir, &opts);
+        print_message("%s, %d channels: vectors of %d\n", layers[i].dtype, layers[i].out_channels, plan->wgmma.epi_vec);
+        assert_int_equal(plan->wgmma.epi_vec, layers[i].vec);
+        fg_rendered src;
+        fg_error err = {{0}};
+        assert_int_equal(fg_render(ir, plan, &src, &err), 0);
+        fgt_assert_contains(src.source, layers[i].vec == 4 ? "st.global.v4.f32" : layers[i].vec == 8 ? "st.global.v4.b32" : "fg_pass");
+        fg_rendered_free(&src);
+        free(plan);
+        free(ir);
+    }
+}
+
 /* GELU by the five-term fit (fg_plan.fast_gelu, FUSEGEN_FAST_GELU=2): only where asked, at
  * precision tf32, in a layer with an erf GELU (in its chain or its prologue); `fusegen plan`
  * says so. Not at fp32 precision, not for the tanh form, not unasked. */
@@ -3531,6 +3621,7 @@ int main(void)
         cmocka_unit_test(wgmma_tiles_in_turn),
         cmocka_unit_test(wgmma_flat_in_turn),
         cmocka_unit_test(fast_gelu_where_asked),
+        cmocka_unit_test(wgmma_epi_vec_where_asked),
         cmocka_unit_test(wgmma_flat_predicated),
         cmocka_unit_test(wgmma_refusal_said),
         cmocka_unit_test(wgmma_half_operands),
