@@ -1887,6 +1887,8 @@ function M.render(layer, plan, pass, names, signature)
         for j = 0, V // 4 - 1 do
           c:line("const float4 sl%d = *(const float4 *)&slab[%s * %d + %s];", j, vrow, S, phys(j))
         end
+        -- (a lane past the tile's channels, BN not a multiple of 32, reads past its row: still
+        -- inside the shared memory, and its elements are never evaluated, th.valid)
         if res then
           c:line("const uint4 rq = *(const uint4 *)&res_s[(16 * mt + %s) * BN + %d * kk + %s];", vrow, w.epi_cols, col)
         end
