@@ -639,6 +639,24 @@ static const half_variant layouts[] = {
         conv2d { out_channels = 32, kernel = 3 },
         silu {},
     })},
+    /* 40 channels in one tile: its second 32-channel chunk holds 8, the lanes past them store
+     * nothing (with FUSEGEN_WGMMA_EPI_VEC=2 a lane's 8-channel vectors, bench/NOTES.md v48: the
+     * first cut stored those lanes' zeros at the output's start); odd offset: the vectors'
+     * unaligned fallback; fp32: vectors of 4 */
+    {"cl_bf16_wgmma_40_offset", "wgmma", 3, 1, 1e-4, SPEC(return layer "cl_bf16_wgmma_40_offset" {
+        input = { "N", 24, 20, 20 },
+        layout = "channels_last",
+        dtype = "bf16",
+        conv2d { out_channels = 40, kernel = 3, padding = 1 },
+        mul { param = "gamma", shape = { 40, 1, 1 } },
+        relu {},
+    })},
+    {"cl_wgmma_40", "wgmma", 3, 0, 1e-4, SPEC(return layer "cl_wgmma_40" {
+        input = { "N", 24, 20, 20 },
+        layout = "channels_last",
+        conv2d { out_channels = 40, kernel = 3, padding = 1 },
+        relu {},
+    })},
     /* half operands on wgmma with a channels-last input (its packing pass is a near copy of
      * 16-bit elements): fp16 exact with groups (12 channels a group, padded to 16), bf16 tf32
      * (the bar of the halves' tf32 cases) */
