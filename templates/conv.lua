@@ -619,7 +619,8 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
       end
       -- a lane's channel vector: every element's flag set where it exists (th.valid holds it
       -- out of the full tiles' body too: lanes past the tile's channels store nothing)
-      local init = (checked or th.pair_channels) and "false" or "true"
+      local flagged = checked or th.pair_channels -- each element sets its own flag
+      local init = flagged and "false" or "true"
       c:line("fg_u64 %s;", each(function(e) return "si" .. e .. " = 0" end))
       c:line("bool %s;", each(function(e) return "sk" .. e .. " = " .. init end))
       for k = 1, #targets do c:line("float %s;", each(function(e) return string.format("sv%d_%d = 0.0f", k, e) end)) end
@@ -634,7 +635,7 @@ function M.epilogue(c, g, layer, plan, pass, names, ev, slots, th)
         if th.pair_each then th.pair_each(e) end
         element(function(k, idx, v)
           if k == 1 then
-            c:line("si%d = %s;%s", e, idx, (checked or th.pair_channels) and string.format(" sk%d = %s;", e, stored) or "")
+            c:line("si%d = %s;%s", e, idx, flagged and string.format(" sk%d = %s;", e, stored) or "")
           end
           c:line("sv%d_%d = %s;", k, e, v)
         end, checked, e)
