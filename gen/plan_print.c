@@ -410,8 +410,10 @@ void fg_plan_print(const fg_layer_ir *ir, const fg_plan *plan, void (*emit)(void
                 snprintf(line, sizeof line,
                          "           the two consumer warpgroups take whole tiles of %d pixels in turn "
                          "(FUSEGEN_WGMMA_ALTERNATE=1: shared tiles): one's main loop runs while the other's epilogue does; "
-                         "no split K",
-                         w->bm);
+                         "%s",
+                         w->bm,
+                         w->split_k > 1 ? "a split's unit is one warpgroup's, whose fixup syncs that warpgroup alone"
+                                        : "no split K");
                 emit(ctx, line);
             }
             if (w->ping_pong) {

@@ -849,7 +849,7 @@ retile:;
      * with them split K there, and those blocks took 23-33 % longer flat (v40). The cp.async
      * producer's int offsets then reach into the samples a tile runs over */
     /* (a reduction, softmax or pool after the conv: its epilogue may key by sample) */
-    /* Where the consumer warpgroups take tiles in turn (64 rows; no split K, no wide block or
+    /* Where the consumer warpgroups take tiles in turn (64 rows; no wide block or
      * second m64 tile for flat tiles to give up), flat also where a sample leaves more than a
      * fifth of its 64-row tiles' rows empty. Measured on the H200 (bench/NOTES.md v47, the
      * knob below on every turn layer with any row empty): ConvNeXt's 384-channel block at
@@ -1008,9 +1008,6 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
 {
     w->split_k = 1;
     w->split_counters = w->split_partials = -1;
-    /* the warpgroups' tiles in turn (fg_wgmma_tiling.alternate): a split's fixup syncs them */
-    if (w->alternate)
-        return;
     int64_t s = w->kch / (2 * (int64_t)w->stages);
     if (s > WGMMA_MAX_SPLIT)
         s = WGMMA_MAX_SPLIT;
@@ -1027,9 +1024,13 @@ static void wgmma_split(const fg_plan_options *opts, fg_wgmma_tiling *w, int64_t
     t.split_k = (int)s;
     t.split_fill = (int)units;
     t.split_min_chunks = (int)(w->kch / s); /* the fewest a split gets (at split_k splits) */
-    t.split_slot = (int64_t)w->wgmt * (w->bn / 2) * 256;
-    /* the flag after the barriers (full and empty per stage) and their 16 bytes of slack */
-    t.flag_offset = w->bar_offset + 16 * (int64_t)w->stages + 16;
+    /* a partial is the accumulators of the threads that hold the tile: both consumer
+     * warpgroups' (256 threads), or, where the warpgroups take tiles in turn, one's (128), each
+     * warpgroup then arriving on its own tiles' counters with its own flag */
+    t.split_slot = (int64_t)w->wgmt * (w->bn / 2) * (w->alternate ? 128 : 256);
+    /* the flag (a warpgroup's each where they take tiles in turn) after the barriers (full and
+     * empty per stage), their 16 bytes of slack and the turn barriers */
+    t.flag_offset = w->bar_offset + 16 * (int64_t)w->stages + 16 + (w->alternate ? 16 : 0);
     if (waves) {
         t.split_waves = 1;
         t.split_sms = WGMMA_SPLIT_FILL;
@@ -1060,8 +1061,8 @@ static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int
 
 /* The wgmma tile for a conv with the consumer warpgroups' tiles chosen (fg_wgmma_tiling.alternate):
  * as asked (FUSEGEN_WGMMA_ALTERNATE 1 or 2), else in turn where the conv never splits K at any
- * batch (a split's fixup syncs the warpgroups, and splitting is what fills the GPU at small
- * batches) and its operands are half with one product, no CTA pair being asked for. Measured
+ * batch and its operands are half with one product, no CTA pair being asked for (tiles in
+ * turn split K too, a unit one warpgroup's, since v49; not yet measured, so not chosen). Measured
  * on the H200 with the turns on every layer that can take them (bench/NOTES.md v46, blocks at
  * N32 unless said): ResNet 2048 -16 %, 256 -4 % (N1 -16 %), 1024 -4 %, ConvNeXt 96 -10 % (N1
  * -7 %), 384 -7 %; ConvNeXt 768 +6 %, whose 1x1 back to 768 channels (48 K chunks) is

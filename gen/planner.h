@@ -378,8 +378,9 @@ typedef struct fg_wgmma_tiling {
      * ConvNeXt 768's 1x1 + GELU, bench/NOTES.md v44). Chosen where K never splits and the
      * operands are half (planner.c, wgmma_tiling_chosen: measured in v46), asked for by
      * FUSEGEN_WGMMA_ALTERNATE=2 elsewhere; only where nothing in the epilogue syncs the two
-     * warpgroups or pairs CTAs: no statistics partials or channel reduction, no split K, no
-     * multicast pair, one CTA a multiprocessor. The flat-tile rule still counts 128 wgmt rows,
+     * warpgroups or pairs CTAs: no statistics partials or channel reduction, no multicast
+     * pair, one CTA a multiprocessor. With split K a unit is a (tile, split) of one warpgroup,
+     * whose fixup syncs and flags that warpgroup alone (split_slot, flag_offset). The flat-tile rule still counts 128 wgmt rows,
      * so that flat tiles are where the shared tiles have them. 0: the warpgroups share each tile. */
     int alternate;
     /* 1: a flat tile's epilogue checks each output's sample against the batch without a branch
@@ -427,8 +428,10 @@ typedef struct fg_wgmma_tiling {
     int split_partial_cost; /* last CTA's read of it), in the same unit */
     int split_counters, split_partials; /* buffers: an arrival counter per tile (zero between launches),
                                          * split_fill partial tiles of split_slot floats */
-    int64_t split_slot;  /* floats of one (tile, split) partial: the 256 consumer threads' accumulators */
-    int64_t flag_offset; /* shared memory: the last-arrival flag, after the barriers */
+    int64_t split_slot;  /* floats of one (tile, split) partial: the accumulators of the 256 consumer threads
+                          * (alternate: of the 128 of the warpgroup whose tile it is) */
+    int64_t flag_offset; /* shared memory: the last-arrival flag (alternate: one per warpgroup), after the
+                          * barriers (and the turn barriers) */
 } fg_wgmma_tiling;
 
 /* The K splits a launch of `tiles` output tiles (the batch's) uses: as many as keep tiles x

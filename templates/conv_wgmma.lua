@@ -293,9 +293,13 @@ function M.prelude(layer, plan)
       c:line("constexpr int SPLIT_SMS = %d, SPLIT_CHUNK_COST = %d, SPLIT_PARTIAL_COST = %d;", w.split_sms,
         w.split_chunk_cost, w.split_partial_cost)
     end
-    c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
+    if w.alternate == 1 then
+      c:line("static_assert(SLOT == WGMT * (BN / 2) * 128, \"a partial is the accumulators of the warpgroup whose tile it is\");")
+    else
+      c:line("static_assert(SLOT == WGMT * (BN / 2) * 256, \"a partial is every consumer thread's accumulators\");")
+    end
     for l in (waves and M.split_waves or M.split_one_wave):gmatch("([^\n]*)\n") do c:line(l) end
-    for l in M.split_engine:gmatch("([^\n]*)\n") do c:line(l) end
+    for l in M.fill_fixup(M.split_engine, w.alternate == 1):gmatch("([^\n]*)\n") do c:line(l) end
   end
   if w.multicast == 2 then
     for l in M.multicast_engine:gmatch("([^\n]*)\n") do c:line(l) end
@@ -558,15 +562,15 @@ __device__ __forceinline__ float4 fgw_ld_cg4(const float *p)
 __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *part, unsigned *counters, int tile,
                                             int split, int nsplit, volatile int *flag)
 {
-    const int tid = (int)threadIdx.x - 128;
+@FIXTID@
     float *mine = part + (unsigned long long)(tile * nsplit + split) * SLOT + 4 * tid;
 #pragma unroll
     for (int mt = 0; mt < WGMT; ++mt)
 #pragma unroll
         for (int q = 0; q < BN / 8; ++q)
-            fgw_st_cg4(mine + (mt * (BN / 8) + q) * 1024, acc[mt][4 * q], acc[mt][4 * q + 1], acc[mt][4 * q + 2],
+            fgw_st_cg4(mine + (mt * (BN / 8) + q) * @FIXSTRIDE@, acc[mt][4 * q], acc[mt][4 * q + 1], acc[mt][4 * q + 2],
                        acc[mt][4 * q + 3]);
-    asm volatile("bar.sync 1, 256;" ::: "memory");
+@FIXBAR@
     if (tid == 0) {
         /* release (every consumer thread's stores, ordered before it by the barrier), the
          * arrival, acquire (the other splits' stores, for every thread after the barrier) */
@@ -576,14 +580,14 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
         *flag = last;
         if (last) *(volatile unsigned *)(counters + tile) = 0u;
     }
-    asm volatile("bar.sync 1, 256;" ::: "memory");
+@FIXBAR@
     if (!*flag) return false;
     const float *base = part + (unsigned long long)tile * nsplit * SLOT + 4 * tid;
 #pragma unroll
     for (int mt = 0; mt < WGMT; ++mt)
 #pragma unroll
         for (int q = 0; q < BN / 8; ++q) {
-            const float4 v = fgw_ld_cg4(base + (mt * (BN / 8) + q) * 1024);
+            const float4 v = fgw_ld_cg4(base + (mt * (BN / 8) + q) * @FIXSTRIDE@);
             acc[mt][4 * q] = v.x, acc[mt][4 * q + 1] = v.y, acc[mt][4 * q + 2] = v.z, acc[mt][4 * q + 3] = v.w;
         }
 #pragma unroll 1
@@ -593,13 +597,32 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
         for (int mt = 0; mt < WGMT; ++mt)
 #pragma unroll
             for (int q = 0; q < BN / 8; ++q) {
-                const float4 v = fgw_ld_cg4(p + (mt * (BN / 8) + q) * 1024);
+                const float4 v = fgw_ld_cg4(p + (mt * (BN / 8) + q) * @FIXSTRIDE@);
                 acc[mt][4 * q] += v.x, acc[mt][4 * q + 1] += v.y, acc[mt][4 * q + 2] += v.z, acc[mt][4 * q + 3] += v.w;
             }
     }
     return true;
 }
 ]]
+
+-- The fixup's marks: both consumer warpgroups hold a tile (the text as it always was), or,
+-- where they take tiles in turn (fg_wgmma_tiling.alternate), the warpgroup whose tile it is
+-- alone: its 128 threads' accumulators, its own named barrier (2 + cw; 1 is both
+-- warpgroups'), and its own flag (the caller passes it), so that neither waits for the other.
+local fixup_shared = {
+  FIXTID = "    const int tid = (int)threadIdx.x - 128;",
+  FIXSTRIDE = "1024",
+  FIXBAR = '    asm volatile("bar.sync 1, 256;" ::: "memory");',
+}
+local fixup_turns = {
+  FIXTID = "    const int tid = ((int)threadIdx.x - 128) & 127; /* tiles in turn: within the warpgroup whose tile it is */",
+  FIXSTRIDE = "512",
+  FIXBAR = '    asm volatile("bar.sync %0, 128;" ::"r"(((int)threadIdx.x >> 7) + 1) : "memory"); /* this warpgroup\'s */',
+}
+function M.fill_fixup(text, turns)
+  local marks = turns and fixup_turns or fixup_shared
+  return (text:gsub("@(FIX%u+)@", function(name) return marks[name] end))
+end
 
 -- One K chunk's wgmmas (the engine's @ISSUE@): TF32 operands (3xTF32 or one product; the same
 -- text, its parts constant and k-step filled, serves half operands in two parts below) ...
@@ -1729,7 +1752,27 @@ function M.render(layer, plan, pass, names, signature)
     c:line("int fed_n = -1, fed_g = 0, fed_co0 = 0; /* whose partials s_stat holds */")
   end
   c:line("#pragma unroll 1")
-  if split then
+  if split and w.alternate == 1 then
+    -- (tile, split) units in turn: the block's j-th unit is warpgroup j % 2's, as the tiles
+    -- below; each warpgroup counts every unit's chunks (the ring's position, as the producer
+    -- counts) and runs its own, its fixup syncing and flagging it alone (fill_fixup)
+    local part, count = names.buffer[w.split_partials], names.buffer[w.split_counters]
+    c:open("for (int unit = begin; unit < end; ++unit) {")
+    c:line("const int tile = unit % ntiles, split = unit / ntiles;")
+    c:line("const int kc0 = chunk_begin(split, nsplit), kc1 = chunk_begin(split + 1, nsplit);")
+    c:line("const int mine = ((unit - begin) & 1) == cw, chunks = kc1 - kc0;")
+    c:line("it0 += chunks;")
+    c:line("if (!mine) continue;")
+    c:line("const Tile tl = decode_tile(tile);")
+    res_issue()
+    c:line("if (unit > begin) fgw_mbar_wait(bar_turn + 8 * (1 - cw), ((unit - begin - 1) >> 1) & 1);")
+    c:line("mainloop(acc, tmp, it0 - chunks - kc0, kc0, kc1, row0, sbase, bar_full, bar_empty);")
+    c:line("if (lane == 0) fgw_mbar_arrive(bar_turn + 8 * cw);")
+    res_wait()
+    c:line("/* split K: the last split of the tile to arrive sums the partials and runs the epilogue */")
+    c:line("if (nsplit > 1 && !split_fixup(acc, %s, (unsigned *)%s, tile, split, nsplit, split_flag + cw)) continue;",
+      part, count)
+  elseif split then
     local part, count = names.buffer[w.split_partials], names.buffer[w.split_counters]
     c:open("for (int unit = begin; unit < end; ++unit) {")
     c:line("const int tile = unit % ntiles, split = unit / ntiles;")

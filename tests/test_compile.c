@@ -402,7 +402,7 @@ static void flat_tiles_predicated(void **state)
  * bench/ab-specs/ that take it (bf16 and fp32 precision, TF32 operands, flat tiles, the
  * residual in shared memory, block accumulation in ping-pong; flat tiles with predicated stores
  * too): every conv kernel compiles for sm_90a with its turn barriers, no spills and no
- * serialized wgmma. */
+ * serialized wgmma; the split-capable ones with each warpgroup's own fixup. */
 static void wgmma_tiles_in_turn(void **state)
 {
     (void)state;
@@ -410,7 +410,7 @@ static void wgmma_tiles_in_turn(void **state)
         "convnext768_bf16_cl_tf32",  "convnext384_bf16_cl_tf32", "convnext_bf16_cl_tf32", "resnet_block_bf16_cl_tf32",
         "resnet_block_bf16_cl_fp32", "resnet2048_bf16_cl_tf32",  "conv_64_128_256",       "sd_resnet_block_bf16_cl_tf32",
     };
-    int problems = 0, alternate = 0;
+    int problems = 0, alternate = 0, split = 0;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         fg_block_ir b;
         load_ab_block(specs[i], &b);
@@ -426,16 +426,21 @@ static void wgmma_tiles_in_turn(void **state)
                     char what[256];
                     snprintf(what, sizeof what, "%s layer %s, tiles in turn%s", specs[i], ir->name,
                              predicated == 2 ? ", predicated stores" : "");
-                    problems += compile_sm90a(ir, plan, what, "fgw_mbar_wait(bar_turn + 8 * (1 - cw)");
+                    /* with split K, the units in turn and each warpgroup's own fixup */
+                    const bool splits = plan->wgmma.split_k > 1;
+                    problems += compile_sm90a(ir, plan, what, splits ? "split_flag + cw)" : "fgw_mbar_wait(bar_turn + 8 * (1 - cw)");
                     alternate++;
+                    split += splits;
                 }
                 free(plan);
             }
         }
         fg_block_ir_free(&b);
     }
-    print_message("%d conv layers with their tiles in turn compiled\n", alternate);
+    print_message("%d conv layers with their tiles in turn compiled, %d of them split-capable\n", alternate, split);
     assert_true(alternate >= 22); /* 17, and the 7x7 stages' five flat layers with predicated stores too */
+    /* ConvNeXt 768's and 384's 1x1 back, ResNet 2048's 1x1 and 3x3 (the last two flat, twice) */
+    assert_true(split >= 6);
     assert_int_equal(problems, 0);
 }
 
@@ -471,19 +476,24 @@ static void wgmma_engine(void **state)
  * splits the GPU test expects at its batch, renders the split kernel and compiles for
  * sm_90a without spills or wgmma warnings; the same with the splits counted in waves
  * (FUSEGEN_SPLIT_WAVES=1, which bench/gpu-check runs the GPU test with), whose kernel computes
- * its splits by the rendered rule. */
+ * its splits by the rendered rule; and with the tiles in turn asked for (FUSEGEN_WGMMA_ALTERNATE=2,
+ * also run by bench/gpu-check): a unit is one warpgroup's, its fixup that warpgroup's alone. */
 static void wgmma_split_k(void **state)
 {
     (void)state;
     int problems = 0;
-    for (int waves = 0; waves < 2; waves++)
+    /* rule 0: one wave; 1: counted in waves; 2: one wave, the tiles in turn where they can */
+    for (int rule = 0; rule < 3; rule++)
         for (int i = 0; i < N_SPLIT_K_CASES; i++) {
             const split_k_case *k = &split_k_cases[i];
-            const int want = waves ? k->splits_waves : k->splits;
+            const int waves = rule == 1;
+            const int want = rule == 1 ? k->splits_waves : rule == 2 ? k->splits_turns : k->splits;
             fg_layer_ir *ir = fgt_load_string(k->source);
             fg_plan_options opts;
             fg_plan_options_for_arch(&opts, "sm_90a");
             opts.split_waves = waves;
+            if (rule == 2)
+                opts.wgmma_alternate = 2;
             fg_plan *plan = fgt_plan_with(ir, &opts);
             int conv = -1;
             for (int p = 0; p < plan->n_passes; p++)
@@ -496,11 +506,17 @@ static void wgmma_split_k(void **state)
                 fg_wgmma_splits(&plan->wgmma, fg_wgmma_tiles(&plan->wgmma, plan->passes[conv].launch.grid_x, k->batch));
             if (splits != want)
                 fail_msg("%s: %d splits at batch %lld%s, the GPU test expects %d", k->name, splits, (long long)k->batch,
-                         waves ? " counted in waves" : "", want);
+                         waves ? " counted in waves" : rule == 2 ? " with the tiles in turn" : "", want);
+            /* with the turns asked for, every case without statistics partials takes them */
+            if (rule == 2 && !plan->wgmma.alternate && !strstr(k->name, "norm") && !strstr(k->name, "softmax"))
+                fail_msg("%s: no tiles in turn with FUSEGEN_WGMMA_ALTERNATE=2", k->name);
             char what[256];
             snprintf(what, sizeof what, "%s (split K in up to %d%s) for sm_90a", k->name, plan->wgmma.split_k,
-                     waves ? ", counted in waves" : "");
-            problems += compile_sm90a(ir, plan, what, waves ? "SPLIT_PARTIAL_COST * s" : "split_fixup(acc, ");
+                     waves ? ", counted in waves" : rule == 2 && plan->wgmma.alternate ? ", tiles in turn" : "");
+            problems += compile_sm90a(ir, plan, what,
+                                      waves                                 ? "SPLIT_PARTIAL_COST * s"
+                                      : rule == 2 && plan->wgmma.alternate ? "split_flag + cw)"
+                                                                            : "split_fixup(acc, ");
             free(plan);
             free(ir);
         }

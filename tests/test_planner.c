@@ -2450,7 +2450,8 @@ static void wgmma_pack_whole_pixels(void **state)
 
 /* The consumer warpgroups' tiles in turn (fg_wgmma_tiling.alternate): where the epilogue
  * syncs neither warpgroup with the other nor pairs CTAs, a tile is one warpgroup's 64 wgmt
- * rows (the ring's A stage halves), never split, flat exactly where the shared tiles are, the
+ * rows (the ring's A stage halves), split K in units of one warpgroup's tile where a sample's
+ * tiles leave room, flat exactly where the shared tiles are, the
  * residual's tile still 16 wgmt rows a consumer warp, and 16 bytes more shared memory for the
  * two turn barriers (after the ring's and their slack); refused with statistics partials and
  * two CTAs a multiprocessor; chosen by default only where K never splits, the operands are
@@ -2461,22 +2462,24 @@ static void wgmma_tiles_in_turn(void **state)
     static const struct {
         const char *spec;
         int layer, asked, ctas, multicast;
-        bool alternate;
+        bool alternate, turn_splits;
     } cases[] = {
-        {"convnext768_bf16_cl_tf32", 1, 2, 0, 0, true},  /* 1x1 + GELU, flat tiles */
-        {"convnext768_bf16_cl_tf32", 2, 2, 0, 0, true},  /* split K in 4 without, the residual in shared memory */
-        {"convnext768_bf16_cl_tf32", 1, 0, 0, 0, true},  /* chosen: 12 K chunks never split */
-        {"convnext768_bf16_cl_tf32", 1, 1, 0, 0, false}, /* shared tiles asked for */
-        {"convnext768_bf16_cl_tf32", 1, 0, 0, 2, false}, /* not chosen where CTA pairs are asked for */
-        {"convnext768_bf16_cl_tf32", 2, 0, 0, 0, false}, /* not chosen: split K below batch 32 */
-        {"resnet_block_bf16_cl_tf32", 1, 2, 0, 0, true}, /* 3x3 on 56x56 */
-        {"resnet_block_bf16_cl_tf32", 1, 0, 0, 0, true}, /* chosen: 9 K chunks */
-        {"resnet_block_bf16_cl_fp32", 2, 2, 0, 0, true}, /* block accumulation in ping-pong too */
-        {"conv_64_128_256", 0, 2, 0, 0, true},           /* TF32 operands: two m64 tiles a warpgroup */
-        {"conv_64_128_256", 0, 0, 0, 0, false},          /* TF32 operands are not chosen in turn */
-        {"sd_resnet_block_bf16_cl_tf32", 0, 2, 0, 0, false}, /* exports its output's statistics */
-        {"nnunet_stage_bf16_cl_tf32", 0, 2, 0, 0, false},    /* InstanceNorm's partials */
-        {"convnext_bf16_cl_tf32", 1, 2, 2, 0, false},        /* two CTAs a multiprocessor */
+        {"convnext768_bf16_cl_tf32", 1, 2, 0, 0, true, false},  /* 1x1 + GELU, flat tiles */
+        {"convnext768_bf16_cl_tf32", 2, 2, 0, 0, true, true},   /* split K in turn, the residual in shared memory */
+        {"convnext768_bf16_cl_tf32", 1, 0, 0, 0, true, false},  /* chosen: 12 K chunks never split */
+        {"convnext768_bf16_cl_tf32", 1, 1, 0, 0, false, false}, /* shared tiles asked for */
+        {"convnext768_bf16_cl_tf32", 1, 0, 0, 2, false, false}, /* not chosen where CTA pairs are asked for */
+        {"convnext768_bf16_cl_tf32", 2, 0, 0, 0, false, false}, /* not chosen: split K below batch 32 */
+        {"resnet2048_bf16_cl_tf32", 0, 2, 0, 0, true, true},    /* flat 1x1, split in turn up to batch 16 */
+        {"resnet2048_bf16_cl_tf32", 1, 2, 0, 0, true, true},    /* flat 3x3 */
+        {"resnet_block_bf16_cl_tf32", 1, 2, 0, 0, true, false}, /* 3x3 on 56x56 */
+        {"resnet_block_bf16_cl_tf32", 1, 0, 0, 0, true, false}, /* chosen: 9 K chunks */
+        {"resnet_block_bf16_cl_fp32", 2, 2, 0, 0, true, false}, /* block accumulation in ping-pong too */
+        {"conv_64_128_256", 0, 2, 0, 0, true, false},           /* TF32 operands: two m64 tiles a warpgroup */
+        {"conv_64_128_256", 0, 0, 0, 0, false, false},          /* TF32 operands are not chosen in turn */
+        {"sd_resnet_block_bf16_cl_tf32", 0, 2, 0, 0, false, false}, /* exports its output's statistics */
+        {"nnunet_stage_bf16_cl_tf32", 0, 2, 0, 0, false, false},    /* InstanceNorm's partials */
+        {"convnext_bf16_cl_tf32", 1, 2, 2, 0, false, false},        /* two CTAs a multiprocessor */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_plan_options opts;
@@ -2502,14 +2505,21 @@ static void wgmma_tiles_in_turn(void **state)
             assert_int_equal(w->bm, 64 * w->wgmt);
             assert_int_equal(w0->bm, 128 * w0->wgmt);
             assert_int_equal(w->wgmt, w0->wgmt);
-            assert_int_equal(w->split_k, 1);
+            /* split K where a sample's 64-row tiles leave room (ResNet 2048's: 4 tiles a sample) */
+            assert_int_equal(w->split_k > 1, cases[i].turn_splits);
             assert_int_equal(w->multicast, 1);
             assert_int_equal(w->flat, w0->flat);
             assert_int_equal(w->a_bytes * 2, w0->a_bytes);
             if (w->res_bytes > 0)
                 assert_int_equal(w->res_bytes, (int64_t)128 * w->wgmt * w->bn * 2);
-            /* the stages, the barriers, their slack, then the turn barriers */
-            assert_int_equal(conv->launch.smem_bytes, 1024 + w->bar_offset + 16 * w->stages + 16 + 16);
+            /* the stages, the barriers, their slack, then the turn barriers (and a split's two
+             * flags, one a warpgroup, a partial one warpgroup's accumulators) */
+            assert_int_equal(conv->launch.smem_bytes, 1024 + w->bar_offset + 16 * w->stages + 16 + 16 + (w->split_k > 1 ? 16 : 0));
+            if (w->split_k > 1) {
+                assert_int_equal(w->flag_offset, w->bar_offset + 16 * w->stages + 32);
+                assert_int_equal(w->split_slot, (int64_t)w->wgmt * (w->bn / 2) * 128);
+                fgt_assert_contains(t->buf, "whose fixup syncs that warpgroup alone");
+            }
         } else {
             fgt_assert_not_contains(t->buf, "take whole tiles of");
             if (cases[i].ctas == 0)

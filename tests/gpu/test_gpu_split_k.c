@@ -4,7 +4,8 @@
  *   1. each plans the splits the case expects at its batch (on sm_90a; other devices run the
  *      layers without the engine and say so): `splits`, or with FUSEGEN_SPLIT_WAVES=1 in the
  *      environment (bench/gpu-check runs it so too) `splits_waves`, the splits counted in
- *      waves, several cases then walking more units than the GPU has SMs;
+ *      waves, several cases then walking more units than the GPU has SMs, or with
+ *      FUSEGEN_WGMMA_ALTERNATE=2 `splits_turns`, the consumer warpgroups' tiles in turn;
  *   2. each matches the CPU float64 reference (poisoned outputs, random data);
  *   3. three more runs give the same bits as the first (which captures the layer's graph):
  *      two replays of that graph (the kernels must leave the arrival counters at zero: the
@@ -156,6 +157,14 @@ int main(int argc, char **argv)
     const int waves_asked = knob && strcmp(knob, "1") == 0;
     if (waves_asked)
         printf("note: FUSEGEN_SPLIT_WAVES=1: the splits counted in waves (split_k_specs.h, splits_waves)\n");
+    const char *turns_knob = getenv("FUSEGEN_WGMMA_ALTERNATE");
+    const int turns_asked = turns_knob && strcmp(turns_knob, "2") == 0;
+    if (turns_asked && waves_asked) {
+        printf("FAILED: FUSEGEN_SPLIT_WAVES=1 with FUSEGEN_WGMMA_ALTERNATE=2: split_k_specs.h has no column for both\n");
+        return 1;
+    }
+    if (turns_asked)
+        printf("note: FUSEGEN_WGMMA_ALTERNATE=2: tiles in turn where they can (split_k_specs.h, splits_turns)\n");
     int cases = 0, failed = 0;
     for (int i = 0; i < N_SPLIT_K_CASES; i++) {
         const split_k_case *k = &split_k_cases[i];
@@ -164,7 +173,7 @@ int main(int argc, char **argv)
         if (hopper) {
             int waves;
             int s = planned_splits(ctx, k, &waves);
-            const int want = waves_asked ? k->splits_waves : k->splits;
+            const int want = waves_asked ? k->splits_waves : turns_asked ? k->splits_turns : k->splits;
             bool ok = s == want && waves == waves_asked;
             printf("%s %-32s batch %lld: %d splits planned%s, %d expected%s\n", ok ? "ok    " : "FAILED", k->name,
                    (long long)k->batch, s, waves ? " (counted in waves)" : "", want,
