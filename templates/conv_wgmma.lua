@@ -551,9 +551,9 @@ __device__ __forceinline__ float4 fgw_ld_cg4(const float *p)
  * to the tile's slot [tile][split] in the workspace, registers 4 q .. 4 q + 3 of m-tile mt as
  * one float4 at float4 (mt BN/8 + q) x 256 + the thread (coalesced); then one arrival per CTA
  * on the tile's counter: the barrier orders every consumer thread's stores before thread 0's
- * release fence and its atomic add, whose acquire fence the barrier after it passes on to
- * every thread (the pattern of cooperative groups' grid sync and CUTLASS's split-K
- * semaphore; a fence in every thread waited for each thread's stores, bench/NOTES.md v43).
+ * acquire-release atomic add, whose acquire the barrier after it passes on to every thread
+ * (the pattern of CUTLASS's split-K semaphore; a fence in every thread waited for each
+ * thread's stores, bench/NOTES.md v43).
  * The CTA that arrives last resets the counter (every split has arrived: the next launch, or
  * a graph's replay, finds it zero) and replaces acc with the sum of every split's partial in
  * split order 0..nsplit-1, its own included: the same result whatever order the splits
@@ -572,11 +572,15 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[WGMT][BN / 2], float *p
                        acc[mt][4 * q + 3]);
 @FIXBAR@
     if (tid == 0) {
-        /* release (every consumer thread's stores, ordered before it by the barrier), the
-         * arrival, acquire (the other splits' stores, for every thread after the barrier) */
-        __threadfence();
-        const bool last = atomicAdd(counters + tile, 1u) == (unsigned)(nsplit - 1);
-        __threadfence();
+        /* the arrival, one acquire-release atomic at GPU scope: release (every consumer
+         * thread's stores, ordered before it by the barrier), acquire (the other splits'
+         * stores, for every thread after the barrier). Two __threadfence() around a relaxed
+         * add put two MEMBAR.SC.GPU on the path every consumer thread waits at the barrier
+         * for; this is one MEMBAR.ALL.GPU before the add and an L1 invalidate after (SASS,
+         * NVRTC 13.0), CUTLASS's fence.acq_rel + relaxed add as one instruction */
+        unsigned arrived;
+        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(arrived) : "l"(counters + tile) : "memory");
+        const bool last = arrived == (unsigned)(nsplit - 1);
         *flag = last;
         if (last) *(volatile unsigned *)(counters + tile) = 0u;
     }
