@@ -619,7 +619,9 @@ local fixup_shared = {
   FIXBAR = '    asm volatile("bar.sync 1, 256;" ::: "memory");',
 }
 local fixup_turns = {
-  FIXTID = "    const int tid = ((int)threadIdx.x - 128) & 127; /* tiles in turn: within the warpgroup whose tile it is */",
+  FIXTID = "    /* tiles in turn: the warpgroup whose tile it is alone (its 128 threads' float4s, x 128 + the\n" ..
+           "     * thread; one arrival per warpgroup, its own barrier and flag) */\n" ..
+           "    const int tid = ((int)threadIdx.x - 128) & 127;",
   FIXSTRIDE = "512",
   FIXBAR = '    asm volatile("bar.sync %0, 128;" ::"r"(((int)threadIdx.x >> 7) + 1) : "memory"); /* this warpgroup\'s */',
 }
