@@ -1059,10 +1059,20 @@ static void wgmma_multicast(const fg_plan_options *opts, fg_wgmma_tiling *w, int
         opts->wgmma_multicast == 2 && w->nblk == 1 && groups == 1 && w->split_k == 1 && !w->alternate ? 2 : 1;
 }
 
+/* The batch at which a split-capable conv's shared tiles are asked whether they still split
+ * (wgmma_tiling_chosen): the large batch of the blocks measured (bench/NOTES.md v49) */
+enum { WGMMA_TURN_BATCH = 32 };
+
 /* The wgmma tile for a conv with the consumer warpgroups' tiles chosen (fg_wgmma_tiling.alternate):
- * as asked (FUSEGEN_WGMMA_ALTERNATE 1 or 2), else in turn where the conv never splits K at any
- * batch and its operands are half with one product, no CTA pair being asked for (tiles in
- * turn split K too, a unit one warpgroup's, since v49; not yet measured, so not chosen). Measured
+ * as asked (FUSEGEN_WGMMA_ALTERNATE 1 or 2), else in turn where its operands are half with one
+ * product, no CTA pair being asked for, and the conv never splits K at any batch or its shared
+ * tiles still split at batch 32 (the turns split K too, a unit one warpgroup's, since v49).
+ * Measured on an H100 (v49, the turns with their split on every split-capable layer against
+ * the shared tiles): ResNet 2048 (its 1x1 and 3x3 split in 2 at batch 32 in shared tiles,
+ * not at all in turn) -11.6 % at batch 32, -18.6 % at 8, -16.0 % at 1, taken by this rule;
+ * ConvNeXt 768 +8.6 % at 32 and ResNet 1024 +4.7 % (their layers split only below batch 32,
+ * where they gained: -9.1 % and -9.7 % at 8), ConvNeXt 384 -8.5 % at 32, all left shared: a
+ * plan serves every batch, and the rule keeps only what lost nowhere. Measured
  * on the H200 with the turns on every layer that can take them (bench/NOTES.md v46, blocks at
  * N32 unless said): ResNet 2048 -16 %, 256 -4 % (N1 -16 %), 1024 -4 %, ConvNeXt 96 -10 % (N1
  * -7 %), 384 -7 %; ConvNeXt 768 +6 %, whose 1x1 back to 768 channels (48 K chunks) is
@@ -1083,9 +1093,17 @@ static bool wgmma_tiling_chosen(const fg_plan_options *opts, const fg_layer_ir *
         return true;
     /* the shared tiles' split, as first_passes will choose it (wgmma_split: 1 where no batch splits) */
     fg_wgmma_tiling split = *w;
-    wgmma_split(opts, &split, wgmma_sample_tiles(w, groups));
+    const int64_t sample_tiles = wgmma_sample_tiles(w, groups);
+    wgmma_split(opts, &split, sample_tiles);
+    /* a split-capable conv in turn too where its shared tiles still split at batch
+     * WGMMA_TURN_BATCH: there the turns' 64-row tiles fill the GPU without the fixup, and at
+     * smaller batches they split as well (each unit one warpgroup's); by the one-wave rule
+     * only (FUSEGEN_SPLIT_WAVES=1 splits ConvNeXt 768's last 1x1 at batch 32, never measured in
+     * turn) */
+    const bool splits_large = split.split_k > 1 && !split.split_waves &&
+                              fg_wgmma_splits(&split, fg_wgmma_tiles(&split, sample_tiles, WGMMA_TURN_BATCH)) > 1;
     fg_wgmma_tiling turn;
-    if (split.split_k == 1 &&
+    if ((split.split_k == 1 || splits_large) &&
         wgmma_tiling(ir, g, groups, opts, ctas, 2, io_value, &turn, NULL) &&
         turn.alternate)
         *w = turn;
@@ -2385,14 +2403,16 @@ static void start(planner *p, const fg_layer_ir *ir, const fg_plan_options *opts
         plan->inline_loop[k] = is_window(&ir->ops[k]);
     plan->pro_norm = plan->pro_accum = plan->export_accum = -1;
     fg_bn_fold_find(ir, &plan->fold);
-    /* the fast forms (GELU's erf by fg_gelu_fast) where asked, at precision tf32, in a layer
-     * with an op that has one (the registry's fg_snippet.fast) */
+    /* the fast forms (GELU's erf by fg_gelu_fast) at precision tf32 unless FUSEGEN_FAST_GELU=1,
+     * in a layer with an op that has one (the registry's fg_snippet.fast). Measured on an H100
+     * (bench/NOTES.md v49, against erff in the same run): ConvNeXt's bf16 blocks -7.2 % (96
+     * channels), -4.1 % (384), -1.6 % (768) at batch 32 */
     bool fast = false;
     for (int k = 0; k < ir->n_ops; k++)
         fast = fast || fg_op_has_fast_step(&ir->ops[k]);
     for (int k = 0; k < ir->n_pro; k++)
         fast = fast || fg_op_has_fast_step(&ir->pro[k]);
-    plan->fast_gelu = opts->fast_gelu == 2 && ir->precision == FG_PRECISION_TF32 && fast;
+    plan->fast_gelu = opts->fast_gelu != 1 && ir->precision == FG_PRECISION_TF32 && fast;
 }
 
 /* An accumulator of norm op's statistics (the registry's r: one accumulator), no pass yet. */

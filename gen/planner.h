@@ -375,8 +375,9 @@ typedef struct fg_wgmma_tiling {
      * each main loop starting once the other warpgroup's previous one has ended (two turn
      * mbarriers after the ring's), so one warpgroup's epilogue runs while the other's wgmmas
      * do (where both share each tile the tensor cores idle through every epilogue, 74 % of
-     * ConvNeXt 768's 1x1 + GELU, bench/NOTES.md v44). Chosen where K never splits and the
-     * operands are half (planner.c, wgmma_tiling_chosen: measured in v46), asked for by
+     * ConvNeXt 768's 1x1 + GELU, bench/NOTES.md v44). Chosen where the operands are half and K
+     * never splits or the shared tiles still split at batch 32 (planner.c, wgmma_tiling_chosen:
+     * measured in v46 and v49), asked for by
      * FUSEGEN_WGMMA_ALTERNATE=2 elsewhere; only where nothing in the epilogue syncs the two
      * warpgroups or pairs CTAs: no statistics partials or channel reduction, no multicast
      * pair, one CTA a multiprocessor. With split K a unit is a (tile, split) of one warpgroup,
@@ -601,7 +602,7 @@ typedef struct fg_plan_options {
     int wgmma_epi_rows;     /* wgmma: the staged epilogue's rows per iteration of its row loop, 1, 2, 4, 8 or 16 (0: choose) */
     int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: where K never splits, half operands) */
     int wgmma_flat_predicated; /* wgmma: 2 checks a flat tile's outputs by predicated stores where it can, 1 by a branch (0: choose: predicated stores) */
-    int fast_gelu;          /* 2: GELU (approximate "none") by fg_gelu_fast at precision "tf32"; 1 or 0: erff (opt-in, unmeasured) */
+    int fast_gelu;          /* 1: GELU (approximate "none") by erff everywhere; 2 or 0: by fg_gelu_fast at precision "tf32" (the default since v49) */
     int wgmma_epi_vec;      /* wgmma: 2 has a staged epilogue's lane store 16-byte vectors of neighbouring channels where it can, 1 a channel a lane (0: choose: 1; opt-in, unmeasured) */
     int wgmma_flat;         /* wgmma: 2 takes flat tiles also where tiles in turn leave any of a sample's rows empty, 1 only past a quarter of 128-row tiles (0: choose: also past a fifth of the turns' 64-row tiles) */
 } fg_plan_options;

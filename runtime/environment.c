@@ -114,7 +114,7 @@ void fg_env_plan_options(fg_plan_options *opts, void (*warn)(void *ctx, const ch
             "1 (a flat wgmma tile checks each output's sample by a branch) or 2 (by predicated stores where it can, the default)",
             warn, warn_ctx);
     env_int("FUSEGEN_FAST_GELU", 1, 2, &opts->fast_gelu,
-            "1 (GELU by erff, the default) or 2 (by a five-term fit of erfc at precision tf32)", warn, warn_ctx);
+            "1 (GELU by erff everywhere) or 2 (by a five-term fit of erfc at precision tf32, the default)", warn, warn_ctx);
     env_int("FUSEGEN_WGMMA_FLAT", 1, 2, &opts->wgmma_flat,
             "1 (flat wgmma tiles only where a sample leaves more than a quarter of its 128-row tiles empty) or "
             "2 (also where tiles in turn leave any rows empty; default: where they leave more than a fifth)",

@@ -2454,8 +2454,9 @@ static void wgmma_pack_whole_pixels(void **state)
  * tiles leave room, flat exactly where the shared tiles are, the
  * residual's tile still 16 wgmt rows a consumer warp, and 16 bytes more shared memory for the
  * two turn barriers (after the ring's and their slack); refused with statistics partials and
- * two CTAs a multiprocessor; chosen by default only where K never splits, the operands are
- * half and no CTA pairs are asked for (FUSEGEN_WGMMA_ALTERNATE=2 asks elsewhere, 1 never). */
+ * two CTAs a multiprocessor; chosen by default where the operands are half, no CTA pairs are
+ * asked for and K never splits or the shared tiles still split at batch 32
+ * (FUSEGEN_WGMMA_ALTERNATE=2 asks elsewhere, 1 never). */
 static void wgmma_tiles_in_turn(void **state)
 {
     (void)state;
@@ -2472,6 +2473,8 @@ static void wgmma_tiles_in_turn(void **state)
         {"convnext768_bf16_cl_tf32", 2, 0, 0, 0, false, false}, /* not chosen: split K below batch 32 */
         {"resnet2048_bf16_cl_tf32", 0, 2, 0, 0, true, true},    /* flat 1x1, split in turn up to batch 16 */
         {"resnet2048_bf16_cl_tf32", 1, 2, 0, 0, true, true},    /* flat 3x3 */
+        {"resnet2048_bf16_cl_tf32", 0, 0, 0, 0, true, true},    /* chosen: its shared tiles split at batch 32 */
+        {"resnet2048_bf16_cl_tf32", 1, 0, 0, 0, true, true},
         {"resnet_block_bf16_cl_tf32", 1, 2, 0, 0, true, false}, /* 3x3 on 56x56 */
         {"resnet_block_bf16_cl_tf32", 1, 0, 0, 0, true, false}, /* chosen: 9 K chunks */
         {"resnet_block_bf16_cl_fp32", 2, 2, 0, 0, true, false}, /* block accumulation in ping-pong too */
@@ -2731,9 +2734,9 @@ static void wgmma_epi_vec_where_asked(void **state)
     }
 }
 
-/* GELU by the five-term fit (fg_plan.fast_gelu, FUSEGEN_FAST_GELU=2): only where asked, at
- * precision tf32, in a layer with an erf GELU (in its chain or its prologue); `fusegen plan`
- * says so. Not at fp32 precision, not for the tanh form, not unasked. */
+/* GELU by the five-term fit (fg_plan.fast_gelu; FUSEGEN_FAST_GELU=1 keeps erff): at precision
+ * tf32, in a layer with an erf GELU (in its chain or its prologue); `fusegen plan` says so. Not
+ * at fp32 precision, not for the tanh form, not where erff is asked for. */
 static void fast_gelu_where_asked(void **state)
 {
     (void)state;
@@ -2743,7 +2746,7 @@ static void fast_gelu_where_asked(void **state)
         bool fast;
     } cases[] = {
         {"tf32", "gelu {}", 2, true},
-        {"tf32", "gelu {}", 0, false},
+        {"tf32", "gelu {}", 0, true}, /* the default since v49 */
         {"tf32", "gelu {}", 1, false},
         {"fp32", "gelu {}", 2, false},
         {"tf32", "gelu { approximate = \"tanh\" }", 2, false},
