@@ -1332,7 +1332,8 @@ static int staged_rows_unrolled(const fg_layer_ir *ir, int io_value, const fg_wg
 }
 
 /* The staged epilogue's channels a lane (fg_wgmma_tiling.epi_vec), asked for by
- * FUSEGEN_WGMMA_EPI_VEC=2 (opt-in until measured). A lane a channel spends a 4-byte slab load,
+ * FUSEGEN_WGMMA_EPI_VEC=2 (opt-in: measured on an H100, bench/NOTES.md v49, +1.7 to +2.8 % on
+ * ConvNeXt 384, ResNet 256 and SD 320, -6.6 % on ResNet 2048; why not yet known). A lane a channel spends a 4-byte slab load,
  * a 2-byte store and its address on every element, ~10 of ConvNeXt's 1x1 + GELU's ~43
  * instructions an element in an epilogue measured bound by its instruction issue (bench/NOTES.md
  * v47); 16 bytes a lane (8 half or 4 fp32 channels of one row) take one store and two or one

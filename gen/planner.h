@@ -600,10 +600,10 @@ typedef struct fg_plan_options {
     int wgmma_ctas;         /* wgmma: 2 runs two CTAs a multiprocessor where they fit, 1 one (0: choose: one) */
     int wgmma_bn;           /* wgmma: the widest channel block of a tile, 8..256, rounded up to 8 (0: choose) */
     int wgmma_epi_rows;     /* wgmma: the staged epilogue's rows per iteration of its row loop, 1, 2, 4, 8 or 16 (0: choose) */
-    int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: where K never splits, half operands) */
+    int wgmma_alternate;    /* wgmma: 2 has the consumer warpgroups take whole tiles in turn where they can, 1 never (0: choose: half operands where K never splits or the shared tiles still split at batch 32) */
     int wgmma_flat_predicated; /* wgmma: 2 checks a flat tile's outputs by predicated stores where it can, 1 by a branch (0: choose: predicated stores) */
     int fast_gelu;          /* 1: GELU (approximate "none") by erff everywhere; 2 or 0: by fg_gelu_fast at precision "tf32" (the default since v49) */
-    int wgmma_epi_vec;      /* wgmma: 2 has a staged epilogue's lane store 16-byte vectors of neighbouring channels where it can, 1 a channel a lane (0: choose: 1; opt-in, unmeasured) */
+    int wgmma_epi_vec;      /* wgmma: 2 has a staged epilogue's lane store 16-byte vectors of neighbouring channels where it can, 1 a channel a lane (0: choose: 1; opt-in, measured slower on three blocks of four: bench/NOTES.md v49) */
     int wgmma_flat;         /* wgmma: 2 takes flat tiles also where tiles in turn leave any of a sample's rows empty, 1 only past a quarter of 128-row tiles (0: choose: also past a fifth of the turns' 64-row tiles) */
 } fg_plan_options;
 
