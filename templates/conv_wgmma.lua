@@ -1758,52 +1758,49 @@ function M.render(layer, plan, pass, names, signature)
     c:line("int fed_n = -1, fed_g = 0, fed_co0 = 0; /* whose partials s_stat holds */")
   end
   c:line("#pragma unroll 1")
-  if split and w.alternate == 1 then
-    -- (tile, split) units in turn: the block's j-th unit is warpgroup j % 2's, as the tiles
-    -- below; each warpgroup counts every unit's chunks (the ring's position, as the producer
-    -- counts) and runs its own, its fixup syncing and flagging it alone (fill_fixup)
+  -- the tiles in turn (planner.h, fg_wgmma_tiling.alternate): the block's j-th tile (or unit)
+  -- is warpgroup j % 2's. Its main loop waits for the other warpgroup's main loop of tile j - 1
+  -- (their arrival count: (j - 1) / 2 phases of that barrier before), so the two main loops
+  -- run one after the other while each epilogue overlaps the other's main loop; and a
+  -- warpgroup waits on a stage's full barrier only when every earlier fill of the ring has
+  -- been waited for, so its parity never lags two phases behind
+  local turns = w.alternate == 1
+  local function turn_wait(j)
+    if turns then c:line("if (%s > begin) fgw_mbar_wait(bar_turn + 8 * (1 - cw), ((%s - begin - 1) >> 1) & 1);", j, j) end
+  end
+  local function turn_arrive()
+    if turns then c:line("if (lane == 0) fgw_mbar_arrive(bar_turn + 8 * cw);") end
+  end
+  if split then
+    -- (tile, split) units; in turn each warpgroup counts every unit's chunks (the ring's
+    -- position, as the producer counts) and runs its own, its fixup syncing and flagging it
+    -- alone (fill_fixup)
     local part, count = names.buffer[w.split_partials], names.buffer[w.split_counters]
     c:open("for (int unit = begin; unit < end; ++unit) {")
     c:line("const int tile = unit % ntiles, split = unit / ntiles;")
     c:line("const int kc0 = chunk_begin(split, nsplit), kc1 = chunk_begin(split + 1, nsplit);")
-    c:line("const int mine = ((unit - begin) & 1) == cw, chunks = kc1 - kc0;")
-    c:line("it0 += chunks;")
-    c:line("if (!mine) continue;")
+    if turns then
+      c:line("const int mine = ((unit - begin) & 1) == cw, chunks = kc1 - kc0;")
+      c:line("it0 += chunks;")
+      c:line("if (!mine) continue;")
+    end
     c:line("const Tile tl = decode_tile(tile);")
     res_issue()
-    c:line("if (unit > begin) fgw_mbar_wait(bar_turn + 8 * (1 - cw), ((unit - begin - 1) >> 1) & 1);")
-    c:line("mainloop(acc, tmp, it0 - chunks - kc0, kc0, kc1, row0, sbase, bar_full, bar_empty);")
-    c:line("if (lane == 0) fgw_mbar_arrive(bar_turn + 8 * cw);")
+    turn_wait("unit")
+    c:line("mainloop(acc, tmp, %s, kc0, kc1, row0, sbase, bar_full, bar_empty);", turns and "it0 - chunks - kc0" or "it0 - kc0")
+    turn_arrive()
     res_wait()
+    if not turns then c:line("it0 += kc1 - kc0;") end
     c:line("/* split K: the last split of the tile to arrive sums the partials and runs the epilogue */")
-    c:line("if (nsplit > 1 && !split_fixup(acc, %s, (unsigned *)%s, tile, split, nsplit, split_flag + cw)) continue;",
-      part, count)
-  elseif split then
-    local part, count = names.buffer[w.split_partials], names.buffer[w.split_counters]
-    c:open("for (int unit = begin; unit < end; ++unit) {")
-    c:line("const int tile = unit % ntiles, split = unit / ntiles;")
-    c:line("const int kc0 = chunk_begin(split, nsplit), kc1 = chunk_begin(split + 1, nsplit);")
-    c:line("const Tile tl = decode_tile(tile);")
-    res_issue()
-    c:line("mainloop(acc, tmp, it0 - kc0, kc0, kc1, row0, sbase, bar_full, bar_empty);")
-    res_wait()
-    c:line("it0 += kc1 - kc0;")
-    c:line("/* split K: the last split of the tile to arrive sums the partials and runs the epilogue */")
-    c:line("if (nsplit > 1 && !split_fixup(acc, %s, (unsigned *)%s, tile, split, nsplit, split_flag)) continue;", part,
-      count)
-  elseif w.alternate == 1 then
-    -- whole tiles in turn (planner.h, fg_wgmma_tiling.alternate): the block's j-th tile is
-    -- warpgroup j % 2's. Its main loop waits for the other warpgroup's main loop of tile j - 1
-    -- (their arrival count: (j - 1) / 2 phases of that barrier before), so the two main loops
-    -- run one after the other while each epilogue overlaps the other's main loop; and a
-    -- warpgroup waits on a stage's full barrier only when every earlier fill of the ring has
-    -- been waited for, so its parity never lags two phases behind
+    c:line("if (nsplit > 1 && !split_fixup(acc, %s, (unsigned *)%s, tile, split, nsplit, %s)) continue;", part, count,
+      turns and "split_flag + cw" or "split_flag")
+  elseif turns then
     c:open("for (int tile = begin + cw; tile < end; tile += 2) {")
     c:line("const Tile tl = decode_tile(tile);")
     res_issue()
-    c:line("if (tile > begin) fgw_mbar_wait(bar_turn + 8 * (1 - cw), ((tile - begin - 1) >> 1) & 1);")
+    turn_wait("tile")
     c:line("mainloop(acc, tmp, tile - begin, row0, sbase, bar_full, bar_empty);")
-    c:line("if (lane == 0) fgw_mbar_arrive(bar_turn + 8 * cw);")
+    turn_arrive()
     res_wait()
   else
     c:open("for (int tile = begin; tile < end; ++tile) {")
